@@ -1,0 +1,43 @@
+//===- GraphSummary.h - what a het.graph holds ------------------*- C++ -*-===//
+#ifndef HETPLAN_PASSES_GRAPHSUMMARY_H
+#define HETPLAN_PASSES_GRAPHSUMMARY_H
+
+#include "dialects/het/IR/HetOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hetplan::het {
+
+struct GraphSummary {
+  struct Port {
+    std::string name;
+    std::string type; // e.g. "batch x 3 x 224 x 224 x f32"
+  };
+  std::string graphName;
+  std::string source;             // model file, from the module
+  int64_t numNodes = 0;           // het.node + het.constant, subgraphs included
+  int64_t numSubgraphs = 0;       // regions of If/Loop/Scan nodes
+  int64_t numWeights = 0;         // het.weight ops
+  int64_t numParameters = 0;      // elements of all weights
+  int64_t parameterBytes = 0;     // bytes of all weights
+  std::map<std::string, int64_t> opCounts; // sorted for stable output
+  std::vector<Port> inputs, outputs;
+  std::vector<std::string> symbolicDims; // distinct dim names, first-seen order
+  std::string shapeInference;
+};
+
+/// Counts what `graph` holds.
+GraphSummary summarizeGraph(GraphOp graph);
+
+/// Writes a tensor type for people: symbolic dims by name, `?` for unnamed.
+std::string formatType(mlir::Type type);
+
+void printSummaryText(const GraphSummary &s, llvm::raw_ostream &os);
+void printSummaryJson(const GraphSummary &s, llvm::raw_ostream &os);
+
+} // namespace hetplan::het
+
+#endif

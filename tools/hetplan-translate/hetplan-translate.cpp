@@ -1,0 +1,68 @@
+//===- hetplan-translate.cpp - ONNX <-> het IR ----------------------------===//
+//
+//   hetplan-translate --import-onnx model.onnx [-o model.mlir]
+//
+// Errors go to stderr as one line; the output file is only written when the
+// whole translation succeeded.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/het/IR/HetOps.h"
+#include "dialects/het/import/OnnxImporter.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OperationSupport.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/WithColor.h"
+
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> inputFilename(cl::Positional,
+                                          cl::desc("<input file>"),
+                                          cl::Required);
+static cl::opt<std::string> outputFilename("o", cl::desc("Output file"),
+                                           cl::value_desc("filename"),
+                                           cl::init("-"));
+static cl::opt<bool> importOnnx("import-onnx",
+                                cl::desc("Import an ONNX model (.onnx or "
+                                         ".onnxtext) into het IR"));
+static cl::opt<bool> noShapeInference(
+    "no-shape-inference",
+    cl::desc("Do not run libonnx shape inference; use the model's value_info "
+             "only"));
+static cl::opt<bool> printDebugInfo(
+    "print-debuginfo", cl::desc("Print locations (ONNX node names) in the IR"));
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv, "hetplan translation tool\n");
+  auto error = [](const llvm::Twine &message) {
+    llvm::WithColor::error(llvm::errs(), "hetplan-translate") << message << "\n";
+    return 1;
+  };
+  if (!importOnnx)
+    return error("choose a translation (--import-onnx)");
+
+  mlir::MLIRContext context;
+  std::string message;
+  hetplan::import::ImportOptions options;
+  options.shapeInference = !noShapeInference;
+  auto module = hetplan::import::importOnnxFile(inputFilename, &context,
+                                                options, message);
+  if (!module)
+    return error(message);
+
+  auto output = mlir::openOutputFile(outputFilename, &message);
+  if (!output)
+    return error(message);
+  mlir::OpPrintingFlags flags;
+  if (printDebugInfo)
+    flags.enableDebugInfo();
+  module->print(output->os(), flags);
+  output->os() << "\n";
+  output->keep();
+  return 0;
+}
