@@ -87,7 +87,7 @@ def Het_NodeOp : Het_Op<"node", [RecursiveMemoryEffects]> {
   let results = (outs Variadic<AnyType>:$outputs);
   let regions = (region VariadicRegion<SizedRegion<1>>:$bodies);
   let assemblyFormat = [{
-    $op_type (`domain` $domain^)? `opset` $opset `(` $inputs `)`
+    $op_type (`domain` $domain^)? `opset` $opset ` ` `(` $inputs `)`
     (`attrs` $attrs^)? attr-dict `:` functional-type($inputs, $outputs)
     ($bodies^)?
   }];
@@ -116,7 +116,7 @@ def Het_WeightOp : Het_Op<"weight", [Pure]> {
     need to read them.
 
     ```mlir
-    %w = het.weight @fc.weight at #het.extern<file = "", offset = 96,
+    %w = het.weight @fc.weight at <file = "", offset = 96,
            length = 32, encoding = "raw"> : tensor<4x2xf32>
     %s = het.weight @shape value(dense<[1, -1]> : tensor<2xi64>) : tensor<2xi64>
     ```

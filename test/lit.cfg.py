@@ -1,0 +1,24 @@
+# -*- Python -*-
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "HETPLAN"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".onnxtext", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.hetplan_obj_root, "test")
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs",
+                   "unit", "conformance"]
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.add_tool_substitutions(
+    ["hetplan-opt", "hetplan-translate", "hetplan"], [config.hetplan_tools_dir])
+
+# Model generators use Debian's python3 (python3-onnx); the python3 on PATH
+# may be a shim without Debian's packages.
+python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
+config.substitutions.append(("%python", python))
+config.substitutions.append(("%models", os.path.join(config.hetplan_src_root, "examples", "models")))
