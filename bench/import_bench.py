@@ -31,6 +31,7 @@ otherwise (or if any import fails) the script exits with status 1.
 
 import argparse
 import datetime
+import hashlib
 import os
 import platform
 import re
@@ -170,7 +171,11 @@ def main():
     print(f"date: {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}")
     print(f"machine: nproc={info['nproc']}, CPU: {info['cpu']}, "
           f"memory {info['mem']}, Linux {info['kernel']}")
-    print(f"hetplan-translate: {tool}")
+    st = os.stat(tool)
+    with open(tool, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    print(f"hetplan-translate: {tool} ({st.st_size} B, sha256 {digest}..., "
+          f"modified {datetime.datetime.fromtimestamp(st.st_mtime):%Y-%m-%d %H:%M:%S})")
     r = subprocess.run([args.python, "-c",
                         "import onnx, google.protobuf as p, numpy, sys; "
                         "print(sys.version.split()[0], onnx.__version__, "
@@ -185,13 +190,30 @@ def main():
     _, _, import_rss, _, _ = run_measured([args.python, "-c", "import onnx"])
     print(f"peak RSS of a Python child that only runs `import onnx`: "
           f"{fmt_mib(import_rss)}")
-    print(flush=True)
 
     own_workdir = args.workdir is None
     workdir = tempfile.mkdtemp(prefix="hetplan-import-bench-") \
         if own_workdir else os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
     gen_extra = shlex.split(args.gen_args)
+
+    # Fixed cost: hetplan on a tiny model (shared libraries, MLIR context).
+    tiny = os.path.join(workdir, "tiny.onnx")
+    tg = generate(args.python, tiny, 0, "inline",
+                  ["--hidden", "64", "--vocab", "256", "--seq", "8"])
+    tcmd = [tool, "--import-onnx", tiny, "-o", os.devnull]
+    tiny_rss = []
+    for _ in range(3):
+        rc, _, rss, _, err = run_measured(tcmd)
+        if rc != 0:
+            sys.exit(f"error: hetplan-translate fails on a tiny model: "
+                     f"{err.strip()} (command: {shlex.join(tcmd)})")
+        tiny_rss.append(rss)
+    os.remove(tiny)
+    print(f"peak RSS of hetplan-translate importing a tiny model "
+          f"({tg['weight_bytes'] / 1024:.0f} KiB of weights): "
+          f"{fmt_mib(max(tiny_rss))}")
+    print(flush=True)
 
     rows, failures = [], []
     try:
@@ -230,7 +252,7 @@ def main():
                           + ", ".join(f"{t:.3f}" for t in times)
                           + " s; peak RSS "
                           + ", ".join(f"{r / MIB:.1f}" for r in rsss)
-                          + f" MiB; IR {fmt_mib(ir_bytes)}", flush=True)
+                          + f" MiB; IR {ir_bytes / 1024:.1f} KiB", flush=True)
                     row = {"name": name, "variant": variant, **g,
                            "error": None, "het_time": statistics.median(times),
                            "het_time_min": min(times),

@@ -33,6 +33,9 @@ static cl::opt<bool> noShapeInference(
     "no-shape-inference",
     cl::desc("Do not run libonnx shape inference; use the model's value_info "
              "only"));
+static cl::opt<bool> allowMissingWeights(
+    "allow-missing-weights",
+    cl::desc("Accept absent external-data files (plan from shapes only)"));
 static cl::opt<bool> printDebugInfo(
     "print-debuginfo", cl::desc("Print locations (ONNX node names) in the IR"));
 
@@ -50,6 +53,7 @@ int main(int argc, char **argv) {
   std::string message;
   hetplan::import::ImportOptions options;
   options.shapeInference = !noShapeInference;
+  options.allowMissingWeights = allowMissingWeights;
   auto module = hetplan::import::importOnnxFile(inputFilename, &context,
                                                 options, message);
   if (!module)

@@ -31,6 +31,11 @@ static cl::opt<bool> summaryNoShapeInference(
     "no-shape-inference", cl::desc("Skip libonnx shape inference"),
     cl::sub(summaryCmd));
 
+static cl::opt<bool> summaryAllowMissingWeights(
+    "allow-missing-weights",
+    cl::desc("Accept absent external-data files (shapes are enough)"),
+    cl::sub(summaryCmd));
+
 static int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "hetplan") << message << "\n";
   return 1;
@@ -38,8 +43,8 @@ static int fail(const llvm::Twine &message) {
 
 /// Loads `path` as het IR: imported from ONNX, or parsed from .mlir.
 static mlir::OwningOpRef<mlir::ModuleOp>
-loadModel(llvm::StringRef path, mlir::MLIRContext &context, bool shapeInference,
-          std::string &error) {
+loadModel(llvm::StringRef path, mlir::MLIRContext &context,
+          const hetplan::import::ImportOptions &options, std::string &error) {
   context.loadDialect<hetplan::het::HetDialect>();
   if (path.ends_with(".mlir")) {
     llvm::SourceMgr sourceMgr;
@@ -50,15 +55,16 @@ loadModel(llvm::StringRef path, mlir::MLIRContext &context, bool shapeInference,
       error = (path + ": not valid het IR (see above)").str();
     return module;
   }
-  hetplan::import::ImportOptions options;
-  options.shapeInference = shapeInference;
   return hetplan::import::importOnnxFile(path, &context, options, error);
 }
 
 static int runSummary() {
   mlir::MLIRContext context;
   std::string error;
-  auto module = loadModel(summaryModel, context, !summaryNoShapeInference, error);
+  hetplan::import::ImportOptions options;
+  options.shapeInference = !summaryNoShapeInference;
+  options.allowMissingWeights = summaryAllowMissingWeights;
+  auto module = loadModel(summaryModel, context, options, error);
   if (!module)
     return fail(error);
   for (auto graph : module->getOps<hetplan::het::GraphOp>()) {

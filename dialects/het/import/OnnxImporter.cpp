@@ -113,8 +113,9 @@ struct Scope {
 class Importer {
 public:
   Importer(MLIRContext *context, llvm::StringRef path,
-           const onnx::ModelProto &model)
-      : context(context), builder(context), path(path.str()), model(model) {
+           const onnx::ModelProto &model, bool allowMissingWeights)
+      : context(context), builder(context), path(path.str()), model(model),
+        allowMissingWeights(allowMissingWeights) {
     modelDir = llvm::sys::path::parent_path(path).str();
     for (const auto &opset : model.opset_import())
       opsets[canonicalDomain(opset.domain())] = opset.version();
@@ -430,7 +431,20 @@ private:
       llvm::SmallString<256> file(modelDir);
       llvm::sys::path::append(file, loc->second);
       uint64_t fileSize;
-      if (std::error_code ec = llvm::sys::fs::file_size(file, fileSize))
+      std::error_code ec = llvm::sys::fs::file_size(file, fileSize);
+      if (ec && allowMissingWeights) {
+        // Without the file, the length is what the tensor type needs.
+        int64_t bits = element.isIntOrFloat() ? element.getIntOrFloatBitWidth()
+                       : isa<ComplexType>(element)
+                           ? 2 * cast<ComplexType>(element)
+                                     .getElementType()
+                                     .getIntOrFloatBitWidth()
+                           : 0;
+        int64_t need = ((bits == 1 ? 8 : bits) * type.getNumElements() + 7) / 8;
+        return ExternAttr::get(context, loc->second, toInt("offset", 0),
+                               toInt("length", need), "raw");
+      }
+      if (ec)
         failHere("missing external-data file '" + std::string(file) +
                  "' for " + what.str() + ": " + ec.message());
       int64_t offset = toInt("offset", 0);
@@ -820,6 +834,7 @@ private:
   std::string path;
   std::string modelDir;
   const onnx::ModelProto &model;
+  bool allowMissingWeights;
   std::map<std::string, int64_t> opsets; // sorted: deterministic output
   llvm::StringSet<> functionDomains;
   const onnx::NodeProto *currentNode = nullptr;
@@ -837,11 +852,17 @@ bool looksLikeText(llvm::StringRef path, llvm::StringRef bytes) {
 /// says in one line what happened (recorded in the IR for the curious).
 std::string inferShapes(onnx::ModelProto &model) {
   const auto &ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  // A domain libonnx has no schemas for (com.microsoft, ...) only leaves its
+  // own nodes untyped; a known domain at a newer version than libonnx knows
+  // would be typed by outdated schemas, so inference is skipped then.
+  std::string unknownDomains;
   for (const auto &opset : model.opset_import()) {
     std::string domain = canonicalDomain(opset.domain());
     auto it = ranges.find(domain);
-    if (it == ranges.end())
-      return "skipped: libonnx does not know domain '" + domain + "'";
+    if (it == ranges.end()) {
+      unknownDomains += (unknownDomains.empty() ? "" : ", ") + domain;
+      continue;
+    }
     if (opset.version() > it->second.second)
       return "skipped: opset " + std::to_string(opset.version()) + " of '" +
              (domain.empty() ? std::string("ai.onnx") : domain) +
@@ -858,6 +879,8 @@ std::string inferShapes(onnx::ModelProto &model) {
     std::replace(what.begin(), what.end(), '\n', ' ');
     return "failed: " + what;
   }
+  if (!unknownDomains.empty())
+    return "onnx (no schemas for " + unknownDomains + ")";
   return "onnx";
 }
 
@@ -905,7 +928,7 @@ OwningOpRef<ModuleOp> importOnnxFile(llvm::StringRef path, MLIRContext *context,
 
     std::string note = options.shapeInference ? inferShapes(model)
                                               : std::string("skipped: disabled");
-    Importer importer(context, path, model);
+    Importer importer(context, path, model, options.allowMissingWeights);
     OwningOpRef<ModuleOp> module = importer.run(note);
 
     std::string diag;

@@ -19,6 +19,9 @@ namespace hetplan::import {
 struct ImportOptions {
   /// Run libonnx shape inference when it knows every opset the model uses.
   bool shapeInference = true;
+  /// Accept external-data files that are absent: planning needs only shapes,
+  /// so a 350 GB model can be planned without its weights on disk.
+  bool allowMissingWeights = false;
 };
 
 /// Imports the ONNX model at `path` (binary `.onnx`, or the ONNX text format

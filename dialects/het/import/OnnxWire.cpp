@@ -83,7 +83,8 @@ public:
           return fail(fieldStart, "field " + std::to_string(field) +
                                       " claims " + std::to_string(len) +
                                       " bytes but only " +
-                                      std::to_string(end - pos) + " remain");
+                                      std::to_string(end - pos) +
+                                      " remain (a truncated file?)");
         size_t payload = pos;
         pos += len;
         if (const Kind *child = subKind(kind, field)) {

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Writes the binary ONNX inputs of the import tests (run once; outputs are
+committed). Use Debian's /usr/bin/python3, which has python3-onnx."""
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def add_model(weight_tensor, extra_inits=(), sparse=()):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 128])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 128])
+    node = helper.make_node("Add", ["x", "w"], ["y"], name="add0")
+    graph = helper.make_graph([node], "add", [x], [y], [weight_tensor, *extra_inits],
+                              sparse_initializer=list(sparse))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+w = numpy_helper.from_array(np.arange(128, dtype=np.float32), "w")  # 512 bytes
+onnx.save(add_model(w), "add.onnx")
+
+# The same weight as ONNX external data in add_external.bin.
+ext = numpy_helper.from_array(np.arange(128, dtype=np.float32), "w")
+ext.ClearField("raw_data")
+ext.data_location = TensorProto.EXTERNAL
+for k, v in (("location", "add_external.bin"), ("offset", "64"), ("length", "512")):
+    e = ext.external_data.add()
+    e.key, e.value = k, v
+with open("add_external.bin", "wb") as f:
+    f.write(b"\0" * 64 + np.arange(128, dtype=np.float32).tobytes())
+onnx.save(add_model(ext), "add_external.onnx")
+
+# External data that claims more bytes than its file has.
+bad = onnx.load("add_external.onnx", load_external_data=False)
+for e in bad.graph.initializer[0].external_data:
+    if e.key == "offset":
+        e.value = "4096"
+onnx.save(bad, "add_external_past_end.onnx")
+
+# A sparse initializer.
+values = numpy_helper.from_array(np.ones(2, dtype=np.float32), "s")
+indices = numpy_helper.from_array(np.array([0, 5], dtype=np.int64), "s_idx")
+sp = helper.make_sparse_tensor(values, indices, [128])
+onnx.save(add_model(w, sparse=[sp]), "sparse.onnx")
