@@ -22,7 +22,10 @@ taken inside the child around the onnx.load call only (its interpreter start
 and `import onnx` are excluded from the time, but not from the RSS: the
 RSS of a child that only runs `import onnx` is printed for reference). One
 unmeasured warm-up run of each precedes the measured ones, so all numbers are
-warm page cache. The generated files are deleted after each model.
+warm page cache. As a control, a Python child mmaps the model file(s) and
+touches every page: its peak RSS shows that ru_maxrss does count the pages of
+a file mapping that a process reads, so an importer reading the weights
+through its mmap could not hide from this measurement. The generated files are deleted after each model.
 
 Gate: for every model whose weights are at least --gate-min-mib (default 256),
 the largest hetplan peak RSS must be at most 0.25 x weight bytes + 64 MiB;
@@ -47,6 +50,16 @@ MIB = 1 << 20
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 GEN = os.path.join(HERE, "gen_large_model.py")
+
+# Control: proves that ru_maxrss counts touched pages of a file mapping, i.e.
+# that an importer reading the weights through its mmap would show up.
+MMAP_TOUCH = r"""
+import mmap, sys
+for path in sys.argv[1:]:
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        sum(m[i] for i in range(0, len(m), mmap.PAGESIZE))
+"""
 
 ONNX_LOAD = r"""
 import sys, time
@@ -228,6 +241,12 @@ def main():
                       f" {g['blocks']} blocks, {g['initializers']} "
                       f"initializers, weights {fmt_mib(g['weight_bytes'])}, "
                       f"files {fmt_mib(g['file_bytes'])}", flush=True)
+
+                _, _, ctl_rss, _, _ = run_measured(
+                    [args.python, "-c", MMAP_TOUCH] + g["files"])
+                print(f"[{name}] control: a Python child that mmaps the model "
+                      f"file(s) and touches every page peaks at "
+                      f"{fmt_mib(ctl_rss)} RSS", flush=True)
 
                 cmd = [tool, "--import-onnx", model, "-o", mlir]
                 runs, error = [], None

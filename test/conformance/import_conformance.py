@@ -76,12 +76,15 @@ def main():
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--skip-missing", action="store_true",
                     help="exit 77 (skipped) when a suite's folder is absent")
+    ap.add_argument("--summary-file",
+                    help="also write the per-suite count lines to this file")
     ap.add_argument("--show", type=int, default=15,
                     help="how many non-imported models to list per suite")
     args = ap.parse_args()
 
     ok_all = True
     ran_any = False
+    summary = []
     for spec in args.suite:
         name, rest = spec.split("=", 1)
         root, _, rate = rest.partition(":")
@@ -113,10 +116,12 @@ def main():
             parsed, parse_err = roundtrip(args.opt, outputs, work)
         total = len(models)
         imported = counts["ok"] / total if total else 0.0
-        print("suite %s: %d models: %d imported and verified (%.1f%%), %d unsupported, "
-              "%d other errors, %d crashes; round trip through hetplan-opt: %s"
-              % (name, total, counts["ok"], 100 * imported, counts["unsupported"],
-                 counts["error"], counts["crash"], "ok" if parsed else "FAILED"))
+        line = ("suite %s: %d models: %d imported and verified (%.1f%%), %d unsupported, "
+                "%d other errors, %d crashes; round trip through hetplan-opt: %s"
+                % (name, total, counts["ok"], 100 * imported, counts["unsupported"],
+                   counts["error"], counts["crash"], "ok" if parsed else "FAILED"))
+        print(line)
+        summary.append(line)
         for line in notes[:args.show]:
             print(line)
         if len(notes) > args.show:
@@ -134,6 +139,9 @@ def main():
             ok_all = False
             print("FAIL suite %s: import rate %.1f%% is under the bar of %.1f%%"
                   % (name, 100 * imported, 100 * float(rate)))
+    if args.summary_file:
+        with open(args.summary_file, "w") as f:
+            f.write("".join(l + "\n" for l in summary) or "skipped: no suite folder found\n")
     if not ran_any:
         return SKIP
     return 0 if ok_all else 1

@@ -72,20 +72,6 @@ std::string canonicalDomain(const std::string &domain) {
   return domain == "ai.onnx" ? std::string() : domain;
 }
 
-const char *dataTypeName(int32_t dt) {
-  static const char *const names[] = {
-      "UNDEFINED",      "FLOAT",          "UINT8",      "INT8",
-      "UINT16",         "INT16",          "INT32",      "INT64",
-      "STRING",         "BOOL",           "FLOAT16",    "DOUBLE",
-      "UINT32",         "UINT64",         "COMPLEX64",  "COMPLEX128",
-      "BFLOAT16",       "FLOAT8E4M3FN",   "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
-      "FLOAT8E5M2FNUZ", "UINT4",          "INT4",       "FLOAT4E2M1",
-      "FLOAT8E8M0",     "UINT2",          "INT2"};
-  if (dt >= 0 && dt < int32_t(std::size(names)))
-    return names[dt];
-  return "unknown";
-}
-
 /// A lexical scope of ONNX value names: a subgraph sees its parents' values.
 struct Scope {
   Scope *parent = nullptr;

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test (lit, GoogleTest, import conformance).
+# ctest's summary is the last thing printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+cd build
+rm -f conformance-*.txt
+set +e
+ctest --output-on-failure -j "$(nproc)" 2>&1 | tee ctest.log
+rc=${PIPESTATUS[0]}
+set -e
+echo
+echo "== ONNX import conformance counts"
+cat conformance-*.txt 2>/dev/null || echo "(no conformance summary written)"
+echo
+echo "== ctest summary"
+sed -n '/tests passed/,$p' ctest.log
+exit "$rc"
