@@ -518,28 +518,38 @@ def place(deferred, location, sink=None):
     return pos
 
 
-def check(model, out, mode, declared):
-    """checker + strict shape inference; returns the inferred output shapes."""
-    if mode == "none":
-        tmp = tempfile.mkdtemp(prefix="gen_transformer_check.")
-        try:
-            p = os.path.join(tmp, os.path.basename(out))
-            with open(p, "wb") as f:
-                f.write(model.SerializeToString())
-            open(p + ".data", "wb").close()        # placeholder: the checker stat()s it
-            onnx.checker.check_model(p)
-        finally:
-            shutil.rmtree(tmp)
-    else:
-        onnx.checker.check_model(out)
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
-    shapes = {}
-    for o in inferred.graph.output:
-        shapes[o.name] = [d.dim_param or d.dim_value or "?" for d in o.type.tensor_type.shape.dim]
+def infer(skeleton, declared):
+    """Strict shape inference (with data propagation) on the weight-less
+    skeleton, its graph outputs' shapes cleared so that the shapes compared
+    with the declared ones are derived, not copied."""
+    m = onnx.ModelProto()
+    m.CopyFrom(skeleton)
+    for o in m.graph.output:
+        o.type.tensor_type.ClearField("shape")
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True, data_prop=True)
+    shapes = {o.name: [d.dim_param or d.dim_value or "?" for d in o.type.tensor_type.shape.dim]
+              for o in inferred.graph.output}
     for name, want in declared.items():
         if shapes.get(name) != want:
             raise SystemExit(f"error: output {name}: inferred {shapes.get(name)}, declared {want}")
     return shapes
+
+
+def run_checker(model_bytes, out, mode):
+    """onnx.checker on the written file. It stat()s external data files, so
+    in `none` mode a copy is checked beside an empty placeholder .data."""
+    if mode != "none":
+        onnx.checker.check_model(out)
+        return
+    tmp = tempfile.mkdtemp(prefix="gen_transformer_check.")
+    try:
+        p = os.path.join(tmp, os.path.basename(out))
+        with open(p, "wb") as f:
+            f.write(model_bytes)
+        open(p + ".data", "wb").close()
+        onnx.checker.check_model(p)
+    finally:
+        shutil.rmtree(tmp)
 
 
 def human(n):
@@ -601,22 +611,13 @@ def main(argv=None):
     out = args.output
     location = os.path.basename(out) + ".data"
     data_path = out + ".data"
-    if args.weights == "inline":
-        total = sum(d.nbytes for d in g.deferred)
-        if total > PROTOBUF_LIMIT:
-            sys.exit(f"error: {total} bytes of weights cannot be inline (protobuf's 2 GiB "
-                     "limit); use --weights external or none")
-        for d in g.deferred:
-            d.proto.raw_data = np.ascontiguousarray(d.make(), dtype=d.dtype.newbyteorder("<")).tobytes()
-    elif args.weights == "external":
-        with open(data_path, "wb") as f:
-            place(g.deferred, location, f)
-    else:
-        data_size = place(g.deferred, location, None)
-        if os.path.exists(data_path) and os.path.getsize(data_path) != data_size:
-            print(f"warning: {data_path} exists from an earlier run and does not match "
-                  f"this layout ({os.path.getsize(data_path)} != {data_size} bytes)",
-                  file=sys.stderr)
+    total = sum(d.nbytes for d in g.deferred)
+    if args.weights == "inline" and total > PROTOBUF_LIMIT:
+        sys.exit(f"error: {total} bytes of weights cannot be inline (protobuf's 2 GiB "
+                 "limit); use --weights external or none")
+    # Lay out the data file without writing it: this is the `none` model, and
+    # the weight-less skeleton the shape inference runs on in every mode.
+    data_size = place(g.deferred, location, None)
 
     graph = helper.make_graph(g.nodes, f"{args.config}", inputs, outputs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
@@ -631,17 +632,41 @@ def main(argv=None):
         "weights": args.weights, "seed": str(args.seed), "lm_head": head,
         "gelu": args.gelu if args.family != "llama" else "none (SwiGLU)",
         **{k: str(c[k]) for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq_max")}})
+    shapes = None
+    if not args.no_check:
+        declared = {o.name: [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]
+                    for o in outputs}
+        shapes = infer(model, declared)
+
+    # make_graph copied the initializers: fill the copies in the model.
+    protos = {t.name: t for t in model.graph.initializer}
+    for d in g.deferred:
+        d.proto = protos[d.proto.name]
+    if args.weights == "inline":
+        for d in g.deferred:
+            d.proto.ClearField("data_location")
+            del d.proto.external_data[:]
+            d.proto.raw_data = np.ascontiguousarray(
+                d.make(), dtype=d.dtype.newbyteorder("<")).tobytes()
+    elif args.weights == "external":
+        with open(data_path, "wb") as f:
+            assert place(g.deferred, location, f) == data_size
+    elif os.path.exists(data_path) and os.path.getsize(data_path) != data_size:
+        print(f"warning: {data_path} exists from an earlier run and does not match "
+              f"this layout ({os.path.getsize(data_path)} != {data_size} bytes)",
+              file=sys.stderr)
+    blob = model.SerializeToString()
     with open(out, "wb") as f:
-        f.write(model.SerializeToString())
+        f.write(blob)
+    del model
     t_write = time.perf_counter() - t0
 
     status = 0
     if not args.no_check:
-        declared = {o.name: [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]
-                    for o in outputs}
-        shapes = check(model, out, args.weights, declared)
-        print("check: onnx.checker ok, strict shape inference ok; outputs "
+        run_checker(blob, out, args.weights)
+        print("check: onnx.checker ok, strict shape inference ok; inferred outputs "
               + ", ".join(f"{n}{s}" for n, s in shapes.items()))
+    del blob
     t_all = time.perf_counter() - t0
 
     size = os.path.getsize(out)
