@@ -22,3 +22,10 @@ llvm_config.add_tool_substitutions(
 python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
 config.substitutions.append(("%python", python))
 config.substitutions.append(("%models", os.path.join(config.hetplan_src_root, "examples", "models")))
+
+# The project's shared models (ResNet50 & co., ONNX 1.22 node models) sit
+# beside the checkout; tests that need them say `REQUIRES: shared-models`.
+shared_models = os.path.join(os.path.dirname(config.hetplan_src_root), "shared", "models")
+if os.path.isdir(os.path.join(shared_models, "onnx-light")):
+    config.available_features.add("shared-models")
+config.substitutions.append(("%shared_models", shared_models))
