@@ -49,8 +49,9 @@ def import_one(translate, model, out_path, timeout):
     return model, kind, lines[0]
 
 
-def roundtrip(opt, outputs, workdir):
-    """Parses and verifies every imported module in one hetplan-opt run."""
+def roundtrip(opt, outputs, workdir, passes=()):
+    """Parses and verifies every imported module in one hetplan-opt run
+    (and runs `passes` on each)."""
     if not outputs:
         return True, ""
     joined = os.path.join(workdir, "all.mlir")
@@ -60,7 +61,7 @@ def roundtrip(opt, outputs, workdir):
                 f.write("\n// -----\n")
             with open(path) as g:
                 f.write(g.read())
-    p = subprocess.run([opt, "--split-input-file", joined, "-o", os.devnull],
+    p = subprocess.run([opt, "--split-input-file", *passes, joined, "-o", os.devnull],
                        capture_output=True, text=True)
     return p.returncode == 0, p.stderr[-2000:]
 
@@ -114,12 +115,17 @@ def main():
                 else:
                     notes.append("  %-11s %s: %s" % (kind, os.path.relpath(model, root), msg))
             parsed, parse_err = roundtrip(args.opt, outputs, work)
+            # het's own shape rules must agree with every type the model
+            # (value_info, libonnx inference) declares.
+            shaped, shape_err = roundtrip(args.opt, outputs, work, ["--het-bind-shapes"])
         total = len(models)
         imported = counts["ok"] / total if total else 0.0
         line = ("suite %s: %d models: %d imported and verified (%.1f%%), %d unsupported, "
-                "%d other errors, %d crashes; round trip through hetplan-opt: %s"
+                "%d other errors, %d crashes; round trip through hetplan-opt: %s; "
+                "het shape rules agree with the model: %s"
                 % (name, total, counts["ok"], 100 * imported, counts["unsupported"],
-                   counts["error"], counts["crash"], "ok" if parsed else "FAILED"))
+                   counts["error"], counts["crash"], "ok" if parsed else "FAILED",
+                   "ok" if shaped else "NO"))
         print(line)
         summary.append(line)
         for line in notes[:args.show]:
@@ -132,6 +138,10 @@ def main():
         if not parsed:
             ok_all = False
             print("FAIL suite %s: imported IR does not parse back:\n%s" % (name, parse_err))
+        if not shaped:
+            ok_all = False
+            print("FAIL suite %s: het-bind-shapes disagrees with declared types:\n%s"
+                  % (name, shape_err))
         if total == 0:
             ok_all = False
             print("FAIL suite %s: no models found under %s" % (name, root))

@@ -2,18 +2,26 @@
 //
 //   hetplan summary MODEL [--json]     what a model holds (ops, parameters,
 //                                      inputs and outputs with symbolic dims)
+//   hetplan cluster SPEC|FILE [--json] a cluster as the planner sees it
+//   hetplan devices [--json]           the built-in device catalog
 //
-// MODEL is an ONNX model (.onnx / .onnxtext) or het IR (.mlir).
+// MODEL is an ONNX model (.onnx / .onnxtext) or het IR (.mlir). SPEC is an
+// inline cluster (`4xA100-80G,12xT4`), FILE a YAML/JSON cluster file; see
+// docs/cluster-format.md.
 //
 //===----------------------------------------------------------------------===//
 
 #include "dialects/het/IR/HetOps.h"
 #include "dialects/het/import/OnnxImporter.h"
 #include "passes/GraphSummary.h"
+#include "passes/cluster/Cluster.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/WithColor.h"
@@ -35,6 +43,20 @@ static cl::opt<bool> summaryAllowMissingWeights(
     "allow-missing-weights",
     cl::desc("Accept absent external-data files (shapes are enough)"),
     cl::sub(summaryCmd));
+
+static cl::SubCommand clusterCmd(
+    "cluster", "Resolve a cluster (inline spec or file) and print it");
+static cl::opt<std::string>
+    clusterSpec(cl::Positional, cl::Required,
+                cl::desc("<SPEC like 4xA100-80G,12xT4 | cluster.yaml>"),
+                cl::sub(clusterCmd));
+static cl::opt<bool> clusterJson("json", cl::desc("Print JSON"),
+                                 cl::sub(clusterCmd));
+
+static cl::SubCommand devicesCmd("devices",
+                                 "List the built-in device catalog");
+static cl::opt<bool> devicesJson("json", cl::desc("Print JSON"),
+                                 cl::sub(devicesCmd));
 
 static int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "hetplan") << message << "\n";
@@ -77,6 +99,59 @@ static int runSummary() {
   return 0;
 }
 
+static int runCluster() {
+  using namespace hetplan::cluster;
+  auto cluster = parseClusterSpec(clusterSpec, DeviceCatalog::builtin());
+  if (!cluster)
+    return fail(llvm::toString(cluster.takeError()));
+  if (clusterJson)
+    llvm::outs() << llvm::formatv("{0:2}", cluster->toJSON()) << "\n";
+  else
+    llvm::outs() << cluster->describe();
+  return 0;
+}
+
+static int runDevices() {
+  using namespace hetplan::cluster;
+  const DeviceCatalog &catalog = DeviceCatalog::builtin();
+  if (devicesJson) {
+    llvm::json::Array types;
+    for (const DeviceType *type : catalog.types())
+      types.push_back(toJSON(*type));
+    llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(types)))
+                 << "\n";
+    return 0;
+  }
+  // Peak TFLOP/s are dense; "-" is no fast path (or no list price).
+  auto rate = [](std::optional<double> v) {
+    return v ? llvm::formatv("{0}", llvm::format("%.6g", *v)).str()
+             : std::string("-");
+  };
+  llvm::raw_ostream &os = llvm::outs();
+  os << llvm::format("%-15s %-7s %4s %8s %6s %6s %6s %6s %6s  %-20s %7s  %s\n",
+                     "name", "vendor", "GiB", "mem GB/s", "fp32", "tf32",
+                     "fp16", "bf16", "int8", "intra-node GB/s", "$/h",
+                     "aliases");
+  for (const DeviceType *t : catalog.types()) {
+    std::string link = t->intraNodeLink.kind + " " +
+                       rate(t->intraNodeLink.bandwidthGBs);
+    os << llvm::format(
+        "%-15s %-7s %4s %8s %6s %6s %6s %6s %6s  %-20s %7s  %s\n",
+        t->name.c_str(), t->vendor.c_str(), rate(t->memoryGiB).c_str(),
+        rate(t->memoryBandwidthGBs).c_str(),
+        rate(t->nativeTflops(DType::FP32)).c_str(),
+        rate(t->nativeTflops(DType::TF32)).c_str(),
+        rate(t->nativeTflops(DType::FP16)).c_str(),
+        rate(t->nativeTflops(DType::BF16)).c_str(),
+        rate(t->nativeTflops(DType::INT8)).c_str(), link.c_str(),
+        rate(t->pricePerHourUSD).c_str(),
+        llvm::join(t->aliases, ", ").c_str());
+  }
+  os << catalog.size() << " device types; TFLOP/s dense peak (int8 in TOPS), "
+     << "links one direction; names match ignoring case, '-', '_' and spaces\n";
+  return 0;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(
@@ -84,6 +159,10 @@ int main(int argc, char **argv) {
       "hetplan: plan one neural network across a cluster of different GPUs\n");
   if (summaryCmd)
     return runSummary();
+  if (clusterCmd)
+    return runCluster();
+  if (devicesCmd)
+    return runDevices();
   cl::PrintHelpMessage();
   return 1;
 }

@@ -1,0 +1,1071 @@
+//===- ShapeRules.cpp - the dialect's own shape rules ---------------------===//
+//
+// Rules follow the ONNX operator specification (onnx/docs/Operators.md) for
+// the opsets hetplan prices; where an op changed between opsets (attributes
+// that became inputs: Slice, Squeeze, Split, Reduce*, Pad), both forms are
+// read.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/ShapeRules.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <cmath>
+#include <numeric>
+
+using namespace mlir;
+
+namespace hetplan::het {
+
+namespace {
+
+using Shape = SmallVector<int64_t>;
+constexpr int64_t kDyn = ShapedType::kDynamic;
+constexpr size_t kMaxFoldedElements = 64;
+
+bool isDyn(int64_t d) { return ShapedType::isDynamic(d); }
+int64_t mulDims(int64_t a, int64_t b) { return isDyn(a) || isDyn(b) ? kDyn : a * b; }
+int64_t addDims(int64_t a, int64_t b) { return isDyn(a) || isDyn(b) ? kDyn : a + b; }
+
+int64_t attrInt(NodeOp n, StringRef name, int64_t dflt) {
+  if (auto a = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr(name)))
+    return a.getInt();
+  return dflt;
+}
+std::optional<Shape> attrInts(NodeOp n, StringRef name) {
+  if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(n.getOnnxAttr(name)))
+    return Shape(a.asArrayRef());
+  return std::nullopt;
+}
+std::optional<SmallVector<double>> attrFloats(NodeOp n, StringRef name) {
+  if (auto a = dyn_cast_or_null<DenseF32ArrayAttr>(n.getOnnxAttr(name)))
+    return SmallVector<double>(a.asArrayRef().begin(), a.asArrayRef().end());
+  return std::nullopt;
+}
+StringRef attrStr(NodeOp n, StringRef name, StringRef dflt) {
+  if (auto a = dyn_cast_or_null<StringAttr>(n.getOnnxAttr(name)))
+    return a.getValue();
+  return dflt;
+}
+
+/// Integer values of input `i`, or of the attribute `name` for older opsets.
+std::optional<Shape> intsFrom(NodeOp n, ArrayRef<ValueFacts> in, unsigned i,
+                              StringRef name = {}) {
+  if (i < in.size() && in[i].ints)
+    return *in[i].ints;
+  if (!name.empty())
+    return attrInts(n, name);
+  return std::nullopt;
+}
+bool present(ArrayRef<ValueFacts> in, unsigned i) {
+  return i < in.size() && in[i].type && !isa<NoneType>(in[i].type);
+}
+
+int64_t normAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
+int64_t numElements(ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n = mulDims(n, d);
+  return n;
+}
+
+ValueFacts tensor(ArrayRef<int64_t> shape, Type element) {
+  return {makeTensor(shape, element), std::nullopt, std::nullopt};
+}
+ValueFacts intTensor(ArrayRef<int64_t> shape, Type element, Shape values) {
+  ValueFacts f = tensor(shape, element);
+  if (values.size() <= kMaxFoldedElements)
+    f.ints = std::move(values);
+  return f;
+}
+
+#define REQUIRE_SHAPE(var, idx)                                                \
+  if ((idx) >= in.size())                                                      \
+    return (why = "needs input #" #idx, failure());                            \
+  auto var##Opt = in[idx].shape();                                             \
+  if (!var##Opt)                                                               \
+    return success(); /* not known yet: leave the outputs as they are */       \
+  Shape var(var##Opt->begin(), var##Opt->end());
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+LogicalResult sameAsInput(NodeOp n, ArrayRef<ValueFacts> in,
+                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  Type element = in[0].elementType();
+  StringRef op = n.getOpType();
+  if (op == "IsNaN" || op == "IsInf" || op == "Not")
+    element = IntegerType::get(n.getContext(), 1);
+  out[0] = tensor(x, element);
+  if (op == "Identity" || op == "Neg" || op == "Abs")
+    if (in[0].ints) {
+      Shape v = *in[0].ints;
+      if (op == "Neg")
+        for (auto &e : v) e = -e;
+      if (op == "Abs")
+        for (auto &e : v) e = std::abs(e);
+      out[0].ints = v;
+    }
+  // Secondary outputs: Dropout's mask, LayerNormalization's statistics.
+  if (out.size() > 1 && op == "Dropout")
+    out[1] = tensor(x, IntegerType::get(n.getContext(), 1));
+  if (out.size() > 1 && (op == "LayerNormalization" || op == "RMSNormalization")) {
+    int64_t axis = normAxis(attrInt(n, "axis", -1), x.size());
+    Shape stat = x;
+    for (size_t i = axis; i < stat.size(); ++i)
+      stat[i] = 1;
+    for (size_t i = 1; i < out.size(); ++i)
+      out[i] = tensor(stat, FloatType(Float32Type::get(n.getContext())));
+  }
+  return success();
+}
+
+/// Applies `f` to integer operands with numpy broadcasting of 1-D/scalar ones.
+std::optional<Shape> foldInts(ArrayRef<ValueFacts> in, int64_t total,
+                              llvm::function_ref<int64_t(ArrayRef<int64_t>)> f) {
+  if (isDyn(total) || total > int64_t(kMaxFoldedElements))
+    return std::nullopt;
+  for (const auto &v : in)
+    if (!v.ints || (int64_t(v.ints->size()) != total && v.ints->size() != 1))
+      return std::nullopt;
+  Shape result;
+  SmallVector<int64_t> args(in.size());
+  for (int64_t i = 0; i < total; ++i) {
+    for (size_t k = 0; k < in.size(); ++k)
+      args[k] = (*in[k].ints)[in[k].ints->size() == 1 ? 0 : i];
+    result.push_back(f(args));
+  }
+  return result;
+}
+
+LogicalResult broadcastOp(NodeOp n, ArrayRef<ValueFacts> in,
+                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  if (in.empty())
+    return success();
+  StringRef op = n.getOpType();
+  Shape shape;
+  bool first = true;
+  for (const auto &v : in) {
+    auto s = v.shape();
+    if (!s)
+      return success();
+    if (first) {
+      shape.assign(s->begin(), s->end());
+      first = false;
+      continue;
+    }
+    auto b = broadcastShapes(shape, *s);
+    if (!b) {
+      llvm::raw_string_ostream os(why);
+      os << "operands do not broadcast: " << in[0].type << " and " << v.type;
+      return failure();
+    }
+    shape = *b;
+  }
+  static const llvm::StringSet<> comparisons = {
+      "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"};
+  Type element = op == "Where" ? in[1].elementType() : in[0].elementType();
+  if (comparisons.contains(op))
+    element = IntegerType::get(n.getContext(), 1);
+  out[0] = tensor(shape, element);
+
+  std::optional<Shape> folded;
+  int64_t total = numElements(shape);
+  if (op == "Add")
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[0] + a[1]; });
+  else if (op == "Sub")
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[0] - a[1]; });
+  else if (op == "Mul")
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[0] * a[1]; });
+  else if (op == "Div")
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[1] ? a[0] / a[1] : 0; });
+  else if (op == "Equal")
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) -> int64_t { return a[0] == a[1]; });
+  else if (op == "Max")
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return *llvm::max_element(a); });
+  else if (op == "Min")
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return *llvm::min_element(a); });
+  else if (op == "Where")
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[0] ? a[1] : a[2]; });
+  if (folded)
+    out[0].ints = folded;
+  return success();
+}
+
+Type onnxElementType(MLIRContext *c, int64_t dt);
+
+LogicalResult castOp(NodeOp n, ArrayRef<ValueFacts> in,
+                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  Type element;
+  if (n.getOpType() == "CastLike") {
+    element = in.size() > 1 ? in[1].elementType() : Type();
+  } else {
+    element = onnxElementType(n.getContext(), attrInt(n, "to", 0));
+  }
+  if (!element)
+    return success();
+  out[0] = tensor(x, element);
+  if (in[0].ints && element.isInteger())
+    out[0].ints = in[0].ints;
+  return success();
+}
+
+/// ONNX TensorProto.DataType numbers, as the importer maps them.
+Type onnxElementType(MLIRContext *c, int64_t dt) {
+  Type element;
+  {
+    switch (dt) {
+    case 1: element = Float32Type::get(c); break;
+    case 2: element = IntegerType::get(c, 8, IntegerType::Unsigned); break;
+    case 3: element = IntegerType::get(c, 8); break;
+    case 4: element = IntegerType::get(c, 16, IntegerType::Unsigned); break;
+    case 5: element = IntegerType::get(c, 16); break;
+    case 6: element = IntegerType::get(c, 32); break;
+    case 7: element = IntegerType::get(c, 64); break;
+    case 9: element = IntegerType::get(c, 1); break;
+    case 10: element = Float16Type::get(c); break;
+    case 11: element = Float64Type::get(c); break;
+    case 12: element = IntegerType::get(c, 32, IntegerType::Unsigned); break;
+    case 13: element = IntegerType::get(c, 64, IntegerType::Unsigned); break;
+    case 16: element = BFloat16Type::get(c); break;
+    case 21: element = IntegerType::get(c, 4, IntegerType::Unsigned); break;
+    case 22: element = IntegerType::get(c, 4); break;
+    default: break;
+    }
+  }
+  return element;
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+LogicalResult matMulOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(a, 0);
+  REQUIRE_SHAPE(b, 1);
+  if (a.empty() || b.empty())
+    return (why = "MatMul operands must not be scalars", failure());
+  bool aVec = a.size() == 1, bVec = b.size() == 1;
+  if (aVec)
+    a.insert(a.begin(), 1);
+  if (bVec)
+    b.push_back(1);
+  int64_t k1 = a.back(), k2 = b[b.size() - 2];
+  if (!isDyn(k1) && !isDyn(k2) && k1 != k2) {
+    why = "contraction sizes differ: " + std::to_string(k1) + " and " +
+          std::to_string(k2);
+    return failure();
+  }
+  auto batch = broadcastShapes(ArrayRef<int64_t>(a).drop_back(2),
+                               ArrayRef<int64_t>(b).drop_back(2));
+  if (!batch)
+    return (why = "batch dimensions do not broadcast", failure());
+  Shape result = *batch;
+  if (!aVec)
+    result.push_back(a[a.size() - 2]);
+  if (!bVec)
+    result.push_back(b.back());
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult gemmOp(NodeOp n, ArrayRef<ValueFacts> in,
+                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(a, 0);
+  REQUIRE_SHAPE(b, 1);
+  if (a.size() != 2 || b.size() != 2)
+    return (why = "Gemm operands must be matrices", failure());
+  int64_t m = attrInt(n, "transA", 0) ? a[1] : a[0];
+  int64_t ka = attrInt(n, "transA", 0) ? a[0] : a[1];
+  int64_t kb = attrInt(n, "transB", 0) ? b[1] : b[0];
+  int64_t nn = attrInt(n, "transB", 0) ? b[0] : b[1];
+  if (!isDyn(ka) && !isDyn(kb) && ka != kb)
+    return (why = "contraction sizes differ: " + std::to_string(ka) + " and " +
+                  std::to_string(kb),
+            failure());
+  out[0] = tensor({m, nn}, in[0].elementType());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling
+//===----------------------------------------------------------------------===//
+
+/// Output spatial sizes of a sliding window (Conv, pools), ONNX's formulas.
+Shape windowOutput(NodeOp n, ArrayRef<int64_t> spatial, ArrayRef<int64_t> kernel,
+                   bool ceilMode) {
+  size_t k = spatial.size();
+  Shape strides = attrInts(n, "strides").value_or(Shape(k, 1));
+  Shape dilations = attrInts(n, "dilations").value_or(Shape(k, 1));
+  Shape pads = attrInts(n, "pads").value_or(Shape(2 * k, 0));
+  StringRef autoPad = attrStr(n, "auto_pad", "NOTSET");
+  Shape result;
+  for (size_t i = 0; i < k; ++i) {
+    int64_t in = spatial[i];
+    int64_t s = i < strides.size() ? strides[i] : 1;
+    int64_t d = i < dilations.size() ? dilations[i] : 1;
+    int64_t window = (kernel[i] - 1) * d + 1;
+    if (isDyn(in) || isDyn(kernel[i]) || s <= 0) {
+      result.push_back(kDyn);
+      continue;
+    }
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      result.push_back((in + s - 1) / s);
+    } else if (autoPad == "VALID") {
+      result.push_back((in - window) / s + 1);
+    } else {
+      int64_t padded = in + (i < pads.size() ? pads[i] : 0) +
+                       (i + k < pads.size() ? pads[i + k] : 0) - window;
+      int64_t size = ceilMode ? (padded + s - 1) / s + 1 : padded / s + 1;
+      // ONNX drops a last window that would start inside the end padding.
+      if (ceilMode && (size - 1) * s >= in + (i < pads.size() ? pads[i] : 0))
+        --size;
+      result.push_back(size);
+    }
+  }
+  return result;
+}
+
+LogicalResult convOp(NodeOp n, ArrayRef<ValueFacts> in,
+                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  REQUIRE_SHAPE(w, 1);
+  if (x.size() < 3 || w.size() != x.size())
+    return (why = "Conv needs input and weight of the same rank >= 3", failure());
+  int64_t group = attrInt(n, "group", 1);
+  if (!isDyn(x[1]) && !isDyn(w[1]) && x[1] != w[1] * group)
+    return (why = "input has " + std::to_string(x[1]) + " channels but the weight expects " +
+                  std::to_string(w[1] * group),
+            failure());
+  Shape kernel = attrInts(n, "kernel_shape").value_or(Shape(w.begin() + 2, w.end()));
+  Shape result{x[0], w[0]};
+  llvm::append_range(result, windowOutput(n, ArrayRef<int64_t>(x).drop_front(2), kernel, false));
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult convTransposeOp(NodeOp n, ArrayRef<ValueFacts> in,
+                              SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  REQUIRE_SHAPE(w, 1);
+  if (x.size() < 3 || w.size() != x.size())
+    return (why = "ConvTranspose needs input and weight of the same rank >= 3", failure());
+  size_t k = x.size() - 2;
+  Shape result{x[0], mulDims(w[1], attrInt(n, "group", 1))};
+  if (auto shape = attrInts(n, "output_shape")) {
+    llvm::append_range(result, ArrayRef<int64_t>(*shape).take_back(k));
+  } else {
+    Shape kernel = attrInts(n, "kernel_shape").value_or(Shape(w.begin() + 2, w.end()));
+    Shape strides = attrInts(n, "strides").value_or(Shape(k, 1));
+    Shape dilations = attrInts(n, "dilations").value_or(Shape(k, 1));
+    Shape pads = attrInts(n, "pads").value_or(Shape(2 * k, 0));
+    Shape outPad = attrInts(n, "output_padding").value_or(Shape(k, 0));
+    StringRef autoPad = attrStr(n, "auto_pad", "NOTSET");
+    for (size_t i = 0; i < k; ++i) {
+      int64_t in = x[i + 2];
+      if (isDyn(in)) {
+        result.push_back(kDyn);
+        continue;
+      }
+      if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER")
+        result.push_back(in * strides[i]);
+      else
+        result.push_back(strides[i] * (in - 1) + outPad[i] +
+                         (kernel[i] - 1) * dilations[i] + 1 - pads[i] - pads[i + k]);
+    }
+  }
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult poolOp(NodeOp n, ArrayRef<ValueFacts> in,
+                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  if (x.size() < 3)
+    return (why = "pooling needs rank >= 3", failure());
+  Shape result{x[0], x[1]};
+  if (n.getOpType().starts_with("Global")) {
+    result.append(x.size() - 2, 1);
+  } else {
+    auto kernel = attrInts(n, "kernel_shape");
+    if (!kernel || kernel->size() != x.size() - 2)
+      return (why = "kernel_shape must give one size per spatial dim", failure());
+    llvm::append_range(result, windowOutput(n, ArrayRef<int64_t>(x).drop_front(2), *kernel,
+                                            attrInt(n, "ceil_mode", 0) != 0));
+  }
+  out[0] = tensor(result, in[0].elementType());
+  if (out.size() > 1) // MaxPool indices
+    out[1] = tensor(result, IntegerType::get(n.getContext(), 64));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+LogicalResult reshapeOp(NodeOp n, ArrayRef<ValueFacts> in,
+                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  auto target = intsFrom(n, in, 1, "shape");
+  if (!target) {
+    // Rank is known from the shape operand's length even without values.
+    if (in.size() > 1)
+      if (auto s = in[1].shape(); s && s->size() == 1 && !isDyn((*s)[0]))
+        out[0] = tensor(Shape((*s)[0], kDyn), in[0].elementType());
+    return success();
+  }
+  bool allowZero = attrInt(n, "allowzero", 0) != 0;
+  Shape result;
+  int inferAt = -1;
+  for (auto [i, d] : llvm::enumerate(*target)) {
+    if (d == 0 && !allowZero)
+      d = i < x.size() ? x[i] : kDyn;
+    if (d == -1) {
+      if (inferAt >= 0)
+        return (why = "the target shape has more than one -1", failure());
+      inferAt = int(i);
+    }
+    result.push_back(d);
+  }
+  if (inferAt >= 0) {
+    int64_t total = numElements(x), known = 1;
+    for (auto [i, d] : llvm::enumerate(result))
+      if (int(i) != inferAt)
+        known = mulDims(known, d);
+    result[inferAt] = (isDyn(total) || isDyn(known) || known == 0) ? kDyn : total / known;
+  }
+  int64_t before = numElements(x), after = numElements(result);
+  if (!isDyn(before) && !isDyn(after) && before != after) {
+    why = "cannot reshape " + std::to_string(before) + " elements into " +
+          std::to_string(after);
+    return failure();
+  }
+  out[0] = tensor(result, in[0].elementType());
+  if (in[0].ints)
+    out[0].ints = in[0].ints;
+  return success();
+}
+
+LogicalResult flattenOp(NodeOp n, ArrayRef<ValueFacts> in,
+                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  int64_t axis = normAxis(attrInt(n, "axis", 1), x.size());
+  int64_t outer = numElements(ArrayRef<int64_t>(x).take_front(axis));
+  int64_t inner = numElements(ArrayRef<int64_t>(x).drop_front(axis));
+  out[0] = tensor({outer, inner}, in[0].elementType());
+  return success();
+}
+
+LogicalResult transposeOp(NodeOp n, ArrayRef<ValueFacts> in,
+                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  Shape perm = attrInts(n, "perm").value_or(Shape());
+  if (perm.empty())
+    for (int64_t i = x.size() - 1; i >= 0; --i)
+      perm.push_back(i);
+  if (perm.size() != x.size())
+    return (why = "perm has " + std::to_string(perm.size()) + " entries for rank " +
+                  std::to_string(x.size()),
+            failure());
+  Shape result;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= int64_t(x.size()))
+      return (why = "perm entry out of range", failure());
+    result.push_back(x[p]);
+  }
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult concatOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(first, 0);
+  int64_t axis = normAxis(attrInt(n, "axis", 0), first.size());
+  if (axis < 0 || axis >= int64_t(first.size()))
+    return (why = "axis out of range", failure());
+  Shape result = first;
+  Shape values;
+  bool foldable = true;
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto s = in[i].shape();
+    if (!s)
+      return success();
+    if (s->size() != first.size())
+      return (why = "inputs differ in rank", failure());
+    if (i)
+      result[axis] = addDims(result[axis], (*s)[axis]);
+    if (in[i].ints)
+      llvm::append_range(values, *in[i].ints);
+    else
+      foldable = false;
+  }
+  out[0] = tensor(result, in[0].elementType());
+  if (foldable && first.size() == 1)
+    out[0].ints = values;
+  return success();
+}
+
+LogicalResult splitOp(NodeOp n, ArrayRef<ValueFacts> in,
+                      SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  int64_t axis = normAxis(attrInt(n, "axis", 0), x.size());
+  if (axis < 0 || axis >= int64_t(x.size()))
+    return (why = "axis out of range", failure());
+  auto sizes = intsFrom(n, in, 1, "split");
+  size_t parts = out.size();
+  for (size_t i = 0; i < parts; ++i) {
+    Shape s = x;
+    if (sizes && i < sizes->size())
+      s[axis] = (*sizes)[i];
+    else if (isDyn(x[axis]) || present(in, 1)) // sizes computed at run time
+      s[axis] = kDyn;
+    else // equal parts; the last one smaller (opset 18 num_outputs)
+      s[axis] = std::min<int64_t>((x[axis] + parts - 1) / parts,
+                                  x[axis] - int64_t(i) * ((x[axis] + parts - 1) / parts));
+    out[i] = tensor(s, in[0].elementType());
+  }
+  return success();
+}
+
+LogicalResult sliceOp(NodeOp n, ArrayRef<ValueFacts> in,
+                      SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  bool old = n.getOpset() < 10;
+  auto starts = old ? attrInts(n, "starts") : intsFrom(n, in, 1);
+  auto ends = old ? attrInts(n, "ends") : intsFrom(n, in, 2);
+  std::optional<Shape> axes = old ? attrInts(n, "axes")
+                                  : (present(in, 3) ? intsFrom(n, in, 3) : std::optional<Shape>(Shape()));
+  std::optional<Shape> steps = old ? std::optional<Shape>(Shape())
+                                   : (present(in, 4) ? intsFrom(n, in, 4) : std::optional<Shape>(Shape()));
+  Shape result = x;
+  if (!starts || !ends || !axes || !steps) {
+    // Which axes are sliced is unknown or their bounds are: those dims are dynamic.
+    if (axes && !axes->empty())
+      for (int64_t a : *axes)
+        result[normAxis(a, x.size())] = kDyn;
+    else
+      for (auto &d : result)
+        d = kDyn;
+    out[0] = tensor(result, in[0].elementType());
+    return success();
+  }
+  if (axes->empty())
+    for (size_t i = 0; i < starts->size(); ++i)
+      axes->push_back(i);
+  if (starts->size() != axes->size() || ends->size() != axes->size())
+    return (why = "starts, ends and axes differ in length", failure());
+  for (size_t i = 0; i < axes->size(); ++i) {
+    int64_t axis = normAxis((*axes)[i], x.size());
+    if (axis < 0 || axis >= int64_t(x.size()))
+      return (why = "axis out of range", failure());
+    int64_t dim = x[axis];
+    int64_t step = i < steps->size() ? (*steps)[i] : 1;
+    if (isDyn(dim) || step == 0) {
+      result[axis] = kDyn;
+      continue;
+    }
+    int64_t s = (*starts)[i], e = (*ends)[i];
+    if (s < 0) s += dim;
+    if (e < 0) e += dim;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      result[axis] = e > s ? (e - s + step - 1) / step : 0;
+    } else {
+      s = std::clamp<int64_t>(s, 0, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      result[axis] = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+    }
+    if (in[0].ints && x.size() == 1 && step > 0) {
+      Shape v(in[0].ints->begin() + s, in[0].ints->begin() + std::max(s, e));
+      Shape stepped;
+      for (size_t j = 0; j < v.size(); j += step)
+        stepped.push_back(v[j]);
+      out[0] = intTensor(result, in[0].elementType(), stepped);
+      return success();
+    }
+  }
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult gatherOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(data, 0);
+  REQUIRE_SHAPE(indices, 1);
+  if (n.getOpType() == "GatherElements") {
+    out[0] = tensor(indices, in[0].elementType());
+    return success();
+  }
+  int64_t axis = normAxis(attrInt(n, "axis", 0), data.size());
+  if (axis < 0 || axis >= int64_t(data.size()))
+    return (why = "axis out of range", failure());
+  Shape result(data.begin(), data.begin() + axis);
+  llvm::append_range(result, indices);
+  result.append(data.begin() + axis + 1, data.end());
+  out[0] = tensor(result, in[0].elementType());
+  if (in[0].ints && in[1].ints && data.size() == 1) {
+    Shape values;
+    for (int64_t i : *in[1].ints) {
+      if (i < 0)
+        i += data[0];
+      if (i < 0 || i >= int64_t(in[0].ints->size()))
+        return (why = "index out of range", failure());
+      values.push_back((*in[0].ints)[i]);
+    }
+    out[0].ints = values;
+  }
+  return success();
+}
+
+LogicalResult squeezeOp(NodeOp n, ArrayRef<ValueFacts> in,
+                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  bool unsqueeze = n.getOpType() == "Unsqueeze";
+  auto axes = intsFrom(n, in, 1, "axes");
+  if (!axes && present(in, 1))
+    return success(); // axes computed at run time
+  Shape result;
+  if (unsqueeze) {
+    if (!axes)
+      return (why = "Unsqueeze needs axes", failure());
+    int64_t rank = x.size() + axes->size();
+    llvm::SmallDenseSet<int64_t> at;
+    for (int64_t a : *axes)
+      at.insert(normAxis(a, rank));
+    for (int64_t i = 0, j = 0; i < rank; ++i)
+      result.push_back(at.contains(i) ? 1 : x[j++]);
+  } else {
+    llvm::SmallDenseSet<int64_t> at;
+    if (axes)
+      for (int64_t a : *axes)
+        at.insert(normAxis(a, x.size()));
+    for (int64_t i = 0; i < int64_t(x.size()); ++i) {
+      bool drop = axes ? at.contains(i) : x[i] == 1;
+      if (!axes && isDyn(x[i]))
+        return success(); // cannot tell which dims are 1
+      if (drop && !isDyn(x[i]) && x[i] != 1)
+        return (why = "cannot squeeze dimension " + std::to_string(i) + " of size " +
+                      std::to_string(x[i]),
+                failure());
+      if (!drop)
+        result.push_back(x[i]);
+    }
+  }
+  out[0] = tensor(result, in[0].elementType());
+  out[0].ints = in[0].ints;
+  return success();
+}
+
+LogicalResult expandOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  auto target = intsFrom(n, in, 1);
+  if (!target)
+    return success();
+  auto result = broadcastShapes(x, *target);
+  if (!result)
+    return (why = "input does not broadcast to the target shape", failure());
+  out[0] = tensor(*result, in[0].elementType());
+  return success();
+}
+
+LogicalResult shapeOp(NodeOp n, ArrayRef<ValueFacts> in,
+                      SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  Type i64 = IntegerType::get(n.getContext(), 64);
+  if (n.getOpType() == "Size") {
+    int64_t total = numElements(x);
+    out[0] = tensor({}, i64);
+    if (!isDyn(total))
+      out[0].ints = Shape{total};
+    return success();
+  }
+  int64_t rank = x.size();
+  int64_t start = std::clamp<int64_t>(normAxis(attrInt(n, "start", 0), rank), 0, rank);
+  int64_t end = std::clamp<int64_t>(normAxis(attrInt(n, "end", rank), rank), 0, rank);
+  Shape dims(x.begin() + start, x.begin() + std::max(start, end));
+  out[0] = tensor({int64_t(dims.size())}, i64);
+  if (llvm::none_of(dims, isDyn))
+    out[0].ints = dims;
+  return success();
+}
+
+LogicalResult constantOfShapeOp(NodeOp n, ArrayRef<ValueFacts> in,
+                                SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  auto shape = intsFrom(n, in, 0);
+  Type element = Float32Type::get(n.getContext());
+  std::optional<int64_t> fill;
+  if (auto value = dyn_cast_or_null<DenseElementsAttr>(n.getOnnxAttr("value"))) {
+    element = value.getElementType();
+    if (element.isInteger() && value.getNumElements() == 1)
+      fill = value.getSplatValue<APInt>().getSExtValue();
+  }
+  if (!shape) {
+    if (auto s = in[0].shape(); s && s->size() == 1 && !isDyn((*s)[0]))
+      out[0] = tensor(Shape((*s)[0], kDyn), element);
+    return success();
+  }
+  out[0] = tensor(*shape, element);
+  int64_t total = numElements(*shape);
+  if (fill && total <= int64_t(kMaxFoldedElements))
+    out[0].ints = Shape(total, *fill);
+  return success();
+}
+
+LogicalResult rangeOp(NodeOp n, ArrayRef<ValueFacts> in,
+                      SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  if (in.size() != 3)
+    return (why = "Range needs start, limit and delta", failure());
+  Type element = in[0].elementType();
+  if (!element)
+    return success();
+  if (in[0].ints && in[1].ints && in[2].ints) {
+    int64_t start = (*in[0].ints)[0], limit = (*in[1].ints)[0], delta = (*in[2].ints)[0];
+    if (delta == 0)
+      return (why = "Range delta is 0", failure());
+    int64_t count = std::max<int64_t>(0, (limit - start + delta + (delta > 0 ? -1 : 1)) / delta);
+    Shape values;
+    for (int64_t i = 0; i < count && i < int64_t(kMaxFoldedElements) + 1; ++i)
+      values.push_back(start + i * delta);
+    out[0] = count <= int64_t(kMaxFoldedElements) ? intTensor({count}, element, values)
+                                                  : tensor({count}, element);
+    return success();
+  }
+  out[0] = tensor({kDyn}, element);
+  return success();
+}
+
+LogicalResult reduceOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  StringRef op = n.getOpType();
+  bool isArg = op == "ArgMax" || op == "ArgMin";
+  bool keep = attrInt(n, "keepdims", 1) != 0;
+  std::optional<Shape> axes;
+  if (isArg)
+    axes = Shape{attrInt(n, "axis", 0)};
+  else
+    axes = intsFrom(n, in, 1, "axes");
+  if (!axes && present(in, 1))
+    return success(); // axes computed at run time
+  bool all = !axes || axes->empty();
+  if (all && attrInt(n, "noop_with_empty_axes", 0)) {
+    out[0] = tensor(x, in[0].elementType());
+    return success();
+  }
+  llvm::SmallDenseSet<int64_t> at;
+  if (!all)
+    for (int64_t a : *axes)
+      at.insert(normAxis(a, x.size()));
+  Shape result;
+  for (int64_t i = 0; i < int64_t(x.size()); ++i) {
+    if (all || at.contains(i)) {
+      if (keep)
+        result.push_back(1);
+    } else {
+      result.push_back(x[i]);
+    }
+  }
+  out[0] = tensor(result, isArg ? IntegerType::get(n.getContext(), 64) : in[0].elementType());
+  return success();
+}
+
+LogicalResult tileOp(NodeOp n, ArrayRef<ValueFacts> in,
+                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  auto repeats = intsFrom(n, in, 1);
+  if (!repeats)
+    return success();
+  if (repeats->size() != x.size())
+    return (why = "repeats must have one entry per dim", failure());
+  Shape result;
+  for (size_t i = 0; i < x.size(); ++i)
+    result.push_back(mulDims(x[i], (*repeats)[i]));
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult padOp(NodeOp n, ArrayRef<ValueFacts> in,
+                    SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  auto pads = n.getOpset() < 11 ? attrInts(n, "pads") : intsFrom(n, in, 1);
+  if (!pads)
+    return success();
+  Shape axes;
+  if (auto a = present(in, 3) ? intsFrom(n, in, 3) : std::nullopt)
+    axes = *a;
+  else
+    for (size_t i = 0; i < x.size(); ++i)
+      axes.push_back(i);
+  if (pads->size() != 2 * axes.size())
+    return (why = "pads must have two entries per padded axis", failure());
+  Shape result = x;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = normAxis(axes[i], x.size());
+    result[a] = addDims(result[a], (*pads)[i] + (*pads)[i + axes.size()]);
+  }
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult resizeOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  // Resize(X, roi, scales, sizes) from opset 11; Upsample(X, scales) and
+  // Resize(X, scales) before.
+  unsigned scalesAt = n.getOpType() == "Upsample" || n.getOpset() < 11 ? 1 : 2;
+  if (auto sizes = present(in, 3) ? intsFrom(n, in, 3) : std::nullopt) {
+    if (sizes->size() != x.size())
+      return (why = "sizes must have one entry per dim", failure());
+    out[0] = tensor(*sizes, in[0].elementType());
+    return success();
+  }
+  std::optional<SmallVector<double>> scales =
+      scalesAt < in.size() && in[scalesAt].floats ? in[scalesAt].floats
+                                                  : attrFloats(n, "scales");
+  if (!scales || scales->empty())
+    return success();
+  if (scales->size() != x.size())
+    return (why = "scales must have one entry per dim", failure());
+  Shape result;
+  for (size_t i = 0; i < x.size(); ++i)
+    result.push_back(isDyn(x[i]) ? kDyn : int64_t(std::floor(double(x[i]) * (*scales)[i])));
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult topKOp(NodeOp n, ArrayRef<ValueFacts> in,
+                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  int64_t axis = normAxis(attrInt(n, "axis", -1), x.size());
+  auto k = n.getOpset() < 10 ? std::optional<Shape>(Shape{attrInt(n, "k", kDyn)})
+                             : intsFrom(n, in, 1);
+  Shape result = x;
+  result[axis] = k ? (*k)[0] : kDyn;
+  out[0] = tensor(result, in[0].elementType());
+  if (out.size() > 1)
+    out[1] = tensor(result, IntegerType::get(n.getContext(), 64));
+  return success();
+}
+
+LogicalResult recurrentOp(NodeOp n, ArrayRef<ValueFacts> in,
+                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  if (x.size() != 3)
+    return (why = "recurrent input must be [seq, batch, input]", failure());
+  int64_t hidden = attrInt(n, "hidden_size", kDyn);
+  int64_t dirs = attrStr(n, "direction", "forward") == "bidirectional" ? 2 : 1;
+  bool batchFirst = attrInt(n, "layout", 0) == 1;
+  int64_t seq = batchFirst ? x[1] : x[0], batch = batchFirst ? x[0] : x[1];
+  Type element = in[0].elementType();
+  if (out.size() > 0)
+    out[0] = tensor(batchFirst ? Shape{batch, seq, dirs, hidden}
+                               : Shape{seq, dirs, batch, hidden},
+                    element);
+  for (size_t i = 1; i < out.size(); ++i)
+    out[i] = tensor(batchFirst ? Shape{batch, dirs, hidden} : Shape{dirs, batch, hidden},
+                    element);
+  return success();
+}
+
+LogicalResult attentionOp(NodeOp n, ArrayRef<ValueFacts> in,
+                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  // ONNX Attention (opset 23): Q, K, V as [B, H, S, D] or [B, S, H*D].
+  REQUIRE_SHAPE(q, 0);
+  REQUIRE_SHAPE(v, 2);
+  Shape result;
+  if (q.size() == 4 && v.size() == 4) {
+    result = {q[0], q[1], q[2], v[3]};
+  } else if (q.size() == 3 && v.size() == 3) {
+    int64_t qHeads = attrInt(n, "q_num_heads", kDyn);
+    int64_t kvHeads = attrInt(n, "kv_num_heads", kDyn);
+    int64_t headV = (isDyn(v[2]) || isDyn(kvHeads) || kvHeads == 0) ? kDyn : v[2] / kvHeads;
+    result = {q[0], q[1], mulDims(qHeads, headV)};
+  } else {
+    return (why = "Q and V must both be rank 3 or rank 4", failure());
+  }
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult depthSpaceOp(NodeOp n, ArrayRef<ValueFacts> in,
+                           SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  if (x.size() != 4)
+    return (why = "needs a rank-4 input", failure());
+  int64_t b = attrInt(n, "blocksize", 1);
+  bool toSpace = n.getOpType() == "DepthToSpace";
+  auto div = [](int64_t a, int64_t d) { return ShapedType::isDynamic(a) ? a : a / d; };
+  Shape result = toSpace ? Shape{x[0], div(x[1], b * b), mulDims(x[2], b), mulDims(x[3], b)}
+                         : Shape{x[0], mulDims(x[1], b * b), div(x[2], b), div(x[3], b)};
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult quantizeOp(NodeOp n, ArrayRef<ValueFacts> in,
+                         SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  Type element;
+  if (n.getOpType() == "DequantizeLinear")
+    element = in.size() > 1 ? in[1].elementType() : Type();
+  else if (int64_t dt = attrInt(n, "output_dtype", 0))
+    element = onnxElementType(n.getContext(), dt);
+  else
+    element = present(in, 2) ? in[2].elementType()
+                             : IntegerType::get(n.getContext(), 8, IntegerType::Unsigned);
+  if (element)
+    out[0] = tensor(x, element);
+  return success();
+}
+
+const llvm::StringMap<ShapeRule> &rules() {
+  static const llvm::StringMap<ShapeRule> table = [] {
+    llvm::StringMap<ShapeRule> t;
+    for (const char *op :
+         {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
+          "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Softmax",
+          "LogSoftmax", "Hardmax", "Gelu", "LeakyRelu", "Elu", "Selu", "Celu",
+          "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish",
+          "ThresholdedRelu", "Shrink", "Identity", "Dropout", "Clip",
+          "LayerNormalization", "RMSNormalization", "BatchNormalization",
+          "InstanceNormalization", "GroupNormalization", "LRN",
+          "MeanVarianceNormalization", "Not", "IsNaN", "IsInf", "Sign",
+          "CumSum", "Trilu", "Swish", "PRelu", "Asin", "Acos", "Atan", "Sinh", "Cosh",
+          "Asinh", "Acosh", "Atanh"})
+      t[op] = sameAsInput;
+    for (const char *op :
+         {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "And", "Or",
+          "Xor", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+          "BitShift", "Sum", "Mean", "Where"})
+      t[op] = broadcastOp;
+    t["Cast"] = castOp;
+    t["CastLike"] = castOp;
+    t["MatMul"] = matMulOp;
+    t["Gemm"] = gemmOp;
+    t["Conv"] = convOp;
+    t["ConvTranspose"] = convTransposeOp;
+    for (const char *op : {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
+                           "GlobalMaxPool", "GlobalLpPool"})
+      t[op] = poolOp;
+    t["Reshape"] = reshapeOp;
+    t["Flatten"] = flattenOp;
+    t["Transpose"] = transposeOp;
+    t["Concat"] = concatOp;
+    t["Split"] = splitOp;
+    t["Slice"] = sliceOp;
+    t["Gather"] = gatherOp;
+    t["GatherElements"] = gatherOp;
+    t["Squeeze"] = squeezeOp;
+    t["Unsqueeze"] = squeezeOp;
+    t["Expand"] = expandOp;
+    t["Shape"] = shapeOp;
+    t["Size"] = shapeOp;
+    t["ConstantOfShape"] = constantOfShapeOp;
+    t["Range"] = rangeOp;
+    for (const char *op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+                           "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                           "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"})
+      t[op] = reduceOp;
+    t["Tile"] = tileOp;
+    t["Pad"] = padOp;
+    t["Resize"] = resizeOp;
+    t["Upsample"] = resizeOp;
+    t["TopK"] = topKOp;
+    t["LSTM"] = recurrentOp;
+    t["GRU"] = recurrentOp;
+    t["RNN"] = recurrentOp;
+    t["Attention"] = attentionOp;
+    t["DepthToSpace"] = depthSpaceOp;
+    t["SpaceToDepth"] = depthSpaceOp;
+    t["QuantizeLinear"] = quantizeOp;
+    t["DequantizeLinear"] = quantizeOp;
+    return t;
+  }();
+  return table;
+}
+
+} // namespace
+
+std::optional<ArrayRef<int64_t>> ValueFacts::shape() const {
+  if (auto ranked = dyn_cast_or_null<RankedTensorType>(type))
+    return ranked.getShape();
+  return std::nullopt;
+}
+
+Type ValueFacts::elementType() const {
+  if (auto shaped = dyn_cast_or_null<TensorType>(type))
+    return shaped.getElementType();
+  return {};
+}
+
+Type makeTensor(ArrayRef<int64_t> shape, Type element) {
+  return RankedTensorType::get(shape, element);
+}
+
+std::optional<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> a,
+                                                    ArrayRef<int64_t> b) {
+  size_t rank = std::max(a.size(), b.size());
+  SmallVector<int64_t> result(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da == 1)
+      result[i] = db;
+    else if (db == 1)
+      result[i] = da;
+    else if (isDyn(da))
+      result[i] = db;
+    else if (isDyn(db) || da == db)
+      result[i] = da;
+    else
+      return std::nullopt;
+  }
+  return result;
+}
+
+ShapeRule lookupShapeRule(StringRef domain, StringRef opType) {
+  if (domain == "com.microsoft" &&
+      (opType == "Gelu" || opType == "FastGelu" || opType == "BiasGelu" ||
+       opType == "SkipLayerNormalization" || opType == "SimplifiedLayerNormalization"))
+    return sameAsInput;
+  if (!domain.empty())
+    return nullptr;
+  auto it = rules().find(opType);
+  return it == rules().end() ? nullptr : it->second;
+}
+
+ValueFacts factsOfConstant(Operation *op) {
+  ValueFacts f{op->getResult(0).getType(), std::nullopt, std::nullopt};
+  Attribute value;
+  if (auto w = dyn_cast<WeightOp>(op))
+    value = w.getValueAttr();
+  else if (auto c = dyn_cast<ConstantOp>(op))
+    value = c.getValue();
+  auto dense = dyn_cast_or_null<DenseElementsAttr>(value);
+  if (!dense || dense.getNumElements() > int64_t(kMaxFoldedElements))
+    return f;
+  Type element = dense.getElementType();
+  if (element.isInteger() && !element.isInteger(1)) {
+    SmallVector<int64_t> ints;
+    for (const APInt &v : dense.getValues<APInt>())
+      ints.push_back(element.isUnsignedInteger() ? int64_t(v.getZExtValue()) : v.getSExtValue());
+    f.ints = ints;
+  } else if (isa<FloatType>(element)) {
+    SmallVector<double> floats;
+    for (const APFloat &v : dense.getValues<APFloat>())
+      floats.push_back(v.convertToDouble());
+    f.floats = floats;
+  }
+  return f;
+}
+
+} // namespace hetplan::het

@@ -1,0 +1,127 @@
+//===- Cluster.h - the machines a plan runs on ------------------*- C++ -*-===//
+//
+// A cluster is nodes of devices joined by links. Devices are numbered by
+// rank, node by node. Clusters come from an inline spec (`4xA100-80G,12xT4`)
+// or a YAML/JSON file; docs/cluster-format.md gives both grammars.
+//
+// Bandwidths are peak, one direction, GB/s (10^9 bytes/s); latencies are
+// microseconds.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HETPLAN_PASSES_CLUSTER_CLUSTER_H
+#define HETPLAN_PASSES_CLUSTER_CLUSTER_H
+
+#include "passes/cluster/DeviceCatalog.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hetplan::cluster {
+
+/// Defaults when a spec or file does not say: 200 Gb/s networking (one
+/// 200G NIC per device path), and latencies of the order NCCL assumes.
+constexpr double kDefaultInterNodeGBs = 25.0;
+constexpr double kDefaultInterNodeLatencyUs = 5.0;
+constexpr double kDefaultIntraNodeLatencyUs = 1.0;
+
+struct Link {
+  double bandwidthGBs = 0;  // one direction
+  double latencyUs = 0;
+  std::string kind;         // nvlink3, pcie4, net, ...
+
+  /// Seconds to send `bytes` one way: latency + bytes / bandwidth.
+  double transferSeconds(double bytes) const {
+    return latencyUs * 1e-6 + bytes / (bandwidthGBs * 1e9);
+  }
+};
+
+struct Device {
+  int rank = 0;
+  const DeviceType *type = nullptr;  // owned by the cluster's catalog
+  int node = 0;
+  int localIndex = 0;   // index within its node
+  /// Measured fraction of the catalog peak this device reaches (from the
+  /// cluster file); scales compute, not memory or links.
+  double speedFactor = 1.0;
+
+  double effectiveFlops(DType t) const {
+    return type->peakFlops(t) * speedFactor;
+  }
+};
+
+struct Node {
+  std::string name;
+  std::vector<int> devices;  // ranks
+  /// The node's override when given, else the slowest intra-node link of
+  /// its device types (what a ring over the whole node gets).
+  Link intraLink;
+  bool intraLinkOverridden = false;
+};
+
+class Cluster {
+public:
+  /// An empty cluster whose device types come from `catalog` (copied; the
+  /// copy shares the entries).
+  explicit Cluster(DeviceCatalog catalog);
+
+  /// `4xA100-80G,12xT4`, `2x8xH100;net=400gbps`, `T4`, ...
+  static llvm::Expected<Cluster> fromSpec(llvm::StringRef spec,
+                                          const DeviceCatalog &catalog);
+  /// A cluster file's text (YAML or JSON). Errors read
+  /// `bufferName:LINE:COL: message`.
+  static llvm::Expected<Cluster> fromYaml(llvm::StringRef text,
+                                          llvm::StringRef bufferName,
+                                          const DeviceCatalog &catalog);
+  static llvm::Expected<Cluster> fromFile(llvm::StringRef path,
+                                          const DeviceCatalog &catalog);
+
+  /// Adds a node; `intraOverride` replaces its devices' own link figures.
+  int addNode(std::string name, std::optional<Link> intraOverride = {});
+  /// Adds a device of `type` (from catalog()) to `node`; returns its rank.
+  int addDevice(int node, const DeviceType *type, double speedFactor = 1.0);
+
+  const DeviceCatalog &catalog() const { return ownCatalog; }
+
+  /// The link between two ranks. Same rank: unbounded. Same node: the node's
+  /// override, else the intra-node link of the slower endpoint's type.
+  /// Different nodes: the inter-node link, capped by either endpoint's PCIe
+  /// host link (traffic to the NIC crosses it).
+  Link linkBetween(int devA, int devB) const;
+
+  /// GB/s of a ring visiting `ranks` in order and back to the first: a ring
+  /// is as fast as its slowest link. Unbounded (infinity) below two ranks.
+  double ringBandwidth(llvm::ArrayRef<int> ranks) const;
+
+  uint64_t totalMemoryBytes() const;
+  /// Sum of the devices' peaks (catalog figures, without speed factors).
+  double totalPeakFlops(DType type) const;
+  /// Sum of known prices per hour; `unpriced` counts devices without one.
+  double totalPricePerHour(int &unpriced) const;
+
+  /// For people: per node its devices and link, then the network and
+  /// totals.
+  std::string describe() const;
+  llvm::json::Value toJSON() const;
+
+  std::string name;  // from the file, may be empty
+  std::vector<Node> nodes;
+  std::vector<Device> devices;  // by rank
+  Link interNode{kDefaultInterNodeGBs, kDefaultInterNodeLatencyUs, "net"};
+
+private:
+  DeviceCatalog ownCatalog;
+};
+
+/// A file when `specOrPath` names one, contains '/', or ends in .yaml, .yml
+/// or .json; an inline spec otherwise.
+llvm::Expected<Cluster> parseClusterSpec(llvm::StringRef specOrPath,
+                                         const DeviceCatalog &catalog);
+
+} // namespace hetplan::cluster
+
+#endif
