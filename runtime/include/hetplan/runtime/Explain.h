@@ -1,0 +1,36 @@
+//===- Explain.h - describe a plan to people --------------------*- C++ -*-===//
+//
+// `hetplan explain PLAN` prints explainPlan and, with --timeline, writes
+// writeTimelineSvg. Both accept any plan, also one that validatePlan
+// rejects: what they cannot place they leave out or mark with '?'.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HETPLAN_RUNTIME_EXPLAIN_H
+#define HETPLAN_RUNTIME_EXPLAIN_H
+
+#include "hetplan/runtime/Plan.h"
+
+#include <ostream>
+#include <string>
+
+namespace hetplan::runtime {
+
+/// A readable report of `plan`: model, cluster, settings, a table of the
+/// stages (devices, layers, tensor parallel, batch shares, times), memory per
+/// rank against capacity with its breakdown, and the prediction.
+void explainPlan(const plan::Plan &plan, std::ostream &os);
+
+/// An SVG picture of one step as the plan predicts it: one row per rank (one
+/// per stage, showing its slowest rank, when more than 16 ranks work), one
+/// <rect> per instruction placed by predicted_start_s/predicted_end_s,
+/// compute above and communication in a thin lane below, micro-batch numbers
+/// in the boxes, a time axis in ms and a legend.
+std::string timelineSvg(const plan::Plan &plan);
+
+/// Writes timelineSvg(plan) to `path`; `error` is "PATH: cannot write: ...".
+bool writeTimelineSvg(const plan::Plan &plan, const std::string &path,
+                      std::string &error);
+
+} // namespace hetplan::runtime
+
+#endif

@@ -1,0 +1,364 @@
+//===- Explain.cpp - a readable report of a plan --------------------------===//
+//
+// Every index read from the plan is checked before use: explain must work on
+// plans that validatePlan rejects, since that is when people look at them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "hetplan/runtime/Explain.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hetplan::runtime {
+namespace {
+
+std::string format(const char *fmt, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), fmt, value);
+  return buffer;
+}
+
+std::string bytesText(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? format("%.0f B", bytes) : format("%.1f ", bytes) + units[unit];
+}
+
+std::string countText(double n) {
+  if (n >= 1e12) return format("%.2fT", n / 1e12);
+  if (n >= 1e9) return format("%.2fB", n / 1e9);
+  if (n >= 1e6) return format("%.1fM", n / 1e6);
+  if (n >= 1e3) return format("%.1fK", n / 1e3);
+  return format("%.0f", n);
+}
+
+std::string flopsText(double flops) {
+  const char *units[] = {"FLOP", "KFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP", "EFLOP"};
+  int unit = 0;
+  while (flops >= 1000 && unit < 6) {
+    flops /= 1000;
+    ++unit;
+  }
+  return format("%.2f ", flops) + units[unit];
+}
+
+std::string msText(double seconds) {
+  double ms = seconds * 1e3;
+  if (ms != 0 && std::fabs(ms) < 0.01)
+    return format("%.4f", ms);
+  return format("%.2f", ms);
+}
+
+std::string percentText(double fraction) { return format("%.1f%%", fraction * 100); }
+
+/// "0-3", "0,2,5-7".
+std::string rangesText(std::vector<uint32_t> values) {
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  std::string out;
+  for (size_t i = 0; i < values.size();) {
+    size_t j = i;
+    while (j + 1 < values.size() && values[j + 1] == values[j] + 1)
+      ++j;
+    if (!out.empty())
+      out += ",";
+    out += std::to_string(values[i]);
+    if (j > i)
+      out += (j == i + 1 ? "," : "-") + std::to_string(values[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string deviceType(const plan::Plan &p, uint32_t rank) {
+  if (rank < uint32_t(p.cluster().devices_size())) {
+    const auto &type = p.cluster().devices(int(rank)).type();
+    return type.empty() ? "?" : type;
+  }
+  return "?";
+}
+
+/// "2x A100-80GB + 1x V100-32GB", types in order of first appearance.
+std::string typeCounts(const plan::Plan &p, const std::vector<uint32_t> &ranks) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (uint32_t r : ranks) {
+    std::string type = deviceType(p, r);
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [&](const auto &c) { return c.first == type; });
+    if (it == counts.end())
+      counts.emplace_back(type, 1);
+    else
+      ++it->second;
+  }
+  std::string out;
+  for (const auto &[type, n] : counts)
+    out += (out.empty() ? "" : " + ") + std::to_string(n) + "x " + type;
+  return out.empty() ? "-" : out;
+}
+
+/// A text table: columns padded to their widest cell, numbers right-aligned.
+class Table {
+public:
+  explicit Table(std::vector<std::string> header, std::string rightAligned = "")
+      : right(std::move(rightAligned)) {
+    rows.push_back(std::move(header));
+  }
+  void add(std::vector<std::string> row) { rows.push_back(std::move(row)); }
+  void print(std::ostream &os, const std::string &indent) const {
+    std::vector<size_t> width;
+    for (const auto &row : rows)
+      for (size_t c = 0; c < row.size(); ++c) {
+        if (width.size() <= c)
+          width.push_back(0);
+        width[c] = std::max(width[c], row[c].size());
+      }
+    for (const auto &row : rows) {
+      std::string line = indent;
+      for (size_t c = 0; c < row.size(); ++c) {
+        bool alignRight = c < right.size() && right[c] == 'r';
+        std::string pad(width[c] - row[c].size(), ' ');
+        line += alignRight ? pad + row[c] : row[c] + (c + 1 < row.size() ? pad : "");
+        if (c + 1 < row.size())
+          line += "  ";
+      }
+      while (!line.empty() && line.back() == ' ')
+        line.pop_back();
+      os << line << "\n";
+    }
+  }
+
+private:
+  std::vector<std::vector<std::string>> rows;
+  std::string right;  // 'r' at the index of each right-aligned column
+};
+
+void field(std::ostream &os, const std::string &name, const std::string &value) {
+  std::string label = "  " + name;
+  label.resize(std::max<size_t>(label.size() + 1, 19), ' ');
+  os << label << value << "\n";
+}
+
+void explainModel(const plan::Plan &p, std::ostream &os) {
+  const auto &m = p.model();
+  os << "Model\n";
+  std::string file = m.path().empty() ? "?" : m.path();
+  std::vector<std::string> facts;
+  if (m.size_bytes() > 0)
+    facts.push_back(bytesText(double(m.size_bytes())));
+  if (!m.sha256().empty())
+    facts.push_back("sha256 " + m.sha256().substr(0, 16) + (m.sha256().size() > 16 ? "..." : ""));
+  if (!facts.empty()) {
+    file += " (";
+    for (size_t i = 0; i < facts.size(); ++i)
+      file += (i ? ", " : "") + facts[i];
+    file += ")";
+  }
+  field(os, "file", file);
+  field(os, "graph", m.graph().empty() ? "?" : m.graph());
+  field(os, "parameters", countText(double(m.parameters())) + " (" +
+                              std::to_string(m.parameters()) + ")");
+  field(os, "nodes", std::to_string(m.node_names_size()) + " top-level nodes in " +
+                         std::to_string(m.layers_size()) + " layers");
+}
+
+void explainCluster(const plan::Plan &p, std::ostream &os) {
+  const auto &c = p.cluster();
+  os << "\nCluster" << (c.spec().empty() ? "" : "  " + c.spec()) << "\n";
+  // Devices by type, in order of first appearance.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const plan::Device *>> byType;
+  for (const auto &d : c.devices()) {
+    std::string type = d.type().empty() ? "?" : d.type();
+    if (!byType.count(type))
+      order.push_back(type);
+    byType[type].push_back(&d);
+  }
+  field(os, "devices", std::to_string(c.devices_size()) + (c.devices_size() == 1 ? " device" : " devices"));
+  Table types({"type", "count", "ranks", "memory", "peak TFLOPS", "speed"}, " rrrrr");
+  for (const auto &type : order) {
+    const auto &devices = byType[type];
+    std::vector<uint32_t> ranks;
+    for (const auto *d : devices)
+      ranks.push_back(d->rank());
+    const auto &d = *devices.front();
+    types.add({type, std::to_string(devices.size()), rangesText(ranks),
+               bytesText(double(d.memory_bytes())), format("%.1f", d.peak_tflops()),
+               format("%.2f", d.speed_factor() == 0 ? 1.0 : d.speed_factor())});
+  }
+  if (!order.empty())
+    types.print(os, "    ");
+  if (c.nodes_size() > 0) {
+    field(os, "nodes", std::to_string(c.nodes_size()));
+    Table nodes({"node", "ranks", "devices", "link", "GB/s"}, "    r");
+    for (int n = 0; n < c.nodes_size(); ++n) {
+      const auto &node = c.nodes(n);
+      std::vector<uint32_t> ranks(node.ranks().begin(), node.ranks().end());
+      nodes.add({node.name().empty() ? std::to_string(n) : node.name(), rangesText(ranks),
+                 typeCounts(p, ranks), node.link_kind().empty() ? "-" : node.link_kind(),
+                 format("%.1f", node.link_bandwidth_gbs())});
+    }
+    nodes.print(os, "    ");
+  }
+  if (c.nodes_size() > 1 || c.inter_node_bandwidth_gbs() > 0)
+    field(os, "inter-node", format("%.1f GB/s, ", c.inter_node_bandwidth_gbs()) +
+                                format("%.1f us latency", c.inter_node_latency_us()));
+}
+
+void explainSettings(const plan::Plan &p, std::ostream &os) {
+  const auto &s = p.settings();
+  os << "\nSettings\n";
+  std::string mode = s.mode().empty() ? "?" : s.mode();
+  if (!s.optimizer().empty())
+    mode += " (optimizer " + s.optimizer() + ")";
+  field(os, "mode", mode);
+  std::string batch = std::to_string(s.global_batch()) + " samples per step";
+  if (s.micro_batches() > 0 && s.global_batch() % s.micro_batches() == 0)
+    batch += ", " + std::to_string(s.micro_batches()) + " micro-batches of " +
+             std::to_string(s.global_batch() / s.micro_batches());
+  field(os, "batch", batch);
+  field(os, "sequence", s.sequence() > 0 ? std::to_string(s.sequence()) : "-");
+  field(os, "dtype", s.dtype().empty() ? "?" : s.dtype());
+  field(os, "micro-batches", std::to_string(s.micro_batches()));
+  field(os, "schedule", s.schedule().empty() ? "?" : s.schedule());
+  field(os, "strategy", s.strategy().empty() ? "?" : s.strategy());
+  if (!s.bound_dims().empty()) {
+    std::map<std::string, int64_t> dims(s.bound_dims().begin(), s.bound_dims().end());
+    std::string text;
+    for (const auto &[name, value] : dims)
+      text += (text.empty() ? "" : ", ") + name + "=" + std::to_string(value);
+    field(os, "bound dims", text);
+  }
+}
+
+void explainStages(const plan::Plan &p, std::ostream &os) {
+  const bool train = p.settings().mode() != "infer";
+  const auto &layers = p.model().layers();
+  os << "\nStages (" << p.stages_size() << ", in pipeline order)\n";
+  std::vector<std::string> header = {"stage", "ranks", "devices", "layers", "TP",
+                                     "batch share", "fwd ms"};
+  std::string right = "r   r r";  // stage, TP and the times right-aligned
+  right.resize(header.size() + (train ? 3 : 1), 'r');
+  if (train)
+    header.insert(header.end(), {"bwd ms", "all-reduce ms"});
+  header.push_back("send ms");
+  Table stages(header, right);
+  for (const auto &stage : p.stages()) {
+    std::vector<uint32_t> ranks;
+    std::string share;
+    for (const auto &worker : stage.workers()) {
+      ranks.insert(ranks.end(), worker.ranks().begin(), worker.ranks().end());
+      share += (share.empty() ? "" : "+") + std::to_string(worker.samples());
+    }
+    auto layerText = [&](uint32_t i) {
+      return i < uint32_t(layers.size()) && !layers[int(i)].name().empty()
+                 ? layers[int(i)].name()
+                 : std::string("?");
+    };
+    std::string layerRange;
+    if (stage.first_layer() == stage.last_layer())
+      layerRange = std::to_string(stage.first_layer()) + " (" + layerText(stage.first_layer()) + ")";
+    else
+      layerRange = std::to_string(stage.first_layer()) + "-" + std::to_string(stage.last_layer()) +
+                   " (" + layerText(stage.first_layer()) + " .. " +
+                   layerText(stage.last_layer()) + ")";
+    std::vector<std::string> row = {std::to_string(stage.index()), rangesText(ranks),
+                                    typeCounts(p, ranks), layerRange,
+                                    std::to_string(stage.tensor_parallel()),
+                                    share.empty() ? "-" : share, msText(stage.forward_s())};
+    if (train) {
+      row.push_back(msText(stage.backward_s()));
+      row.push_back(msText(stage.gradient_allreduce_s()));
+    }
+    row.push_back(msText(stage.send_activation_s()));
+    stages.add(row);
+  }
+  stages.print(os, "  ");
+}
+
+void explainMemory(const plan::Plan &p, std::ostream &os) {
+  const bool train = p.settings().mode() != "infer";
+  os << "\nMemory per rank (peak over the schedule, against capacity)\n";
+  std::vector<std::string> header = {"rank", "device", "stage", "peak", "capacity", "used",
+                                     "params"};
+  if (train)
+    header.insert(header.end(), {"grads", "optimizer"});
+  header.insert(header.end(), {"activations", "kv cache", "workspace"});
+  std::string right = "r " + std::string(header.size() - 2, 'r');
+  Table table(header, right);
+  for (const auto &rank : p.ranks()) {
+    const auto &m = rank.memory();
+    bool idle = true;
+    for (const auto &stage : p.stages())
+      for (const auto &worker : stage.workers())
+        for (uint32_t r : worker.ranks())
+          idle = idle && r != rank.rank();
+    uint64_t capacity = m.capacity();
+    if (capacity == 0 && rank.rank() < uint32_t(p.cluster().devices_size()))
+      capacity = p.cluster().devices(int(rank.rank())).memory_bytes();
+    double sum = double(m.parameters()) + double(m.gradients()) + double(m.optimizer_state()) +
+                 double(m.activations()) + double(m.kv_cache()) + double(m.workspace());
+    double peak = m.peak() > 0 ? double(m.peak()) : sum;
+    std::string used = "-";
+    if (!idle && capacity > 0) {
+      used = format("%.0f%%", 100 * peak / double(capacity));
+      if (peak > double(capacity))
+        used += " OVER";
+    }
+    std::vector<std::string> row = {std::to_string(rank.rank()), deviceType(p, rank.rank()),
+                                    idle ? "idle" : std::to_string(rank.stage()),
+                                    idle ? "-" : bytesText(peak),
+                                    capacity ? bytesText(double(capacity)) : "?", used};
+    auto part = [&](uint64_t bytes) {
+      row.push_back(idle && bytes == 0 ? "-" : bytesText(double(bytes)));
+    };
+    part(m.parameters());
+    if (train) {
+      part(m.gradients());
+      part(m.optimizer_state());
+    }
+    part(m.activations());
+    part(m.kv_cache());
+    part(m.workspace());
+    table.add(row);
+  }
+  table.print(os, "  ");
+}
+
+void explainPrediction(const plan::Plan &p, std::ostream &os) {
+  const auto &pr = p.prediction();
+  os << "\nPrediction" << (pr.cost_model().empty() ? "" : " (cost model " + pr.cost_model() + ")")
+     << "\n";
+  field(os, "step time", msText(pr.step_time_s()) + " ms");
+  field(os, "throughput", format("%.1f samples/s", pr.samples_per_s()));
+  field(os, "bubble", percentText(pr.bubble_fraction()));
+  field(os, "MFU", percentText(pr.model_flops_utilization()));
+  field(os, "FLOPs per step", flopsText(pr.total_flops_per_step()));
+  field(os, "search", format("%.2f s, ", pr.search_time_s()) +
+                          std::to_string(pr.plans_evaluated()) + " plans evaluated");
+}
+
+} // namespace
+
+void explainPlan(const plan::Plan &p, std::ostream &os) {
+  os << "hetplan plan (schema " << p.schema_version();
+  if (!p.producer().empty())
+    os << ", written by " << p.producer();
+  os << ")\n\n";
+  explainModel(p, os);
+  explainCluster(p, os);
+  explainSettings(p, os);
+  explainStages(p, os);
+  explainMemory(p, os);
+  explainPrediction(p, os);
+}
+
+} // namespace hetplan::runtime

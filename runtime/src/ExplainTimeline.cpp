@@ -1,0 +1,341 @@
+//===- ExplainTimeline.cpp - an SVG picture of one predicted step ---------===//
+//
+// Rows are ranks (or stages, when many ranks work). Each row has a compute
+// lane (forward, backward, optimizer; micro-batch numbers inside) and a thin
+// communication lane under it (sends, receives, all-reduce), so overlapping
+// transfers do not hide compute. Instruction boxes are the only <rect>
+// elements; backgrounds and legend swatches are paths.
+//
+//===----------------------------------------------------------------------===//
+
+#include "hetplan/runtime/Explain.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <cerrno>
+#include <cstring>
+
+namespace hetplan::runtime {
+namespace {
+
+using Kind = plan::Instruction::Kind;
+
+std::string num(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.2f", v);
+  std::string s = buffer;
+  while (s.size() > 1 && s.back() == '0')
+    s.pop_back();
+  if (s.back() == '.')
+    s.pop_back();
+  return s == "-0" ? "0" : s;
+}
+
+std::string escape(const std::string &text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+    case '&': out += "&amp;"; break;
+    case '<': out += "&lt;"; break;
+    case '>': out += "&gt;"; break;
+    case '"': out += "&quot;"; break;
+    case '\'': out += "&apos;"; break;
+    default:
+      // Control characters are not allowed in XML 1.0.
+      if (uint8_t(c) >= 0x20 || c == '\t' || c == '\n')
+        out += c;
+    }
+  }
+  return out;
+}
+
+struct Style {
+  const char *name;   // legend text
+  const char *fill;
+  const char *text;   // colour of the micro-batch number
+  bool comm;          // drawn in the communication lane
+};
+
+Style styleOf(Kind kind) {
+  switch (kind) {
+  case plan::Instruction::FORWARD: return {"forward", "#4e79a7", "#ffffff", false};
+  case plan::Instruction::BACKWARD: return {"backward", "#f28e2b", "#ffffff", false};
+  case plan::Instruction::OPTIMIZER_STEP: return {"optimizer", "#b07aa1", "#ffffff", false};
+  case plan::Instruction::ALLREDUCE_GRADIENTS: return {"all-reduce", "#e15759", "#ffffff", true};
+  case plan::Instruction::SEND_ACTIVATION:
+  case plan::Instruction::RECV_ACTIVATION:
+  case plan::Instruction::SEND_GRADIENT:
+  case plan::Instruction::RECV_GRADIENT: return {"send / recv", "#59a14f", "#ffffff", true};
+  default: return {"other", "#9d9d9d", "#000000", false};
+  }
+}
+
+bool perMicroBatch(Kind kind) {
+  return kind != plan::Instruction::ALLREDUCE_GRADIENTS &&
+         kind != plan::Instruction::OPTIMIZER_STEP &&
+         kind != plan::Instruction::KIND_UNSPECIFIED;
+}
+
+struct Row {
+  int rank;
+  std::string label, sublabel;
+};
+
+/// Rows to draw: every working rank by stage when at most 16 work, else one
+/// per stage showing the rank that finishes last.
+std::vector<Row> rowsOf(const plan::Plan &p, int &idle) {
+  const int numRanks = p.ranks_size();
+  std::vector<int> stageOf(size_t(numRanks), -1);
+  for (int s = 0; s < p.stages_size(); ++s)
+    for (const auto &worker : p.stages(s).workers())
+      for (uint32_t r : worker.ranks())
+        if (r < uint32_t(numRanks) && stageOf[r] < 0)
+          stageOf[r] = s;
+  auto type = [&](int r) {
+    return r < p.cluster().devices_size() ? p.cluster().devices(r).type() : std::string();
+  };
+  std::vector<int> working;
+  for (int r = 0; r < numRanks; ++r)
+    if (stageOf[size_t(r)] >= 0)
+      working.push_back(r);
+  idle = numRanks - int(working.size());
+  std::stable_sort(working.begin(), working.end(),
+                   [&](int a, int b) { return stageOf[size_t(a)] < stageOf[size_t(b)]; });
+  std::vector<Row> rows;
+  if (working.size() <= 16) {
+    for (int r : working)
+      rows.push_back({r, "rank " + std::to_string(r) + " · stage " +
+                             std::to_string(stageOf[size_t(r)]),
+                      type(r)});
+    return rows;
+  }
+  auto lastEnd = [&](int r) {
+    double end = 0;
+    for (const auto &ins : p.ranks(r).program())
+      end = std::max(end, ins.predicted_end_s());
+    return end;
+  };
+  for (int s = 0; s < p.stages_size(); ++s) {
+    int best = -1, count = 0;
+    for (int r : working)
+      if (stageOf[size_t(r)] == s) {
+        ++count;
+        if (best < 0 || lastEnd(r) > lastEnd(best))
+          best = r;
+      }
+    if (best >= 0)
+      rows.push_back({best, "stage " + std::to_string(s),
+                      "rank " + std::to_string(best) + " " + type(best) + ", slowest of " +
+                          std::to_string(count)});
+  }
+  return rows;
+}
+
+} // namespace
+
+std::string timelineSvg(const plan::Plan &p) {
+  int idle = 0;
+  const std::vector<Row> rows = rowsOf(p, idle);
+
+  // Time range: the predicted step, or the last instruction if later.
+  double end = std::max(0.0, p.prediction().step_time_s());
+  bool timed = false;
+  for (const auto &row : rows)
+    for (const auto &ins : p.ranks(row.rank).program()) {
+      if (std::isfinite(ins.predicted_end_s()))
+        end = std::max(end, ins.predicted_end_s());
+      timed = timed || ins.predicted_end_s() > 0;
+    }
+  if (!(end > 0))
+    end = 1e-3;
+  const double endMs = end * 1e3;
+
+  // Geometry (px).
+  const double left = 200, right = 36, plotWidth = 1000;
+  const double width = left + plotWidth + right;
+  const double top = 70, computeH = 26, commGap = 3, commH = 9, rowGap = 12;
+  const double pitch = computeH + commGap + commH + rowGap;
+  const double rowsBottom = top + pitch * double(rows.size()) - rowGap;
+  const double axisY = rowsBottom + 8;
+  const double legendY = axisY + 50;
+  const double height = legendY + 30;
+  auto x = [&](double seconds) { return left + seconds / end * plotWidth; };
+
+  // A tick step of 1, 2 or 5 times a power of ten, about 10 ticks.
+  double raw = endMs / 10, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double norm = raw / mag;
+  double step = (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10) * mag;
+  int decimals = step >= 1 ? 0 : int(std::ceil(-std::log10(step) - 1e-9));
+
+  std::ostringstream o;
+  const char *font = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\""
+    << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height) << "\" " << font
+    << ">\n";
+  o << "<path d=\"M0 0 H" << num(width) << " V" << num(height) << " H0 Z\" fill=\"#ffffff\"/>\n";
+
+  // Title.
+  const auto &s = p.settings();
+  std::string title = "hetplan plan";
+  if (!p.model().graph().empty())
+    title += ": " + p.model().graph();
+  else if (!p.model().path().empty())
+    title += ": " + p.model().path();
+  title += " · one " + (s.mode().empty() ? std::string("step") : s.mode() + " step");
+  std::string subtitle = std::to_string(p.stages_size()) + " stages · " +
+                         std::to_string(p.ranks_size() - idle) + " ranks";
+  if (idle > 0)
+    subtitle += " (+" + std::to_string(idle) + " idle)";
+  if (!s.schedule().empty())
+    subtitle += " · " + s.schedule();
+  subtitle += " · " + std::to_string(s.micro_batches()) + " micro-batches of " +
+              (s.micro_batches() ? std::to_string(s.global_batch() / s.micro_batches()) : "?");
+  if (p.prediction().step_time_s() > 0) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof(buffer), " · predicted step %.2f ms", p.prediction().step_time_s() * 1e3);
+    subtitle += buffer;
+  }
+  if (!timed)
+    subtitle += " · no predicted times in this plan";
+  o << "<text x=\"16\" y=\"28\" font-size=\"17\" font-weight=\"bold\" fill=\"#222222\">"
+    << escape(title) << "</text>\n";
+  o << "<text x=\"16\" y=\"50\" font-size=\"12\" fill=\"#555555\">" << escape(subtitle)
+    << "</text>\n";
+
+  // Row backgrounds, labels, grid.
+  o << "<g id=\"rows\">\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    double y = top + pitch * double(i);
+    if (i % 2 == 0)
+      o << "<path d=\"M" << num(left - 190) << " " << num(y - rowGap / 2) << " H" << num(width - 8)
+        << " V" << num(y + pitch - rowGap / 2) << " H" << num(left - 190) << " Z\" fill=\"#f3f4f6\"/>\n";
+    o << "<text x=\"" << num(left - 10) << "\" y=\"" << num(y + 17)
+      << "\" font-size=\"13\" text-anchor=\"end\" fill=\"#222222\">" << escape(rows[i].label)
+      << "</text>\n";
+    if (!rows[i].sublabel.empty())
+      o << "<text x=\"" << num(left - 10) << "\" y=\"" << num(y + computeH + commGap + commH)
+        << "\" font-size=\"10\" text-anchor=\"end\" fill=\"#666666\">"
+        << escape(rows[i].sublabel) << "</text>\n";
+  }
+  o << "</g>\n<g id=\"grid\" stroke=\"#d0d4da\" stroke-width=\"1\">\n";
+  for (int k = 0; k * step <= endMs * (1 + 1e-9); ++k) {
+    double px = x(k * step / 1e3);
+    o << "<line x1=\"" << num(px) << "\" y1=\"" << num(top - 6) << "\" x2=\"" << num(px)
+      << "\" y2=\"" << num(axisY) << "\"/>\n";
+  }
+  o << "</g>\n";
+
+  // Instruction boxes.
+  o << "<g id=\"instructions\" stroke=\"#ffffff\" stroke-width=\"0.5\">\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double y = top + pitch * double(i);
+    const auto &program = p.ranks(rows[i].rank).program();
+    for (int k = 0; k < program.size(); ++k) {
+      const auto &ins = program[k];
+      const Style st = styleOf(ins.kind());
+      double t0 = std::isfinite(ins.predicted_start_s()) ? std::max(0.0, ins.predicted_start_s()) : 0;
+      double t1 = std::isfinite(ins.predicted_end_s()) ? std::max(t0, ins.predicted_end_s()) : t0;
+      double bx = x(t0), bw = std::max(x(t1) - bx, 1.0);
+      double by = st.comm ? y + computeH + commGap : y;
+      double bh = st.comm ? commH : computeH;
+      const std::string &kindName = plan::Instruction::Kind_IsValid(ins.kind())
+                                        ? plan::Instruction::Kind_Name(ins.kind())
+                                        : std::string("UNKNOWN");
+      char times[96];
+      std::snprintf(times, sizeof(times), "%.3f-%.3f ms", t0 * 1e3, t1 * 1e3);
+      std::string tip = "rank " + std::to_string(rows[i].rank) + " #" + std::to_string(k) +
+                        " " + kindName;
+      if (perMicroBatch(ins.kind()))
+        tip += " micro-batch " + std::to_string(ins.micro_batch());
+      if (ins.peers_size() > 0) {
+        tip += " peers";
+        for (uint32_t peer : ins.peers())
+          tip += " " + std::to_string(peer);
+      }
+      tip += std::string(": ") + times;
+      o << "<rect x=\"" << num(bx) << "\" y=\"" << num(by) << "\" width=\"" << num(bw)
+        << "\" height=\"" << num(bh) << "\" fill=\"" << st.fill << "\"><title>" << escape(tip)
+        << "</title></rect>\n";
+      if (!st.comm && perMicroBatch(ins.kind())) {
+        std::string label = std::to_string(ins.micro_batch());
+        if (bw >= 7.0 * double(label.size()) + 3)
+          o << "<text x=\"" << num(bx + bw / 2) << "\" y=\"" << num(by + computeH / 2 + 4)
+            << "\" font-size=\"11\" text-anchor=\"middle\" stroke=\"none\" fill=\"" << st.text
+            << "\">" << label << "</text>\n";
+      }
+    }
+  }
+  o << "</g>\n";
+
+  // Predicted step end.
+  if (p.prediction().step_time_s() > 0) {
+    double px = x(p.prediction().step_time_s());
+    o << "<line x1=\"" << num(px) << "\" y1=\"" << num(top - 10) << "\" x2=\"" << num(px)
+      << "\" y2=\"" << num(axisY) << "\" stroke=\"#222222\" stroke-width=\"1.5\" "
+      << "stroke-dasharray=\"5 3\"/>\n"
+      << "<text x=\"" << num(px) << "\" y=\"" << num(top - 13)
+      << "\" font-size=\"11\" text-anchor=\"end\" fill=\"#222222\">step end</text>\n";
+  }
+
+  // Time axis.
+  o << "<g id=\"axis\" font-size=\"11\" fill=\"#333333\">\n";
+  o << "<line x1=\"" << num(left) << "\" y1=\"" << num(axisY) << "\" x2=\"" << num(left + plotWidth)
+    << "\" y2=\"" << num(axisY) << "\" stroke=\"#333333\" stroke-width=\"1\"/>\n";
+  for (int k = 0; k * step <= endMs * (1 + 1e-9); ++k) {
+    double px = x(k * step / 1e3);
+    char label[32];
+    std::snprintf(label, sizeof(label), "%.*f", decimals, k * step);
+    o << "<line x1=\"" << num(px) << "\" y1=\"" << num(axisY) << "\" x2=\"" << num(px)
+      << "\" y2=\"" << num(axisY + 5) << "\" stroke=\"#333333\"/>\n"
+      << "<text x=\"" << num(px) << "\" y=\"" << num(axisY + 18)
+      << "\" text-anchor=\"middle\">" << label << "</text>\n";
+  }
+  o << "<text x=\"" << num(left + plotWidth / 2) << "\" y=\"" << num(axisY + 36)
+    << "\" text-anchor=\"middle\" font-size=\"12\">time (ms)</text>\n</g>\n";
+
+  // Legend.
+  o << "<g id=\"legend\" font-size=\"12\" fill=\"#333333\">\n";
+  const Kind legend[] = {plan::Instruction::FORWARD, plan::Instruction::BACKWARD,
+                         plan::Instruction::SEND_ACTIVATION,
+                         plan::Instruction::ALLREDUCE_GRADIENTS,
+                         plan::Instruction::OPTIMIZER_STEP};
+  double lx = left;
+  for (Kind kind : legend) {
+    Style st = styleOf(kind);
+    double h = st.comm ? commH : 14;
+    double sy = legendY - 11 + (14 - h) / 2;
+    o << "<path d=\"M" << num(lx) << " " << num(sy) << " h18 v" << num(h) << " h-18 Z\" fill=\""
+      << st.fill << "\"/>\n"
+      << "<text x=\"" << num(lx + 24) << "\" y=\"" << num(legendY) << "\">" << st.name
+      << (st.comm ? " (lower lane)" : "") << "</text>\n";
+    lx += 24 + 6.6 * double(std::strlen(st.name) + (st.comm ? 13 : 0)) + 26;
+  }
+  o << "<text x=\"" << num(lx + 10) << "\" y=\"" << num(legendY)
+    << "\" fill=\"#666666\">numbers: micro-batch</text>\n";
+  o << "</g>\n</svg>\n";
+  return o.str();
+}
+
+bool writeTimelineSvg(const plan::Plan &plan, const std::string &path, std::string &error) {
+  std::string svg = timelineSvg(plan);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    error = path + ": cannot write: " + std::strerror(errno);
+    return false;
+  }
+  out.write(svg.data(), std::streamsize(svg.size()));
+  out.close();
+  if (!out) {
+    error = path + ": cannot write: " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+} // namespace hetplan::runtime

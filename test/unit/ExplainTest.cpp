@@ -1,0 +1,297 @@
+//===- ExplainTest.cpp - the plan report and the timeline picture ---------===//
+//
+// Built against hetplan_runtime alone. Set HETPLAN_TEST_KEEP_SVG=FOLDER to
+// keep the timelines it draws (to look at them).
+//
+//===----------------------------------------------------------------------===//
+
+#include "hetplan/runtime/Explain.h"
+#include "hetplan/runtime/PlanFile.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <unistd.h>
+
+using namespace hetplan;
+using namespace hetplan::runtime;
+
+// In PlanFileTest.cpp.
+plan::Plan makeSamplePlan(int numStages = 2, int workers = 2, int microBatches = 4,
+                          bool gpipe = false);
+
+namespace {
+
+size_t count(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+/// A small well-formedness check: one root element, tags nest and match,
+/// attributes are quoted, entities are the five XML ones or numeric.
+bool wellFormedXml(const std::string &xml, std::string &why) {
+  std::vector<std::string> open;
+  bool rootSeen = false;
+  size_t i = 0;
+  auto fail = [&](const std::string &message) {
+    why = message + " at byte " + std::to_string(i);
+    return false;
+  };
+  auto checkText = [&](size_t from, size_t to) {
+    for (size_t k = from; k < to; ++k)
+      if (xml[k] == '&') {
+        size_t semi = xml.find(';', k);
+        if (semi == std::string::npos || semi > to)
+          return false;
+        std::string entity = xml.substr(k + 1, semi - k - 1);
+        if (entity != "amp" && entity != "lt" && entity != "gt" && entity != "quot" &&
+            entity != "apos" && (entity.empty() || entity[0] != '#'))
+          return false;
+      } else if (xml[k] == '>') {
+        return false;
+      }
+    return true;
+  };
+  while (i < xml.size()) {
+    size_t lt = xml.find('<', i);
+    if (lt == std::string::npos) {
+      if (!checkText(i, xml.size()))
+        return fail("bad text");
+      for (size_t k = i; k < xml.size(); ++k)
+        if (!isspace(static_cast<unsigned char>(xml[k])))
+          return fail("text after the root element");
+      break;
+    }
+    if (!checkText(i, lt))
+      return fail("bad character data");
+    if (open.empty() && rootSeen)
+      for (size_t k = i; k < lt; ++k)
+        if (!isspace(static_cast<unsigned char>(xml[k])))
+          return fail("text outside the root");
+    i = lt;
+    if (xml.compare(i, 5, "<?xml") == 0) {
+      size_t end = xml.find("?>", i);
+      if (i != 0 || end == std::string::npos)
+        return fail("misplaced XML declaration");
+      i = end + 2;
+      continue;
+    }
+    if (xml.compare(i, 4, "<!--") == 0) {
+      size_t end = xml.find("-->", i);
+      if (end == std::string::npos)
+        return fail("unterminated comment");
+      i = end + 3;
+      continue;
+    }
+    // A tag: scan to '>' outside quotes.
+    size_t k = i + 1;
+    char quote = 0;
+    for (; k < xml.size(); ++k) {
+      if (quote) {
+        if (xml[k] == quote)
+          quote = 0;
+        else if (xml[k] == '<')
+          return fail("'<' in an attribute value");
+      } else if (xml[k] == '"' || xml[k] == '\'') {
+        quote = xml[k];
+      } else if (xml[k] == '>') {
+        break;
+      }
+    }
+    if (k >= xml.size())
+      return fail("unterminated tag");
+    std::string tag = xml.substr(i + 1, k - i - 1);
+    i = k + 1;
+    if (!tag.empty() && tag[0] == '/') {
+      std::string name = tag.substr(1);
+      while (!name.empty() && isspace(static_cast<unsigned char>(name.back())))
+        name.pop_back();
+      if (open.empty() || open.back() != name)
+        return fail("</" + name + "> does not close <" + (open.empty() ? "" : open.back()) + ">");
+      open.pop_back();
+      continue;
+    }
+    bool selfClosing = !tag.empty() && tag.back() == '/';
+    size_t nameEnd = tag.find_first_of(" \t\n/");
+    std::string name = tag.substr(0, nameEnd);
+    if (name.empty() || !(isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_'))
+      return fail("bad tag name '" + name + "'");
+    // Attributes: name="value" pairs.
+    std::string rest = nameEnd == std::string::npos ? "" : tag.substr(nameEnd);
+    if (selfClosing)
+      rest.pop_back();
+    for (size_t a = 0; a < rest.size();) {
+      if (isspace(static_cast<unsigned char>(rest[a]))) {
+        ++a;
+        continue;
+      }
+      size_t eq = rest.find('=', a);
+      if (eq == std::string::npos || eq + 1 >= rest.size() ||
+          (rest[eq + 1] != '"' && rest[eq + 1] != '\''))
+        return fail("unquoted attribute in <" + name + ">");
+      size_t close = rest.find(rest[eq + 1], eq + 2);
+      if (close == std::string::npos)
+        return fail("unterminated attribute in <" + name + ">");
+      a = close + 1;
+    }
+    if (open.empty() && rootSeen)
+      return fail("a second root element <" + name + ">");
+    rootSeen = true;
+    if (!selfClosing)
+      open.push_back(name);
+  }
+  if (!open.empty())
+    return fail("<" + open.back() + "> is not closed");
+  if (!rootSeen)
+    return fail("no root element");
+  return true;
+}
+
+void keep(const std::string &name, const std::string &svg) {
+  if (const char *folder = std::getenv("HETPLAN_TEST_KEEP_SVG")) {
+    std::ofstream out(std::string(folder) + "/" + name, std::ios::binary);
+    out << svg;
+  }
+}
+
+} // namespace
+
+TEST(Explain, ReportHasTheKeyLines) {
+  std::ostringstream os;
+  explainPlan(makeSamplePlan(), os);
+  const std::string text = os.str();
+  for (const char *line : {
+           "hetplan plan (schema 1, written by hetplan test)",
+           "  file             models/tiny-gpt.onnx (498.0 MiB, sha256 0123456789abcdef...)",
+           "  graph            tiny-gpt",
+           "  parameters       35.0M (35000000)",
+           "  nodes            10 top-level nodes in 5 layers",
+           "Cluster  node0:2xA100-80GB,node1:2xV100-32GB",
+           "  devices          4 devices",
+           "    A100-80GB      2    0,1  80.0 GiB        312.0   1.00",
+           "  inter-node       25.0 GB/s, 5.0 us latency",
+           "  mode             train (optimizer adam)",
+           "  batch            32 samples per step, 4 micro-batches of 8",
+           "  sequence         1024",
+           "  dtype            bf16",
+           "  micro-batches    4",
+           "  schedule         1f1b",
+           "  strategy         hetplan",
+           "  bound dims       batch=8, sequence=1024",
+           "Stages (2, in pipeline order)",
+           "  stage  ranks  devices       layers                 TP  batch share  fwd ms  bwd ms  "
+           "all-reduce ms  send ms",
+           "      0  0,1    2x A100-80GB  0-2 (embed .. block1)   1  4+4           10.00   20.00  "
+           "         5.00     1.00",
+           "      1  2,3    2x V100-32GB  3-4 (block2 .. head)    1  4+4           12.00   24.00  "
+           "         5.00     0.00",
+           "Memory per rank (peak over the schedule, against capacity)",
+           "     0  A100-80GB      0  7.3 GiB  80.0 GiB    9%  40.1 MiB  40.1 MiB  240.3 MiB      6.0 GiB  "
+           "     0 B    1.0 GiB",
+           "     3  V100-32GB      1  4.3 GiB  32.0 GiB   13%",
+           "Prediction (cost model roofline)",
+           "  throughput       ",
+           "  bubble           12.5%",
+           "  MFU              41.0%",
+           "  FLOPs per step   720.00 GFLOP",
+           "  search           1.25 s, 4567 plans evaluated",
+       })
+    EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << "\n" << text;
+  char step[64];
+  std::snprintf(step, sizeof(step), "  step time        %.2f ms",
+                makeSamplePlan().prediction().step_time_s() * 1e3);
+  EXPECT_NE(text.find(step), std::string::npos) << text;
+}
+
+TEST(Explain, InferencePlansHaveNoBackwardColumns) {
+  plan::Plan p = makeSamplePlan();
+  p.mutable_settings()->set_mode("infer");
+  p.mutable_settings()->clear_optimizer();
+  std::ostringstream os;
+  explainPlan(p, os);
+  EXPECT_EQ(os.str().find("bwd ms"), std::string::npos) << os.str();
+  EXPECT_EQ(os.str().find("optimizer"), std::string::npos) << os.str();
+  EXPECT_NE(os.str().find("  mode             infer\n"), std::string::npos) << os.str();
+}
+
+TEST(Explain, ShowsIdleRanksAndMemoryOverCapacity) {
+  plan::Plan p = makeSamplePlan();
+  p.mutable_ranks(3)->mutable_memory()->set_peak(uint64_t(40) << 30);
+  *p.mutable_cluster()->add_devices() = p.cluster().devices(3);
+  p.mutable_cluster()->mutable_devices(4)->set_rank(4);
+  p.add_ranks()->set_rank(4);
+  std::ostringstream os;
+  explainPlan(p, os);
+  EXPECT_NE(os.str().find("40.0 GiB  32.0 GiB  125% OVER"), std::string::npos) << os.str();
+  EXPECT_NE(os.str().find("     4  V100-32GB   idle         -  32.0 GiB          -         -"), std::string::npos)
+      << os.str();
+}
+
+TEST(Explain, AnyPlanCanBeExplained) {
+  // Not even valid: explain must not crash on what validatePlan rejects.
+  plan::Plan p = makeSamplePlan();
+  p.mutable_stages(1)->set_first_layer(40);
+  p.mutable_stages(1)->mutable_workers(0)->set_ranks(0, 99);
+  for (const plan::Plan &q : {plan::Plan(), p}) {
+    std::ostringstream os;
+    explainPlan(q, os);
+    EXPECT_NE(os.str().find("Prediction"), std::string::npos);
+    std::string why, svg = timelineSvg(q);
+    EXPECT_TRUE(wellFormedXml(svg, why)) << why << "\n" << svg;
+  }
+}
+
+TEST(Explain, TimelineHasOneBoxPerInstruction) {
+  plan::Plan p = makeSamplePlan();
+  std::string svg = timelineSvg(p);
+  keep("timeline-2x2-1f1b.svg", svg);
+  size_t instructions = 0;
+  for (const auto &rank : p.ranks())
+    instructions += size_t(rank.program_size());
+  EXPECT_EQ(instructions, 4u * 18u);
+  EXPECT_EQ(count(svg, "<rect"), instructions);
+  std::string why;
+  EXPECT_TRUE(wellFormedXml(svg, why)) << why;
+  EXPECT_EQ(svg.rfind("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg ", 0), 0u);
+  EXPECT_NE(svg.find(">time (ms)</text>"), std::string::npos);
+  for (const char *legend : {">forward<", ">backward<", ">send / recv (lower lane)<",
+                             ">all-reduce (lower lane)<", ">optimizer<"})
+    EXPECT_NE(svg.find(legend), std::string::npos) << legend;
+  // Micro-batch numbers in the forward/backward boxes: 4 per rank each.
+  EXPECT_EQ(count(svg, "text-anchor=\"middle\" stroke=\"none\" fill=\"#ffffff\">3</text>"), 8u);
+
+  // Many ranks: one row per stage (its slowest rank).
+  plan::Plan wide = makeSamplePlan(4, 6, 8, true);
+  std::string wideSvg = timelineSvg(wide);
+  keep("timeline-4x6-gpipe.svg", wideSvg);
+  EXPECT_EQ(count(wideSvg, "<rect"), size_t(wide.ranks(0).program_size() + wide.ranks(6).program_size() +
+                                            wide.ranks(12).program_size() +
+                                            wide.ranks(18).program_size()));
+  EXPECT_TRUE(wellFormedXml(wideSvg, why)) << why;
+  keep("timeline-4x1-1f1b.svg", timelineSvg(makeSamplePlan(4, 1, 8, false)));
+}
+
+TEST(Explain, TimelineFileIsValidSvg) {
+  std::string folder = ::testing::TempDir();
+  std::string path = folder + "hetplan-timeline-" + std::to_string(::getpid()) + ".svg";
+  std::string error;
+  ASSERT_TRUE(writeTimelineSvg(makeSamplePlan(), path, error)) << error;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), timelineSvg(makeSamplePlan()));
+  if (std::system("command -v xmllint > /dev/null 2>&1") == 0) {
+    std::string command = "xmllint --noout '" + path + "'";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  std::remove(path.c_str());
+  EXPECT_FALSE(writeTimelineSvg(makeSamplePlan(), folder + "no/such/folder/t.svg", error));
+  EXPECT_EQ(error, folder + "no/such/folder/t.svg: cannot write: No such file or directory");
+}
