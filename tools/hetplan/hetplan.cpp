@@ -4,6 +4,8 @@
 //                                      inputs and outputs with symbolic dims)
 //   hetplan cluster SPEC|FILE [--json] a cluster as the planner sees it
 //   hetplan devices [--json]           the built-in device catalog
+//   hetplan compile MODEL --cluster SPEC --mode train|infer --batch N -o PLAN
+//   hetplan explain PLAN [--timeline OUT.svg]
 //
 // MODEL is an ONNX model (.onnx / .onnxtext) or het IR (.mlir). SPEC is an
 // inline cluster (`4xA100-80G,12xT4`), FILE a YAML/JSON cluster file; see
@@ -15,6 +17,7 @@
 #include "dialects/het/import/OnnxImporter.h"
 #include "passes/GraphSummary.h"
 #include "passes/cluster/Cluster.h"
+#include "tools/hetplan/Commands.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -58,10 +61,11 @@ static cl::SubCommand devicesCmd("devices",
 static cl::opt<bool> devicesJson("json", cl::desc("Print JSON"),
                                  cl::sub(devicesCmd));
 
-static int fail(const llvm::Twine &message) {
+int hetplan::tools::fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "hetplan") << message << "\n";
   return 1;
 }
+using hetplan::tools::fail;
 
 /// Loads `path` as het IR: imported from ONNX, or parsed from .mlir.
 static mlir::OwningOpRef<mlir::ModuleOp>
@@ -163,6 +167,10 @@ int main(int argc, char **argv) {
     return runCluster();
   if (devicesCmd)
     return runDevices();
+  if (hetplan::tools::compileCmd)
+    return hetplan::tools::runCompile();
+  if (hetplan::tools::explainCmd)
+    return hetplan::tools::runExplain();
   cl::PrintHelpMessage();
   return 1;
 }

@@ -1,0 +1,239 @@
+//===- PlanExport.cpp - a planner result as a plan file -------------------===//
+
+#include "passes/planner/PlanExport.h"
+
+#include <algorithm>
+
+namespace hetplan::planner {
+
+namespace {
+
+/// Workers of `to` whose samples overlap [offset, offset + count).
+std::vector<std::pair<const Worker *, int64_t>>
+overlapping(const Stage &to, int64_t offset, int64_t count) {
+  std::vector<std::pair<const Worker *, int64_t>> result;
+  for (const Worker &w : to.workers) {
+    int64_t lo = std::max(offset, w.sampleOffset);
+    int64_t hi = std::min(offset + count, w.sampleOffset + w.samples);
+    if (hi > lo)
+      result.push_back({&w, hi - lo});
+  }
+  return result;
+}
+
+} // namespace
+
+plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
+                      const cluster::Cluster &cluster, const Options &options,
+                      const ExportInfo &info) {
+  plan::Plan out;
+  out.set_schema_version(runtime::kPlanSchemaVersion);
+  out.set_producer("hetplan 0.1.0");
+
+  auto *ref = out.mutable_model();
+  ref->set_path(info.modelPath);
+  ref->set_sha256(info.modelSha256);
+  ref->set_size_bytes(info.modelBytes);
+  ref->set_graph(model.graphName);
+  ref->set_parameters(model.parameters);
+  for (const auto &n : model.nodeNames)
+    ref->add_node_names(n);
+  for (const auto &l : model.layers) {
+    auto *layer = ref->add_layers();
+    layer->set_name(l.name);
+    layer->set_first_node(l.firstNode);
+    layer->set_last_node(l.lastNode);
+    layer->set_forward_flops(l.flopsPerSample());
+    layer->set_parameters(l.parameters);
+  }
+
+  auto *cl = out.mutable_cluster();
+  cl->set_spec(info.clusterSpec);
+  cl->set_inter_node_bandwidth_gbs(cluster.interNode.bandwidthGBs);
+  cl->set_inter_node_latency_us(cluster.interNode.latencyUs);
+  for (const auto &n : cluster.nodes) {
+    auto *node = cl->add_nodes();
+    node->set_name(n.name);
+    for (int r : n.devices)
+      node->add_ranks(r);
+    node->set_link_kind(n.intraLink.kind);
+    node->set_link_bandwidth_gbs(n.intraLink.bandwidthGBs);
+  }
+  for (const auto &d : cluster.devices) {
+    auto *dev = cl->add_devices();
+    dev->set_rank(d.rank);
+    dev->set_type(d.type->name);
+    dev->set_node(d.node);
+    dev->set_local_index(d.localIndex);
+    dev->set_memory_bytes(d.type->memoryBytes());
+    dev->set_peak_tflops(d.type->peakFlops(options.dtype) / 1e12);
+    dev->set_speed_factor(d.speedFactor);
+  }
+
+  bool training = options.mode == cost::Mode::Train;
+  auto *settings = out.mutable_settings();
+  settings->set_mode(training ? "train" : "infer");
+  settings->set_global_batch(options.globalBatch);
+  settings->set_sequence(info.sequence);
+  settings->set_dtype(cluster::dtypeName(options.dtype).str());
+  settings->set_micro_batches(result.microBatches);
+  settings->set_schedule(scheduleName(result.schedule));
+  settings->set_strategy(strategyName(result.strategy));
+  for (const auto &[k, v] : info.boundDims)
+    (*settings->mutable_bound_dims())[k] = v;
+  settings->set_optimizer(training ? "adam" : "");
+
+  int P = int(result.stages.size());
+  for (int j = 0; j < P; ++j) {
+    const Stage &st = result.stages[j];
+    auto *stage = out.add_stages();
+    stage->set_index(j);
+    stage->set_first_layer(st.firstLayer);
+    stage->set_last_layer(st.lastLayer);
+    stage->set_first_node(model.layers[st.firstLayer].firstNode);
+    stage->set_last_node(model.layers[st.lastLayer].lastNode);
+    stage->set_tensor_parallel(st.tensorParallel);
+    for (const Worker &w : st.workers) {
+      auto *worker = stage->add_workers();
+      for (int r : w.ranks)
+        worker->add_ranks(r);
+      worker->set_samples(w.samples);
+      worker->set_sample_offset(w.sampleOffset);
+    }
+    stage->set_forward_s(st.forwardSeconds);
+    stage->set_backward_s(st.backwardSeconds);
+    stage->set_gradient_allreduce_s(st.allReduceSeconds);
+    stage->set_send_activation_s(st.sendSeconds);
+  }
+
+  // Programs: every rank of a stage follows the stage's simulated order.
+  std::vector<std::vector<const Event *>> byStage(P);
+  for (const Event &e : result.timeline)
+    byStage[e.stage].push_back(&e);
+  for (auto &events : byStage)
+    std::stable_sort(events.begin(), events.end(), [](const Event *a, const Event *b) {
+      return a->start < b->start;
+    });
+
+  auto *memoryOf = [&]() { return &result.memory; }();
+  for (const auto &d : cluster.devices) {
+    auto *rank = out.add_ranks();
+    rank->set_rank(d.rank);
+    const RankMemory &m = (*memoryOf)[d.rank];
+    auto *mem = rank->mutable_memory();
+    mem->set_capacity(uint64_t(m.capacity));
+    mem->set_parameters(uint64_t(m.parameters));
+    mem->set_gradients(uint64_t(m.gradients));
+    mem->set_optimizer_state(uint64_t(m.optimizerState));
+    mem->set_activations(uint64_t(m.activations));
+    mem->set_kv_cache(uint64_t(m.kvCache));
+    mem->set_workspace(uint64_t(m.workspace));
+    mem->set_peak(uint64_t(m.peak()));
+
+    int j = result.stageOfRank[d.rank];
+    if (j < 0)
+      continue;  // idle: no stage, empty program
+    const Stage &st = result.stages[j];
+    rank->set_stage(j);
+    const Worker *self = nullptr;
+    int tpIndex = 0;
+    for (size_t w = 0; w < st.workers.size(); ++w) {
+      auto it = std::find(st.workers[w].ranks.begin(), st.workers[w].ranks.end(), d.rank);
+      if (it != st.workers[w].ranks.end()) {
+        self = &st.workers[w];
+        rank->set_worker(uint32_t(w));
+        tpIndex = int(it - st.workers[w].ranks.begin());
+      }
+    }
+    uint32_t firstNode = model.layers[st.firstLayer].firstNode;
+    uint32_t lastNode = model.layers[st.lastLayer].lastNode;
+    auto add = [&](plan::Instruction::Kind kind, const Event *e) {
+      auto *ins = rank->add_program();
+      ins->set_kind(kind);
+      ins->set_micro_batch(e && e->microBatch >= 0 ? e->microBatch : 0);
+      if (e) {
+        ins->set_predicted_start_s(e->start);
+        ins->set_predicted_end_s(e->end);
+      }
+      return ins;
+    };
+    double outBytes = model.layers[st.lastLayer].outputBytesPerSample;
+    double inBytes = st.firstLayer > 0
+                         ? model.layers[st.firstLayer - 1].outputBytesPerSample
+                         : 0;
+    for (const Event *e : byStage[j]) {
+      switch (e->kind) {
+      case Event::Forward: {
+        if (j > 0)
+          for (auto [from, n] : overlapping(result.stages[j - 1], self->sampleOffset,
+                                            self->samples)) {
+            auto *ins = add(plan::Instruction::RECV_ACTIVATION, e);
+            ins->add_peers(from->ranks[0]);
+            ins->set_bytes(int64_t(inBytes * double(n)));
+            ins->set_predicted_end_s(e->start);
+          }
+        auto *ins = add(plan::Instruction::FORWARD, e);
+        ins->set_first_node(firstNode);
+        ins->set_last_node(lastNode);
+        ins->set_samples(self->samples);
+        break;
+      }
+      case Event::Backward: {
+        if (j + 1 < P)
+          for (auto [from, n] : overlapping(result.stages[j + 1], self->sampleOffset,
+                                            self->samples)) {
+            auto *ins = add(plan::Instruction::RECV_GRADIENT, e);
+            ins->add_peers(from->ranks[0]);
+            ins->set_bytes(int64_t(outBytes * double(n)));
+            ins->set_predicted_end_s(e->start);
+          }
+        auto *ins = add(plan::Instruction::BACKWARD, e);
+        ins->set_first_node(firstNode);
+        ins->set_last_node(lastNode);
+        ins->set_samples(self->samples);
+        break;
+      }
+      case Event::SendActivation:
+      case Event::SendGradient: {
+        if (tpIndex != 0)
+          break;  // the first rank of a tensor-parallel worker sends for it
+        bool act = e->kind == Event::SendActivation;
+        const Stage &to = result.stages[act ? j + 1 : j - 1];
+        double perSample = act ? outBytes : inBytes;
+        for (auto [peer, n] : overlapping(to, self->sampleOffset, self->samples)) {
+          auto *ins = add(act ? plan::Instruction::SEND_ACTIVATION
+                              : plan::Instruction::SEND_GRADIENT,
+                          e);
+          for (int r : peer->ranks)
+            ins->add_peers(r);
+          ins->set_bytes(int64_t(perSample * double(n)));
+        }
+        break;
+      }
+      case Event::AllReduce: {
+        auto *ins = add(plan::Instruction::ALLREDUCE_GRADIENTS, e);
+        for (const Worker &w : st.workers)
+          if (&w != self)
+            ins->add_peers(w.ranks[std::min<size_t>(tpIndex, w.ranks.size() - 1)]);
+        break;
+      }
+      case Event::Optimizer:
+        add(plan::Instruction::OPTIMIZER_STEP, e);
+        break;
+      }
+    }
+  }
+
+  auto *pred = out.mutable_prediction();
+  pred->set_step_time_s(result.stepSeconds);
+  pred->set_samples_per_s(result.samplesPerSecond);
+  pred->set_bubble_fraction(result.bubbleFraction);
+  pred->set_model_flops_utilization(result.modelFlopsUtilization);
+  pred->set_total_flops_per_step(result.modelFlopsPerStep);
+  pred->set_search_time_s(result.searchSeconds);
+  pred->set_plans_evaluated(result.plansEvaluated);
+  pred->set_cost_model(info.costModel);
+  return out;
+}
+
+} // namespace hetplan::planner

@@ -1,0 +1,36 @@
+//===- PlanExport.h - a planner result as a plan file -----------*- C++ -*-===//
+//
+// Turns the planner's result into the runtime's plan schema: the model
+// reference, the cluster, stages with their workers, and one instruction
+// program per rank (receive, compute, send, all-reduce, optimizer step) in
+// the order the schedule simulation ran them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HETPLAN_PASSES_PLANNER_PLANEXPORT_H
+#define HETPLAN_PASSES_PLANNER_PLANEXPORT_H
+
+#include "hetplan/runtime/Plan.h"
+#include "passes/planner/Planner.h"
+
+#include <map>
+#include <string>
+
+namespace hetplan::planner {
+
+struct ExportInfo {
+  std::string modelPath;
+  std::string modelSha256;
+  uint64_t modelBytes = 0;
+  std::string clusterSpec;
+  int64_t sequence = 0;
+  std::map<std::string, int64_t> boundDims;
+  std::string costModel = "roofline";
+};
+
+plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
+                      const cluster::Cluster &cluster, const Options &options,
+                      const ExportInfo &info);
+
+} // namespace hetplan::planner
+
+#endif

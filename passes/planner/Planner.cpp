@@ -1,0 +1,1100 @@
+//===- Planner.cpp - split layers and batches across a mixed cluster ------===//
+
+#include "passes/planner/Planner.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numeric>
+
+namespace hetplan::planner {
+
+const char *strategyName(Strategy s) {
+  switch (s) {
+  case Strategy::Hetplan: return "hetplan";
+  case Strategy::DataParallel: return "dp-even";
+  case Strategy::EvenPipeline: return "pp-even";
+  case Strategy::Homogeneous: return "homogeneous";
+  case Strategy::Pinned: return "pinned";
+  }
+  return "?";
+}
+
+const char *scheduleName(Schedule s) {
+  return s == Schedule::OneFOneB ? "1f1b" : "gpipe";
+}
+
+llvm::Expected<Pin> parsePin(llvm::StringRef text) {
+  Pin pin;
+  llvm::SmallVector<llvm::StringRef> parts;
+  text.split(parts, ',', -1, false);
+  for (llvm::StringRef part : parts) {
+    auto [key, value] = part.trim().split('=');
+    int v;
+    if (value.getAsInteger(10, v) || v <= 0)
+      return llvm::createStringError("--pin: '" + part.str() +
+                                     "' needs a positive whole number (e.g. pp=4,dp=4,mb=8)");
+    if (key == "pp") pin.pp = v;
+    else if (key == "dp") pin.dp = v;
+    else if (key == "mb") pin.mb = v;
+    else if (key == "tp") pin.tp = v;
+    else
+      return llvm::createStringError("--pin: unknown key '" + key.str() +
+                                     "' (known: pp, dp, mb, tp)");
+  }
+  if (!pin.pp && !pin.dp && !pin.mb && !pin.tp)
+    return llvm::createStringError("--pin: give at least one of pp, dp, mb, tp");
+  return pin;
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+using cost::Mode;
+
+/// Devices that time the same: one catalog type at one speed factor.
+struct DeviceClass {
+  const cluster::DeviceType *type;
+  double speedFactor;
+  std::vector<int> ranks;  // in rank order
+  double peak;             // FLOP/s at the plan dtype, speed factor applied
+  double capacity;         // bytes
+};
+
+/// A worker kind inside a stage: `count` workers of `tp` devices of a class.
+struct WorkerGroup {
+  int cls;
+  int count;
+  std::vector<std::vector<int>> ranks;  // count x tp
+};
+
+/// The devices of one stage of a candidate.
+struct StageDevices {
+  std::vector<WorkerGroup> groups;
+  int tp = 1;
+  int workers() const {
+    int n = 0;
+    for (const auto &g : groups) n += g.count;
+    return n;
+  }
+  double ringGBs = kInf;      // slowest link among one rank per worker
+  double ringLatencyUs = 0;
+  double tpGBs = kInf;        // intra-node link for tensor-parallel all-reduce
+  double tpLatencyUs = 0;
+};
+
+/// What a candidate stage costs for a layer range.
+struct StageCost {
+  bool fits = false;
+  double shortfall = 0;       // bytes missing on the worst worker when !fits
+  int shortfallClass = -1;
+  double forward = 0, backward = 0;  // one micro-batch, slowest worker
+  std::vector<double> share;  // samples per worker, per group
+};
+
+class Search {
+public:
+  Search(const cost::ModelCost &model, const cluster::Cluster &cluster,
+         const Options &options)
+      : model(model), cluster(cluster), opt(options),
+        L(int(model.layers.size())) {
+    buildClasses();
+    // Prefix sums of what does not depend on the device.
+    paramsPrefix.assign(L + 1, 0);
+    stashPrefix.assign(L + 1, 0);
+    kvPrefix.assign(L + 1, 0);
+    tpBytesPrefix.assign(L + 1, 0);
+    for (int i = 0; i < L; ++i) {
+      const auto &l = model.layers[i];
+      paramsPrefix[i + 1] = paramsPrefix[i] + double(l.parameters);
+      stashPrefix[i + 1] = stashPrefix[i] + l.stashBytesPerSample;
+      kvPrefix[i + 1] = kvPrefix[i] + l.kvCacheBytesPerSample;
+      tpBytesPrefix[i + 1] = tpBytesPrefix[i] + l.tensorParallelAllReduceBytesPerSample;
+    }
+    training = opt.mode == Mode::Train;
+    elementBytes = cost::dtypeBytes(opt.dtype);
+  }
+
+  llvm::Expected<Plan> run();
+  llvm::Expected<Plan> evaluate(const Layout &layout);
+
+private:
+  //===------------------------------------------------------------------===//
+  // Device classes and layer timing tables
+  //===------------------------------------------------------------------===//
+
+  void buildClasses() {
+    std::map<std::pair<std::string, double>, int> index;
+    for (const auto &d : cluster.devices) {
+      auto key = std::make_pair(d.type->name, d.speedFactor);
+      auto it = index.find(key);
+      if (it == index.end()) {
+        it = index.emplace(key, int(classes.size())).first;
+        classes.push_back({d.type, d.speedFactor, {}, d.effectiveFlops(opt.dtype),
+                           double(d.type->memoryBytes())});
+      }
+      classes[it->second].ranks.push_back(d.rank);
+    }
+    timing.resize(classes.size());
+  }
+
+  /// Prefix sums over layers of forward time at `samples` samples per worker
+  /// on class `c` (all ops), and of the tensor-parallel-splittable part.
+  struct Table {
+    std::vector<double> all, splittable;
+  };
+  const Table &table(int c, int64_t samples) {
+    auto &slot = timing[c][samples];
+    if (!slot) {
+      slot = std::make_unique<Table>();
+      slot->all.assign(L + 1, 0);
+      slot->splittable.assign(L + 1, 0);
+      const DeviceClass &cls = classes[c];
+      for (int i = 0; i < L; ++i) {
+        const auto &layer = model.layers[i];
+        double t = samples ? cost::layerForwardTime(layer, double(samples), *cls.type,
+                                                    opt.dtype) / cls.speedFactor
+                           : 0;
+        slot->all[i + 1] = slot->all[i] + t;
+        slot->splittable[i + 1] =
+            slot->splittable[i] + t * layer.tensorParallelFraction;
+      }
+    }
+    return *slot;
+  }
+
+  /// Forward seconds of layers [l, r] for `samples` samples on one worker.
+  double forwardTime(int c, int tp, int64_t samples, int l, int r,
+                     const StageDevices &sd) {
+    if (samples == 0)
+      return 0;
+    const Table &t = table(c, samples);
+    double all = t.all[r + 1] - t.all[l];
+    if (tp <= 1)
+      return all;
+    double split = t.splittable[r + 1] - t.splittable[l];
+    double compute = all - split * (1.0 - 1.0 / tp);
+    double bytes = (tpBytesPrefix[r + 1] - tpBytesPrefix[l]) * double(samples);
+    double comm = bytes == 0 ? 0
+                             : 2.0 * (tp - 1) / tp * bytes / (sd.tpGBs * 1e9) +
+                                   2.0 * (tp - 1) * sd.tpLatencyUs * 1e-6 * (r - l + 1);
+    return compute + comm;
+  }
+
+  //===------------------------------------------------------------------===//
+  // Memory
+  //===------------------------------------------------------------------===//
+
+  double usableMemory(int c) const {
+    return classes[c].capacity * (1.0 - opt.reservedMemoryFraction);
+  }
+
+  /// Bytes a worker of class c needs besides per-sample activations.
+  double staticBytes(int l, int r, int tp, int64_t microBatches) const {
+    double params = (paramsPrefix[r + 1] - paramsPrefix[l]) / tp;
+    if (training)
+      return params * opt.trainingBytesPerParameter;
+    return params * elementBytes;
+  }
+
+  /// Bytes per sample of the worker's share: stashed activations for every
+  /// micro-batch in flight (training), or KV cache of all micro-batches
+  /// resident plus one micro-batch of activations (inference).
+  double perSampleBytes(int l, int r, int tp, int inflight, int microBatches) const {
+    double stash = stashPrefix[r + 1] - stashPrefix[l];
+    if (tp > 1)
+      stash /= tp;  // Megatron splits the large activations across the group
+    if (training)
+      return stash * inflight;
+    double kv = (kvPrefix[r + 1] - kvPrefix[l]) / tp;
+    double largest = 0;
+    for (int i = l; i <= r; ++i)
+      largest = std::max(largest, model.layers[i].stashBytesPerSample / tp);
+    return kv * microBatches + largest;
+  }
+
+  //===------------------------------------------------------------------===//
+  // Stage evaluation
+  //===------------------------------------------------------------------===//
+
+  /// Splits `mb` samples among the stage's workers in proportion to their
+  /// speed (or evenly), capped by memory, and times the slowest worker.
+  StageCost evaluateStage(const StageDevices &sd, int l, int r, int64_t mb,
+                          int inflight, int microBatches, bool even) {
+    StageCost sc;
+    size_t G = sd.groups.size();
+    std::vector<double> cap(G), rate(G);
+    double need0 = staticBytes(l, r, sd.tp, microBatches);
+    double perSample = perSampleBytes(l, r, sd.tp, inflight, microBatches);
+    double worst = 0;
+    int worstClass = -1;
+    for (size_t g = 0; g < G; ++g) {
+      int c = sd.groups[g].cls;
+      double room = usableMemory(c) - need0;
+      if (room < 0 || (perSample > 0 && room < perSample)) {
+        double missing = need0 + perSample - usableMemory(c);
+        if (missing > worst) {
+          worst = missing;
+          worstClass = c;
+        }
+        cap[g] = 0;
+      } else {
+        cap[g] = perSample > 0 ? std::floor(room / perSample) : double(mb);
+      }
+      rate[g] = even ? 1.0 : classes[c].peak * sd.tp;
+    }
+    // Water-fill: proportional shares; a capped group keeps its cap and the
+    // rest is spread over the others.
+    std::vector<double> share(G, 0);
+    std::vector<bool> fixed(G, false);
+    double left = double(mb);
+    for (size_t round = 0; round <= G && left > 1e-9; ++round) {
+      double totalRate = 0;
+      for (size_t g = 0; g < G; ++g)
+        if (!fixed[g])
+          totalRate += rate[g] * sd.groups[g].count;
+      if (totalRate == 0)
+        break;
+      bool capped = false;
+      for (size_t g = 0; g < G; ++g) {
+        if (fixed[g])
+          continue;
+        double s = left * rate[g] / totalRate;
+        if (s > cap[g]) {
+          share[g] = cap[g];
+          fixed[g] = true;
+          capped = true;
+        }
+      }
+      if (!capped) {
+        for (size_t g = 0; g < G; ++g)
+          if (!fixed[g])
+            share[g] = left * rate[g] / totalRate;
+        left = 0;
+        break;
+      }
+      left = double(mb);
+      for (size_t g = 0; g < G; ++g)
+        if (fixed[g])
+          left -= share[g] * sd.groups[g].count;
+    }
+    if (left > 1e-6) {
+      sc.shortfall = std::max(worst, perSample);
+      sc.shortfallClass = worstClass >= 0 ? worstClass : sd.groups[0].cls;
+      return sc;
+    }
+    sc.fits = true;
+    sc.share = share;
+    for (size_t g = 0; g < G; ++g) {
+      if (share[g] <= 0)
+        continue;
+      // Workers of a group get floor or ceil of the share; the slowest has ceil.
+      int64_t samples = int64_t(std::ceil(share[g] - 1e-9));
+      double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd);
+      sc.forward = std::max(sc.forward, f);
+    }
+    sc.backward = training ? 2.0 * sc.forward : 0;
+    return sc;
+  }
+
+  double allReduceTime(const StageDevices &sd, int l, int r) const {
+    int D = sd.workers();
+    if (!training || D <= 1)
+      return 0;
+    double gradBytes = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp *
+                       (elementBytes >= 4 ? 4 : elementBytes);
+    return 2.0 * (D - 1) / D * gradBytes / (sd.ringGBs * 1e9) +
+           2.0 * (D - 1) * sd.ringLatencyUs * 1e-6;
+  }
+
+  double optimizerTime(const StageDevices &sd, int l, int r) const {
+    if (!training)
+      return 0;
+    double slowest = 0;
+    for (const auto &g : sd.groups) {
+      double bw = classes[g.cls].type->memoryBandwidthBytesPerSec() * 0.8;
+      double bytes = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp *
+                     opt.trainingBytesPerParameter * 2;  // read and write
+      slowest = std::max(slowest, bytes / bw);
+    }
+    return slowest;
+  }
+
+  /// Activation transfer from stage a to stage b (one micro-batch).
+  double sendTime(const StageDevices &a, const StageDevices &b, int lastLayer,
+                  int64_t mb, double &bytesOut) {
+    double perSample = model.layers[lastLayer].outputBytesPerSample;
+    int wa = std::max(1, a.workers()), wb = std::max(1, b.workers());
+    // Workers send their shares in parallel; the larger side's per-worker
+    // share bounds the transfer.
+    double samples = std::ceil(double(mb) / std::min(wa, wb));
+    bytesOut = perSample * double(mb);
+    cluster::Link link = cluster.linkBetween(a.groups[0].ranks[0][0],
+                                             b.groups[0].ranks[0][0]);
+    return link.transferSeconds(perSample * samples);
+  }
+
+  //===------------------------------------------------------------------===//
+  // Candidates
+  //===------------------------------------------------------------------===//
+
+  struct Candidate {
+    std::vector<StageDevices> stages;
+    int tp = 1;
+    int microBatches = 1;
+    std::vector<int> cuts;  // last layer of each stage
+    double estimate = kInf;
+    uint64_t order = 0;     // enumeration index: deterministic ties
+  };
+
+  /// Groups a run of ranks (same class, in order) into TP workers within
+  /// nodes; leftover ranks that cannot fill a group stay unused.
+  void addWorkers(StageDevices &sd, int cls, llvm::ArrayRef<int> ranks, int tp) {
+    WorkerGroup group{cls, 0, {}};
+    std::vector<int> current;
+    for (int rank : ranks) {
+      if (!current.empty() &&
+          cluster.devices[current[0]].node != cluster.devices[rank].node)
+        current.clear();
+      current.push_back(rank);
+      if (int(current.size()) == tp) {
+        group.ranks.push_back(current);
+        current.clear();
+      }
+    }
+    group.count = int(group.ranks.size());
+    if (group.count)
+      sd.groups.push_back(std::move(group));
+  }
+
+  void finishStage(StageDevices &sd) {
+    std::vector<int> ring;
+    for (const auto &g : sd.groups)
+      for (const auto &w : g.ranks)
+        ring.push_back(w[0]);
+    sd.ringGBs = ring.size() > 1 ? cluster.ringBandwidth(ring) : kInf;
+    sd.ringLatencyUs = 0;
+    for (size_t i = 0; i + 1 < ring.size(); ++i)
+      sd.ringLatencyUs = std::max(sd.ringLatencyUs,
+                                  cluster.linkBetween(ring[i], ring[i + 1]).latencyUs);
+    sd.tpGBs = kInf;
+    sd.tpLatencyUs = 0;
+    if (sd.tp > 1)
+      for (const auto &g : sd.groups)
+        for (const auto &w : g.ranks) {
+          sd.tpGBs = std::min(sd.tpGBs, cluster.ringBandwidth(w));
+          sd.tpLatencyUs = std::max(sd.tpLatencyUs,
+                                    cluster.linkBetween(w[0], w[1]).latencyUs);
+        }
+  }
+
+  /// Splits `sequence` (ranks, grouped by class in pipeline order) into
+  /// `P` stages of contiguous devices. `byCompute` balances peak FLOP/s
+  /// instead of device counts.
+  std::optional<std::vector<StageDevices>>
+  chunk(const std::vector<std::pair<int, int>> &sequence, int P, int tp, bool byCompute) {
+    int N = int(sequence.size());
+    if (P > N / tp)
+      return std::nullopt;
+    std::vector<int> bounds;  // exclusive end of each stage
+    if (!byCompute) {
+      for (int j = 1; j <= P; ++j)
+        bounds.push_back(int(int64_t(N) * j / P));
+    } else {
+      double total = 0;
+      for (auto [cls, rank] : sequence)
+        total += classes[cls].peak;
+      double acc = 0;
+      int j = 1;
+      for (int i = 0; i < N && j < P; ++i) {
+        acc += classes[sequence[i].first].peak;
+        if (acc >= total * j / P - 1e-9) {
+          bounds.push_back(i + 1);
+          ++j;
+        }
+      }
+      while (int(bounds.size()) < P)
+        bounds.push_back(N);
+      bounds.back() = N;
+    }
+    std::vector<StageDevices> stages;
+    int begin = 0;
+    for (int end : bounds) {
+      StageDevices sd;
+      sd.tp = tp;
+      int i = begin;
+      while (i < end) {
+        int cls = sequence[i].first;
+        std::vector<int> run;
+        while (i < end && sequence[i].first == cls)
+          run.push_back(sequence[i++].second);
+        addWorkers(sd, cls, run, tp);
+      }
+      if (sd.groups.empty())
+        return std::nullopt;
+      finishStage(sd);
+      stages.push_back(std::move(sd));
+      begin = end;
+    }
+    return stages;
+  }
+
+  /// Micro-batches in flight on stage j (stashed activations).
+  int inflight(int j, int P, int M) const {
+    if (!training)
+      return 1;
+    return opt.schedule == Schedule::GPipe ? M : std::min(M, P - j);
+  }
+
+  /// Greedy fill for a bottleneck `tau`: each stage takes as many layers as
+  /// fit in time and memory. Returns the cuts or nothing.
+  bool fill(Candidate &c, double tau, int64_t mb, bool even, std::vector<int> &cuts) {
+    int P = int(c.stages.size());
+    cuts.clear();
+    int l = 0;
+    for (int j = 0; j < P; ++j) {
+      int maxR = L - (P - j);  // leave a layer for every later stage
+      if (j == P - 1)
+        maxR = L - 1;
+      int best = -1;
+      for (int r = l; r <= maxR; ++r) {
+        StageCost sc = evaluateStage(c.stages[j], l, r, mb, inflight(j, P, c.microBatches),
+                                     c.microBatches, even);
+        if (!sc.fits || sc.forward + sc.backward > tau)
+          break;
+        best = r;
+      }
+      if (j == P - 1 && best != L - 1)
+        return false;
+      if (best < l)
+        return false;
+      cuts.push_back(best);
+      l = best + 1;
+    }
+    return true;
+  }
+
+  /// The step-time estimate used to rank candidates (the simulation decides
+  /// among the best): bottleneck stage for every micro-batch, plus filling
+  /// and draining the pipeline, plus the slowest all-reduce and optimizer.
+  double estimate(Candidate &c, bool even) {
+    int P = int(c.stages.size());
+    int64_t mb = (opt.globalBatch + c.microBatches - 1) / c.microBatches;
+    double worst = 0, sum = 0, tail = 0;
+    int l = 0;
+    for (int j = 0; j < P; ++j) {
+      int r = c.cuts[j];
+      StageCost sc = evaluateStage(c.stages[j], l, r, mb, inflight(j, P, c.microBatches),
+                                   c.microBatches, even);
+      if (!sc.fits)
+        return kInf;
+      double t = sc.forward + sc.backward;
+      double bytes;
+      if (j + 1 < P)
+        t += (training ? 2 : 1) * sendTime(c.stages[j], c.stages[j + 1], r, mb, bytes);
+      worst = std::max(worst, t);
+      sum += t;
+      tail = std::max(tail, allReduceTime(c.stages[j], l, r) + optimizerTime(c.stages[j], l, r));
+      l = r + 1;
+    }
+    return (c.microBatches - 1) * worst + sum + tail;
+  }
+
+  /// Finds the cuts of `c` minimising the bottleneck, then nudges each cut
+  /// by one layer while the estimate improves.
+  bool partition(Candidate &c, bool even, bool evenLayers) {
+    int P = int(c.stages.size());
+    if (P > L)
+      return false;
+    int64_t mb = (opt.globalBatch + c.microBatches - 1) / c.microBatches;
+    if (evenLayers) {
+      c.cuts.clear();
+      for (int j = 1; j <= P; ++j)
+        c.cuts.push_back(int(int64_t(L) * j / P) - 1);
+      c.estimate = estimate(c, even);
+      return c.estimate < kInf;
+    }
+    // Bounds for the bottleneck: the whole model on the fastest stage, and
+    // the whole model on the slowest.
+    double hi = 0;
+    for (int j = 0; j < P; ++j) {
+      StageCost sc = evaluateStage(c.stages[j], 0, L - 1, mb, 1, c.microBatches, even);
+      double t = sc.share.empty() ? 0 : sc.forward + sc.backward;
+      hi = std::max(hi, t);
+    }
+    if (hi == 0) {
+      // Nothing fits the whole model; bound by the sum of per-layer worst times.
+      for (int j = 0; j < P; ++j)
+        for (int i = 0; i < L; ++i) {
+          StageCost sc = evaluateStage(c.stages[j], i, i, mb, 1, c.microBatches, even);
+          if (sc.fits)
+            hi += sc.forward + sc.backward;
+        }
+      if (hi == 0)
+        return false;
+    }
+    hi *= 1.0001;
+    std::vector<int> cuts;
+    if (!fill(c, hi, mb, even, cuts))
+      return false;
+    double lo = 0;
+    std::vector<int> bestCuts = cuts;
+    for (int it = 0; it < 30 && hi - lo > 1e-4 * hi; ++it) {
+      double mid = 0.5 * (lo + hi);
+      if (fill(c, mid, mb, even, cuts)) {
+        hi = mid;
+        bestCuts = cuts;
+      } else {
+        lo = mid;
+      }
+    }
+    c.cuts = bestCuts;
+    c.estimate = estimate(c, even);
+    // Local refinement: move one cut by one layer while it helps.
+    for (bool improved = true; improved;) {
+      improved = false;
+      for (int j = 0; j + 1 < P; ++j)
+        for (int delta : {-1, 1}) {
+          int lower = j ? c.cuts[j - 1] + 1 : 0;
+          int moved = c.cuts[j] + delta;
+          if (moved < lower || moved >= c.cuts[j + 1])
+            continue;
+          int saved = c.cuts[j];
+          c.cuts[j] = moved;
+          double e = estimate(c, even);
+          if (e < c.estimate * (1 - 1e-9)) {
+            c.estimate = e;
+            improved = true;
+          } else {
+            c.cuts[j] = saved;
+          }
+        }
+    }
+    return c.estimate < kInf;
+  }
+
+  //===------------------------------------------------------------------===//
+  // Simulation and the final plan
+  //===------------------------------------------------------------------===//
+
+  Plan simulate(const Candidate &c, bool even);
+
+  void noteShortfall(const Candidate &c, bool even) {
+    // The smallest layout that cannot fit: an even layer split with one
+    // sample per worker shows how far memory is from enough.
+    int P = int(c.stages.size());
+    double worst = 0;
+    int worstStage = 0, worstClass = -1;
+    for (int j = 0; j < P; ++j) {
+      int l = int(int64_t(L) * j / P), r = int(int64_t(L) * (j + 1) / P) - 1;
+      if (r < l)
+        continue;
+      StageCost sc = evaluateStage(c.stages[j], l, r, 1, inflight(j, P, c.microBatches),
+                                   c.microBatches, even);
+      if (!sc.fits && sc.shortfall > worst) {
+        worst = sc.shortfall;
+        worstStage = j;
+        worstClass = sc.shortfallClass;
+      }
+    }
+    if (worst > 0 && (best.bytes == 0 || worst < best.bytes)) {
+      best.bytes = worst;
+      best.where = llvm::formatv("stage {0} of {1} on {2} (tensor parallel {3})",
+                                 worstStage, P,
+                                 worstClass >= 0 ? classes[worstClass].type->name
+                                                 : std::string("?"),
+                                 c.tp)
+                       .str();
+    }
+  }
+
+  const cost::ModelCost &model;
+  const cluster::Cluster &cluster;
+  Options opt;
+  int L;
+  bool training = true;
+  int elementBytes = 2;
+  std::vector<DeviceClass> classes;
+  std::vector<std::map<int64_t, std::unique_ptr<Table>>> timing;
+  std::vector<double> paramsPrefix, stashPrefix, kvPrefix, tpBytesPrefix;
+  Shortfall best;
+  uint64_t evaluated = 0;
+};
+
+Plan Search::simulate(const Candidate &c, bool even) {
+  Plan plan;
+  plan.strategy = opt.strategy;
+  plan.schedule = opt.schedule;
+  plan.microBatches = c.microBatches;
+  int P = int(c.stages.size());
+  int M = c.microBatches;
+  int64_t mb = (opt.globalBatch + M - 1) / M;
+
+  // Stage timings and integer shares per worker.
+  int l = 0;
+  plan.stageOfRank.assign(cluster.devices.size(), -1);
+  std::vector<StageCost> costs;
+  for (int j = 0; j < P; ++j) {
+    const StageDevices &sd = c.stages[j];
+    int r = c.cuts[j];
+    StageCost sc = evaluateStage(sd, l, r, mb, inflight(j, P, M), M, even);
+    Stage st;
+    st.firstLayer = l;
+    st.lastLayer = r;
+    st.tensorParallel = sd.tp;
+    st.forwardSeconds = sc.forward;
+    st.backwardSeconds = sc.backward;
+    st.allReduceSeconds = allReduceTime(sd, l, r);
+    st.optimizerSeconds = optimizerTime(sd, l, r);
+    if (j + 1 < P)
+      st.sendSeconds = sendTime(sd, c.stages[j + 1], r, mb, st.sendBytes);
+    // Integer shares: floor of each worker's share, the remainder to the
+    // workers with the largest fractional parts (ties by position).
+    struct Slot { size_t g; int w; double frac; };
+    std::vector<Slot> slots;
+    int64_t assigned = 0;
+    std::vector<std::vector<int64_t>> samples(sd.groups.size());
+    for (size_t g = 0; g < sd.groups.size(); ++g)
+      for (int w = 0; w < sd.groups[g].count; ++w) {
+        double s = sc.share.empty() ? 0 : sc.share[g];
+        int64_t whole = int64_t(std::floor(s + 1e-9));
+        samples[g].push_back(whole);
+        assigned += whole;
+        slots.push_back({g, w, s - double(whole)});
+      }
+    std::stable_sort(slots.begin(), slots.end(),
+                     [](const Slot &a, const Slot &b) { return a.frac > b.frac; });
+    for (size_t i = 0; assigned < mb && i < slots.size(); ++i, ++assigned)
+      ++samples[slots[i].g][slots[i].w];
+    int64_t offset = 0;
+    for (size_t g = 0; g < sd.groups.size(); ++g)
+      for (int w = 0; w < sd.groups[g].count; ++w) {
+        if (samples[g][w] == 0)
+          continue;  // a worker with nothing to do stays out of the plan
+        Worker worker{sd.groups[g].ranks[w], samples[g][w], offset};
+        offset += samples[g][w];
+        for (int rank : worker.ranks)
+          plan.stageOfRank[rank] = j;
+        st.workers.push_back(std::move(worker));
+      }
+    plan.stages.push_back(std::move(st));
+    costs.push_back(sc);
+    l = r + 1;
+  }
+
+  // Event simulation of one step. Transfers delay the dependent compute but
+  // do not occupy the sender.
+  std::vector<std::vector<std::pair<Event::Kind, int>>> program(P);
+  for (int j = 0; j < P; ++j) {
+    auto &prog = program[j];
+    if (!training) {
+      for (int m = 0; m < M; ++m)
+        prog.push_back({Event::Forward, m});
+      continue;
+    }
+    if (opt.schedule == Schedule::GPipe) {
+      for (int m = 0; m < M; ++m) prog.push_back({Event::Forward, m});
+      for (int m = 0; m < M; ++m) prog.push_back({Event::Backward, m});
+      continue;
+    }
+    int warm = std::min(P - 1 - j, M);
+    for (int m = 0; m < warm; ++m)
+      prog.push_back({Event::Forward, m});
+    for (int m = 0; m + warm < M; ++m) {
+      prog.push_back({Event::Forward, m + warm});
+      prog.push_back({Event::Backward, m});
+    }
+    for (int m = M - warm; m < M; ++m)
+      prog.push_back({Event::Backward, m});
+  }
+  std::vector<std::vector<double>> fEnd(P, std::vector<double>(M, -1)),
+      bEnd(P, std::vector<double>(M, -1));
+  std::vector<size_t> next(P, 0);
+  std::vector<double> free(P, 0);
+  std::vector<double> busy(P, 0);
+  std::vector<int> stashed(P, 0), peakStash(P, 0);
+  size_t remaining = 0;
+  for (auto &p : program)
+    remaining += p.size();
+  while (remaining) {
+    bool progressed = false;
+    for (int j = 0; j < P; ++j) {
+      while (next[j] < program[j].size()) {
+        auto [kind, m] = program[j][next[j]];
+        double ready = 0;
+        if (kind == Event::Forward) {
+          if (j > 0) {
+            if (fEnd[j - 1][m] < 0) break;
+            ready = fEnd[j - 1][m] + plan.stages[j - 1].sendSeconds;
+          }
+        } else {
+          if (fEnd[j][m] < 0) break;
+          ready = fEnd[j][m];
+          if (j + 1 < P) {
+            if (bEnd[j + 1][m] < 0) break;
+            ready = std::max(ready, bEnd[j + 1][m] + plan.stages[j].sendSeconds);
+          }
+        }
+        double start = std::max(free[j], ready);
+        double dur = kind == Event::Forward ? plan.stages[j].forwardSeconds
+                                            : plan.stages[j].backwardSeconds;
+        double end = start + dur;
+        free[j] = end;
+        busy[j] += dur;
+        (kind == Event::Forward ? fEnd : bEnd)[j][m] = end;
+        plan.timeline.push_back({kind, j, m, start, end});
+        if (kind == Event::Forward && j + 1 < P)
+          plan.timeline.push_back({Event::SendActivation, j, m, end,
+                                   end + plan.stages[j].sendSeconds});
+        if (kind == Event::Backward && j > 0)
+          plan.timeline.push_back({Event::SendGradient, j, m, end,
+                                   end + plan.stages[j - 1].sendSeconds});
+        if (training) {
+          stashed[j] += kind == Event::Forward ? 1 : -1;
+          peakStash[j] = std::max(peakStash[j], stashed[j]);
+        }
+        ++next[j];
+        --remaining;
+        progressed = true;
+      }
+    }
+    if (!progressed)
+      break;  // cannot happen for these schedules; guards against a hang
+  }
+  double computeEnd = 0;
+  for (int j = 0; j < P; ++j)
+    computeEnd = std::max(computeEnd, free[j]);
+  double step = computeEnd;
+  for (int j = 0; j < P; ++j) {
+    if (!training)
+      continue;
+    const Stage &st = plan.stages[j];
+    double t = free[j];
+    if (st.allReduceSeconds > 0) {
+      plan.timeline.push_back({Event::AllReduce, j, -1, t, t + st.allReduceSeconds});
+      t += st.allReduceSeconds;
+    }
+    plan.timeline.push_back({Event::Optimizer, j, -1, t, t + st.optimizerSeconds});
+    t += st.optimizerSeconds;
+    step = std::max(step, t);
+  }
+  plan.stepSeconds = step;
+  plan.samplesPerSecond = double(opt.globalBatch) / step;
+  double busiest = *std::max_element(busy.begin(), busy.end());
+  plan.bubbleFraction = computeEnd > 0 ? 1.0 - busiest / computeEnd : 0;
+  plan.modelFlopsPerStep = (training ? 3.0 : 1.0) * model.forwardFlopsPerSample() *
+                           double(opt.globalBatch);
+  double peak = cluster.totalPeakFlops(opt.dtype);
+  plan.modelFlopsUtilization = peak > 0 ? plan.modelFlopsPerStep / (step * peak) : 0;
+
+  // Memory per rank from the simulated stash depth.
+  plan.memory.resize(cluster.devices.size());
+  for (const auto &d : cluster.devices) {
+    RankMemory &mem = plan.memory[d.rank];
+    mem.capacity = double(d.type->memoryBytes());
+    mem.workspace = mem.capacity * opt.reservedMemoryFraction;
+  }
+  for (int j = 0; j < P; ++j) {
+    const Stage &st = plan.stages[j];
+    double params = (paramsPrefix[st.lastLayer + 1] - paramsPrefix[st.firstLayer]) /
+                    st.tensorParallel;
+    int depth = training ? std::max(1, peakStash[j]) : 1;
+    double perSample = perSampleBytes(st.firstLayer, st.lastLayer, st.tensorParallel,
+                                      depth, M);
+    for (const Worker &w : st.workers)
+      for (int rank : w.ranks) {
+        RankMemory &mem = plan.memory[rank];
+        if (training) {
+          double weightBytes = elementBytes;
+          mem.parameters = params * weightBytes;
+          mem.gradients = params * weightBytes;
+          mem.optimizerState = params * std::max(0.0, opt.trainingBytesPerParameter -
+                                                           2 * weightBytes);
+          mem.activations = perSample * double(w.samples);
+        } else {
+          mem.parameters = params * elementBytes;
+          double kv = (kvPrefix[st.lastLayer + 1] - kvPrefix[st.firstLayer]) /
+                      st.tensorParallel;
+          mem.kvCache = kv * M * double(w.samples);
+          mem.activations = (perSample - kv * M) * double(w.samples);
+        }
+      }
+  }
+  return plan;
+}
+
+llvm::Expected<Plan> Search::run() {
+  auto startClock = std::chrono::steady_clock::now();
+  if (L == 0)
+    return llvm::createStringError("the model has no layers to place");
+  if (classes.empty())
+    return llvm::createStringError("the cluster has no devices");
+
+  // Device-type orders and subsets to try.
+  int K = int(classes.size());
+  std::vector<std::vector<int>> orders;
+  auto addPermutations = [&](std::vector<int> subset) {
+    std::sort(subset.begin(), subset.end());
+    if (subset.size() <= 5) {
+      do orders.push_back(subset);
+      while (std::next_permutation(subset.begin(), subset.end()));
+    } else {
+      std::sort(subset.begin(), subset.end(), [&](int a, int b) {
+        return classes[a].peak > classes[b].peak ||
+               (classes[a].peak == classes[b].peak && a < b);
+      });
+      orders.push_back(subset);
+      std::reverse(subset.begin(), subset.end());
+      orders.push_back(subset);
+    }
+  };
+  switch (opt.strategy) {
+  case Strategy::Hetplan:
+    for (int mask = 1; mask < (1 << std::min(K, 10)); ++mask) {
+      std::vector<int> subset;
+      for (int c = 0; c < K; ++c)
+        if (mask & (1 << c))
+          subset.push_back(c);
+      addPermutations(subset);
+    }
+    break;
+  case Strategy::Homogeneous:
+    for (int c = 0; c < K; ++c)
+      orders.push_back({c});
+    break;
+  case Strategy::Pinned:
+  case Strategy::DataParallel:
+  case Strategy::EvenPipeline: {
+    std::vector<int> all(K);
+    std::iota(all.begin(), all.end(), 0);
+    if (opt.strategy == Strategy::Pinned)
+      addPermutations(all);
+    else
+      orders.push_back(all);  // rank order of classes as in the cluster
+    break;
+  }
+  }
+
+  bool even = opt.strategy == Strategy::DataParallel ||
+              opt.strategy == Strategy::EvenPipeline;
+  bool evenLayers = opt.strategy == Strategy::EvenPipeline;
+  bool hasTP = llvm::any_of(model.layers, [](const cost::LayerCost &l) {
+    return l.tensorParallelFraction > 0;
+  });
+
+  std::vector<Candidate> kept;  // best few by estimate
+  const size_t keep = 8;
+  uint64_t order = 0;
+  size_t totalOrders = orders.size();
+  auto lastProgress = std::chrono::steady_clock::now();
+  for (size_t oi = 0; oi < orders.size(); ++oi) {
+    const auto &classOrder = orders[oi];
+    if (opt.progress) {
+      auto now = std::chrono::steady_clock::now();
+      if (now - lastProgress > std::chrono::milliseconds(500)) {
+        opt.progress(double(oi) / totalOrders);
+        lastProgress = now;
+      }
+    }
+    std::vector<std::pair<int, int>> sequence;
+    for (int c : classOrder)
+      for (int rank : classes[c].ranks)
+        sequence.push_back({c, rank});
+    int N = int(sequence.size());
+
+    std::vector<int> tps{1};
+    if (opt.strategy == Strategy::Pinned && opt.pin.tp)
+      tps = {opt.pin.tp};
+    else if (hasTP && !even)
+      for (int t = 2; t <= opt.maxTensorParallel; t *= 2)
+        tps.push_back(t);
+
+    std::vector<int> Ps;
+    if (opt.strategy == Strategy::DataParallel) {
+      Ps = {1};
+    } else if (opt.strategy == Strategy::EvenPipeline) {
+      Ps = {std::min(N, L)};
+    } else if (opt.strategy == Strategy::Pinned && opt.pin.pp) {
+      Ps = {opt.pin.pp};
+    } else {
+      int maxP = std::min({L, N, opt.maxPipelineStages});
+      for (int p = 1; p <= maxP; ++p)
+        if (p <= 8 || (p & (p - 1)) == 0 || N % p == 0)
+          Ps.push_back(p);
+    }
+
+    for (int tp : tps)
+      for (int P : Ps)
+        for (bool byCompute : {false, true}) {
+          if (byCompute && (even || classOrder.size() == 1))
+            continue;
+          std::vector<std::pair<int, int>> seq = sequence;
+          if (opt.strategy == Strategy::Pinned && opt.pin.dp) {
+            int want = opt.pin.dp * tp * P;
+            if (want > N)
+              continue;
+            seq.resize(want);
+          }
+          auto stages = chunk(seq, P, tp, byCompute);
+          if (!stages)
+            continue;
+          if (opt.strategy == Strategy::Pinned && opt.pin.dp &&
+              llvm::any_of(*stages, [&](const StageDevices &s) {
+                return s.workers() != opt.pin.dp;
+              }))
+            continue;
+          // Micro-batch counts divide the batch, so every micro-batch has
+          // the same size: powers of two, and small multiples of the depth.
+          std::vector<int> Ms;
+          auto divides = [&](int64_t m) { return m >= 1 && opt.globalBatch % m == 0; };
+          if (opt.strategy == Strategy::Pinned && opt.pin.mb) {
+            Ms = {opt.pin.mb};
+          } else {
+            for (int64_t m = 1; m <= opt.globalBatch; m *= 2)
+              if (divides(m))
+                Ms.push_back(int(m));
+            for (int k : {1, 2, 3, 4, 6, 8})
+              if (divides(int64_t(P) * k))
+                Ms.push_back(P * k);
+            if (Ms.size() < 4 && opt.globalBatch <= 4096)
+              for (int64_t m = 1; m <= opt.globalBatch; ++m)
+                if (divides(m))
+                  Ms.push_back(int(m));
+          }
+          std::sort(Ms.begin(), Ms.end());
+          Ms.erase(std::unique(Ms.begin(), Ms.end()), Ms.end());
+          for (int M : Ms) {
+            if (M > opt.globalBatch || opt.globalBatch % M)
+              continue;
+            Candidate c;
+            c.stages = *stages;
+            c.tp = tp;
+            c.microBatches = M;
+            c.order = order++;
+            ++evaluated;
+            if (!partition(c, even, evenLayers)) {
+              noteShortfall(c, even);
+              continue;
+            }
+            kept.push_back(std::move(c));
+            std::stable_sort(kept.begin(), kept.end(), [](const Candidate &a, const Candidate &b) {
+              return a.estimate < b.estimate ||
+                     (a.estimate == b.estimate && a.order < b.order);
+            });
+            if (kept.size() > keep)
+              kept.pop_back();
+          }
+        }
+  }
+  if (opt.progress)
+    opt.progress(1.0);
+
+  if (kept.empty()) {
+    std::string msg = "no layout fits in memory";
+    if (best.bytes > 0) {
+      msg += llvm::formatv(": the closest needs {0:F2} GiB more on {1}", best.bytes / (1 << 30),
+                           best.where)
+                 .str();
+    }
+    msg += ". What would fix it: devices with more memory, more devices, "
+           "--dtype fp16 or bf16, a smaller --batch";
+    if (training)
+      msg += ", inference instead of training (no gradients or optimizer state)";
+    return llvm::createStringError(msg);
+  }
+
+  Plan bestPlan;
+  bool first = true;
+  for (const Candidate &c : kept) {
+    Plan p = simulate(c, even);
+    if (first || p.stepSeconds < bestPlan.stepSeconds * (1 - 1e-12)) {
+      bestPlan = std::move(p);
+      first = false;
+    }
+  }
+  bestPlan.plansEvaluated = evaluated;
+  bestPlan.searchSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - startClock).count();
+  return bestPlan;
+}
+
+llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
+  if (layout.stageWorkers.size() != layout.lastLayer.size() || layout.stageWorkers.empty())
+    return llvm::createStringError("a layout needs one last layer per stage");
+  std::map<int, int> classOf;
+  for (size_t c = 0; c < classes.size(); ++c)
+    for (int r : classes[c].ranks)
+      classOf[r] = int(c);
+  Candidate cand;
+  cand.tp = layout.tensorParallel;
+  cand.microBatches = layout.microBatches;
+  cand.cuts = layout.lastLayer;
+  for (const auto &workers : layout.stageWorkers) {
+    StageDevices sd;
+    sd.tp = layout.tensorParallel;
+    for (const auto &w : workers) {
+      if (int(w.size()) != sd.tp)
+        return llvm::createStringError("a worker must have tensorParallel ranks");
+      int c = classOf.at(w[0]);
+      if (sd.groups.empty() || sd.groups.back().cls != c)
+        sd.groups.push_back({c, 0, {}});
+      sd.groups.back().ranks.push_back(w);
+      ++sd.groups.back().count;
+    }
+    finishStage(sd);
+    cand.stages.push_back(std::move(sd));
+  }
+  bool even = opt.strategy == Strategy::DataParallel ||
+              opt.strategy == Strategy::EvenPipeline;
+  cand.estimate = estimate(cand, even);
+  if (cand.estimate == kInf)
+    return llvm::createStringError("the layout does not fit in memory");
+  Plan p = simulate(cand, even);
+  p.plansEvaluated = 1;
+  return p;
+}
+
+} // namespace
+
+llvm::Expected<Plan> evaluateLayout(const cost::ModelCost &model,
+                                    const cluster::Cluster &cluster,
+                                    const Options &options, const Layout &layout) {
+  if (options.globalBatch % std::max(1, layout.microBatches))
+    return llvm::createStringError("micro-batches must divide the batch");
+  Search search(model, cluster, options);
+  return search.evaluate(layout);
+}
+
+llvm::Expected<Plan> makePlan(const cost::ModelCost &model,
+                              const cluster::Cluster &cluster,
+                              const Options &options) {
+  if (options.globalBatch <= 0)
+    return llvm::createStringError("the batch must be at least 1");
+  if (options.strategy == Strategy::Pinned) {
+    const Pin &pin = options.pin;
+    if (pin.mb && options.globalBatch % pin.mb)
+      return llvm::createStringError(
+          llvm::formatv("--pin mb={0} does not divide the batch of {1}", pin.mb,
+                        options.globalBatch));
+    if (pin.pp > int(model.layers.size()))
+      return llvm::createStringError(
+          llvm::formatv("--pin pp={0} asks for more stages than the model's {1} layers",
+                        pin.pp, model.layers.size()));
+    int64_t need = int64_t(std::max(pin.pp, 1)) * std::max(pin.dp, 1) * std::max(pin.tp, 1);
+    if (need > int64_t(cluster.devices.size()))
+      return llvm::createStringError(
+          llvm::formatv("--pin needs {0} devices (pp x dp x tp) but the cluster has {1}",
+                        need, cluster.devices.size()));
+  }
+  Search search(model, cluster, options);
+  return search.run();
+}
+
+} // namespace hetplan::planner

@@ -1,0 +1,154 @@
+//===- Planner.h - split layers and batches across a mixed cluster -*- C++ -*-===//
+//
+// The planner works on the costed layer list of a model (cost::ModelCost) and
+// a cluster. A plan is a pipeline of stages; each stage owns a contiguous
+// range of layers and a set of data-parallel workers (a worker is
+// `tensorParallel` devices of one type in one node) that split every
+// micro-batch unevenly, in proportion to their speed and capped by their
+// memory. The search (docs/planner.md) enumerates pipeline depth, the order
+// of device types along the pipeline, tensor-parallel degree and micro-batch
+// count; for each it finds the layer split that minimises the slowest stage
+// (binary search on the bottleneck with a greedy fill), prices gradient
+// all-reduce and activation transfers on the real links, and finally
+// simulates the GPipe/1F1B schedule of the best candidates to predict step
+// time, bubble and peak memory. Same inputs give the same plan.
+//
+//===----------------------------------------------------------------------===//
+#ifndef HETPLAN_PASSES_PLANNER_PLANNER_H
+#define HETPLAN_PASSES_PLANNER_PLANNER_H
+
+#include "passes/cluster/Cluster.h"
+#include "passes/cost/CostModel.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hetplan::planner {
+
+enum class Schedule { OneFOneB, GPipe };
+enum class Strategy {
+  Hetplan,      // the full search
+  DataParallel, // one stage, every device a worker, even batch split
+  EvenPipeline, // one device per stage (or as many as layers allow), layers split evenly by count, even batch split
+  Homogeneous,  // the search over the best single device type only
+  Pinned,       // a layout the user gives (pp, dp, mb, tp)
+};
+const char *strategyName(Strategy s);
+const char *scheduleName(Schedule s);
+
+/// A layout to evaluate as given: `pp` stages of `dp` workers of `tp`
+/// devices, `mb` micro-batches. 0 means "search this one".
+struct Pin {
+  int pp = 0, dp = 0, mb = 0, tp = 0;
+};
+/// Parses "pp=4,dp=4,mb=8[,tp=2]".
+llvm::Expected<Pin> parsePin(llvm::StringRef text);
+
+struct Options {
+  cost::Mode mode = cost::Mode::Train;
+  int64_t globalBatch = 1;       // samples per step
+  cost::DType dtype = cost::DType::FP16;
+  Schedule schedule = Schedule::OneFOneB;
+  Strategy strategy = Strategy::Hetplan;
+  Pin pin;
+  /// Bytes per parameter kept for training (params + grads + optimizer
+  /// state); 16 for Adam with mixed precision (ZeRO paper, section 3).
+  double trainingBytesPerParameter = 16;
+  /// Share of each device's memory kept free for the framework, workspace
+  /// and fragmentation.
+  double reservedMemoryFraction = 0.08;
+  int maxPipelineStages = 64;
+  int maxTensorParallel = 8;
+  /// Called now and then with the share of the search done (0..1).
+  std::function<void(double)> progress;
+};
+
+struct Worker {
+  std::vector<int> ranks;    // tensorParallel ranks, one device type, one node
+  int64_t samples = 0;       // per micro-batch
+  int64_t sampleOffset = 0;
+};
+
+struct RankMemory {
+  double capacity = 0, parameters = 0, gradients = 0, optimizerState = 0,
+         activations = 0, kvCache = 0, workspace = 0;
+  double peak() const {
+    return parameters + gradients + optimizerState + activations + kvCache + workspace;
+  }
+};
+
+struct Stage {
+  int firstLayer = 0, lastLayer = 0;  // inclusive
+  int tensorParallel = 1;
+  std::vector<Worker> workers;
+  double forwardSeconds = 0;    // one micro-batch, slowest worker
+  double backwardSeconds = 0;
+  double allReduceSeconds = 0;  // gradients, once per step
+  double optimizerSeconds = 0;
+  double sendSeconds = 0;       // activations to the next stage, one micro-batch
+  double sendBytes = 0;
+};
+
+/// One box of the simulated schedule.
+struct Event {
+  enum Kind { Forward, Backward, SendActivation, SendGradient, AllReduce, Optimizer };
+  Kind kind;
+  int stage;
+  int microBatch;  // -1 for all-reduce and optimizer
+  double start, end;
+};
+
+struct Plan {
+  Strategy strategy = Strategy::Hetplan;
+  Schedule schedule = Schedule::OneFOneB;
+  int microBatches = 1;
+  std::vector<Stage> stages;
+  std::vector<RankMemory> memory;  // by rank; capacity only for unused ranks
+  std::vector<int> stageOfRank;    // -1 when a rank is unused
+  std::vector<Event> timeline;
+  double stepSeconds = 0;
+  double samplesPerSecond = 0;
+  double bubbleFraction = 0;
+  double modelFlopsPerStep = 0;
+  double modelFlopsUtilization = 0;
+  uint64_t plansEvaluated = 0;
+  double searchSeconds = 0;
+};
+
+/// Why nothing fits, and what would fix it.
+struct Shortfall {
+  double bytes = 0;           // the smallest shortfall over all candidates
+  std::string where;          // "stage 2 on T4 (rank 7)"
+  std::vector<std::string> fixes;
+};
+
+/// An explicit layout: for each stage its workers (each a list of `tp` ranks
+/// of one device type in one node) and its last layer; `microBatches`.
+struct Layout {
+  std::vector<std::vector<std::vector<int>>> stageWorkers;
+  std::vector<int> lastLayer;
+  int tensorParallel = 1;
+  int microBatches = 1;
+};
+
+/// Prices and simulates one layout exactly as the search does its
+/// candidates (speed-proportional batch split, memory caps); an error when
+/// it does not fit. Used by benchmarks that enumerate layouts.
+llvm::Expected<Plan> evaluateLayout(const cost::ModelCost &model,
+                                    const cluster::Cluster &cluster,
+                                    const Options &options, const Layout &layout);
+
+/// Finds the best plan, or an error; when no layout fits memory the error
+/// text names the smallest shortfall and what would fix it.
+llvm::Expected<Plan> makePlan(const cost::ModelCost &model,
+                              const cluster::Cluster &cluster,
+                              const Options &options);
+
+} // namespace hetplan::planner
+
+#endif

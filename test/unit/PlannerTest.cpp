@@ -1,0 +1,182 @@
+//===- PlannerTest.cpp - the planner on synthetic models ------------------===//
+
+#include "passes/planner/Planner.h"
+
+#include "llvm/Support/Error.h"
+
+#include <gtest/gtest.h>
+
+using namespace hetplan;
+using namespace hetplan::planner;
+
+namespace {
+
+/// `layers` identical transformer-like layers: one big MatMul each.
+cost::ModelCost uniformModel(int layers, double flopsPerSample, int64_t params,
+                             double activationBytes) {
+  cost::ModelCost m;
+  m.graphName = "synthetic";
+  for (int i = 0; i < layers; ++i) {
+    cost::LayerCost l;
+    l.name = "layer" + std::to_string(i);
+    l.firstNode = i;
+    l.lastNode = i;
+    cost::OpCost op;
+    op.name = l.name + ".matmul";
+    op.opType = "MatMul";
+    op.flopsPerSample = flopsPerSample;
+    op.bytesPerSample = activationBytes;
+    op.weightBytes = double(params) * 2;
+    op.matrixEngine = true;
+    l.ops.push_back(op);
+    l.parameters = params;
+    l.parameterBytes = double(params) * 2;
+    l.stashBytesPerSample = activationBytes;
+    l.outputBytesPerSample = activationBytes / 4;
+    m.layers.push_back(l);
+    m.nodeNames.push_back(l.name);
+    m.parameters += params;
+  }
+  return m;
+}
+
+cluster::Cluster clusterOf(llvm::StringRef spec) {
+  auto c = cluster::Cluster::fromSpec(spec, cluster::DeviceCatalog::builtin());
+  EXPECT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  return std::move(*c);
+}
+
+Plan planOrDie(const cost::ModelCost &m, const cluster::Cluster &c, Options o) {
+  auto p = makePlan(m, c, o);
+  if (!p) {
+    ADD_FAILURE() << llvm::toString(p.takeError());
+    return {};
+  }
+  return std::move(*p);
+}
+
+} // namespace
+
+TEST(Planner, SameInputsSamePlan) {
+  auto model = uniformModel(12, 2e12, 50'000'000, 8e6);
+  auto cluster = clusterOf("2xA100-80G,4xT4");
+  Options o;
+  o.globalBatch = 32;
+  Plan a = planOrDie(model, cluster, o), b = planOrDie(model, cluster, o);
+  ASSERT_EQ(a.stages.size(), b.stages.size());
+  EXPECT_EQ(a.stepSeconds, b.stepSeconds);
+  EXPECT_EQ(a.microBatches, b.microBatches);
+  for (size_t j = 0; j < a.stages.size(); ++j) {
+    EXPECT_EQ(a.stages[j].lastLayer, b.stages[j].lastLayer);
+    ASSERT_EQ(a.stages[j].workers.size(), b.stages[j].workers.size());
+    for (size_t w = 0; w < a.stages[j].workers.size(); ++w)
+      EXPECT_EQ(a.stages[j].workers[w].samples, b.stages[j].workers[w].samples);
+  }
+}
+
+TEST(Planner, FasterDevicesGetMoreSamples) {
+  // One stage (pinned) over an A100 and a T4: the batch is split by speed.
+  auto model = uniformModel(4, 1e12, 10'000'000, 1e6);
+  auto cluster = clusterOf("A100-80G,T4");
+  Options o;
+  o.globalBatch = 64;
+  o.strategy = Strategy::Pinned;
+  o.pin = {1, 2, 1, 1};
+  Plan p = planOrDie(model, cluster, o);
+  ASSERT_EQ(p.stages.size(), 1u);
+  ASSERT_EQ(p.stages[0].workers.size(), 2u);
+  int64_t a100 = 0, t4 = 0;
+  for (const Worker &w : p.stages[0].workers)
+    (cluster.devices[w.ranks[0]].type->name == "T4" ? t4 : a100) = w.samples;
+  EXPECT_EQ(a100 + t4, 64);
+  EXPECT_GT(a100, 4 * t4) << "A100 fp16 is ~4.8x a T4's peak";
+}
+
+TEST(Planner, BeatsEvenBaselinesOnAMixedCluster) {
+  auto model = uniformModel(24, 4e12, 80'000'000, 16e6);
+  auto cluster = clusterOf("4xA100-80G,12xT4");
+  Options o;
+  o.globalBatch = 96;
+  Plan het = planOrDie(model, cluster, o);
+  for (Strategy s : {Strategy::DataParallel, Strategy::EvenPipeline, Strategy::Homogeneous}) {
+    Options b = o;
+    b.strategy = s;
+    auto base = makePlan(model, cluster, b);
+    if (!base) {
+      llvm::consumeError(base.takeError());  // a baseline may not fit at all
+      continue;
+    }
+    EXPECT_LE(het.stepSeconds, base->stepSeconds * 1.0001) << strategyName(s);
+  }
+}
+
+TEST(Planner, OneFOneBScheduleMatchesTheClosedForm) {
+  // Equal stages on identical devices, no transfers to speak of: the
+  // simulated compute time is (M + P - 1) * (forward + backward) plus the
+  // transfers on the critical path.
+  auto model = uniformModel(4, 1e12, 1'000'000, 1e3);
+  auto cluster = clusterOf("4xA100-80G");
+  Options o;
+  o.globalBatch = 8;
+  o.strategy = Strategy::Pinned;
+  o.pin = {4, 1, 8, 1};
+  Plan p = planOrDie(model, cluster, o);
+  ASSERT_EQ(p.stages.size(), 4u);
+  double fb = p.stages[0].forwardSeconds + p.stages[0].backwardSeconds;
+  double lastCompute = 0;
+  for (const Event &e : p.timeline)
+    if (e.kind == Event::Forward || e.kind == Event::Backward)
+      lastCompute = std::max(lastCompute, e.end);
+  double sends = 0;
+  for (const Stage &s : p.stages)
+    sends += 2 * s.sendSeconds;
+  // Transfers (microseconds here) lengthen the critical path a little.
+  EXPECT_GE(lastCompute, (8 + 4 - 1) * fb);
+  EXPECT_LE(lastCompute, (8 + 4 - 1) * fb + 2 * sends + 1e-9);
+  EXPECT_NEAR(p.bubbleFraction, 3.0 / 11.0, 0.02);
+}
+
+TEST(Planner, TooBigModelNamesTheShortfall) {
+  // 40 B parameters x 16 bytes = 640 GB of training state on 2 x 16 GB.
+  auto model = uniformModel(8, 1e12, 5'000'000'000, 1e6);
+  auto cluster = clusterOf("2xT4");
+  Options o;
+  o.globalBatch = 8;
+  auto p = makePlan(model, cluster, o);
+  ASSERT_FALSE(bool(p));
+  std::string msg = llvm::toString(p.takeError());
+  EXPECT_NE(msg.find("no layout fits in memory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("GiB more on"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("What would fix it"), std::string::npos) << msg;
+}
+
+TEST(Planner, PinErrorsSayWhatIsWrong) {
+  auto model = uniformModel(4, 1e12, 1'000'000, 1e3);
+  auto cluster = clusterOf("2xA100-80G");
+  Options o;
+  o.globalBatch = 8;
+  o.strategy = Strategy::Pinned;
+  o.pin = {2, 2, 4, 1};
+  auto p = makePlan(model, cluster, o);
+  ASSERT_FALSE(bool(p));
+  EXPECT_NE(llvm::toString(p.takeError()).find("needs 4 devices"), std::string::npos);
+  o.pin = {2, 1, 3, 1};
+  p = makePlan(model, cluster, o);
+  ASSERT_FALSE(bool(p));
+  EXPECT_NE(llvm::toString(p.takeError()).find("mb=3 does not divide the batch of 8"),
+            std::string::npos);
+  auto pin = parsePin("pp=4,dq=2");
+  ASSERT_FALSE(bool(pin));
+  EXPECT_NE(llvm::toString(pin.takeError()).find("unknown key 'dq'"), std::string::npos);
+}
+
+TEST(Planner, MemoryFitsEveryUsedDevice) {
+  auto model = uniformModel(16, 2e12, 200'000'000, 64e6);
+  auto cluster = clusterOf("2xA100-40G,4xV100-16G");
+  Options o;
+  o.globalBatch = 64;
+  Plan p = planOrDie(model, cluster, o);
+  for (size_t r = 0; r < p.memory.size(); ++r)
+    if (p.stageOfRank[r] >= 0)
+      EXPECT_LE(p.memory[r].peak(), p.memory[r].capacity) << "rank " << r;
+}

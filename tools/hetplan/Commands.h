@@ -1,0 +1,22 @@
+//===- Commands.h - hetplan subcommands in their own files ------*- C++ -*-===//
+#ifndef HETPLAN_TOOLS_HETPLAN_COMMANDS_H
+#define HETPLAN_TOOLS_HETPLAN_COMMANDS_H
+
+#include "llvm/Support/CommandLine.h"
+
+namespace hetplan::tools {
+
+extern llvm::cl::SubCommand compileCmd;
+extern llvm::cl::SubCommand explainCmd;
+
+/// `hetplan compile`: model + cluster -> plan file and a summary.
+int runCompile();
+/// `hetplan explain`: a plan file for people (and an SVG timeline).
+int runExplain();
+
+/// Prints "hetplan: error: MESSAGE" and returns 1.
+int fail(const llvm::Twine &message);
+
+} // namespace hetplan::tools
+
+#endif

@@ -1,0 +1,442 @@
+//===- Compile.cpp - hetplan compile and hetplan explain ------------------===//
+//
+//   hetplan compile MODEL --cluster SPEC|FILE --mode train|infer --batch N
+//                   [--seq L] [--shape NAME=DIMS]... [--dtype fp16]
+//                   [--strategy hetplan|dp-even|pp-even|homogeneous]
+//                   [--pin pp=4,dp=4,mb=8] [--schedule 1f1b|gpipe]
+//                   [--json] -o PLAN
+//   hetplan explain PLAN [--timeline OUT.svg]
+//
+//===----------------------------------------------------------------------===//
+
+#include "tools/hetplan/Commands.h"
+
+#include "dialects/het/IR/HetOps.h"
+#include "dialects/het/import/OnnxImporter.h"
+#include "hetplan/runtime/Explain.h"
+#include "hetplan/runtime/PlanFile.h"
+#include "passes/Passes.h"
+#include "passes/cluster/Cluster.h"
+#include "passes/cost/ExtractModelCost.h"
+#include "passes/planner/PlanExport.h"
+#include "passes/planner/Planner.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <sstream>
+
+namespace cl = llvm::cl;
+using namespace mlir;
+
+namespace hetplan::tools {
+
+cl::SubCommand compileCmd("compile",
+                          "Plan a model on a cluster and write the plan file");
+cl::SubCommand explainCmd("explain", "Describe a plan file for people");
+
+namespace {
+
+cl::opt<std::string> model(cl::Positional, cl::Required,
+                           cl::desc("<model.onnx|.onnxtext|.mlir>"), cl::sub(compileCmd));
+cl::opt<std::string> clusterArg("cluster", cl::Required,
+                                cl::desc("Cluster: inline (4xA100-80G,12xT4) or a YAML/JSON file"),
+                                cl::value_desc("SPEC|FILE"), cl::sub(compileCmd));
+cl::opt<std::string> modeArg("mode", cl::desc("train (forward, backward, Adam) or infer"),
+                             cl::init("train"), cl::value_desc("train|infer"),
+                             cl::sub(compileCmd));
+cl::opt<int64_t> batchArg("batch", cl::Required,
+                          cl::desc("Samples per step (the global batch)"),
+                          cl::sub(compileCmd));
+cl::opt<int64_t> seqArg("seq", cl::desc("Sequence length, for models with a sequence dim"),
+                        cl::init(0), cl::sub(compileCmd));
+cl::list<std::string> shapeArgs("shape",
+                                cl::desc("Bind an input's whole shape, NAME=D0xD1x... "
+                                         "(the leading dim is the per-sample batch of 1)"),
+                                cl::value_desc("NAME=DIMS"), cl::sub(compileCmd));
+cl::opt<std::string> dtypeArg("dtype", cl::desc("Numeric format: fp32, tf32, fp16, bf16"),
+                              cl::init("fp16"), cl::sub(compileCmd));
+cl::opt<std::string> strategyArg(
+    "strategy",
+    cl::desc("hetplan (search), dp-even, pp-even or homogeneous (baselines)"),
+    cl::init("hetplan"), cl::sub(compileCmd));
+cl::opt<std::string> pinArg("pin", cl::desc("Evaluate this layout: pp=4,dp=4,mb=8[,tp=2]"),
+                            cl::sub(compileCmd));
+cl::opt<std::string> scheduleArg("schedule", cl::desc("1f1b or gpipe"), cl::init("1f1b"),
+                                 cl::sub(compileCmd));
+cl::opt<bool> jsonArg("json", cl::desc("Print the summary as JSON"), cl::sub(compileCmd));
+cl::opt<bool> missingWeights("allow-missing-weights",
+                             cl::desc("Plan from shapes: external-data files may be absent"),
+                             cl::sub(compileCmd));
+cl::opt<std::string> outputArg("o", cl::desc("Plan file to write"), cl::value_desc("PLAN"),
+                               cl::sub(compileCmd));
+cl::opt<bool> quietArg("quiet", cl::desc("No progress messages"), cl::sub(compileCmd));
+
+cl::opt<std::string> planArg(cl::Positional, cl::Required, cl::desc("<plan file>"),
+                             cl::sub(explainCmd));
+cl::opt<std::string> timelineArg("timeline",
+                                 cl::desc("Also write an SVG timeline of one step"),
+                                 cl::value_desc("OUT.svg"), cl::sub(explainCmd));
+
+std::string gib(double bytes) { return llvm::formatv("{0:F1}", bytes / double(1ull << 30)).str(); }
+
+std::string fileSha256(llvm::StringRef path, uint64_t &size) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, false, false);
+  if (!buffer)
+    return "";
+  llvm::SHA256 hash;
+  llvm::StringRef bytes = (*buffer)->getBuffer();
+  size = bytes.size();
+  hash.update(bytes);
+  return llvm::toHex(hash.final(), /*LowerCase=*/true);
+}
+
+/// Symbolic dims of the graph inputs, in first-seen order.
+std::vector<std::pair<std::string, std::string>> symbolicDims(het::GraphOp graph) {
+  std::vector<std::pair<std::string, std::string>> dims;  // (dim, input)
+  for (auto [i, type] : llvm::enumerate(graph.getArgumentTypes())) {
+    auto ranked = dyn_cast<RankedTensorType>(type);
+    auto names = ranked ? dyn_cast_or_null<het::DimsAttr>(ranked.getEncoding()) : nullptr;
+    if (!names)
+      continue;
+    std::string input = "#" + std::to_string(i);
+    if (auto attrs = graph.getArgAttrsAttr())
+      if (auto d = dyn_cast<DictionaryAttr>(attrs[i]))
+        if (auto n = d.getAs<StringAttr>("het.name"))
+          input = n.str();
+    for (StringAttr n : names.getNames())
+      if (!n.empty() && llvm::none_of(dims, [&](auto &p) { return p.first == n.str(); }))
+        dims.push_back({n.str(), input});
+  }
+  return dims;
+}
+
+bool looksLikeSequence(llvm::StringRef name) {
+  std::string lower = name.lower();
+  llvm::StringRef l(lower);
+  return l.contains("seq") || l.contains("len") || l.contains("token") || l == "s" ||
+         l == "t" || l.contains("time");
+}
+
+llvm::json::Value summaryJson(const plan::Plan &p) {
+  llvm::json::Array stages;
+  for (const auto &s : p.stages()) {
+    llvm::json::Array workers;
+    for (const auto &w : s.workers()) {
+      llvm::json::Array ranks;
+      for (auto r : w.ranks())
+        ranks.push_back(int64_t(r));
+      workers.push_back(llvm::json::Object{{"ranks", std::move(ranks)},
+                                           {"samples", w.samples()}});
+    }
+    stages.push_back(llvm::json::Object{
+        {"index", int64_t(s.index())},
+        {"first_layer", int64_t(s.first_layer())},
+        {"last_layer", int64_t(s.last_layer())},
+        {"first_layer_name", p.model().layers(s.first_layer()).name()},
+        {"last_layer_name", p.model().layers(s.last_layer()).name()},
+        {"tensor_parallel", int64_t(s.tensor_parallel())},
+        {"workers", std::move(workers)},
+        {"forward_s", s.forward_s()},
+        {"backward_s", s.backward_s()},
+        {"gradient_allreduce_s", s.gradient_allreduce_s()},
+        {"send_activation_s", s.send_activation_s()}});
+  }
+  llvm::json::Array memory;
+  for (const auto &r : p.ranks())
+    memory.push_back(llvm::json::Object{
+        {"rank", int64_t(r.rank())},
+        {"type", p.cluster().devices(r.rank()).type()},
+        {"used", !r.program().empty()},
+        {"peak_bytes", int64_t(r.memory().peak())},
+        {"capacity_bytes", int64_t(r.memory().capacity())}});
+  const auto &pr = p.prediction();
+  return llvm::json::Object{
+      {"model", p.model().path()},
+      {"graph", p.model().graph()},
+      {"parameters", p.model().parameters()},
+      {"layers", int64_t(p.model().layers_size())},
+      {"cluster", p.cluster().spec()},
+      {"devices", int64_t(p.cluster().devices_size())},
+      {"mode", p.settings().mode()},
+      {"batch", p.settings().global_batch()},
+      {"sequence", p.settings().sequence()},
+      {"dtype", p.settings().dtype()},
+      {"strategy", p.settings().strategy()},
+      {"schedule", p.settings().schedule()},
+      {"micro_batches", int64_t(p.settings().micro_batches())},
+      {"stages", std::move(stages)},
+      {"memory", std::move(memory)},
+      {"step_time_s", pr.step_time_s()},
+      {"samples_per_s", pr.samples_per_s()},
+      {"bubble_fraction", pr.bubble_fraction()},
+      {"model_flops_utilization", pr.model_flops_utilization()},
+      {"search_time_s", pr.search_time_s()},
+      {"plans_evaluated", int64_t(pr.plans_evaluated())}};
+}
+
+void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
+  const auto &s = p.settings();
+  os << llvm::formatv("planned {0} ({1:F1} M parameters, {2} layers) for {3}, batch {4}",
+                      p.model().graph(), double(p.model().parameters()) / 1e6,
+                      p.model().layers_size(), s.mode() == "train" ? "training" : "inference",
+                      s.global_batch());
+  if (s.sequence())
+    os << ", sequence " << s.sequence();
+  os << ", " << s.dtype() << ", on " << p.cluster().spec() << " ("
+     << p.cluster().devices_size() << " devices)\n";
+  int64_t mbSize = s.global_batch() / std::max<int64_t>(1, s.micro_batches());
+  os << llvm::formatv("  strategy {0}, {1} schedule, {2} stage(s), {3} micro-batch(es) of {4}\n",
+                      s.strategy(), s.schedule(), p.stages_size(), s.micro_batches(), mbSize);
+  os << "  stage  devices                     layers                          tp  samples/worker       fwd+bwd ms  all-reduce ms\n";
+  for (const auto &st : p.stages()) {
+    std::map<std::string, int> types;
+    std::string shares;
+    for (const auto &w : st.workers()) {
+      types[p.cluster().devices(w.ranks(0)).type()] += w.ranks_size();
+      if (!shares.empty())
+        shares += ",";
+      shares += std::to_string(w.samples());
+    }
+    std::string devices;
+    for (const auto &[t, n] : types)
+      devices += (devices.empty() ? "" : " + ") + std::to_string(n) + "x " + t;
+    if (shares.size() > 20)
+      shares = shares.substr(0, 17) + "...";
+    std::string layers = llvm::formatv("{0}-{1} ({2} .. {3})", st.first_layer(), st.last_layer(),
+                                       p.model().layers(st.first_layer()).name(),
+                                       p.model().layers(st.last_layer()).name())
+                             .str();
+    os << llvm::formatv("  {0,-5}  {1,-26}  {2,-30}  {3,-2}  {4,-20} {5,10:F2}  {6,13:F2}\n",
+                        st.index(), devices, layers, st.tensor_parallel(), shares,
+                        1e3 * (st.forward_s() + st.backward_s()),
+                        1e3 * st.gradient_allreduce_s());
+  }
+  // Memory: the fullest device of each (stage, type).
+  os << "  memory (fullest device per stage and type, against capacity):\n";
+  std::map<std::pair<int, std::string>, std::pair<double, double>> fullest;
+  int idle = 0;
+  for (const auto &r : p.ranks()) {
+    if (r.program().empty()) {
+      ++idle;
+      continue;
+    }
+    auto key = std::make_pair(int(r.stage()), p.cluster().devices(r.rank()).type());
+    auto &f = fullest[key];
+    if (double(r.memory().peak()) >= f.first)
+      f = {double(r.memory().peak()), double(r.memory().capacity())};
+  }
+  for (const auto &[key, f] : fullest)
+    os << llvm::formatv("    stage {0} {1,-12} {2,7} / {3,6} GiB ({4,3:F0}%)\n", key.first,
+                        key.second, gib(f.first), gib(f.second), 100 * f.first / f.second);
+  if (idle)
+    os << "    " << idle << " device(s) left idle: they would slow the plan down\n";
+  const auto &pr = p.prediction();
+  os << llvm::formatv("  predicted step time {0:F3} s, {1:F1} samples/s, bubble {2:F0}%, "
+                      "model FLOPs utilization {3:F1}%\n",
+                      pr.step_time_s(), pr.samples_per_s(), 100 * pr.bubble_fraction(),
+                      100 * pr.model_flops_utilization());
+  os << llvm::formatv("  search: {0} layouts in {1:F2} s (cost model: {2})\n",
+                      pr.plans_evaluated(), pr.search_time_s(), pr.cost_model());
+}
+
+} // namespace
+
+int runCompile() {
+  // Options first: a bad flag should not wait for a large import.
+  planner::Options options;
+  options.globalBatch = batchArg;
+  if (batchArg <= 0)
+    return fail("--batch must be at least 1");
+  if (modeArg == "train")
+    options.mode = cost::Mode::Train;
+  else if (modeArg == "infer" || modeArg == "inference")
+    options.mode = cost::Mode::Infer;
+  else
+    return fail("--mode must be train or infer, not '" + modeArg + "'");
+  auto dtype = cluster::parseDType(dtypeArg);
+  if (!dtype || *dtype == cluster::DType::INT8)
+    return fail("--dtype must be fp32, tf32, fp16 or bf16, not '" + dtypeArg + "'");
+  options.dtype = *dtype;
+  if (scheduleArg == "1f1b")
+    options.schedule = planner::Schedule::OneFOneB;
+  else if (scheduleArg == "gpipe")
+    options.schedule = planner::Schedule::GPipe;
+  else
+    return fail("--schedule must be 1f1b or gpipe, not '" + scheduleArg + "'");
+  if (strategyArg == "hetplan")
+    options.strategy = planner::Strategy::Hetplan;
+  else if (strategyArg == "dp-even")
+    options.strategy = planner::Strategy::DataParallel;
+  else if (strategyArg == "pp-even")
+    options.strategy = planner::Strategy::EvenPipeline;
+  else if (strategyArg == "homogeneous")
+    options.strategy = planner::Strategy::Homogeneous;
+  else
+    return fail("--strategy must be hetplan, dp-even, pp-even or homogeneous, not '" +
+                strategyArg + "'");
+  if (!pinArg.empty()) {
+    auto pin = planner::parsePin(pinArg);
+    if (!pin)
+      return fail(llvm::toString(pin.takeError()));
+    options.strategy = planner::Strategy::Pinned;
+    options.pin = *pin;
+  }
+  if (outputArg.empty() && !jsonArg)
+    return fail("give -o PLAN (the plan file to write)");
+
+  auto cl = cluster::parseClusterSpec(clusterArg, cluster::DeviceCatalog::builtin());
+  if (!cl)
+    return fail(llvm::toString(cl.takeError()));
+
+  MLIRContext context;
+  context.loadDialect<het::HetDialect>();
+  std::string error;
+  OwningOpRef<ModuleOp> module;
+  if (llvm::StringRef(model).ends_with(".mlir")) {
+    llvm::SourceMgr sourceMgr;
+    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+    module = parseSourceFile<ModuleOp>(model, sourceMgr, &context);
+    if (!module)
+      return fail(model + ": not valid het IR (see above)");
+  } else {
+    import::ImportOptions io;
+    io.allowMissingWeights = missingWeights;
+    module = import::importOnnxFile(model, &context, io, error);
+    if (!module)
+      return fail(error);
+  }
+  auto graphs = llvm::to_vector(module->getOps<het::GraphOp>());
+  if (graphs.size() != 1)
+    return fail(model + ": expected one het.graph, found " + std::to_string(graphs.size()));
+  het::GraphOp graph = graphs.front();
+
+  // Bind the batch (one sample: costs are per sample), the sequence and any
+  // shapes given; every other symbolic dim must be bound by the user.
+  std::vector<std::string> dims, inputShapes;
+  for (const std::string &entry : shapeArgs) {
+    // The leading dim of a shape is the batch: costs are per sample, so it
+    // is bound to 1 and must agree with --batch.
+    auto [name, value] = llvm::StringRef(entry).split('=');
+    auto [lead, rest] = value.split('x');
+    int64_t b;
+    if (name.empty() || lead.getAsInteger(10, b) || b <= 0)
+      return fail("--shape '" + entry + "': expected NAME=D0xD1x... (e.g. x=8x3x640x640)");
+    if (b != batchArg)
+      return fail("--shape '" + entry + "' has batch " + std::to_string(b) +
+                  " but --batch is " + std::to_string(batchArg));
+    inputShapes.push_back((name + "=1" + (rest.empty() ? "" : "x" + rest)).str());
+  }
+  std::map<std::string, int64_t> bound;
+  auto symbolic = symbolicDims(graph);
+  std::vector<std::string> unbound;
+  for (auto [i, entry] : llvm::enumerate(symbolic)) {
+    auto &[name, input] = entry;
+    bool shaped = llvm::any_of(shapeArgs, [&, in = input](const std::string &s) {
+      return llvm::StringRef(s).starts_with(in + "=");
+    });
+    if (shaped)
+      continue;
+    if (i == 0 && !looksLikeSequence(name)) {
+      dims.push_back(name + "=1");
+      bound[name] = options.globalBatch;
+    } else if (looksLikeSequence(name) && seqArg > 0) {
+      dims.push_back(name + "=" + std::to_string(seqArg));
+      bound[name] = seqArg;
+    } else {
+      unbound.push_back(name + " (of input '" + input + "')");
+    }
+  }
+  if (!unbound.empty())
+    return fail(model + ": symbolic dims " + llvm::join(unbound, ", ") +
+                " need sizes: give --seq L for a sequence dim or --shape NAME=D0xD1x... "
+                "with a leading 1 for the batch");
+
+  PassManager pm(&context);
+  het::HetBindShapesOptions bindOptions;
+  bindOptions.dims.assign(dims.begin(), dims.end());
+  bindOptions.inputShapes.assign(inputShapes.begin(), inputShapes.end());
+  bindOptions.requireStatic = true;
+  pm.addPass(het::createHetBindShapes(bindOptions));
+  pm.addPass(het::createHetGroupLayers());
+  {
+    std::string diag;
+    ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
+      if (diag.empty()) {
+        llvm::raw_string_ostream os(diag);
+        os << d.getLocation() << ": " << d.str();
+      }
+      return success();
+    });
+    if (failed(pm.run(*module)))
+      return fail(model + ": " + diag);
+  }
+  cost::ExtractOptions extract;
+  extract.dtype = options.dtype;
+  extract.samples = 1;  // the batch dim was bound to one sample
+  auto modelCost = cost::extractModelCost(graph, extract);
+  if (!modelCost)
+    return fail(model + ": " + llvm::toString(modelCost.takeError()));
+
+  bool progressShown = false;
+  if (!quietArg)
+    options.progress = [&](double done) {
+      if (done < 1.0 || progressShown) {
+        llvm::errs() << llvm::formatv("\rhetplan: searching layouts {0,3:F0}%", 100 * done);
+        progressShown = true;
+        if (done >= 1.0)
+          llvm::errs() << "\n";
+      }
+    };
+  auto result = planner::makePlan(*modelCost, *cl, options);
+  if (!result)
+    return fail(model + " on " + clusterArg + ": " + llvm::toString(result.takeError()));
+
+  planner::ExportInfo info;
+  info.modelPath = model;
+  info.modelSha256 = fileSha256(model, info.modelBytes);
+  info.clusterSpec = clusterArg;
+  info.sequence = seqArg;
+  info.boundDims = bound;
+  plan::Plan out = planner::exportPlan(*result, *modelCost, *cl, options, info);
+  if (!runtime::validatePlan(out, error))
+    return fail("internal error: the plan does not validate: " + error);
+  if (!outputArg.empty() && !runtime::writePlan(outputArg, out, error))
+    return fail(error);
+
+  if (jsonArg) {
+    llvm::outs() << llvm::formatv("{0:2}", summaryJson(out)) << "\n";
+  } else {
+    printSummary(out, llvm::outs());
+    llvm::outs() << "  plan written to " << outputArg << "\n";
+  }
+  return 0;
+}
+
+int runExplain() {
+  plan::Plan p;
+  std::string error;
+  if (!runtime::readPlan(planArg, p, error))
+    return fail(error);
+  std::ostringstream os;
+  runtime::explainPlan(p, os);
+  llvm::outs() << os.str();
+  if (!timelineArg.empty()) {
+    if (!runtime::writeTimelineSvg(p, timelineArg, error))
+      return fail(error);
+    llvm::outs() << "timeline written to " << timelineArg << "\n";
+  }
+  return 0;
+}
+
+} // namespace hetplan::tools
