@@ -96,7 +96,7 @@ struct StageCost {
   double shortfall = 0;       // bytes missing on the worst worker when !fits
   int shortfallClass = -1;
   double forward = 0, backward = 0;  // one micro-batch, slowest worker
-  std::vector<double> share;  // samples per worker, per group
+  llvm::SmallVector<double, 8> share;  // samples per worker, per group
 };
 
 class Search {
@@ -151,7 +151,10 @@ private:
     std::vector<double> all, splittable;
   };
   const Table &table(int c, int64_t samples) {
-    auto &slot = timing[c][samples];
+    auto &perClass = timing[c];
+    if (size_t(samples) >= perClass.size())
+      perClass.resize(samples + 1);
+    auto &slot = perClass[samples];
     if (!slot) {
       slot = std::make_unique<Table>();
       slot->all.assign(L + 1, 0);
@@ -230,7 +233,7 @@ private:
                           int inflight, int microBatches, bool even) {
     StageCost sc;
     size_t G = sd.groups.size();
-    std::vector<double> cap(G), rate(G);
+    llvm::SmallVector<double, 8> cap(G), rate(G);
     double need0 = staticBytes(l, r, sd.tp, microBatches);
     double perSample = perSampleBytes(l, r, sd.tp, inflight, microBatches);
     double worst = 0;
@@ -252,8 +255,8 @@ private:
     }
     // Water-fill: proportional shares; a capped group keeps its cap and the
     // rest is spread over the others.
-    std::vector<double> share(G, 0);
-    std::vector<bool> fixed(G, false);
+    llvm::SmallVector<double, 8> share(G, 0);
+    llvm::SmallVector<bool, 8> fixed(G, false);
     double left = double(mb);
     for (size_t round = 0; round <= G && left > 1e-9; ++round) {
       double totalRate = 0;
@@ -346,7 +349,9 @@ private:
   //===------------------------------------------------------------------===//
 
   struct Candidate {
-    std::vector<StageDevices> stages;
+    /// Shared by the candidates that differ only in micro-batches.
+    std::shared_ptr<const std::vector<StageDevices>> stagesPtr;
+    const std::vector<StageDevices> &stagesRef() const { return *stagesPtr; }
     int tp = 1;
     int microBatches = 1;
     std::vector<int> cuts;  // last layer of each stage
@@ -456,20 +461,31 @@ private:
   /// Greedy fill for a bottleneck `tau`: each stage takes as many layers as
   /// fit in time and memory. Returns the cuts or nothing.
   bool fill(Candidate &c, double tau, int64_t mb, bool even, std::vector<int> &cuts) {
-    int P = int(c.stages.size());
+    int P = int(c.stagesRef().size());
     cuts.clear();
     int l = 0;
     for (int j = 0; j < P; ++j) {
       int maxR = L - (P - j);  // leave a layer for every later stage
       if (j == P - 1)
         maxR = L - 1;
-      int best = -1;
-      for (int r = l; r <= maxR; ++r) {
-        StageCost sc = evaluateStage(c.stages[j], l, r, mb, inflight(j, P, c.microBatches),
+      // Time and memory grow with the layers taken: binary search for the
+      // last layer that still fits.
+      auto ok = [&](int r) {
+        StageCost sc = evaluateStage(c.stagesRef()[j], l, r, mb, inflight(j, P, c.microBatches),
                                      c.microBatches, even);
-        if (!sc.fits || sc.forward + sc.backward > tau)
-          break;
-        best = r;
+        return sc.fits && sc.forward + sc.backward <= tau;
+      };
+      int best = -1;
+      if (l <= maxR && ok(l)) {
+        int lo = l, hi = maxR;  // ok(lo) holds
+        while (lo < hi) {
+          int mid = lo + (hi - lo + 1) / 2;
+          if (ok(mid))
+            lo = mid;
+          else
+            hi = mid - 1;
+        }
+        best = lo;
       }
       if (j == P - 1 && best != L - 1)
         return false;
@@ -481,36 +497,55 @@ private:
     return true;
   }
 
+  /// One stage's share of the step-time estimate.
+  struct StageTerm {
+    double time = kInf;  // compute + transfers of one micro-batch
+    double tail = 0;     // all-reduce + optimizer, once per step
+  };
+
+  StageTerm stageTerm(Candidate &c, int j, bool even) {
+    int P = int(c.stagesRef().size());
+    int64_t mb = opt.globalBatch / c.microBatches;
+    int l = j ? c.cuts[j - 1] + 1 : 0, r = c.cuts[j];
+    StageCost sc = evaluateStage(c.stagesRef()[j], l, r, mb, inflight(j, P, c.microBatches),
+                                 c.microBatches, even);
+    StageTerm term;
+    if (!sc.fits)
+      return term;
+    term.time = sc.forward + sc.backward;
+    double bytes;
+    if (j + 1 < P)
+      term.time += (training ? 2 : 1) * sendTime(c.stagesRef()[j], c.stagesRef()[j + 1], r, mb, bytes);
+    term.tail = allReduceTime(c.stagesRef()[j], l, r) + optimizerTime(c.stagesRef()[j], l, r);
+    return term;
+  }
+
   /// The step-time estimate used to rank candidates (the simulation decides
   /// among the best): bottleneck stage for every micro-batch, plus filling
   /// and draining the pipeline, plus the slowest all-reduce and optimizer.
-  double estimate(Candidate &c, bool even) {
-    int P = int(c.stages.size());
-    int64_t mb = (opt.globalBatch + c.microBatches - 1) / c.microBatches;
+  double combine(const Candidate &c, const std::vector<StageTerm> &terms) const {
     double worst = 0, sum = 0, tail = 0;
-    int l = 0;
-    for (int j = 0; j < P; ++j) {
-      int r = c.cuts[j];
-      StageCost sc = evaluateStage(c.stages[j], l, r, mb, inflight(j, P, c.microBatches),
-                                   c.microBatches, even);
-      if (!sc.fits)
+    for (const StageTerm &t : terms) {
+      if (t.time == kInf)
         return kInf;
-      double t = sc.forward + sc.backward;
-      double bytes;
-      if (j + 1 < P)
-        t += (training ? 2 : 1) * sendTime(c.stages[j], c.stages[j + 1], r, mb, bytes);
-      worst = std::max(worst, t);
-      sum += t;
-      tail = std::max(tail, allReduceTime(c.stages[j], l, r) + optimizerTime(c.stages[j], l, r));
-      l = r + 1;
+      worst = std::max(worst, t.time);
+      sum += t.time;
+      tail = std::max(tail, t.tail);
     }
     return (c.microBatches - 1) * worst + sum + tail;
+  }
+
+  double estimate(Candidate &c, bool even) {
+    std::vector<StageTerm> terms;
+    for (size_t j = 0; j < c.stagesRef().size(); ++j)
+      terms.push_back(stageTerm(c, int(j), even));
+    return combine(c, terms);
   }
 
   /// Finds the cuts of `c` minimising the bottleneck, then nudges each cut
   /// by one layer while the estimate improves.
   bool partition(Candidate &c, bool even, bool evenLayers) {
-    int P = int(c.stages.size());
+    int P = int(c.stagesRef().size());
     if (P > L)
       return false;
     int64_t mb = (opt.globalBatch + c.microBatches - 1) / c.microBatches;
@@ -521,32 +556,22 @@ private:
       c.estimate = estimate(c, even);
       return c.estimate < kInf;
     }
-    // Bounds for the bottleneck: the whole model on the fastest stage, and
-    // the whole model on the slowest.
-    double hi = 0;
-    for (int j = 0; j < P; ++j) {
-      StageCost sc = evaluateStage(c.stages[j], 0, L - 1, mb, 1, c.microBatches, even);
-      double t = sc.share.empty() ? 0 : sc.forward + sc.backward;
-      hi = std::max(hi, t);
-    }
-    if (hi == 0) {
-      // Nothing fits the whole model; bound by the sum of per-layer worst times.
-      for (int j = 0; j < P; ++j)
-        for (int i = 0; i < L; ++i) {
-          StageCost sc = evaluateStage(c.stages[j], i, i, mb, 1, c.microBatches, even);
-          if (sc.fits)
-            hi += sc.forward + sc.backward;
-        }
-      if (hi == 0)
-        return false;
-    }
-    hi *= 1.0001;
+    // An upper bound for the bottleneck: fill by memory alone (no time
+    // limit); if even that fails, nothing fits.
     std::vector<int> cuts;
-    if (!fill(c, hi, mb, even, cuts))
+    if (!fill(c, kInf, mb, even, cuts))
       return false;
+    double hi = 0;
+    c.cuts = cuts;
+    for (int j = 0; j < P; ++j) {
+      int l = j ? cuts[j - 1] + 1 : 0;
+      StageCost sc = evaluateStage(c.stagesRef()[j], l, cuts[j], mb,
+                                   inflight(j, P, c.microBatches), c.microBatches, even);
+      hi = std::max(hi, sc.forward + sc.backward);
+    }
     double lo = 0;
     std::vector<int> bestCuts = cuts;
-    for (int it = 0; it < 30 && hi - lo > 1e-4 * hi; ++it) {
+    for (int it = 0; it < 24 && hi - lo > 1e-3 * hi; ++it) {
       double mid = 0.5 * (lo + hi);
       if (fill(c, mid, mb, even, cuts)) {
         hi = mid;
@@ -556,10 +581,14 @@ private:
       }
     }
     c.cuts = bestCuts;
-    c.estimate = estimate(c, even);
-    // Local refinement: move one cut by one layer while it helps.
-    for (bool improved = true; improved;) {
-      improved = false;
+    std::vector<StageTerm> terms;
+    for (int j = 0; j < P; ++j)
+      terms.push_back(stageTerm(c, j, even));
+    c.estimate = combine(c, terms);
+    // Local refinement: move one cut by one layer while it helps; only the
+    // two stages beside the cut change.
+    for (int pass = 0; pass < 4 * P; ++pass) {
+      bool improved = false;
       for (int j = 0; j + 1 < P; ++j)
         for (int delta : {-1, 1}) {
           int lower = j ? c.cuts[j - 1] + 1 : 0;
@@ -567,15 +596,22 @@ private:
           if (moved < lower || moved >= c.cuts[j + 1])
             continue;
           int saved = c.cuts[j];
+          StageTerm a = terms[j], b = terms[j + 1];
           c.cuts[j] = moved;
-          double e = estimate(c, even);
+          terms[j] = stageTerm(c, j, even);
+          terms[j + 1] = stageTerm(c, j + 1, even);
+          double e = combine(c, terms);
           if (e < c.estimate * (1 - 1e-9)) {
             c.estimate = e;
             improved = true;
           } else {
             c.cuts[j] = saved;
+            terms[j] = a;
+            terms[j + 1] = b;
           }
         }
+      if (!improved)
+        break;
     }
     return c.estimate < kInf;
   }
@@ -589,14 +625,14 @@ private:
   void noteShortfall(const Candidate &c, bool even) {
     // The smallest layout that cannot fit: an even layer split with one
     // sample per worker shows how far memory is from enough.
-    int P = int(c.stages.size());
+    int P = int(c.stagesRef().size());
     double worst = 0;
     int worstStage = 0, worstClass = -1;
     for (int j = 0; j < P; ++j) {
       int l = int(int64_t(L) * j / P), r = int(int64_t(L) * (j + 1) / P) - 1;
       if (r < l)
         continue;
-      StageCost sc = evaluateStage(c.stages[j], l, r, 1, inflight(j, P, c.microBatches),
+      StageCost sc = evaluateStage(c.stagesRef()[j], l, r, 1, inflight(j, P, c.microBatches),
                                    c.microBatches, even);
       if (!sc.fits && sc.shortfall > worst) {
         worst = sc.shortfall;
@@ -622,7 +658,7 @@ private:
   bool training = true;
   int elementBytes = 2;
   std::vector<DeviceClass> classes;
-  std::vector<std::map<int64_t, std::unique_ptr<Table>>> timing;
+  std::vector<std::vector<std::unique_ptr<Table>>> timing;  // [class][samples]
   std::vector<double> paramsPrefix, stashPrefix, kvPrefix, tpBytesPrefix;
   Shortfall best;
   uint64_t evaluated = 0;
@@ -633,7 +669,7 @@ Plan Search::simulate(const Candidate &c, bool even) {
   plan.strategy = opt.strategy;
   plan.schedule = opt.schedule;
   plan.microBatches = c.microBatches;
-  int P = int(c.stages.size());
+  int P = int(c.stagesRef().size());
   int M = c.microBatches;
   int64_t mb = (opt.globalBatch + M - 1) / M;
 
@@ -642,7 +678,7 @@ Plan Search::simulate(const Candidate &c, bool even) {
   plan.stageOfRank.assign(cluster.devices.size(), -1);
   std::vector<StageCost> costs;
   for (int j = 0; j < P; ++j) {
-    const StageDevices &sd = c.stages[j];
+    const StageDevices &sd = c.stagesRef()[j];
     int r = c.cuts[j];
     StageCost sc = evaluateStage(sd, l, r, mb, inflight(j, P, M), M, even);
     Stage st;
@@ -654,7 +690,7 @@ Plan Search::simulate(const Candidate &c, bool even) {
     st.allReduceSeconds = allReduceTime(sd, l, r);
     st.optimizerSeconds = optimizerTime(sd, l, r);
     if (j + 1 < P)
-      st.sendSeconds = sendTime(sd, c.stages[j + 1], r, mb, st.sendBytes);
+      st.sendSeconds = sendTime(sd, c.stagesRef()[j + 1], r, mb, st.sendBytes);
     // Integer shares: floor of each worker's share, the remainder to the
     // workers with the largest fractional parts (ties by position).
     struct Slot { size_t g; int w; double frac; };
@@ -945,6 +981,7 @@ llvm::Expected<Plan> Search::run() {
           auto stages = chunk(seq, P, tp, byCompute);
           if (!stages)
             continue;
+          auto stagesShared = std::make_shared<const std::vector<StageDevices>>(*stages);
           if (opt.strategy == Strategy::Pinned && opt.pin.dp &&
               llvm::any_of(*stages, [&](const StageDevices &s) {
                 return s.workers() != opt.pin.dp;
@@ -970,19 +1007,28 @@ llvm::Expected<Plan> Search::run() {
           }
           std::sort(Ms.begin(), Ms.end());
           Ms.erase(std::unique(Ms.begin(), Ms.end()), Ms.end());
+          // The estimate is near unimodal in M (fewer bubbles against
+          // smaller, less efficient micro-batches): stop after it has
+          // worsened twice in a row.
+          double lastEstimate = kInf;
+          int worse = 0;
           for (int M : Ms) {
             if (M > opt.globalBatch || opt.globalBatch % M)
               continue;
+            if (worse >= 2)
+              break;
             Candidate c;
-            c.stages = *stages;
+            c.stagesPtr = stagesShared;
             c.tp = tp;
             c.microBatches = M;
             c.order = order++;
             ++evaluated;
             if (!partition(c, even, evenLayers)) {
               noteShortfall(c, even);
-              continue;
+              continue;  // more micro-batches may fit where fewer do not
             }
+            worse = c.estimate > lastEstimate ? worse + 1 : 0;
+            lastEstimate = c.estimate;
             kept.push_back(std::move(c));
             std::stable_sort(kept.begin(), kept.end(), [](const Candidate &a, const Candidate &b) {
               return a.estimate < b.estimate ||
@@ -1033,6 +1079,7 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
     for (int r : classes[c].ranks)
       classOf[r] = int(c);
   Candidate cand;
+  std::vector<StageDevices> built;
   cand.tp = layout.tensorParallel;
   cand.microBatches = layout.microBatches;
   cand.cuts = layout.lastLayer;
@@ -1049,8 +1096,9 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
       ++sd.groups.back().count;
     }
     finishStage(sd);
-    cand.stages.push_back(std::move(sd));
+    built.push_back(std::move(sd));
   }
+  cand.stagesPtr = std::make_shared<const std::vector<StageDevices>>(std::move(built));
   bool even = opt.strategy == Strategy::DataParallel ||
               opt.strategy == Strategy::EvenPipeline;
   cand.estimate = estimate(cand, even);
