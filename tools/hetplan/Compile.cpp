@@ -11,19 +11,13 @@
 
 #include "tools/hetplan/Commands.h"
 
-#include "dialects/het/IR/HetOps.h"
-#include "dialects/het/import/OnnxImporter.h"
 #include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/PlanFile.h"
-#include "passes/Passes.h"
 #include "passes/cluster/Cluster.h"
-#include "passes/cost/ExtractModelCost.h"
+#include "passes/planner/ModelPipeline.h"
 #include "passes/planner/PlanExport.h"
 #include "passes/planner/Planner.h"
 
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -31,13 +25,11 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/SHA256.h"
-#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <sstream>
 
 namespace cl = llvm::cl;
-using namespace mlir;
 
 namespace hetplan::tools {
 
@@ -99,33 +91,6 @@ std::string fileSha256(llvm::StringRef path, uint64_t &size) {
   size = bytes.size();
   hash.update(bytes);
   return llvm::toHex(hash.final(), /*LowerCase=*/true);
-}
-
-/// Symbolic dims of the graph inputs, in first-seen order.
-std::vector<std::pair<std::string, std::string>> symbolicDims(het::GraphOp graph) {
-  std::vector<std::pair<std::string, std::string>> dims;  // (dim, input)
-  for (auto [i, type] : llvm::enumerate(graph.getArgumentTypes())) {
-    auto ranked = dyn_cast<RankedTensorType>(type);
-    auto names = ranked ? dyn_cast_or_null<het::DimsAttr>(ranked.getEncoding()) : nullptr;
-    if (!names)
-      continue;
-    std::string input = "#" + std::to_string(i);
-    if (auto attrs = graph.getArgAttrsAttr())
-      if (auto d = dyn_cast<DictionaryAttr>(attrs[i]))
-        if (auto n = d.getAs<StringAttr>("het.name"))
-          input = n.str();
-    for (StringAttr n : names.getNames())
-      if (!n.empty() && llvm::none_of(dims, [&](auto &p) { return p.first == n.str(); }))
-        dims.push_back({n.str(), input});
-  }
-  return dims;
-}
-
-bool looksLikeSequence(llvm::StringRef name) {
-  std::string lower = name.lower();
-  llvm::StringRef l(lower);
-  return l.contains("seq") || l.contains("len") || l.contains("token") || l == "s" ||
-         l == "t" || l.contains("time");
 }
 
 llvm::json::Value summaryJson(const plan::Plan &p) {
@@ -299,94 +264,19 @@ int runCompile() {
   if (!cl)
     return fail(llvm::toString(cl.takeError()));
 
-  MLIRContext context;
-  context.loadDialect<het::HetDialect>();
+  planner::PipelineOptions po;
+  po.path = model;
+  po.batch = batchArg;
+  po.sequence = seqArg;
+  po.shapes.assign(shapeArgs.begin(), shapeArgs.end());
+  po.allowMissingWeights = missingWeights;
+  po.dtype = options.dtype;
+  auto costed = planner::costModelFile(po);
+  if (!costed)
+    return fail(llvm::toString(costed.takeError()));
+  cost::ModelCost *modelCost = &costed->cost;
+  std::map<std::string, int64_t> &bound = costed->boundDims;
   std::string error;
-  OwningOpRef<ModuleOp> module;
-  if (llvm::StringRef(model).ends_with(".mlir")) {
-    llvm::SourceMgr sourceMgr;
-    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
-    module = parseSourceFile<ModuleOp>(model, sourceMgr, &context);
-    if (!module)
-      return fail(model + ": not valid het IR (see above)");
-  } else {
-    import::ImportOptions io;
-    io.allowMissingWeights = missingWeights;
-    module = import::importOnnxFile(model, &context, io, error);
-    if (!module)
-      return fail(error);
-  }
-  auto graphs = llvm::to_vector(module->getOps<het::GraphOp>());
-  if (graphs.size() != 1)
-    return fail(model + ": expected one het.graph, found " + std::to_string(graphs.size()));
-  het::GraphOp graph = graphs.front();
-
-  // Bind the batch (one sample: costs are per sample), the sequence and any
-  // shapes given; every other symbolic dim must be bound by the user.
-  std::vector<std::string> dims, inputShapes;
-  for (const std::string &entry : shapeArgs) {
-    // The leading dim of a shape is the batch: costs are per sample, so it
-    // is bound to 1 and must agree with --batch.
-    auto [name, value] = llvm::StringRef(entry).split('=');
-    auto [lead, rest] = value.split('x');
-    int64_t b;
-    if (name.empty() || lead.getAsInteger(10, b) || b <= 0)
-      return fail("--shape '" + entry + "': expected NAME=D0xD1x... (e.g. x=8x3x640x640)");
-    if (b != batchArg)
-      return fail("--shape '" + entry + "' has batch " + std::to_string(b) +
-                  " but --batch is " + std::to_string(batchArg));
-    inputShapes.push_back((name + "=1" + (rest.empty() ? "" : "x" + rest)).str());
-  }
-  std::map<std::string, int64_t> bound;
-  auto symbolic = symbolicDims(graph);
-  std::vector<std::string> unbound;
-  for (auto [i, entry] : llvm::enumerate(symbolic)) {
-    auto &[name, input] = entry;
-    bool shaped = llvm::any_of(shapeArgs, [&, in = input](const std::string &s) {
-      return llvm::StringRef(s).starts_with(in + "=");
-    });
-    if (shaped)
-      continue;
-    if (i == 0 && !looksLikeSequence(name)) {
-      dims.push_back(name + "=1");
-      bound[name] = options.globalBatch;
-    } else if (looksLikeSequence(name) && seqArg > 0) {
-      dims.push_back(name + "=" + std::to_string(seqArg));
-      bound[name] = seqArg;
-    } else {
-      unbound.push_back(name + " (of input '" + input + "')");
-    }
-  }
-  if (!unbound.empty())
-    return fail(model + ": symbolic dims " + llvm::join(unbound, ", ") +
-                " need sizes: give --seq L for a sequence dim or --shape NAME=D0xD1x... "
-                "with a leading 1 for the batch");
-
-  PassManager pm(&context);
-  het::HetBindShapesOptions bindOptions;
-  bindOptions.dims.assign(dims.begin(), dims.end());
-  bindOptions.inputShapes.assign(inputShapes.begin(), inputShapes.end());
-  bindOptions.requireStatic = true;
-  pm.addPass(het::createHetBindShapes(bindOptions));
-  pm.addPass(het::createHetGroupLayers());
-  {
-    std::string diag;
-    ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
-      if (diag.empty()) {
-        llvm::raw_string_ostream os(diag);
-        os << d.getLocation() << ": " << d.str();
-      }
-      return success();
-    });
-    if (failed(pm.run(*module)))
-      return fail(model + ": " + diag);
-  }
-  cost::ExtractOptions extract;
-  extract.dtype = options.dtype;
-  extract.samples = 1;  // the batch dim was bound to one sample
-  auto modelCost = cost::extractModelCost(graph, extract);
-  if (!modelCost)
-    return fail(model + ": " + llvm::toString(modelCost.takeError()));
 
   bool progressShown = false;
   if (!quietArg)
