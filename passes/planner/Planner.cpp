@@ -451,6 +451,55 @@ private:
     return stages;
   }
 
+  /// The `n`-th way (in lexicographic order) to cut a sequence of N devices
+  /// into P non-empty runs; `bounds` gets each run's exclusive end.
+  static bool nthSplit(int N, int P, int n, std::vector<int> &bounds) {
+    // Walk the combinations of P-1 cut positions among N-1.
+    std::vector<int> cut(P - 1);
+    for (int i = 0; i < P - 1; ++i)
+      cut[i] = i + 1;
+    for (int k = 0; k < n; ++k) {
+      int i = P - 2;
+      while (i >= 0 && cut[i] == N - (P - 1) + i)
+        --i;
+      if (i < 0)
+        return false;
+      ++cut[i];
+      for (int j = i + 1; j < P - 1; ++j)
+        cut[j] = cut[j - 1] + 1;
+    }
+    if (P - 1 > N - 1)
+      return false;
+    bounds = cut;
+    bounds.push_back(N);
+    return true;
+  }
+
+  std::optional<std::vector<StageDevices>>
+  chunkAt(const std::vector<std::pair<int, int>> &sequence, const std::vector<int> &bounds,
+          int tp) {
+    std::vector<StageDevices> stages;
+    int begin = 0;
+    for (int end : bounds) {
+      StageDevices sd;
+      sd.tp = tp;
+      int i = begin;
+      while (i < end) {
+        int cls = sequence[i].first;
+        std::vector<int> run;
+        while (i < end && sequence[i].first == cls)
+          run.push_back(sequence[i++].second);
+        addWorkers(sd, cls, run, tp);
+      }
+      if (sd.groups.empty())
+        return std::nullopt;
+      finishStage(sd);
+      stages.push_back(std::move(sd));
+      begin = end;
+    }
+    return stages;
+  }
+
   /// Micro-batches in flight on stage j (stashed activations).
   int inflight(int j, int P, int M) const {
     if (!training)
@@ -614,6 +663,64 @@ private:
         break;
     }
     return c.estimate < kInf;
+  }
+
+  /// For the few candidates that reach the simulation: every position of
+  /// each cut between its neighbours, while the estimate improves (the
+  /// bottleneck split is not what minimises latency when micro-batches are
+  /// few, and activation sizes make the landscape uneven).
+  void refineWide(Candidate &c, bool even) {
+    int P = int(c.stagesRef().size());
+    std::vector<StageTerm> terms;
+    for (int j = 0; j < P; ++j)
+      terms.push_back(stageTerm(c, j, even));
+    c.estimate = combine(c, terms);
+    // Small pipelines are judged by the simulation itself: the estimate
+    // does not see a stage's all-reduce overlapping another's backward.
+    bool simulated = int64_t(P) * c.microBatches <= 64;
+    auto judge = [&]() {
+      if (!simulated)
+        return combine(c, terms);
+      for (const StageTerm &t : terms)
+        if (t.time == kInf)
+          return kInf;
+      return simulate(c, even).stepSeconds;
+    };
+    if (simulated)
+      c.estimate = judge();
+    for (int pass = 0; pass < 8; ++pass) {
+      bool improved = false;
+      for (int j = 0; j + 1 < P; ++j) {
+        int lower = j ? c.cuts[j - 1] + 1 : 0;
+        int bestCut = c.cuts[j];
+        StageTerm bestA = terms[j], bestB = terms[j + 1];
+        for (int cut = lower; cut < c.cuts[j + 1]; ++cut) {
+          if (cut == bestCut)
+            continue;
+          int saved = c.cuts[j];
+          c.cuts[j] = cut;
+          StageTerm a = stageTerm(c, j, even), b = stageTerm(c, j + 1, even);
+          std::swap(terms[j], a);
+          std::swap(terms[j + 1], b);
+          double e = judge();
+          if (e < c.estimate * (1 - 1e-9)) {
+            c.estimate = e;
+            bestCut = cut;
+            bestA = terms[j];
+            bestB = terms[j + 1];
+            improved = true;
+          }
+          terms[j] = a;
+          terms[j + 1] = b;
+          c.cuts[j] = saved;
+        }
+        c.cuts[j] = bestCut;
+        terms[j] = bestA;
+        terms[j + 1] = bestB;
+      }
+      if (!improved)
+        break;
+    }
   }
 
   //===------------------------------------------------------------------===//
@@ -926,7 +1033,7 @@ llvm::Expected<Plan> Search::run() {
   });
 
   std::vector<Candidate> kept;  // best few by estimate
-  const size_t keep = 8;
+  const size_t keep = 24;
   uint64_t order = 0;
   size_t totalOrders = orders.size();
   auto lastProgress = std::chrono::steady_clock::now();
@@ -939,10 +1046,27 @@ llvm::Expected<Plan> Search::run() {
         lastProgress = now;
       }
     }
+    // How many devices of each class to use: all of them, and on small
+    // clusters every count (a data-parallel stage of slow devices can cost
+    // more in all-reduce than it brings).
+    std::vector<std::vector<int>> takes{{}};
+    for (int c : classOrder) {
+      int count = int(classes[c].ranks.size());
+      std::vector<std::vector<int>> next;
+      for (const auto &t : takes) {
+        int from = opt.strategy == Strategy::Hetplan && cluster.devices.size() <= 12 ? 1 : count;
+        for (int k = from; k <= count; ++k) {
+          next.push_back(t);
+          next.back().push_back(k);
+        }
+      }
+      takes = std::move(next);
+    }
+    for (const auto &take : takes) {
     std::vector<std::pair<int, int>> sequence;
-    for (int c : classOrder)
-      for (int rank : classes[c].ranks)
-        sequence.push_back({c, rank});
+    for (auto [k, c] : llvm::enumerate(classOrder))
+      for (int i = 0; i < take[k]; ++i)
+        sequence.push_back({c, classes[c].ranks[i]});
     int N = int(sequence.size());
 
     std::vector<int> tps{1};
@@ -966,19 +1090,36 @@ llvm::Expected<Plan> Search::run() {
           Ps.push_back(p);
     }
 
+    // Stage boundaries: equal device counts and equal compute always; on
+    // small clusters (up to 12 devices) every split of the sequence.
+    bool allSplits = N <= 12 && !even && opt.strategy != Strategy::Pinned;
     for (int tp : tps)
       for (int P : Ps)
-        for (bool byCompute : {false, true}) {
-          if (byCompute && (even || classOrder.size() == 1))
-            continue;
+        for (int variant = 0;; ++variant) {
+          std::optional<std::vector<StageDevices>> stages;
           std::vector<std::pair<int, int>> seq = sequence;
-          if (opt.strategy == Strategy::Pinned && opt.pin.dp) {
-            int want = opt.pin.dp * tp * P;
-            if (want > N)
+          if (allSplits) {
+            // variant enumerates the (N-1 choose P-1) boundary sets.
+            if (P > N)
+              break;
+            std::vector<int> bounds;
+            if (!nthSplit(N, P, variant, bounds))
+              break;
+            stages = chunkAt(seq, bounds, tp);
+          } else {
+            if (variant > 1)
+              break;
+            bool byCompute = variant == 1;
+            if (byCompute && (even || classOrder.size() == 1))
               continue;
-            seq.resize(want);
+            if (opt.strategy == Strategy::Pinned && opt.pin.dp) {
+              int want = opt.pin.dp * tp * P;
+              if (want > N)
+                continue;
+              seq.resize(want);
+            }
+            stages = chunk(seq, P, tp, byCompute);
           }
-          auto stages = chunk(seq, P, tp, byCompute);
           if (!stages)
             continue;
           auto stagesShared = std::make_shared<const std::vector<StageDevices>>(*stages);
@@ -1038,6 +1179,7 @@ llvm::Expected<Plan> Search::run() {
               kept.pop_back();
           }
         }
+    }
   }
   if (opt.progress)
     opt.progress(1.0);
@@ -1058,7 +1200,9 @@ llvm::Expected<Plan> Search::run() {
 
   Plan bestPlan;
   bool first = true;
-  for (const Candidate &c : kept) {
+  for (Candidate &c : kept) {
+    if (!evenLayers)
+      refineWide(c, even);
     Plan p = simulate(c, even);
     if (first || p.stepSeconds < bestPlan.stepSeconds * (1 - 1e-12)) {
       bestPlan = std::move(p);

@@ -1,0 +1,172 @@
+//===- plan_quality.cpp - hetplan's plan against every plan ---------------===//
+//
+// On clusters small enough to enumerate, prices every layout hetplan could
+// produce -- every ordered subset of devices, every split of it into
+// contiguous stages, every layer split, every micro-batch count dividing the
+// batch -- with the same cost model and schedule simulation, and compares the
+// best of them with the plan hetplan's search returns.
+//
+//   hetplan-bench-plan-quality MODEL CLUSTER BATCH [SEQ] [train|infer]
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/planner/ModelPipeline.h"
+#include "passes/planner/Planner.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+
+using namespace hetplan;
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    llvm::errs() << "usage: " << argv[0] << " MODEL CLUSTER BATCH [SEQ] [train|infer]\n";
+    return 2;
+  }
+  planner::PipelineOptions po;
+  po.path = argv[1];
+  po.batch = std::stoll(argv[3]);
+  po.sequence = argc > 4 ? std::stoll(argv[4]) : 0;
+  po.allowMissingWeights = true;
+  auto costed = planner::costModelFile(po);
+  if (!costed) {
+    llvm::errs() << "error: " << llvm::toString(costed.takeError()) << "\n";
+    return 1;
+  }
+  auto cl = cluster::parseClusterSpec(argv[2], cluster::DeviceCatalog::builtin());
+  if (!cl) {
+    llvm::errs() << "error: " << llvm::toString(cl.takeError()) << "\n";
+    return 1;
+  }
+  planner::Options opt;
+  opt.globalBatch = po.batch;
+  opt.mode = argc > 5 && std::string(argv[5]) == "infer" ? cost::Mode::Infer : cost::Mode::Train;
+  opt.maxTensorParallel = 1;  // the enumeration below covers tp = 1
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto best = planner::makePlan(costed->cost, *cl, opt);
+  double searchSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!best) {
+    llvm::errs() << "error: " << llvm::toString(best.takeError()) << "\n";
+    return 1;
+  }
+
+  int N = int(cl->devices.size()), L = int(costed->cost.layers.size());
+  std::vector<int> Ms;
+  for (int m = 1; m <= po.batch; ++m)
+    if (po.batch % m == 0)
+      Ms.push_back(m);
+
+  double bestEnumerated = 1e300;
+  planner::Layout bestLayout;
+  auto describe = [&](const std::vector<std::vector<int>> &stageRanks,
+                      const std::vector<int> &lastLayers, int M) {
+    std::string out;
+    for (size_t j = 0; j < stageRanks.size(); ++j) {
+      out += "[";
+      for (int r : stageRanks[j])
+        out += cl->devices[r].type->name.substr(0, 4) + " ";
+      out += "L.." + std::to_string(lastLayers[j]) + "] ";
+    }
+    return out + "M=" + std::to_string(M);
+  };
+  uint64_t layouts = 0, feasible = 0;
+  auto t1 = std::chrono::steady_clock::now();
+  // Every ordered subset of devices; devices of one type in one node are
+  // interchangeable, so only the sequence of (type, node) classes matters.
+  std::vector<std::string> key(N);
+  for (int r = 0; r < N; ++r)
+    key[r] = cl->devices[r].type->name + "@" + std::to_string(cl->devices[r].node);
+  std::vector<int> seq;
+  std::vector<bool> used(N, false);
+  std::function<void()> visitSequence = [&]() {
+    if (!seq.empty()) {
+      int n = int(seq.size());
+      // Every composition of the sequence into P contiguous stages.
+      for (int mask = 0; mask < (1 << (n - 1)); ++mask) {
+        std::vector<std::vector<std::vector<int>>> stages(1);
+        for (int i = 0; i < n; ++i) {
+          stages.back().push_back({seq[i]});
+          if (i + 1 < n && (mask >> i & 1))
+            stages.emplace_back();
+        }
+        int P = int(stages.size());
+        if (P > L)
+          continue;
+        // Every layer split into P non-empty ranges.
+        std::vector<int> cuts(P);
+        std::function<void(int, int)> split = [&](int j, int from) {
+          if (j == P - 1) {
+            cuts[j] = L - 1;
+            for (int M : Ms) {
+              planner::Layout layout{stages, cuts, 1, M};
+              ++layouts;
+              auto p = planner::evaluateLayout(costed->cost, *cl, opt, layout);
+              if (!p) {
+                llvm::consumeError(p.takeError());
+                continue;
+              }
+              ++feasible;
+              if (p->stepSeconds < bestEnumerated) {
+                bestEnumerated = p->stepSeconds;
+                bestLayout = layout;
+              }
+            }
+            return;
+          }
+          for (int c = from; c <= L - (P - j); ++c) {
+            cuts[j] = c;
+            split(j + 1, c + 1);
+          }
+        };
+        split(0, 0);
+      }
+    }
+    // Extend with the first unused device of each class not tried yet here.
+    std::vector<std::string> tried;
+    for (int r = 0; r < N; ++r) {
+      if (used[r] || std::find(tried.begin(), tried.end(), key[r]) != tried.end())
+        continue;
+      tried.push_back(key[r]);
+      used[r] = true;
+      seq.push_back(r);
+      visitSequence();
+      seq.pop_back();
+      used[r] = false;
+    }
+  };
+  visitSequence();
+  double enumSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+
+  double ratio = best->stepSeconds / bestEnumerated;
+  llvm::outs() << llvm::formatv(
+      "{0} | {1} | {2} layers | batch {3} | hetplan {4:F4} s in {5:F3} s | best of {6} "
+      "layouts ({7} fit) {8:F4} s in {9:F1} s | ratio {10:F4}\n",
+      costed->cost.graphName, argv[2], L, po.batch, best->stepSeconds, searchSeconds, layouts,
+      feasible, bestEnumerated, enumSeconds, ratio);
+  if (getenv("HETPLAN_BENCH_VERBOSE")) {
+    std::vector<std::vector<int>> ranks;
+    std::vector<int> last;
+    for (const auto &st : best->stages) {
+      ranks.emplace_back();
+      for (const auto &w : st.workers)
+        ranks.back().push_back(w.ranks[0]);
+      last.push_back(st.lastLayer);
+    }
+    llvm::outs() << "  hetplan:    " << describe(ranks, last, best->microBatches) << "\n";
+    ranks.clear();
+    for (const auto &st : bestLayout.stageWorkers) {
+      ranks.emplace_back();
+      for (const auto &w : st)
+        ranks.back().push_back(w[0]);
+    }
+    llvm::outs() << "  enumerated: " << describe(ranks, bestLayout.lastLayer, bestLayout.microBatches)
+                 << "\n";
+  }
+  return ratio <= 1.02 ? 0 : 3;
+}
