@@ -46,4 +46,94 @@ def HetBindShapes : Pass<"het-bind-shapes", "::mlir::ModuleOp"> {
   ];
 }
 
+def HetAnnotateCosts : Pass<"het-annotate-costs", "::mlir::ModuleOp"> {
+  let summary = "Attach each node's forward cost and its time on device types";
+  let description = [{
+    Prices every top-level `het.node` of every `het.graph` with het's cost
+    rules (`passes/cost/OpCosts.cpp`, equations and sources in
+    `docs/cost-model.md`). Needs static shapes: run `het-bind-shapes` first;
+    a value without a static shape is an error naming its node.
+
+    Each node gets `het.cost`, its forward cost at the graph's shapes:
+    `flops` (a multiply-add is 2), `bytes` (activations read and written),
+    `weight_bytes` (weights and other plan-time constants read once per
+    call), `flops_per_sample` and `bytes_per_sample` (the same divided by the
+    samples per call: the size bound to `batch`, else the leading dim of the
+    first input), and the unit attribute `matrix` for ops on matrix
+    engines; values are rounded to six significant digits. Ops that
+    cost nothing at run time (views such as Reshape, ops on weights and
+    shapes only, which are folded at plan time) get zeros. Ops without a
+    cost rule are priced as one FLOP per output element, with a warning.
+
+    With `devices`, each node also gets `het.time`, a dictionary from device
+    type (the catalog's name) to its roofline time in seconds at the graph's
+    shapes: launch + max(FLOPs / (peak x efficiency), bytes / (bandwidth x
+    efficiency)). A `profile` entry measured on a device type in the same
+    format replaces the roofline for that node and type.
+
+    The graph gets `het.total_flops` and `het.total_flops_per_sample` (f64),
+    `het.total_params` (i64: the float weights of two or more elements that
+    ops on activations read, directly or through folded ops, each counted
+    once; BatchNormalization statistics are buffers, not parameters),
+    `het.samples` (i64) and, with `devices`, `het.total_time`.
+
+    ```
+    hetplan-opt m.mlir --het-bind-shapes="dims=batch=8,sequence=1024" \
+      --het-annotate-costs="dtype=bf16 devices=A100-80GB,T4 profile=a100.json"
+    ```
+
+    A profile is JSON: `{"device": "A100-80GB", "dtype": "bf16", "ops":
+    {"h.0.attn.qkv": 1.5e-6, "h.0.mlp.c_fc": {"fixed": 4e-6, "per_sample":
+    2e-6}}}`, seconds per sample or a fixed part plus a per-sample part,
+    keyed by ONNX node name.
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", /*default=*/"\"auto\"",
+           "Format the model runs in: fp32, tf32, fp16, bf16, int8, or auto "
+           "(the format its weights are stored in)">,
+    ListOption<"devices", "devices", "std::string",
+               "Device types to price on (catalog names or aliases, e.g. "
+               "A100-80GB,T4)">,
+    ListOption<"profiles", "profile", "std::string",
+               "Measured profiles (JSON files) whose times replace the "
+               "roofline">,
+    Option<"samples", "samples", "int64_t", /*default=*/"0",
+           "Samples per call the shapes describe (0: the size bound to "
+           "batch, else the leading dim of the first input)">
+  ];
+}
+
+def HetGroupLayers : Pass<"het-group-layers", "::mlir::ModuleOp"> {
+  let summary = "Cut each graph into layers the planner places as units";
+  let description = [{
+    Finds the cuts of the top-level node order that the fewest activation
+    values cross (weights, constants, shape computations and graph inputs do
+    not count, nor values such as an attention mask that every block reads),
+    splits the graph there into segments, and recognizes the model's
+    repeated blocks: the period of segments (1 for a ResNet bottleneck, 2
+    for a pre-LN transformer block, 4 for a post-LN one) whose op sequences
+    repeat over the longest run. Each repetition becomes one layer; what
+    comes before is the `stem` (embeddings), what comes after the `head`.
+    A layer whose nodes share a name prefix is named by it (`h.3`,
+    `encoder.layer.7`), else `block<k>`. Nodes with subgraph regions stay
+    whole. GPT-2 small gets 14 layers (embeddings, 12 blocks, head),
+    ResNet-50 18 (stem, 16 bottlenecks, head).
+
+    Each top-level `het.node` gets `het.layer = <index> : i64`; the graph
+    gets `het.layers = [{name = "h.0", first = 12, last = 40}, ...]`, node
+    indices counting top-level `het.node` ops from 0, both ends inclusive.
+    Shapes need not be static.
+
+    ```
+    hetplan-opt m.mlir --het-group-layers
+    hetplan-opt m.mlir --het-group-layers="max-layers=8"
+    ```
+  }];
+  let options = [
+    Option<"maxLayers", "max-layers", "int64_t", /*default=*/"0",
+           "At most this many layers: neighbours with the fewest FLOPs are "
+           "merged (0: as the structure gives)">
+  ];
+}
+
 #endif // HET_PASSES

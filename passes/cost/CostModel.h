@@ -11,8 +11,11 @@
 
 #include "passes/cluster/DeviceCatalog.h"
 
+#include "llvm/ADT/ArrayRef.h"
+
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,17 @@ struct OpCost {
   double bytesPerSample = 0;    // activations read + written
   double weightBytes = 0;       // parameters read (once per call)
   bool matrixEngine = false;    // runs on tensor cores (MatMul/Gemm/Conv/attention)
+  /// Kernel launches per call: 0 for ops that cost nothing at run time
+  /// (views such as Reshape/Squeeze, and ops whose inputs are all weights,
+  /// constants or shapes: folded at plan time), 1 otherwise.
+  double launches = 1;
+  /// No cost rule for this op type: priced as one FLOP per output element
+  /// plus its inputs and outputs moved once.
+  bool estimated = false;
+
+  /// FLOPs and bytes of one call processing `samples` samples.
+  double flops(double samples) const { return flopsPerSample * samples; }
+  double bytes(double samples) const { return bytesPerSample * samples + weightBytes; }
 };
 
 /// A contiguous range of top-level nodes that the planner may place as a unit
@@ -56,6 +70,8 @@ struct LayerCost {
   double kvCacheBytesPerSample = 0;
 
   double flopsPerSample() const;
+  /// Weight bytes read per call, summed over the layer's ops.
+  double weightBytesPerCall() const;
 };
 
 struct ModelCost {
@@ -65,6 +81,12 @@ struct ModelCost {
   double inputBytesPerSample = 0;      // graph inputs, per sample
   int64_t parameters = 0;
   double forwardFlopsPerSample() const;
+
+  /// The format bytes were counted in, and the samples per call the graph's
+  /// (bound) shapes describe; per-sample figures are the graph's divided by it.
+  DType dtype = DType::FP32;
+  int64_t boundSamples = 1;
+  double parameterBytes = 0;           // sum over layers
 };
 
 /// Per-device efficiency: the share of the datasheet peak a real kernel
@@ -77,15 +99,107 @@ struct Efficiency {
   double launchSeconds = 5e-6;  // fixed cost per op (kernel launch)
 };
 
-/// Roofline time of `op` processing `samples` samples on `device`.
+/// The documented defaults for a kind of device: a default-constructed
+/// Efficiency is the GPU one; CPUs get {0.5, 0.2, 0.6, 2e-6}.
+Efficiency defaultEfficiency(cluster::DeviceKind kind);
+inline Efficiency defaultEfficiency(const cluster::DeviceType &device) {
+  return defaultEfficiency(device.kind);
+}
+
+/// Peak FLOP/s an op of this kind can use on `device` in `dtype`: the
+/// catalog's peak for `dtype` for matrix-engine ops; for everything else the
+/// FP32 (vector unit) peak, doubled for fp16/bf16 on GPUs that support them
+/// natively (packed half2 arithmetic). See docs/cost-model.md.
+double peakFlopsFor(const OpCost &op, const cluster::DeviceType &device, DType dtype);
+
+//===----------------------------------------------------------------------===//
+// Measured profiles
+//===----------------------------------------------------------------------===//
+
+/// Measured time of one op: fixed + perSample * samples seconds.
+struct ProfileEntry {
+  double fixedSeconds = 0;
+  double perSampleSeconds = 0;
+  double at(double samples) const { return fixedSeconds + perSampleSeconds * samples; }
+};
+
+/// Measured op times on one device type in one format, read from JSON:
+///
+///   {"device": "A100-80GB", "dtype": "fp16",
+///    "ops": {"h.0.attn.qkv": 1.2e-6,                        // s per sample
+///            "h.0.mlp.c_fc": {"fixed": 4e-6, "per_sample": 2.1e-6}}}
+///
+/// Keys of `ops` are ONNX node names (OpCost::name). The device is any
+/// spelling the catalog resolves (aliases, case and '-' do not matter).
+struct Profile {
+  std::string device;
+  DType dtype = DType::FP32;
+  std::map<std::string, ProfileEntry> ops;
+
+  /// Errors read `bufferName: message`.
+  static llvm::Expected<Profile> parse(llvm::StringRef json, llvm::StringRef bufferName);
+  static llvm::Expected<Profile> load(llvm::StringRef path);
+  llvm::json::Value toJSON() const;
+
+  /// Whether this profile was measured on `device` (any of its spellings)
+  /// in `dtype`.
+  bool appliesTo(const cluster::DeviceType &device, DType dtype) const;
+  const ProfileEntry *find(llvm::StringRef opName) const;
+};
+
+/// The measured time of `op` from the first profile that applies and has it.
+std::optional<double> profiledTime(const OpCost &op, double samples,
+                                   const cluster::DeviceType &device, DType dtype,
+                                   llvm::ArrayRef<Profile> profiles);
+
+//===----------------------------------------------------------------------===//
+// Times
+//===----------------------------------------------------------------------===//
+
+/// Roofline time of `op` processing `samples` samples on `device`:
+///   launches * launchSeconds
+///     + max(flops / (peakFlopsFor(op) * (matrix ? eff.matrix : eff.vector)),
+///           (bytes + weightBytes) / (bandwidth * eff.memory))
 double opTime(const OpCost &op, double samples, const cluster::DeviceType &device,
-              DType dtype, const Efficiency &eff = {});
+              DType dtype, const Efficiency &eff);
+/// As above with defaultEfficiency(device) (GPU or CPU defaults).
+double opTime(const OpCost &op, double samples, const cluster::DeviceType &device,
+              DType dtype);
+/// As above, but a measured profile entry for this op on this device type
+/// and format replaces the roofline.
+double opTime(const OpCost &op, double samples, const cluster::DeviceType &device,
+              DType dtype, const Efficiency &eff, llvm::ArrayRef<Profile> profiles);
 
 /// Forward time of a layer for `samples` samples; backward is taken as twice
 /// the forward (two matrix products per forward one), see docs.
 double layerForwardTime(const LayerCost &layer, double samples,
                         const cluster::DeviceType &device, DType dtype,
-                        const Efficiency &eff = {});
+                        const Efficiency &eff);
+/// As above with defaultEfficiency(device) (GPU or CPU defaults).
+double layerForwardTime(const LayerCost &layer, double samples,
+                        const cluster::DeviceType &device, DType dtype);
+double layerForwardTime(const LayerCost &layer, double samples,
+                        const cluster::DeviceType &device, DType dtype,
+                        const Efficiency &eff, llvm::ArrayRef<Profile> profiles);
+
+/// Training step FLOPs per forward FLOP: forward + backward (backward = 2x
+/// forward: gradients w.r.t. inputs and w.r.t. weights), Narayanan et al. SC'21.
+constexpr double kTrainFlopsPerForwardFlop = 3.0;
+/// Model-state bytes per parameter for Adam training in mixed precision:
+/// fp16 weights (2) + fp16 gradients (2) + fp32 master weights, momentum and
+/// variance (12) = 16, Rajbhandari et al. SC'20 (ZeRO). FP32 training with
+/// Adam also holds 16 (4 + 4 + 4 + 4).
+constexpr double kAdamBytesPerParam = 16.0;
+
+/// Time of one step of `layer` for `samples` samples: the forward time for
+/// inference, kTrainFlopsPerForwardFlop times it for training.
+double layerStepTime(const LayerCost &layer, double samples,
+                     const cluster::DeviceType &device, DType dtype, Mode mode,
+                     const Efficiency &eff, llvm::ArrayRef<Profile> profiles = {});
+
+/// Bytes of model state the layer holds: parameters at `dtype` for
+/// inference, kAdamBytesPerParam per parameter for training.
+double modelStateBytes(const LayerCost &layer, Mode mode, DType dtype);
 
 } // namespace hetplan::cost
 

@@ -1,0 +1,262 @@
+//===- CostModel.cpp - roofline times and measured profiles ---------------===//
+//
+// The roofline model (Williams, Waterman, Patterson, "Roofline: an insightful
+// visual performance model for multicore architectures", CACM 52(4), 2009):
+// an op takes as long as the slower of its arithmetic at the device's peak
+// rate and its memory traffic at the device's peak bandwidth, each derated by
+// an efficiency. Equations and defaults: docs/cost-model.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/cost/CostModel.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
+
+using namespace llvm;
+
+namespace hetplan::cost {
+
+int dtypeBytes(DType d) {
+  switch (d) {
+  case DType::FP32:
+  case DType::TF32:
+    return 4;
+  case DType::FP16:
+  case DType::BF16:
+    return 2;
+  case DType::INT8:
+    return 1;
+  }
+  return 4;
+}
+
+double LayerCost::flopsPerSample() const {
+  double total = 0;
+  for (const OpCost &op : ops)
+    total += op.flopsPerSample;
+  return total;
+}
+
+double LayerCost::weightBytesPerCall() const {
+  double total = 0;
+  for (const OpCost &op : ops)
+    total += op.weightBytes;
+  return total;
+}
+
+double ModelCost::forwardFlopsPerSample() const {
+  double total = 0;
+  for (const LayerCost &layer : layers)
+    total += layer.flopsPerSample();
+  return total;
+}
+
+Efficiency defaultEfficiency(cluster::DeviceKind kind) {
+  Efficiency eff; // GPU
+  if (kind == cluster::DeviceKind::CPU) {
+    eff.matrix = 0.5;
+    eff.vector = 0.2;
+    eff.memory = 0.6;
+    eff.launchSeconds = 2e-6;
+  }
+  return eff;
+}
+
+double peakFlopsFor(const OpCost &op, const cluster::DeviceType &device, DType dtype) {
+  if (op.matrixEngine)
+    return device.peakFlops(dtype);
+  // Elementwise ops, reductions, normalizations run on the vector units,
+  // never on tensor cores: the FP32 rate, x2 for packed fp16/bf16 math.
+  double fp32 = device.peakFlops(DType::FP32);
+  if (device.kind == cluster::DeviceKind::GPU &&
+      (dtype == DType::FP16 || dtype == DType::BF16) && device.supports(dtype))
+    return 2 * fp32;
+  return fp32;
+}
+
+//===----------------------------------------------------------------------===//
+// Profiles
+//===----------------------------------------------------------------------===//
+
+namespace {
+Error profileError(StringRef buffer, const Twine &message) {
+  return createStringError(inconvertibleErrorCode(), (buffer + ": " + message).str());
+}
+} // namespace
+
+Expected<Profile> Profile::parse(StringRef text, StringRef bufferName) {
+  Expected<json::Value> parsed = json::parse(text);
+  if (!parsed)
+    return profileError(bufferName, "not JSON: " + toString(parsed.takeError()));
+  const json::Object *root = parsed->getAsObject();
+  if (!root)
+    return profileError(bufferName, "expected a JSON object {\"device\", \"dtype\", \"ops\"}");
+  Profile profile;
+  for (const auto &entry : *root) {
+    StringRef key = entry.first;
+    if (key != "device" && key != "dtype" && key != "ops")
+      return profileError(bufferName, "unknown field '" + key +
+                                          "' (expected device, dtype, ops)");
+  }
+  auto device = root->getString("device");
+  if (!device || device->empty())
+    return profileError(bufferName, "missing \"device\" (a device catalog name)");
+  profile.device = device->str();
+  auto dtype = root->getString("dtype");
+  if (!dtype)
+    return profileError(bufferName, "missing \"dtype\" (fp32, tf32, fp16, bf16 or int8)");
+  auto parsedType = cluster::parseDType(*dtype);
+  if (!parsedType)
+    return profileError(bufferName, "unknown dtype '" + *dtype +
+                                        "' (expected fp32, tf32, fp16, bf16 or int8)");
+  profile.dtype = *parsedType;
+  const json::Object *ops = root->getObject("ops");
+  if (!ops)
+    return profileError(bufferName, "missing \"ops\" (an object: node name -> seconds)");
+  for (const auto &op : *ops) {
+    std::string name = op.first.str();
+    ProfileEntry entry;
+    if (auto seconds = op.second.getAsNumber()) {
+      entry.perSampleSeconds = *seconds;
+    } else if (const json::Object *split = op.second.getAsObject()) {
+      for (const auto &field : *split)
+        if (field.first != "fixed" && field.first != "per_sample")
+          return profileError(bufferName, "op '" + name + "': unknown field '" +
+                                              field.first.str() +
+                                              "' (expected fixed, per_sample)");
+      std::optional<double> fixed = split->getNumber("fixed");
+      std::optional<double> perSample = split->getNumber("per_sample");
+      if (!fixed && !perSample)
+        return profileError(bufferName, "op '" + name +
+                                            "': expected {\"fixed\": s, \"per_sample\": s}");
+      entry.fixedSeconds = fixed.value_or(0);
+      entry.perSampleSeconds = perSample.value_or(0);
+    } else {
+      return profileError(bufferName, "op '" + name +
+                                          "': expected seconds per sample or "
+                                          "{\"fixed\": s, \"per_sample\": s}");
+    }
+    if (entry.fixedSeconds < 0 || entry.perSampleSeconds < 0)
+      return profileError(bufferName, "op '" + name + "': negative time");
+    profile.ops[name] = entry;
+  }
+  return profile;
+}
+
+Expected<Profile> Profile::load(StringRef path) {
+  auto buffer = MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer)
+    return profileError(path, "cannot read profile: " + buffer.getError().message());
+  return parse((*buffer)->getBuffer(), path);
+}
+
+json::Value Profile::toJSON() const {
+  json::Object opsObject;
+  for (const auto &[name, entry] : ops) {
+    if (entry.fixedSeconds == 0)
+      opsObject[name] = entry.perSampleSeconds;
+    else
+      opsObject[name] = json::Object{{"fixed", entry.fixedSeconds},
+                                     {"per_sample", entry.perSampleSeconds}};
+  }
+  return json::Object{{"device", device},
+                      {"dtype", cluster::dtypeName(dtype).str()},
+                      {"ops", std::move(opsObject)}};
+}
+
+bool Profile::appliesTo(const cluster::DeviceType &type, DType runType) const {
+  if (runType != dtype)
+    return false;
+  std::string key = cluster::normalizeDeviceName(device);
+  if (key == cluster::normalizeDeviceName(type.name))
+    return true;
+  return llvm::any_of(type.aliases, [&](const std::string &alias) {
+    return key == cluster::normalizeDeviceName(alias);
+  });
+}
+
+const ProfileEntry *Profile::find(StringRef opName) const {
+  auto it = ops.find(opName.str());
+  return it == ops.end() ? nullptr : &it->second;
+}
+
+std::optional<double> profiledTime(const OpCost &op, double samples,
+                                   const cluster::DeviceType &device, DType dtype,
+                                   ArrayRef<Profile> profiles) {
+  if (op.name.empty())
+    return std::nullopt;
+  for (const Profile &profile : profiles)
+    if (profile.appliesTo(device, dtype))
+      if (const ProfileEntry *entry = profile.find(op.name))
+        return entry->at(samples);
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// Times
+//===----------------------------------------------------------------------===//
+
+double opTime(const OpCost &op, double samples, const cluster::DeviceType &device,
+              DType dtype, const Efficiency &eff) {
+  double flops = op.flops(samples);
+  double bytes = op.bytes(samples);
+  double compute = 0, memory = 0;
+  if (flops > 0) {
+    double rate = peakFlopsFor(op, device, dtype) * (op.matrixEngine ? eff.matrix : eff.vector);
+    compute = rate > 0 ? flops / rate : 0;
+  }
+  if (bytes > 0) {
+    double bandwidth = device.memoryBandwidthBytesPerSec() * eff.memory;
+    memory = bandwidth > 0 ? bytes / bandwidth : 0;
+  }
+  return op.launches * eff.launchSeconds + std::max(compute, memory);
+}
+
+double opTime(const OpCost &op, double samples, const cluster::DeviceType &device,
+              DType dtype) {
+  return opTime(op, samples, device, dtype, defaultEfficiency(device));
+}
+
+double opTime(const OpCost &op, double samples, const cluster::DeviceType &device,
+              DType dtype, const Efficiency &eff, ArrayRef<Profile> profiles) {
+  if (auto measured = profiledTime(op, samples, device, dtype, profiles))
+    return *measured;
+  return opTime(op, samples, device, dtype, eff);
+}
+
+double layerForwardTime(const LayerCost &layer, double samples,
+                        const cluster::DeviceType &device, DType dtype) {
+  return layerForwardTime(layer, samples, device, dtype, defaultEfficiency(device), {});
+}
+
+double layerForwardTime(const LayerCost &layer, double samples,
+                        const cluster::DeviceType &device, DType dtype,
+                        const Efficiency &eff) {
+  return layerForwardTime(layer, samples, device, dtype, eff, {});
+}
+
+double layerForwardTime(const LayerCost &layer, double samples,
+                        const cluster::DeviceType &device, DType dtype,
+                        const Efficiency &eff, ArrayRef<Profile> profiles) {
+  double total = 0;
+  for (const OpCost &op : layer.ops)
+    total += opTime(op, samples, device, dtype, eff, profiles);
+  return total;
+}
+
+double layerStepTime(const LayerCost &layer, double samples,
+                     const cluster::DeviceType &device, DType dtype, Mode mode,
+                     const Efficiency &eff, ArrayRef<Profile> profiles) {
+  double forward = layerForwardTime(layer, samples, device, dtype, eff, profiles);
+  return mode == Mode::Train ? kTrainFlopsPerForwardFlop * forward : forward;
+}
+
+double modelStateBytes(const LayerCost &layer, Mode mode, DType dtype) {
+  if (mode == Mode::Train)
+    return double(layer.parameters) * kAdamBytesPerParam;
+  return double(layer.parameters) * dtypeBytes(dtype);
+}
+
+} // namespace hetplan::cost

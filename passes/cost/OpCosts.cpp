@@ -1,0 +1,954 @@
+//===- OpCosts.cpp - forward cost of each het.node ------------------------===//
+//
+// FLOP counts follow the ONNX operator specification (onnx/docs/Operators.md)
+// for what each op computes; a multiply-add is 2 FLOPs. The constants for
+// elementwise functions and normalizations are documented, with their
+// derivation, in docs/cost-model.md ("Per-op rules"). Keep the two in step.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/cost/OpCosts.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <cmath>
+#include <functional>
+
+using namespace mlir;
+using namespace hetplan::het;
+
+namespace hetplan::cost {
+
+namespace {
+
+/// Cost of a transcendental function (exp, log, erf, tanh, sigmoid, pow,
+/// trigonometric) per element, in FLOPs: a range reduction and a short
+/// polynomial, as GPU math libraries evaluate them.
+constexpr double kTranscendental = 4;
+
+std::optional<ArrayRef<int64_t>> staticShape(Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked || !ranked.hasStaticShape())
+    return std::nullopt;
+  return ranked.getShape();
+}
+std::optional<ArrayRef<int64_t>> staticShape(Value v) { return staticShape(v.getType()); }
+
+double product(ArrayRef<int64_t> dims) {
+  double p = 1;
+  for (int64_t d : dims)
+    p *= double(d);
+  return p;
+}
+
+double elems(Value v) { return double(numElements(v.getType())); }
+
+bool present(NodeOp n, unsigned i) {
+  return i < n.getInputs().size() && !isa<NoneType>(n.getInputs()[i].getType());
+}
+
+int64_t attrInt(NodeOp n, StringRef name, int64_t dflt) {
+  if (auto a = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr(name)))
+    return a.getInt();
+  return dflt;
+}
+StringRef attrStr(NodeOp n, StringRef name, StringRef dflt) {
+  if (auto a = dyn_cast_or_null<StringAttr>(n.getOnnxAttr(name)))
+    return a.getValue();
+  return dflt;
+}
+std::optional<SmallVector<int64_t>> attrInts(NodeOp n, StringRef name) {
+  if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(n.getOnnxAttr(name)))
+    return SmallVector<int64_t>(a.asArrayRef());
+  return std::nullopt;
+}
+
+double outputElems(NodeOp n) {
+  double total = 0;
+  for (Value r : n.getResults())
+    total += elems(r);
+  return total;
+}
+double inputElems(NodeOp n, unsigned i = 0) {
+  return i < n.getInputs().size() ? elems(n.getInputs()[i]) : 0;
+}
+
+/// The FLOP side of a rule.
+struct Raw {
+  double flops = 0;
+  bool matrix = false;
+  bool view = false;         // aliases its input: no kernel, no traffic
+  bool readsOutput = false;  // Gather/Slice: reads only what it outputs from input 0
+  bool estimated = false;
+};
+
+// Elementwise functions: FLOPs per output element.
+const llvm::StringMap<double> &unaryFlops() {
+  static const llvm::StringMap<double> table = {
+      {"Relu", 1}, {"Neg", 1}, {"Abs", 1}, {"Sign", 1}, {"Floor", 1}, {"Ceil", 1},
+      {"Round", 1}, {"Reciprocal", 1}, {"Sqrt", 1}, {"Not", 1}, {"IsNaN", 1},
+      {"IsInf", 1}, {"BitwiseNot", 1}, {"ThresholdedRelu", 1}, {"CumSum", 1},
+      {"LeakyRelu", 2}, {"Clip", 2}, {"Shrink", 2}, {"Hardmax", 2}, {"Softsign", 3},
+      {"HardSigmoid", 4}, {"HardSwish", 5}, {"Exp", kTranscendental},
+      {"Log", kTranscendental}, {"Erf", kTranscendental}, {"Tanh", kTranscendental},
+      {"Sigmoid", kTranscendental}, {"Sin", kTranscendental}, {"Cos", kTranscendental},
+      {"Tan", kTranscendental}, {"Asin", kTranscendental}, {"Acos", kTranscendental},
+      {"Atan", kTranscendental}, {"Sinh", kTranscendental}, {"Cosh", kTranscendental},
+      {"Asinh", kTranscendental}, {"Acosh", kTranscendental}, {"Atanh", kTranscendental},
+      // exp + subtract + multiply (+ select)
+      {"Elu", kTranscendental + 2}, {"Selu", kTranscendental + 3},
+      {"Celu", kTranscendental + 3},
+      // x * sigmoid(x); log(1 + exp(x)); x * tanh(softplus(x))
+      {"Swish", kTranscendental + 1}, {"Softplus", 2 * kTranscendental + 1},
+      {"Mish", 3 * kTranscendental + 2},
+      // (x - zero_point) * scale and its inverse with rounding
+      {"QuantizeLinear", 2}, {"DequantizeLinear", 2}, {"DynamicQuantizeLinear", 4},
+      // max, subtract, exp, sum, divide
+      {"Softmax", kTranscendental + 4}, {"LogSoftmax", kTranscendental + 4},
+  };
+  return table;
+}
+
+// Broadcasting binary ops: one FLOP per output element (Pow: a transcendental).
+bool isBinary(StringRef op) {
+  static const llvm::StringSet<> ops = {
+      "Add", "Sub", "Mul", "Div", "Mod", "BitShift", "And", "Or", "Xor", "Equal",
+      "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "BitwiseAnd", "BitwiseOr",
+      "BitwiseXor", "PRelu", "Where"};
+  return ops.contains(op);
+}
+
+// Ops that only move data: FLOPs 0, bytes in + out.
+bool isDataMovement(StringRef op) {
+  static const llvm::StringSet<> ops = {
+      "Transpose", "Concat", "Split", "Expand", "Tile", "Pad", "Cast", "CastLike",
+      "DepthToSpace", "SpaceToDepth", "Trilu", "ReverseSequence", "OneHot",
+      "Compress", "NonZero", "ConstantOfShape", "Range", "EyeLike", "ScatterND",
+      "ScatterElements", "Scatter", "Unique", "SplitToSequence", "ConcatFromSequence",
+      "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceEmpty",
+      "SequenceLength", "SequenceErase", "Col2Im", "CenterCropPad", "Optional",
+      "OptionalGetElement", "OptionalHasElement"};
+  return ops.contains(op);
+}
+
+// Views: no kernel, no traffic (the output aliases the input), or ops that
+// are the identity at inference.
+bool isView(StringRef op) {
+  static const llvm::StringSet<> ops = {"Reshape", "Squeeze", "Unsqueeze", "Flatten",
+                                         "Identity", "Shape", "Size", "Dropout"};
+  return ops.contains(op);
+}
+
+Raw matMulRule(NodeOp n) {
+  Raw r;
+  r.matrix = true;
+  auto a = staticShape(n.getInputs()[0]);
+  if (!a || a->empty())
+    return r;
+  r.flops = 2 * outputElems(n) * double(a->back());
+  return r;
+}
+
+Raw gemmRule(NodeOp n) {
+  Raw r;
+  r.matrix = true;
+  auto a = staticShape(n.getInputs()[0]);
+  if (!a || a->size() != 2)
+    return r;
+  double k = double(attrInt(n, "transA", 0) ? (*a)[0] : (*a)[1]);
+  double out = outputElems(n);
+  r.flops = 2 * out * k + (present(n, 2) ? out : 0);
+  return r;
+}
+
+Raw convRule(NodeOp n, unsigned weightAt, unsigned biasAt) {
+  Raw r;
+  r.matrix = true;
+  if (weightAt >= n.getInputs().size())
+    return r;
+  auto w = staticShape(n.getInputs()[weightAt]);
+  if (!w || w->size() < 2)
+    return r;
+  // Each output element: Cin/group * prod(kernel) multiply-adds. Dilations
+  // spread the taps, they do not add any.
+  double perOutput = product(w->drop_front(1));
+  double out = outputElems(n);
+  r.flops = 2 * out * perOutput + (present(n, biasAt) ? out : 0);
+  return r;
+}
+
+Raw convTransposeRule(NodeOp n) {
+  Raw r;
+  r.matrix = true;
+  auto w = staticShape(n.getInputs()[1]);
+  if (!w || w->size() < 2)
+    return r;
+  // Each input element scatters into Cout/group * prod(kernel) outputs.
+  r.flops = 2 * inputElems(n) * product(w->drop_front(1)) +
+            (present(n, 2) ? outputElems(n) : 0);
+  return r;
+}
+
+Raw poolRule(NodeOp n) {
+  Raw r;
+  StringRef op = n.getOpType();
+  double perWindowElem = op.contains("Lp") ? 2 : 1;
+  if (op.starts_with("Global")) {
+    r.flops = perWindowElem * inputElems(n);
+    return r;
+  }
+  SmallVector<int64_t> kernel = attrInts(n, "kernel_shape").value_or(SmallVector<int64_t>{});
+  r.flops = perWindowElem * (n.getNumResults() ? elems(n.getResult(0)) : 0) * product(kernel);
+  return r;
+}
+
+Raw reduceRule(NodeOp n) {
+  Raw r;
+  StringRef op = n.getOpType();
+  double in = inputElems(n), out = n.getNumResults() ? elems(n.getResult(0)) : 0;
+  if (op == "ReduceMean")
+    r.flops = in + out;
+  else if (op == "ReduceL1" || op == "ReduceSumSquare")
+    r.flops = 2 * in;
+  else if (op == "ReduceL2")
+    r.flops = 2 * in + out;
+  else if (op == "ReduceLogSum")
+    r.flops = in + kTranscendental * out;
+  else if (op == "ReduceLogSumExp")
+    r.flops = (kTranscendental + 1) * in + kTranscendental * out;
+  else
+    r.flops = in; // Sum, Max, Min, Prod, ArgMax, ArgMin
+  return r;
+}
+
+Raw normRule(NodeOp n) {
+  Raw r;
+  StringRef op = n.getOpType();
+  double x = inputElems(n);
+  if (op == "BatchNormalization") {
+    // Inference: per-channel scale and shift folded, y = a * x + b. Training
+    // mode also computes the batch statistics.
+    r.flops = (attrInt(n, "training_mode", 0) ? 7 : 2) * x;
+  } else if (op == "LayerNormalization") {
+    // mean 1, centre 1, variance 2, normalize 1, scale 1 (+ bias 1)
+    r.flops = (present(n, 2) ? 7 : 6) * x;
+  } else if (op == "RMSNormalization" || op == "SimplifiedLayerNormalization") {
+    r.flops = 4 * x; // square, sum, normalize, scale
+  } else if (op == "SkipLayerNormalization") {
+    r.flops = 8 * x; // residual add + layer norm with bias
+  } else if (op == "SkipSimplifiedLayerNormalization") {
+    r.flops = 5 * x;
+  } else if (op == "LRN") {
+    r.flops = (2 * double(attrInt(n, "size", 1)) + kTranscendental + 2) * x;
+  } else if (op == "MeanVarianceNormalization") {
+    r.flops = 6 * x;
+  } else { // InstanceNormalization, GroupNormalization
+    r.flops = 7 * x;
+  }
+  return r;
+}
+
+Raw resizeRule(NodeOp n) {
+  Raw r;
+  StringRef mode = attrStr(n, "mode", "nearest");
+  auto in = staticShape(n.getInputs()[0]);
+  auto out = n.getNumResults() ? staticShape(n.getResult(0)) : std::nullopt;
+  if (!in || !out || in->size() != out->size() || mode == "nearest")
+    return r;
+  double axes = 0;
+  for (auto [a, b] : llvm::zip(*in, *out))
+    axes += a != b;
+  // Separable interpolation: linear a + t (b - a) = 3 FLOPs per axis, cubic
+  // 4 taps = 7 FLOPs per axis, per output element.
+  r.flops = (mode == "cubic" ? 7 : 3) * axes * elems(n.getResult(0));
+  return r;
+}
+
+Raw topKRule(NodeOp n) {
+  Raw r;
+  auto out = n.getNumResults() ? staticShape(n.getResult(0)) : std::nullopt;
+  if (!out || out->empty())
+    return r;
+  int64_t axis = attrInt(n, "axis", -1);
+  if (axis < 0)
+    axis += int64_t(out->size());
+  double k = axis >= 0 && axis < int64_t(out->size()) ? double((*out)[axis]) : 1;
+  r.flops = inputElems(n) * std::ceil(std::log2(k + 1));
+  return r;
+}
+
+Raw attentionRule(NodeOp n) {
+  // ONNX Attention (opset 23): Q [B, Hq, S, D] or [B, S, Hq*D]; K [B, Hkv, T, D]
+  // or [B, T, Hkv*D]; V likewise with Dv; past_key (input 4) adds its T.
+  Raw r;
+  r.matrix = true;
+  auto q = staticShape(n.getInputs()[0]);
+  auto k = n.getInputs().size() > 1 ? staticShape(n.getInputs()[1]) : std::nullopt;
+  auto v = n.getInputs().size() > 2 ? staticShape(n.getInputs()[2]) : std::nullopt;
+  if (!q || !k || !v || q->size() != k->size() || q->size() != v->size())
+    return r;
+  double b, h, s, t, d, dv;
+  if (q->size() == 4) {
+    b = (*q)[0], h = (*q)[1], s = (*q)[2], d = (*q)[3];
+    t = (*k)[2], dv = (*v)[3];
+  } else if (q->size() == 3) {
+    double hq = double(attrInt(n, "q_num_heads", 1));
+    double hkv = double(attrInt(n, "kv_num_heads", int64_t(hq)));
+    if (hq <= 0 || hkv <= 0)
+      return r;
+    b = (*q)[0], s = (*q)[1], h = hq, d = double((*q)[2]) / hq;
+    t = (*k)[1], dv = double((*v)[2]) / hkv;
+  } else {
+    return r;
+  }
+  if (present(n, 4))
+    if (auto past = staticShape(n.getInputs()[4]); past && past->size() == 4)
+      t += double((*past)[2]);
+  double scores = b * h * s * t;
+  // Q K^T and P V (2 FLOPs per multiply-add), then scale, softmax (+ mask).
+  r.flops = 2 * scores * (d + dv) + scores * (1 + kTranscendental + 4) +
+            (present(n, 3) ? scores : 0);
+  return r;
+}
+
+Raw recurrentRule(NodeOp n) {
+  // X [S, B, I] (layout 0) or [B, S, I]; W [dirs, G*H, I]; R [dirs, G*H, H].
+  Raw r;
+  r.matrix = true;
+  StringRef op = n.getOpType();
+  auto x = staticShape(n.getInputs()[0]);
+  auto w = n.getInputs().size() > 1 ? staticShape(n.getInputs()[1]) : std::nullopt;
+  if (!x || !w || x->size() != 3 || w->size() != 3)
+    return r;
+  double gates = op == "LSTM" ? 4 : op == "GRU" ? 3 : 1;
+  bool batchFirst = attrInt(n, "layout", 0) == 1;
+  double seq = double(batchFirst ? (*x)[1] : (*x)[0]);
+  double batch = double(batchFirst ? (*x)[0] : (*x)[1]);
+  double input = double((*x)[2]);
+  double dirs = double((*w)[0]);
+  double hidden = double(attrInt(n, "hidden_size", int64_t(double((*w)[1]) / gates)));
+  // Per step and direction: the gate products X W^T and H R^T, then the
+  // elementwise gate math per hidden unit: LSTM 8 bias adds + 3 sigmoids +
+  // 2 tanh + 4 products/sums; GRU 6 bias adds + 2 sigmoids + 1 tanh + 4;
+  // RNN 2 bias adds + tanh.
+  double pointwise = op == "LSTM" ? 8 + 5 * kTranscendental + 4
+                     : op == "GRU" ? 6 + 3 * kTranscendental + 4
+                                   : 2 + kTranscendental;
+  if (op == "LSTM" && present(n, 7))
+    pointwise += 6; // peepholes
+  r.flops = seq * dirs * batch * (2 * gates * hidden * (input + hidden) + pointwise * hidden);
+  return r;
+}
+
+Raw einsumRule(NodeOp n) {
+  Raw r;
+  auto eqAttr = dyn_cast_or_null<StringAttr>(n.getOnnxAttr("equation"));
+  if (!eqAttr) {
+    r.estimated = true;
+    r.flops = outputElems(n);
+    return r;
+  }
+  std::string eq;
+  for (char c : eqAttr.getValue())
+    if (c != ' ')
+      eq += c;
+  StringRef text(eq);
+  auto [lhs, rhs] = text.split("->");
+  SmallVector<StringRef> terms;
+  lhs.split(terms, ',');
+  if (terms.size() != n.getInputs().size()) {
+    r.estimated = true;
+    r.flops = outputElems(n);
+    return r;
+  }
+  llvm::DenseMap<char, int64_t> sizes;
+  llvm::DenseMap<char, int> operandsUsing;
+  SmallVector<int64_t> ellipsis; // right-aligned broadcast of the '...' dims
+  for (auto [term, value] : llvm::zip(terms, n.getInputs())) {
+    auto shape = staticShape(value);
+    if (!shape) {
+      r.estimated = true;
+      return r;
+    }
+    size_t letters = 0;
+    for (char c : term)
+      letters += llvm::isAlpha(c) ? 1 : 0;
+    size_t dots = term.count("...") ? shape->size() - letters : 0;
+    size_t dim = 0;
+    for (size_t i = 0; i < term.size(); ++i) {
+      if (term.substr(i).starts_with("...")) {
+        ArrayRef<int64_t> e = shape->slice(dim, dots);
+        if (e.size() > ellipsis.size())
+          ellipsis.insert(ellipsis.begin(), e.size() - ellipsis.size(), 1);
+        for (size_t j = 0; j < e.size(); ++j) {
+          int64_t &slot = ellipsis[ellipsis.size() - e.size() + j];
+          slot = std::max(slot, e[j]);
+        }
+        dim += dots;
+        i += 2;
+        continue;
+      }
+      if (dim < shape->size()) {
+        sizes[term[i]] = std::max(sizes.lookup(term[i]), (*shape)[dim]);
+        ++operandsUsing[term[i]];
+      }
+      ++dim;
+    }
+  }
+  double all = product(ellipsis);
+  for (auto &entry : sizes)
+    all *= double(entry.second);
+  size_t operands = terms.size();
+  bool contracted = false;
+  if (rhs.data()) {
+    for (auto &entry : sizes)
+      contracted |= !rhs.contains(entry.first);
+  } else {
+    for (auto &entry : operandsUsing)
+      contracted |= entry.second > 1;
+  }
+  r.matrix = operands >= 2 && contracted;
+  r.flops = operands >= 2 ? 2 * all * double(operands - 1) : all;
+  return r;
+}
+
+double opBytesAllActivation(NodeOp n, DType dtype) {
+  double total = 0;
+  for (Value v : n.getInputs())
+    total += valueBytes(v.getType(), dtype);
+  for (Value v : n.getResults())
+    total += valueBytes(v.getType(), dtype);
+  return total;
+}
+
+Raw rawRule(NodeOp n);
+
+/// FLOPs and bytes of the nodes of a region (a subgraph), run once.
+std::pair<double, double> regionCost(Region &region, DType dtype, bool &estimated,
+                                     bool &matrix) {
+  double flops = 0, bytes = 0;
+  for (Operation &op : region.getOps()) {
+    auto node = dyn_cast<NodeOp>(op);
+    if (!node)
+      continue;
+    bool allStatic = llvm::all_of(node->getOperandTypes(), [](Type t) {
+                       return !isa<TensorType, UnknownType>(t) || staticShape(t);
+                     }) &&
+                     llvm::all_of(node->getResultTypes(), [](Type t) {
+                       return !isa<TensorType, UnknownType>(t) || staticShape(t);
+                     });
+    if (!allStatic) {
+      estimated = true;
+      continue;
+    }
+    Raw raw = rawRule(node);
+    estimated |= raw.estimated;
+    matrix |= raw.matrix;
+    flops += raw.flops;
+    if (!raw.view)
+      bytes += opBytesAllActivation(node, dtype);
+    // Nested subgraphs: run once each (a nested If or Loop is rare).
+    for (Region &inner : node->getRegions()) {
+      auto [f, b] = regionCost(inner, dtype, estimated, matrix);
+      flops += f;
+      bytes += b;
+    }
+  }
+  return {flops, bytes};
+}
+
+/// A value's integer contents when a het.weight/het.constant holds them inline.
+std::optional<int64_t> constantScalar(Value v) {
+  Attribute value;
+  if (auto w = v.getDefiningOp<WeightOp>())
+    value = w.getValueAttr();
+  else if (auto c = v.getDefiningOp<ConstantOp>())
+    value = c.getValue();
+  auto dense = dyn_cast_or_null<DenseElementsAttr>(value);
+  if (!dense || dense.getNumElements() != 1 || !dense.getElementType().isInteger())
+    return std::nullopt;
+  return dense.getSplatValue<APInt>().getSExtValue();
+}
+
+Raw rawRule(NodeOp n) {
+  StringRef op = n.getOpType();
+  StringRef domain = n.getDomain();
+  Raw r;
+  if (domain == "com.microsoft") {
+    static const llvm::StringMap<double> ms = {
+        {"Gelu", 2 * 1 + kTranscendental + 2}, {"BiasGelu", 1 + 2 + kTranscendental + 2},
+        {"FastGelu", 12}, {"QuickGelu", kTranscendental + 2}, {"BiasAdd", 2}};
+    if (auto it = ms.find(op); it != ms.end()) {
+      r.flops = it->second * outputElems(n);
+      return r;
+    }
+    if (op == "SkipLayerNormalization" || op == "SimplifiedLayerNormalization" ||
+        op == "SkipSimplifiedLayerNormalization")
+      return normRule(n);
+    r.estimated = true;
+    r.flops = outputElems(n);
+    return r;
+  }
+  if (!domain.empty() && domain != "ai.onnx") {
+    r.estimated = true;
+    r.flops = outputElems(n);
+    return r;
+  }
+  if (isView(op)) {
+    r.view = true;
+    return r;
+  }
+  if (op == "MatMul" || op == "MatMulInteger" || op == "QLinearMatMul")
+    return matMulRule(n);
+  if (op == "Gemm")
+    return gemmRule(n);
+  if (op == "Conv" || op == "ConvInteger")
+    return convRule(n, 1, 2);
+  if (op == "QLinearConv")
+    return convRule(n, 3, 8);
+  if (op == "ConvTranspose")
+    return convTransposeRule(n);
+  if (op == "MaxPool" || op == "AveragePool" || op == "LpPool" ||
+      op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "GlobalLpPool")
+    return poolRule(n);
+  if (op.starts_with("Reduce") || op == "ArgMax" || op == "ArgMin")
+    return reduceRule(n);
+  if (op == "BatchNormalization" || op == "LayerNormalization" ||
+      op == "RMSNormalization" || op == "InstanceNormalization" ||
+      op == "GroupNormalization" || op == "LRN" || op == "MeanVarianceNormalization")
+    return normRule(n);
+  if (op == "Attention")
+    return attentionRule(n);
+  if (op == "LSTM" || op == "GRU" || op == "RNN")
+    return recurrentRule(n);
+  if (op == "Einsum")
+    return einsumRule(n);
+  if (op == "Resize" || op == "Upsample")
+    return resizeRule(n);
+  if (op == "TopK")
+    return topKRule(n);
+  if (op == "Gelu") {
+    // 0.5 x (1 + erf(x / sqrt 2)): divide, erf, add, 2 multiplies; the tanh
+    // form: x^3 (2), 2 multiplies, add, tanh, add, 2 multiplies.
+    r.flops = (attrStr(n, "approximate", "none") == "tanh" ? 8 + kTranscendental
+                                                           : 4 + kTranscendental) *
+              outputElems(n);
+    return r;
+  }
+  if (auto it = unaryFlops().find(op); it != unaryFlops().end()) {
+    r.flops = it->second * outputElems(n);
+    return r;
+  }
+  if (op == "Pow") {
+    r.flops = kTranscendental * outputElems(n);
+    return r;
+  }
+  if (isBinary(op)) {
+    r.flops = (op == "PRelu" ? 2 : 1) * outputElems(n);
+    return r;
+  }
+  if (op == "Sum" || op == "Max" || op == "Min" || op == "Mean") {
+    double n1 = double(n.getInputs().size()) - (op == "Mean" ? 0 : 1);
+    r.flops = std::max(0.0, n1) * outputElems(n);
+    return r;
+  }
+  if (op == "Gather" || op == "GatherElements" || op == "GatherND" || op == "Slice") {
+    r.readsOutput = true;
+    return r;
+  }
+  if (isDataMovement(op))
+    return r;
+  if (op == "If" || op == "Loop" || op == "Scan") {
+    // Filled in by computeOpCost (needs the dtype for the bodies' bytes).
+    return r;
+  }
+  r.estimated = true;
+  r.flops = outputElems(n);
+  return r;
+}
+
+bool isGenerator(StringRef op) {
+  return op == "ConstantOfShape" || op == "EyeLike";
+}
+
+bool isRandom(StringRef op) {
+  return op == "RandomNormal" || op == "RandomUniform" || op == "RandomNormalLike" ||
+         op == "RandomUniformLike" || op == "Bernoulli" || op == "Multinomial";
+}
+
+bool isParameterType(Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  return ranked && ranked.hasStaticShape() && isa<FloatType>(ranked.getElementType()) &&
+         ranked.getNumElements() >= 2;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Graph facts
+//===----------------------------------------------------------------------===//
+
+int64_t numElements(Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked || !ranked.hasStaticShape())
+    return 0;
+  return ranked.getNumElements();
+}
+
+double valueBytes(Type type, DType dtype) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked || !ranked.hasStaticShape())
+    return 0;
+  Type element = ranked.getElementType();
+  double per = 0;
+  if (isa<FloatType>(element))
+    per = dtypeBytes(dtype);
+  else if (auto c = dyn_cast<ComplexType>(element))
+    per = isa<FloatType>(c.getElementType()) ? 2.0 * dtypeBytes(dtype) : 0;
+  else if (element.isIntOrIndex())
+    per = element.isIndex() ? 8 : element.getIntOrFloatBitWidth() == 1
+                                      ? 1
+                                      : double(element.getIntOrFloatBitWidth()) / 8;
+  return per * double(ranked.getNumElements());
+}
+
+int64_t boundSamples(GraphOp graph) {
+  if (auto module = graph->getParentOfType<ModuleOp>())
+    if (auto bound = module->getAttrOfType<DictionaryAttr>("het.bound_dims"))
+      if (auto batch = bound.getAs<IntegerAttr>("batch"))
+        if (batch.getInt() > 0)
+          return batch.getInt();
+  for (Type type : graph.getArgumentTypes())
+    if (auto ranked = dyn_cast<RankedTensorType>(type))
+      if (ranked.getRank() >= 1) {
+        int64_t d = ranked.getDimSize(0);
+        return ShapedType::isDynamic(d) || d <= 0 ? 1 : d;
+      }
+  return 1;
+}
+
+std::string describeNode(NodeOp node, int index) {
+  std::string out;
+  if (auto name = node.getName(); name && !name->empty())
+    out = "'" + name->str() + "'";
+  else
+    out = "#" + std::to_string(index);
+  out += " (" + node.getOpType().str() + ")";
+  return out;
+}
+
+GraphInfo::GraphInfo(GraphOp g, int64_t samplesOverride) : graph(g) {
+  samples = samplesOverride > 0 ? samplesOverride : boundSamples(g);
+  Block &body = g.getBody().front();
+  for (BlockArgument arg : body.getArguments())
+    kinds[arg] = ValueKind::Activation;
+  for (Operation &op : body) {
+    if (isa<WeightOp, ConstantOp>(op)) {
+      kinds[op.getResult(0)] = ValueKind::Constant;
+      continue;
+    }
+    auto node = dyn_cast<NodeOp>(op);
+    if (!node) {
+      for (Value r : op.getResults())
+        kinds[r] = ValueKind::None;
+      continue;
+    }
+    index[&op] = int(nodes.size());
+    nodes.push_back(node);
+    StringRef type = node.getOpType();
+    bool shapeOnly = node.getDomain().empty() && (type == "Shape" || type == "Size");
+    bool activation = isRandom(type) || node->getNumRegions() > 0;
+    if (!shapeOnly)
+      for (Value v : node.getInputs())
+        activation |= kind(v) == ValueKind::Activation;
+    for (Value r : node.getResults())
+      kinds[r] = isa<NoneType>(r.getType()) ? ValueKind::None
+                 : activation && !shapeOnly ? ValueKind::Activation
+                                            : ValueKind::Constant;
+  }
+
+  // Liveness of activations over the top-level order.
+  int n = int(nodes.size());
+  llvm::DenseMap<Value, size_t> spanOf;
+  std::vector<StringRef> userType;
+  for (auto [i, node] : llvm::enumerate(nodes))
+    for (Value r : node.getResults())
+      if (kind(r) == ValueKind::Activation) {
+        spanOf[r] = spans.size();
+        spans.push_back({r, int(i), int(i), 0, true});
+        userType.push_back({});
+      }
+  auto noteUse = [&](Value v, int user, llvm::SmallDenseSet<Value, 8> &seen) {
+    auto it = spanOf.find(v);
+    if (it == spanOf.end() || !seen.insert(v).second)
+      return;
+    ValueSpan &s = spans[it->second];
+    s.lastUse = std::max(s.lastUse, user);
+    ++s.users;
+    StringRef type = user < n ? nodes[user].getOpType() : StringRef("<return>");
+    StringRef &seenType = userType[it->second];
+    if (user >= n || (!seenType.empty() && seenType != type))
+      s.uniformUsers = false;
+    seenType = type;
+  };
+  for (auto [i, node] : llvm::enumerate(nodes)) {
+    llvm::SmallDenseSet<Value, 8> seen;
+    for (Value v : node.getInputs())
+      noteUse(v, int(i), seen);
+    node->walk([&](Operation *inner) {
+      if (inner == node.getOperation())
+        return;
+      for (Value v : inner->getOperands())
+        noteUse(v, int(i), seen);
+    });
+  }
+  if (auto ret = dyn_cast<ReturnOp>(body.getTerminator())) {
+    llvm::SmallDenseSet<Value, 8> seen;
+    for (Value v : ret.getOperands())
+      noteUse(v, n, seen);
+  }
+
+  // Parameters, in the order their first activation user appears.
+  llvm::DenseSet<Value> visited;
+  std::function<void(Value, int)> collect = [&](Value v, int user) {
+    if (!visited.insert(v).second)
+      return;
+    Operation *def = v.getDefiningOp();
+    if (!def)
+      return;
+    if (isa<WeightOp, ConstantOp>(def)) {
+      if (isParameterType(v.getType()))
+        parameters.push_back({v, numElements(v.getType()), user});
+      return;
+    }
+    auto node = dyn_cast<NodeOp>(def);
+    if (!node || kind(v) != ValueKind::Constant)
+      return;
+    StringRef type = node.getOpType();
+    if (type == "Shape" || type == "Size")
+      return;
+    if (isGenerator(type)) {
+      // A weight stored as its shape (ConstantOfShape of an initializer),
+      // not a tensor shaped like an activation (ConstantOfShape(Shape(x))).
+      bool fromInitializers = llvm::all_of(node.getInputs(), [](Value in) {
+        return isa_and_nonnull<WeightOp, ConstantOp>(in.getDefiningOp());
+      });
+      if (fromInitializers && isParameterType(v.getType()))
+        parameters.push_back({v, numElements(v.getType()), user});
+      return;
+    }
+    for (Value in : node.getInputs())
+      collect(in, user);
+  };
+  for (auto [i, node] : llvm::enumerate(nodes)) {
+    if (isFolded(node))
+      continue;
+    // BatchNormalization's running mean and variance are buffers, not
+    // parameters (no gradient, no optimizer state).
+    bool batchNorm = node.getDomain().empty() && node.getOpType() == "BatchNormalization";
+    for (auto [k, v] : llvm::enumerate(node.getInputs()))
+      if (kind(v) == ValueKind::Constant && !(batchNorm && (k == 3 || k == 4)))
+        collect(v, int(i));
+    // Subgraphs may read weights of the enclosing graph.
+    node->walk([&](Operation *inner) {
+      if (inner == node.getOperation())
+        return;
+      for (Value v : inner->getOperands())
+        if (kinds.count(v) && kind(v) == ValueKind::Constant)
+          collect(v, int(i));
+    });
+  }
+}
+
+ValueKind GraphInfo::kind(Value value) const {
+  auto it = kinds.find(value);
+  if (it != kinds.end())
+    return it->second;
+  if (isa<NoneType>(value.getType()))
+    return ValueKind::None;
+  return ValueKind::Activation; // values inside regions
+}
+
+bool GraphInfo::isFolded(NodeOp node) const {
+  for (Value r : node.getResults())
+    if (kind(r) == ValueKind::Activation)
+      return false;
+  return true;
+}
+
+int GraphInfo::indexOf(Operation *op) const {
+  while (op && op->getParentOp() != graph.getOperation())
+    op = op->getParentOp();
+  if (!op)
+    return -1;
+  auto it = index.find(op);
+  return it == index.end() ? -1 : it->second;
+}
+
+std::optional<std::pair<Operation *, std::string>> GraphInfo::findNonStatic() const {
+  auto notStatic = [](Type t) {
+    return isa<TensorType, UnknownType>(t) && !staticShape(t);
+  };
+  for (auto [i, arg] : llvm::enumerate(graph.getBody().front().getArguments()))
+    if (notStatic(arg.getType())) {
+      std::string name = "#" + std::to_string(i);
+      if (auto attrs = graph.getArgAttrsAttr())
+        if (auto dict = dyn_cast<DictionaryAttr>(attrs[i]))
+          if (auto n = dict.getAs<StringAttr>("het.name"))
+            name = "'" + n.str() + "'";
+      std::string type;
+      llvm::raw_string_ostream os(type);
+      os << arg.getType();
+      return std::make_pair(graph.getOperation(),
+                            "input " + name + " has no static shape (" + type +
+                                "); run het-bind-shapes first");
+    }
+  for (auto [i, node] : llvm::enumerate(nodes)) {
+    auto check = [&](Value v, const char *what, size_t at) -> std::optional<std::string> {
+      if (!notStatic(v.getType()))
+        return std::nullopt;
+      std::string type;
+      llvm::raw_string_ostream os(type);
+      os << v.getType();
+      return "node " + describeNode(node, int(i)) + ": " + what + " #" +
+             std::to_string(at) + " has no static shape (" + type +
+             "); run het-bind-shapes first";
+    };
+    NodeOp op = node;
+    for (auto [k, v] : llvm::enumerate(op.getInputs()))
+      if (auto msg = check(v, "input", k))
+        return std::make_pair(op.getOperation(), *msg);
+    for (auto [k, v] : llvm::enumerate(op.getResults()))
+      if (auto msg = check(v, "result", k))
+        return std::make_pair(op.getOperation(), *msg);
+  }
+  return std::nullopt;
+}
+
+DType graphDType(const GraphInfo &info) {
+  int64_t f32 = 0, f16 = 0, bf16 = 0;
+  for (const Parameter &p : info.parameters) {
+    Type element = cast<RankedTensorType>(p.value.getType()).getElementType();
+    if (element.isF16())
+      f16 += p.elements;
+    else if (element.isBF16())
+      bf16 += p.elements;
+    else
+      f32 += p.elements;
+  }
+  if (f16 > f32 && f16 >= bf16)
+    return DType::FP16;
+  if (bf16 > f32 && bf16 > f16)
+    return DType::BF16;
+  return DType::FP32;
+}
+
+//===----------------------------------------------------------------------===//
+// Op costs
+//===----------------------------------------------------------------------===//
+
+OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
+  OpCost cost;
+  auto name = node.getName();
+  cost.name = name && !name->empty() ? name->str() : node.getOpType().str();
+  cost.opType = node.getDomain().empty() ? node.getOpType().str()
+                                         : (node.getDomain() + "." + node.getOpType()).str();
+  if (info.isFolded(node)) {
+    cost.launches = 0;
+    return cost;
+  }
+  Raw raw = rawRule(node);
+  cost.matrixEngine = raw.matrix;
+  cost.estimated = raw.estimated;
+  if (raw.view) {
+    cost.launches = 0;
+    return cost;
+  }
+
+  double flops = raw.flops;
+  double activationBytes = 0, weightBytes = 0;
+  // Subgraphs: the bodies' work, times the trip count where it is known.
+  StringRef op = node.getOpType();
+  if (node->getNumRegions() > 0) {
+    double best = 0, bestBytes = 0, sumFlops = 0, sumBytes = 0;
+    bool estimated = false, matrix = false;
+    for (Region &region : node->getRegions()) {
+      auto [f, b] = regionCost(region, dtype, estimated, matrix);
+      sumFlops += f;
+      sumBytes += b;
+      if (f + b > best + bestBytes)
+        best = f, bestBytes = b;
+    }
+    double trips = 1;
+    if (op == "Loop") {
+      std::optional<int64_t> m =
+          present(node, 0) ? constantScalar(node.getInputs()[0]) : std::nullopt;
+      if (m && *m >= 0)
+        trips = double(*m);
+      else
+        estimated = true;
+    } else if (op == "Scan") {
+      int64_t scanInputs = attrInt(node, "num_scan_inputs", 0);
+      size_t first = node.getInputs().size() - size_t(std::max<int64_t>(scanInputs, 0));
+      if (scanInputs > 0 && first < node.getInputs().size()) {
+        auto s = staticShape(node.getInputs()[first]);
+        if (s && !s->empty())
+          trips = double((*s)[0]);
+      }
+    }
+    bool isIf = op == "If";
+    flops += (isIf ? best : sumFlops) * trips;
+    activationBytes += (isIf ? bestBytes : sumBytes) * trips;
+    cost.estimated |= estimated;
+    cost.matrixEngine |= matrix;
+  }
+
+  for (auto [i, v] : llvm::enumerate(node.getInputs())) {
+    double bytes = valueBytes(v.getType(), dtype);
+    ValueKind k = info.kind(v);
+    if (raw.readsOutput && i == 0) {
+      // Gather/Slice read only the elements they output, per sample.
+      double out = node.getNumResults() ? valueBytes(node.getResult(0).getType(), dtype) : 0;
+      activationBytes += std::min(bytes, out);
+      continue;
+    }
+    if (k == ValueKind::Activation)
+      activationBytes += bytes;
+    else if (k == ValueKind::Constant)
+      weightBytes += bytes;
+  }
+  for (Value r : node.getResults())
+    activationBytes += valueBytes(r.getType(), dtype);
+
+  double samples = double(std::max<int64_t>(info.samples, 1));
+  cost.flopsPerSample = flops / samples;
+  cost.bytesPerSample = activationBytes / samples;
+  cost.weightBytes = weightBytes;
+  return cost;
+}
+
+std::optional<double> matmulWeightBytes(NodeOp node, const GraphInfo &info, DType dtype) {
+  StringRef op = node.getOpType();
+  if (!node.getDomain().empty() ||
+      (op != "MatMul" && op != "Gemm" && op != "MatMulInteger" && op != "Einsum"))
+    return std::nullopt;
+  if (info.isFolded(node) || node.getInputs().size() < 2)
+    return std::nullopt;
+  double best = 0;
+  bool any = false;
+  for (Value v : node.getInputs().take_front(2))
+    if (info.kind(v) == ValueKind::Constant) {
+      best = std::max(best, valueBytes(v.getType(), dtype));
+      any = true;
+    }
+  if (!any)
+    return std::nullopt;
+  return best;
+}
+
+} // namespace hetplan::cost

@@ -1,0 +1,32 @@
+// RUN: hetplan-opt %s -split-input-file -verify-diagnostics --het-annotate-costs
+
+// Costs need static shapes: the error names the node and what to run.
+het.graph @dynamic_result(%x: tensor<4x3xf32>) -> () {
+  // expected-error @+1 {{node 'r' (Relu): result #0 has no static shape (tensor<?x3xf32>); run het-bind-shapes first}}
+  %y = het.node "Relu" opset 17 (%x) {name = "r"} : (tensor<4x3xf32>) -> tensor<?x3xf32>
+  het.return
+}
+
+// -----
+
+het.graph @unknown_type(%x: tensor<4x3xf32>) -> () {
+  // expected-error @+1 {{node #0 (MysteryOp): result #0 has no static shape (!het.unknown); run het-bind-shapes first}}
+  %y = het.node "MysteryOp" opset 17 (%x) : (tensor<4x3xf32>) -> !het.unknown
+  het.return
+}
+
+// -----
+
+// expected-error @+1 {{input 'x' has no static shape (tensor<?x3xf32, #het.dims<"batch", "">>); run het-bind-shapes first}}
+het.graph @dynamic_input(%x: tensor<?x3xf32, #het.dims<"batch", "">> {het.name = "x"}) -> () {
+  het.return
+}
+
+// -----
+
+// Ops without a cost rule are priced as one FLOP per output element.
+// expected-warning @+1 {{no cost rule for com.example.Frobnicate x1; priced as one FLOP per output element}}
+het.graph @no_rule(%x: tensor<4x3xf32>) -> () {
+  %y = het.node "Frobnicate" domain "com.example" opset 1 (%x) : (tensor<4x3xf32>) -> tensor<4x3xf32>
+  het.return
+}

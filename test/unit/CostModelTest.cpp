@@ -1,0 +1,531 @@
+//===- CostModelTest.cpp - cost rules, layers and roofline on real models -===//
+//
+// ResNet-50 (onnx-light, shared models), GPT-2 small and BERT-base (written
+// by models/gen_transformer.py without weight bytes) go through
+// het-bind-shapes, het-group-layers and het-annotate-costs; their FLOPs,
+// parameters and layers are checked against the published figures. How to
+// reproduce by hand: docs/cost-model.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/het/IR/HetOps.h"
+#include "dialects/het/import/OnnxImporter.h"
+#include "passes/Passes.h"
+#include "passes/cost/CostModel.h"
+#include "passes/cost/ExtractModelCost.h"
+#include "passes/cost/OpCosts.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/Regex.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+using namespace hetplan;
+using namespace hetplan::het;
+
+namespace {
+
+const char *kPython = "/usr/bin/python3";
+
+struct Pipeline {
+  std::vector<std::string> dims;
+  bool annotate = true;
+  std::vector<std::string> devices;
+};
+
+/// Runs bind-shapes, group-layers and (optionally) annotate-costs; returns
+/// the first diagnostic on failure.
+std::string runPasses(mlir::ModuleOp module, const Pipeline &p) {
+  mlir::MLIRContext *context = module.getContext();
+  std::string diag;
+  mlir::ScopedDiagnosticHandler handler(context, [&](mlir::Diagnostic &d) {
+    if (diag.empty() && d.getSeverity() == mlir::DiagnosticSeverity::Error)
+      diag = d.str();
+    return mlir::success();
+  });
+  mlir::PassManager pm(context);
+  HetBindShapesOptions bind;
+  bind.dims.assign(p.dims.begin(), p.dims.end());
+  bind.requireStatic = true;
+  pm.addPass(createHetBindShapes(bind));
+  pm.addPass(createHetGroupLayers());
+  if (p.annotate) {
+    HetAnnotateCostsOptions annotate;
+    annotate.devices.assign(p.devices.begin(), p.devices.end());
+    pm.addPass(createHetAnnotateCosts(annotate));
+  }
+  if (mlir::failed(pm.run(module)))
+    return diag.empty() ? "pass pipeline failed" : diag;
+  return "";
+}
+
+GraphOp firstGraph(mlir::ModuleOp module) { return *module.getOps<GraphOp>().begin(); }
+
+double f64Attr(mlir::Operation *op, llvm::StringRef name) {
+  auto attr = op->getAttrOfType<mlir::FloatAttr>(name);
+  return attr ? attr.getValueAsDouble() : -1;
+}
+
+/// A transformer written by models/gen_transformer.py (no weight bytes) in a
+/// temporary directory, with the parameter count the generator printed.
+struct Generated {
+  std::string dir;
+  std::string path;
+  int64_t parameters = 0;
+  std::string skip;  // why it could not be made
+};
+
+Generated generate(llvm::StringRef family, llvm::StringRef config) {
+  Generated g;
+  std::string script = std::string(HETPLAN_SOURCE_DIR) + "/models/gen_transformer.py";
+  if (!llvm::sys::fs::exists(kPython) || !llvm::sys::fs::exists(script)) {
+    g.skip = "needs /usr/bin/python3 and " + script;
+    return g;
+  }
+  llvm::StringRef probe[] = {kPython, "-c", "import onnx"};
+  std::optional<llvm::StringRef> quiet[] = {llvm::StringRef(""), llvm::StringRef(""),
+                                            llvm::StringRef("")};
+  if (llvm::sys::ExecuteAndWait(kPython, probe, std::nullopt, quiet) != 0) {
+    g.skip = "python3-onnx is missing (apt-get install python3-onnx)";
+    return g;
+  }
+  llvm::SmallString<128> dir;
+  if (llvm::sys::fs::createUniqueDirectory("hetplan-cost", dir)) {
+    g.skip = "cannot create a temporary directory";
+    return g;
+  }
+  g.dir = dir.str().str();
+  g.path = (dir + "/" + config + ".onnx").str();
+  std::string log = (dir + "/gen.log").str();
+  llvm::StringRef args[] = {kPython, script, "--family", family, "--config", config,
+                            "--weights", "none", "-o", g.path};
+  std::optional<llvm::StringRef> redirects[] = {llvm::StringRef(""), llvm::StringRef(log),
+                                                llvm::StringRef(log)};
+  std::string error;
+  int rc = llvm::sys::ExecuteAndWait(kPython, args, std::nullopt, redirects, 0, 0, &error);
+  auto text = llvm::MemoryBuffer::getFile(log);
+  if (rc != 0) {
+    g.skip = "gen_transformer.py failed: " + error +
+             (text ? (*text)->getBuffer().str() : std::string());
+    g.path.clear();
+    return g;
+  }
+  // "parameters: 124,439,808 (124.44M), ..."
+  llvm::SmallVector<llvm::StringRef> groups;
+  if (text && llvm::Regex("parameters: ([0-9,]+)").match((*text)->getBuffer(), &groups)) {
+    std::string digits;
+    for (char c : groups[1])
+      if (c != ',')
+        digits += c;
+    g.parameters = std::stoll(digits);
+  }
+  return g;
+}
+
+/// Generated models are shared by the tests of this file and removed at exit.
+struct GeneratedCache : std::map<std::string, Generated> {
+  ~GeneratedCache() {
+    for (auto &entry : *this)
+      if (!entry.second.dir.empty())
+        llvm::sys::fs::remove_directories(entry.second.dir);
+  }
+};
+
+const Generated &model(llvm::StringRef family, llvm::StringRef config) {
+  static GeneratedCache cache;
+  auto it = cache.find(config.str());
+  if (it == cache.end())
+    it = cache.emplace(config.str(), generate(family, config)).first;
+  return it->second;
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> importModel(const std::string &path,
+                                              mlir::MLIRContext &context, bool missingWeights) {
+  import::ImportOptions options;
+  options.allowMissingWeights = missingWeights;
+  std::string error;
+  auto module = import::importOnnxFile(path, &context, options, error);
+  EXPECT_TRUE(module) << error;
+  return module;
+}
+
+std::string resnetPath() {
+  return std::string(HETPLAN_SHARED_MODELS_DIR) + "/onnx-light/light_resnet50.onnx";
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Real models
+//===----------------------------------------------------------------------===//
+
+TEST(CostModel, ResNet50Is4GMacs) {
+  if (!llvm::sys::fs::exists(resnetPath()))
+    GTEST_SKIP() << resnetPath() << " is absent";
+  mlir::MLIRContext context;
+  auto module = importModel(resnetPath(), context, false);
+  ASSERT_TRUE(module);
+  // Its weights are ConstantOfShape outputs: their shapes come from
+  // het-bind-shapes folding the shape initializers.
+  ASSERT_EQ(runPasses(*module, {{}, true, {"A100-80GB"}}), "");
+  GraphOp graph = firstGraph(*module);
+  double gmacs = f64Attr(graph, "het.total_flops") / 2 / 1e9;
+  EXPECT_GE(gmacs, 3.9);
+  EXPECT_LE(gmacs, 4.2);
+  EXPECT_EQ(graph->getAttrOfType<mlir::IntegerAttr>("het.total_params").getInt(), 25557032);
+  EXPECT_EQ(graph->getAttrOfType<mlir::IntegerAttr>("het.samples").getInt(), 1);
+  auto time = graph->getAttrOfType<mlir::DictionaryAttr>("het.total_time");
+  ASSERT_TRUE(time);
+  double seconds = llvm::cast<mlir::FloatAttr>(time.get("A100-SXM-80GB")).getValueAsDouble();
+  EXPECT_GT(seconds, 2e-4);  // 8.2 GFLOP at fp32 on an A100 is not under 0.2 ms
+  EXPECT_LT(seconds, 1e-2);
+
+  auto cost = cost::extractModelCost(graph);
+  ASSERT_TRUE(bool(cost)) << llvm::toString(cost.takeError());
+  // stem, 16 bottleneck blocks (3 + 4 + 6 + 3), head
+  ASSERT_EQ(cost->layers.size(), 18u);
+  EXPECT_EQ(cost->layers.front().name, "stem");
+  EXPECT_EQ(cost->layers.back().name, "head");
+  for (int i = 1; i <= 16; ++i)
+    EXPECT_EQ(cost->layers[i].name, "block" + std::to_string(i - 1));
+  EXPECT_EQ(cost->parameters, 25557032);
+  EXPECT_NEAR(cost->forwardFlopsPerSample() / 2 / 1e9, gmacs, 1e-3);
+  // The first block hands 256 x 56 x 56 fp32 values to the next.
+  EXPECT_DOUBLE_EQ(cost->layers[1].outputBytesPerSample, 256.0 * 56 * 56 * 4);
+  EXPECT_DOUBLE_EQ(cost->inputBytesPerSample, 3.0 * 224 * 224 * 4);
+  // Convolutions: no Megatron split, no KV cache; the head's 8 MB FC splits.
+  for (const cost::LayerCost &layer : cost->layers) {
+    if (&layer != &cost->layers.back())
+      EXPECT_EQ(layer.tensorParallelFraction, 0) << layer.name;
+    EXPECT_EQ(layer.kvCacheBytesPerSample, 0) << layer.name;
+    EXPECT_GT(layer.stashBytesPerSample, 0) << layer.name;
+  }
+  // Parameters sit with their first consumer: the FC layer's 2048 x 1000 in the head.
+  EXPECT_EQ(cost->layers.back().parameters, 2048 * 1000 + 1000);
+  EXPECT_GT(cost->layers.back().tensorParallelFraction, 0.9);
+  EXPECT_DOUBLE_EQ(cost->layers.back().tensorParallelAllReduceBytesPerSample, 1000 * 4);
+}
+
+TEST(CostModel, Gpt2SmallParametersFlopsAndBlocks) {
+  const Generated &g = model("gpt2", "gpt2-small");
+  if (!g.skip.empty())
+    GTEST_SKIP() << g.skip;
+  mlir::MLIRContext context;
+  auto module = importModel(g.path, context, true);
+  ASSERT_TRUE(module);
+  const int64_t seq = 1024, hidden = 768, layers = 12;
+  ASSERT_EQ(runPasses(*module, {{"batch=1", "sequence=1024"}, true, {}}), "");
+  GraphOp graph = firstGraph(*module);
+  int64_t params = graph->getAttrOfType<mlir::IntegerAttr>("het.total_params").getInt();
+  EXPECT_EQ(params, g.parameters);
+  EXPECT_EQ(params, 124439808); // GPT-2 small, the tied LM head counted once
+
+  auto cost = cost::extractModelCost(graph);
+  ASSERT_TRUE(bool(cost)) << llvm::toString(cost.takeError());
+  EXPECT_EQ(cost->parameters, params);
+  // embeddings, 12 blocks, head
+  ASSERT_EQ(cost->layers.size(), size_t(layers + 2));
+  EXPECT_EQ(cost->layers.front().name, "stem");
+  EXPECT_EQ(cost->layers.back().name, "head");
+  for (int i = 0; i < layers; ++i)
+    EXPECT_EQ(cost->layers[i + 1].name, "h." + std::to_string(i));
+
+  // Forward FLOPs per token ~ 2 x parameters + the attention products
+  // (Q K^T and P V: 4 x layers x seq x hidden per token; Kaplan et al. 2020).
+  double perToken = cost->forwardFlopsPerSample() / double(seq);
+  double expected = 2.0 * double(params) + 4.0 * layers * seq * hidden;
+  EXPECT_NEAR(perToken / expected, 1.0, 0.02) << perToken;
+
+  const cost::LayerCost &block = cost->layers[1];
+  double residual = double(seq * hidden * 4);   // fp32 [seq, hidden]
+  EXPECT_DOUBLE_EQ(block.outputBytesPerSample, residual);
+  EXPECT_EQ(block.parameters, 7087872);         // 12 of these make the 85M body
+  EXPECT_GT(block.tensorParallelFraction, 0.95);
+  EXPECT_DOUBLE_EQ(block.tensorParallelAllReduceBytesPerSample, 2 * residual);
+  // K and V: 2 x seq x hidden values per sample.
+  EXPECT_DOUBLE_EQ(block.kvCacheBytesPerSample, 2 * residual);
+  EXPECT_GT(block.stashBytesPerSample, 10 * residual);
+  // The embeddings own wte and wpe; the head reads the tied wte.
+  EXPECT_EQ(cost->layers.front().parameters, 50257 * 768 + 1024 * 768);
+  EXPECT_EQ(cost->layers.back().parameters, 2 * 768);  // ln_f
+  EXPECT_GT(cost->layers.back().tensorParallelFraction, 0.99);
+  EXPECT_DOUBLE_EQ(cost->layers.back().tensorParallelAllReduceBytesPerSample,
+                   cost->layers.back().outputBytesPerSample);
+  EXPECT_EQ(cost->layers.front().kvCacheBytesPerSample, 0);
+}
+
+TEST(CostModel, BertBaseParametersAndLayers) {
+  const Generated &g = model("bert", "bert-base");
+  if (!g.skip.empty())
+    GTEST_SKIP() << g.skip;
+  mlir::MLIRContext context;
+  auto module = importModel(g.path, context, true);
+  ASSERT_TRUE(module);
+  ASSERT_EQ(runPasses(*module, {{"batch=2", "sequence=128"}, false, {}}), "");
+  GraphOp graph = firstGraph(*module);
+  auto cost = cost::extractModelCost(graph);
+  ASSERT_TRUE(bool(cost)) << llvm::toString(cost.takeError());
+  EXPECT_EQ(cost->parameters, g.parameters);
+  EXPECT_EQ(cost->parameters, 109482240); // BERT-base with its pooler
+  EXPECT_EQ(cost->boundSamples, 2);
+  ASSERT_EQ(cost->layers.size(), 14u);
+  EXPECT_EQ(cost->layers[1].name, "encoder.layer.0");
+  EXPECT_EQ(cost->layers[12].name, "encoder.layer.11");
+  EXPECT_EQ(cost->layers.back().name, "pooler");
+  // Per sample (one sequence of 128): the hidden state, and the attention
+  // mask every block reads ([1, 1, 128] fp32) crosses each cut too.
+  EXPECT_DOUBLE_EQ(cost->layers[1].outputBytesPerSample, 128.0 * 768 * 4 + 128 * 4);
+  // ~2 x body parameters per token (the embeddings cost no FLOPs)
+  double perToken = cost->forwardFlopsPerSample() / 128;
+  EXPECT_NEAR(perToken / (2.0 * 85e6 + 4.0 * 12 * 128 * 768), 1.0, 0.05) << perToken;
+}
+
+TEST(CostModel, ExtractNeedsLayersAndStaticShapes) {
+  mlir::MLIRContext context;
+  context.loadDialect<HetDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(R"mlir(
+    het.graph @g(%x: tensor<?x4xf32, #het.dims<"batch", "">>) -> (tensor<?x4xf32>) {
+      %y = het.node "Relu" opset 17 (%x) {name = "r"} : (tensor<?x4xf32, #het.dims<"batch", "">>) -> tensor<?x4xf32>
+      het.return %y : tensor<?x4xf32>
+    })mlir", &context);
+  ASSERT_TRUE(module);
+  GraphOp graph = firstGraph(*module);
+  auto unbound = cost::extractModelCost(graph);
+  ASSERT_FALSE(bool(unbound));
+  EXPECT_EQ(llvm::toString(unbound.takeError()),
+            "graph @g: input #0 has no static shape (tensor<?x4xf32, #het.dims<\"batch\", "
+            "\"\">>); run het-bind-shapes first");
+
+  mlir::PassManager pm(&context);
+  HetBindShapesOptions bind;
+  bind.dims.push_back("batch=3");
+  pm.addPass(createHetBindShapes(bind));
+  ASSERT_TRUE(mlir::succeeded(pm.run(*module)));
+  auto ungrouped = cost::extractModelCost(graph);
+  ASSERT_FALSE(bool(ungrouped));
+  EXPECT_EQ(llvm::toString(ungrouped.takeError()),
+            "graph @g: no het.layers; run het-group-layers first");
+
+  mlir::PassManager group(&context);
+  group.addPass(createHetGroupLayers());
+  ASSERT_TRUE(mlir::succeeded(group.run(*module)));
+  cost::ExtractOptions options;
+  options.dtype = cost::DType::FP16;
+  auto cost = cost::extractModelCost(graph, options);
+  ASSERT_TRUE(bool(cost)) << llvm::toString(cost.takeError());
+  EXPECT_EQ(cost->boundSamples, 3);
+  ASSERT_EQ(cost->layers.size(), 1u);
+  EXPECT_EQ(cost->layers[0].ops[0].flopsPerSample, 4);
+  EXPECT_EQ(cost->layers[0].ops[0].bytesPerSample, 16); // 4 in + 4 out, fp16
+  EXPECT_EQ(cost->layers[0].outputBytesPerSample, 8);
+}
+
+TEST(CostModel, FusedAttentionBlockSplitsAndCaches) {
+  mlir::MLIRContext context;
+  context.loadDialect<HetDialect>();
+  // q/k/v/o projections of 1 MiB each around an opset-23 Attention, one layer.
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(R"mlir(
+    het.graph @g(%x: tensor<2x16x512xf32>) -> (tensor<2x16x512xf32>)
+        attributes {het.layers = [{name = "block", first = 0 : i64, last = 5 : i64}]} {
+      %wq = het.weight @wq at <file = "", offset = 0, length = 1048576, encoding = "raw"> : tensor<512x512xf32>
+      %wk = het.weight @wk at <file = "", offset = 0, length = 1048576, encoding = "raw"> : tensor<512x512xf32>
+      %wv = het.weight @wv at <file = "", offset = 0, length = 1048576, encoding = "raw"> : tensor<512x512xf32>
+      %wo = het.weight @wo at <file = "", offset = 0, length = 1048576, encoding = "raw"> : tensor<512x512xf32>
+      %q = het.node "MatMul" opset 23 (%x, %wq) : (tensor<2x16x512xf32>, tensor<512x512xf32>) -> tensor<2x16x512xf32>
+      %k = het.node "MatMul" opset 23 (%x, %wk) : (tensor<2x16x512xf32>, tensor<512x512xf32>) -> tensor<2x16x512xf32>
+      %v = het.node "MatMul" opset 23 (%x, %wv) : (tensor<2x16x512xf32>, tensor<512x512xf32>) -> tensor<2x16x512xf32>
+      %a = het.node "Attention" opset 23 (%q, %k, %v) attrs {q_num_heads = 8 : i64, kv_num_heads = 8 : i64} : (tensor<2x16x512xf32>, tensor<2x16x512xf32>, tensor<2x16x512xf32>) -> tensor<2x16x512xf32>
+      %o = het.node "MatMul" opset 23 (%a, %wo) : (tensor<2x16x512xf32>, tensor<512x512xf32>) -> tensor<2x16x512xf32>
+      %y = het.node "Add" opset 23 (%x, %o) : (tensor<2x16x512xf32>, tensor<2x16x512xf32>) -> tensor<2x16x512xf32>
+      het.return %y : tensor<2x16x512xf32>
+    })mlir", &context);
+  ASSERT_TRUE(module);
+  auto cost = cost::extractModelCost(firstGraph(*module));
+  ASSERT_TRUE(bool(cost)) << llvm::toString(cost.takeError());
+  ASSERT_EQ(cost->layers.size(), 1u);
+  const cost::LayerCost &layer = cost->layers[0];
+  EXPECT_EQ(cost->boundSamples, 2);
+  EXPECT_EQ(layer.parameters, 4 * 512 * 512);
+  double hidden = 16.0 * 512 * 4;  // one sample's [16, 512] fp32
+  // Attention per sample: 2*H*S*T*(D + Dv) + 9*H*S*T, H=8, S=T=16, D=64.
+  EXPECT_DOUBLE_EQ(layer.ops[3].flopsPerSample, 2.0 * 8 * 16 * 16 * 128 + 9.0 * 8 * 16 * 16);
+  double matmul = 2.0 * 16 * 512 * 512;
+  double add = 16.0 * 512;
+  double all = 4 * matmul + layer.ops[3].flopsPerSample + add;
+  EXPECT_DOUBLE_EQ(layer.flopsPerSample(), all);
+  EXPECT_DOUBLE_EQ(layer.tensorParallelFraction, (all - add) / all);
+  EXPECT_DOUBLE_EQ(layer.tensorParallelAllReduceBytesPerSample, 2 * hidden);
+  EXPECT_DOUBLE_EQ(layer.kvCacheBytesPerSample, 2 * hidden);
+  EXPECT_DOUBLE_EQ(layer.outputBytesPerSample, hidden);
+  // Stash: the six outputs; input: x.
+  EXPECT_DOUBLE_EQ(layer.stashBytesPerSample, 6 * hidden);
+  EXPECT_DOUBLE_EQ(cost->inputBytesPerSample, hidden);
+
+  // Smaller weights (fp16 halves them below 1 MiB): no split.
+  cost::ExtractOptions fp16;
+  fp16.dtype = cost::DType::FP16;
+  auto half = cost::extractModelCost(firstGraph(*module), fp16);
+  ASSERT_TRUE(bool(half)) << llvm::toString(half.takeError());
+  EXPECT_EQ(half->layers[0].tensorParallelFraction, 0);
+  EXPECT_EQ(half->layers[0].tensorParallelAllReduceBytesPerSample, 0);
+  EXPECT_DOUBLE_EQ(half->layers[0].kvCacheBytesPerSample, hidden);
+  EXPECT_DOUBLE_EQ(half->layers[0].parameterBytes, 4 * 512 * 512 * 2);
+}
+
+//===----------------------------------------------------------------------===//
+// Roofline and profiles
+//===----------------------------------------------------------------------===//
+
+namespace {
+const cluster::DeviceType &device(llvm::StringRef name) {
+  auto type = cluster::DeviceCatalog::builtin().lookup(name);
+  EXPECT_TRUE(bool(type)) << llvm::toString(type.takeError());
+  return **type;
+}
+} // namespace
+
+TEST(CostModel, RooflineBigMatMulIsComputeBound) {
+  const cluster::DeviceType &a100 = device("A100-80GB");
+  // [4096 x 4096] x [4096 x 4096] in fp16: 137 GFLOP over 96 MiB.
+  cost::OpCost mm;
+  mm.opType = "MatMul";
+  mm.matrixEngine = true;
+  double n = 4096;
+  mm.flopsPerSample = 2 * n * n * n;
+  mm.bytesPerSample = 2 * n * n * 2;
+  mm.weightBytes = n * n * 2;
+  cost::Efficiency eff; // GPU defaults
+  double compute = mm.flopsPerSample / (312e12 * eff.matrix);
+  double memory = (mm.bytesPerSample + mm.weightBytes) / (2039e9 * eff.memory);
+  ASSERT_GT(compute, 10 * memory);
+  EXPECT_NEAR(cost::opTime(mm, 1, a100, cost::DType::FP16, eff),
+              eff.launchSeconds + compute, 1e-12);
+  // fp32 runs on the FP32 units, tf32 on the tensor cores: 8x apart.
+  EXPECT_NEAR(cost::opTime(mm, 1, a100, cost::DType::FP32, eff) - eff.launchSeconds,
+              mm.flopsPerSample / (19.5e12 * eff.matrix), 1e-9);
+  EXPECT_NEAR(cost::opTime(mm, 1, a100, cost::DType::TF32, eff) - eff.launchSeconds,
+              mm.flopsPerSample / (156e12 * eff.matrix), 1e-9);
+}
+
+TEST(CostModel, RooflineElementwiseIsMemoryBound) {
+  const cluster::DeviceType &a100 = device("A100-80GB");
+  // Add of two [64M] fp16 tensors: 1 FLOP per 6 bytes.
+  cost::OpCost add;
+  add.opType = "Add";
+  double n = 64e6;
+  add.flopsPerSample = n;
+  add.bytesPerSample = 3 * n * 2;
+  cost::Efficiency eff;
+  double memory = add.bytesPerSample / (2039e9 * eff.memory);
+  // Vector ops use the FP32 units (x2 for packed fp16), never tensor cores.
+  double compute = add.flopsPerSample / (2 * 19.5e12 * eff.vector);
+  ASSERT_GT(memory, 5 * compute);
+  EXPECT_NEAR(cost::opTime(add, 1, a100, cost::DType::FP16, eff),
+              eff.launchSeconds + memory, 1e-12);
+  // Per-sample costs scale with the samples, weights do not.
+  add.weightBytes = 1e9;
+  EXPECT_NEAR(cost::opTime(add, 2, a100, cost::DType::FP16, eff),
+              eff.launchSeconds + (2 * add.bytesPerSample + 1e9) / (2039e9 * eff.memory),
+              1e-12);
+  // A free op costs nothing.
+  cost::OpCost view;
+  view.launches = 0;
+  EXPECT_EQ(cost::opTime(view, 8, a100, cost::DType::FP16, eff), 0);
+}
+
+TEST(CostModel, DefaultEfficiencyFollowsTheDeviceKind) {
+  const cluster::DeviceType &cpu = device("CPU");
+  cost::Efficiency eff = cost::defaultEfficiency(cpu);
+  EXPECT_EQ(eff.matrix, 0.5);
+  EXPECT_EQ(eff.memory, 0.6);
+  cost::OpCost add;
+  add.flopsPerSample = 1e6;
+  add.bytesPerSample = 1.2e7;
+  // Without an Efficiency, the device's defaults apply.
+  EXPECT_DOUBLE_EQ(cost::opTime(add, 1, cpu, cost::DType::FP32),
+                   eff.launchSeconds + 1.2e7 / (614.4e9 * 0.6));
+  cost::LayerCost layer;
+  layer.ops = {add, add};
+  layer.parameters = 1000;
+  EXPECT_DOUBLE_EQ(cost::layerForwardTime(layer, 1, cpu, cost::DType::FP32),
+                   2 * cost::opTime(add, 1, cpu, cost::DType::FP32));
+  EXPECT_DOUBLE_EQ(cost::layerStepTime(layer, 1, cpu, cost::DType::FP32, cost::Mode::Train, eff),
+                   3 * cost::layerForwardTime(layer, 1, cpu, cost::DType::FP32, eff));
+  EXPECT_EQ(cost::modelStateBytes(layer, cost::Mode::Train, cost::DType::FP16), 16000);
+  EXPECT_EQ(cost::modelStateBytes(layer, cost::Mode::Infer, cost::DType::FP16), 2000);
+}
+
+TEST(CostModel, ProfileEntryOverridesRoofline) {
+  auto profile = cost::Profile::parse(R"({
+      "device": "a100 80gb", "dtype": "fp16",
+      "ops": {"h.0.attn.qkv": 2.5e-6,
+              "h.0.mlp.c_fc": {"fixed": 4e-6, "per_sample": 1e-6}}})",
+                                      "prof.json");
+  ASSERT_TRUE(bool(profile)) << llvm::toString(profile.takeError());
+  const cluster::DeviceType &a100 = device("A100-SXM-80GB");
+  const cluster::DeviceType &t4 = device("T4");
+  EXPECT_TRUE(profile->appliesTo(a100, cost::DType::FP16));
+  EXPECT_FALSE(profile->appliesTo(a100, cost::DType::BF16));
+  EXPECT_FALSE(profile->appliesTo(t4, cost::DType::FP16));
+
+  cost::OpCost qkv;
+  qkv.name = "h.0.attn.qkv";
+  qkv.matrixEngine = true;
+  qkv.flopsPerSample = 1e9;
+  cost::OpCost fc = qkv;
+  fc.name = "h.0.mlp.c_fc";
+  cost::OpCost other = qkv;
+  other.name = "h.0.attn.c_proj";
+  std::vector<cost::Profile> profiles = {*profile};
+  cost::Efficiency eff;
+  EXPECT_DOUBLE_EQ(cost::opTime(qkv, 8, a100, cost::DType::FP16, eff, profiles), 8 * 2.5e-6);
+  EXPECT_DOUBLE_EQ(cost::opTime(fc, 8, a100, cost::DType::FP16, eff, profiles), 4e-6 + 8e-6);
+  // Not profiled, another device, another format: the roofline.
+  EXPECT_DOUBLE_EQ(cost::opTime(other, 8, a100, cost::DType::FP16, eff, profiles),
+                   cost::opTime(other, 8, a100, cost::DType::FP16, eff));
+  EXPECT_DOUBLE_EQ(cost::opTime(qkv, 8, t4, cost::DType::FP16, eff, profiles),
+                   cost::opTime(qkv, 8, t4, cost::DType::FP16, eff));
+  EXPECT_DOUBLE_EQ(cost::opTime(qkv, 8, a100, cost::DType::BF16, eff, profiles),
+                   cost::opTime(qkv, 8, a100, cost::DType::BF16, eff));
+  cost::LayerCost layer;
+  layer.ops = {qkv, fc, other};
+  EXPECT_DOUBLE_EQ(cost::layerForwardTime(layer, 8, a100, cost::DType::FP16, eff, profiles),
+                   8 * 2.5e-6 + 12e-6 + cost::opTime(other, 8, a100, cost::DType::FP16, eff));
+
+  // What the runtime writes reads back the same.
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << profile->toJSON();
+  auto again = cost::Profile::parse(text, "again.json");
+  ASSERT_TRUE(bool(again)) << llvm::toString(again.takeError());
+  EXPECT_EQ(again->ops.size(), 2u);
+  EXPECT_EQ(again->find("h.0.mlp.c_fc")->fixedSeconds, 4e-6);
+  EXPECT_EQ(again->dtype, cost::DType::FP16);
+}
+
+TEST(CostModel, ProfileErrorsSayWhatIsWrong) {
+  auto check = [](llvm::StringRef json, llvm::StringRef message) {
+    auto p = cost::Profile::parse(json, "p.json");
+    ASSERT_FALSE(bool(p)) << json.str();
+    EXPECT_EQ(llvm::toString(p.takeError()), message.str());
+  };
+  check("[]", "p.json: expected a JSON object {\"device\", \"dtype\", \"ops\"}");
+  check(R"({"dtype": "fp16", "ops": {}})", "p.json: missing \"device\" (a device catalog name)");
+  check(R"({"device": "T4", "dtype": "fp12", "ops": {}})",
+        "p.json: unknown dtype 'fp12' (expected fp32, tf32, fp16, bf16 or int8)");
+  check(R"({"device": "T4", "dtype": "fp16", "ops": {}, "batch": 8})",
+        "p.json: unknown field 'batch' (expected device, dtype, ops)");
+  check(R"({"device": "T4", "dtype": "fp16", "ops": {"a": -1}})", "p.json: op 'a': negative time");
+  check(R"({"device": "T4", "dtype": "fp16", "ops": {"a": {"fixd": 1}}})",
+        "p.json: op 'a': unknown field 'fixd' (expected fixed, per_sample)");
+}
