@@ -110,11 +110,11 @@ struct AnnotateCostsPass : impl::HetAnnotateCostsBase<AnnotateCostsPass> {
     double n = double(info.samples);
     double totalFlops = 0;
     std::vector<double> totalTime(types.size(), 0);
-    llvm::StringMap<int> estimated;
+    llvm::StringMap<int> estimated, estimatedBodies;
     for (NodeOp node : info.nodes) {
       cost::OpCost c = cost::computeOpCost(node, info, type);
       if (c.estimated)
-        ++estimated[c.opType];
+        ++(node->getNumRegions() ? estimatedBodies : estimated)[c.opType];
       totalFlops += c.flops(n);
       SmallVector<NamedAttribute> fields = {
           {StringAttr::get(ctx, "flops"), f64(c.flops(n))},
@@ -141,6 +141,12 @@ struct AnnotateCostsPass : impl::HetAnnotateCostsBase<AnnotateCostsPass> {
       for (auto &e : estimated)
         d << " " << e.getKey() << " x" << e.getValue();
       d << "; priced as one FLOP per output element";
+    }
+    if (!estimatedBodies.empty()) {
+      InFlightDiagnostic d = graph.emitWarning() << "subgraph costs are estimates for";
+      for (auto &e : estimatedBodies)
+        d << " " << e.getKey() << " x" << e.getValue();
+      d << " (trip count or body shapes unknown: bodies counted once)";
     }
 
     int64_t params = 0;

@@ -110,6 +110,10 @@ const llvm::StringMap<double> &unaryFlops() {
       {"QuantizeLinear", 2}, {"DequantizeLinear", 2}, {"DynamicQuantizeLinear", 4},
       // max, subtract, exp, sum, divide
       {"Softmax", kTranscendental + 4}, {"LogSoftmax", kTranscendental + 4},
+      // x * cos + rotate(x) * sin
+      {"RotaryEmbedding", 3}, {"CumProd", 1},
+      // square, sum, divide (per element; the root per row is negligible)
+      {"LpNormalization", 3},
   };
   return table;
 }
@@ -132,7 +136,8 @@ bool isDataMovement(StringRef op) {
       "ScatterElements", "Scatter", "Unique", "SplitToSequence", "ConcatFromSequence",
       "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceEmpty",
       "SequenceLength", "SequenceErase", "Col2Im", "CenterCropPad", "Optional",
-      "OptionalGetElement", "OptionalHasElement"};
+      "OptionalGetElement", "OptionalHasElement", "MaxUnpool", "BitCast",
+      "TensorScatter"};
   return ops.contains(op);
 }
 
@@ -511,6 +516,11 @@ Raw rawRule(NodeOp n) {
     return convRule(n, 1, 2);
   if (op == "QLinearConv")
     return convRule(n, 3, 8);
+  if (op == "DeformConv") {
+    // A convolution over bilinearly sampled taps: priced as the
+    // convolution (the sampling is not counted).
+    return convRule(n, 1, 3);
+  }
   if (op == "ConvTranspose")
     return convTransposeRule(n);
   if (op == "MaxPool" || op == "AveragePool" || op == "LpPool" ||

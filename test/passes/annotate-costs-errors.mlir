@@ -30,3 +30,17 @@ het.graph @no_rule(%x: tensor<4x3xf32>) -> () {
   %y = het.node "Frobnicate" domain "com.example" opset 1 (%x) : (tensor<4x3xf32>) -> tensor<4x3xf32>
   het.return
 }
+
+// -----
+
+// A Loop whose trip count is only known at run time: its body is counted once.
+// expected-warning @+1 {{subgraph costs are estimates for Loop x1 (trip count or body shapes unknown: bodies counted once)}}
+het.graph @loop(%n: tensor<i64>, %x: tensor<4xf32>) -> (tensor<4xf32>) {
+  %true = het.weight @true value(dense<true> : tensor<i1>) : tensor<i1>
+  %y = het.node "Loop" opset 16 (%n, %true, %x) {region_names = ["body"]} : (tensor<i64>, tensor<i1>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%i: tensor<i64>, %c: tensor<i1>, %v: tensor<4xf32>):
+    %z = het.node "Relu" opset 14 (%v) : (tensor<4xf32>) -> tensor<4xf32>
+    het.return %c, %z : tensor<i1>, tensor<4xf32>
+  }
+  het.return %y : tensor<4xf32>
+}

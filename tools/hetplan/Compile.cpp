@@ -301,8 +301,11 @@ int runCompile() {
   plan::Plan out = planner::exportPlan(*result, *modelCost, *cl, options, info);
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
+  // The file holds no wall-clock figures: same inputs, same bytes.
+  out.mutable_prediction()->clear_search_time_s();
   if (!outputArg.empty() && !runtime::writePlan(outputArg, out, error))
     return fail(error);
+  out.mutable_prediction()->set_search_time_s(result->searchSeconds);
 
   if (jsonArg) {
     llvm::outs() << llvm::formatv("{0:2}", summaryJson(out)) << "\n";
