@@ -136,4 +136,48 @@ def HetGroupLayers : Pass<"het-group-layers", "::mlir::ModuleOp"> {
   ];
 }
 
+def HetPlan : Pass<"het-plan", "::mlir::ModuleOp"> {
+  let summary = "Partition layers, split batches, price communication and "
+                "simulate the schedule over a cluster (the planner's search)";
+  let description = [{
+    Runs hetplan's planner (docs/planner.md) on a graph that went through
+    `het-bind-shapes` (with the batch bound to one sample: costs are per
+    sample) and `het-group-layers`, and records the plan in the IR:
+
+    - stage partition: each top-level `het.node` gets `het.stage = <j> : i64`;
+    - batch split and devices: `het.plan.stages[j]` lists the stage's layers,
+      its workers' ranks, device types and samples per micro-batch (uneven,
+      in proportion to speed, capped by memory) and its tensor-parallel
+      degree;
+    - communication: per stage the gradient all-reduce and activation
+      transfer times on the cluster's real links;
+    - schedule: the simulated GPipe/1F1B step time, bubble, model FLOPs
+      utilization, micro-batches and each used device's peak memory.
+
+    The four are one pass because the search evaluates them together: a
+    layer split is only good for a given device split, batch split and
+    schedule. `strategy` forces the baselines and `pin` a layout, as
+    `hetplan compile` does. A model that fits nowhere is an error naming the
+    smallest shortfall.
+
+    ```
+    hetplan-opt m.mlir --het-bind-shapes="dims=batch=1,sequence=128" \
+        --het-group-layers --het-plan="cluster=2xA100-80G,4xT4 batch=256"
+    ```
+  }];
+  let options = [
+    Option<"clusterSpec", "cluster", "std::string", /*default=*/"\"\"",
+           "Cluster: inline spec (4xA100-80G,12xT4) or a YAML/JSON file">,
+    Option<"batch", "batch", "int64_t", /*default=*/"1", "Samples per step">,
+    Option<"mode", "mode", "std::string", /*default=*/"\"train\"", "train or infer">,
+    Option<"dtype", "dtype", "std::string", /*default=*/"\"fp16\"",
+           "fp32, tf32, fp16 or bf16">,
+    Option<"strategy", "strategy", "std::string", /*default=*/"\"hetplan\"",
+           "hetplan, dp-even, pp-even or homogeneous">,
+    Option<"pin", "pin", "std::string", /*default=*/"\"\"",
+           "Evaluate this layout: pp=4,dp=4,mb=8[,tp=2]">,
+    Option<"schedule", "schedule", "std::string", /*default=*/"\"1f1b\"", "1f1b or gpipe">
+  ];
+}
+
 #endif // HET_PASSES
