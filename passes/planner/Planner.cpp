@@ -163,7 +163,10 @@ private:
       for (int i = 0; i < L; ++i) {
         const auto &layer = model.layers[i];
         double t = samples ? cost::layerForwardTime(layer, double(samples), *cls.type,
-                                                    opt.dtype) / cls.speedFactor
+                                                    opt.dtype,
+                                                    cost::defaultEfficiency(*cls.type),
+                                                    opt.profiles) /
+                                 cls.speedFactor
                            : 0;
         slot->all[i + 1] = slot->all[i] + t;
         slot->splittable[i + 1] =

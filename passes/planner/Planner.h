@@ -64,6 +64,8 @@ struct Options {
   double reservedMemoryFraction = 0.08;
   int maxPipelineStages = 64;
   int maxTensorParallel = 8;
+  /// Measured op times that replace the roofline on their device type.
+  std::vector<cost::Profile> profiles;
   /// Called now and then with the share of the search done (0..1).
   std::function<void(double)> progress;
 };

@@ -73,6 +73,10 @@ cl::opt<bool> missingWeights("allow-missing-weights",
 cl::opt<std::string> outputArg("o", cl::desc("Plan file to write"), cl::value_desc("PLAN"),
                                cl::sub(compileCmd));
 cl::opt<bool> quietArg("quiet", cl::desc("No progress messages"), cl::sub(compileCmd));
+cl::list<std::string> profileArgs("profile",
+                                  cl::desc("Measured op times (JSON, see docs/cost-model.md) "
+                                           "that replace the roofline on their device type"),
+                                  cl::value_desc("FILE"), cl::sub(compileCmd));
 
 cl::opt<std::string> planArg(cl::Positional, cl::Required, cl::desc("<plan file>"),
                              cl::sub(explainCmd));
@@ -257,6 +261,12 @@ int runCompile() {
     options.strategy = planner::Strategy::Pinned;
     options.pin = *pin;
   }
+  for (const std::string &path : profileArgs) {
+    auto profile = cost::Profile::load(path);
+    if (!profile)
+      return fail(llvm::toString(profile.takeError()));
+    options.profiles.push_back(std::move(*profile));
+  }
   if (outputArg.empty() && !jsonArg)
     return fail("give -o PLAN (the plan file to write)");
 
@@ -298,6 +308,8 @@ int runCompile() {
   info.clusterSpec = clusterArg;
   info.sequence = seqArg;
   info.boundDims = bound;
+  if (!profileArgs.empty())
+    info.costModel = "roofline + profile:" + llvm::join(profileArgs, ",");
   plan::Plan out = planner::exportPlan(*result, *modelCost, *cl, options, info);
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
