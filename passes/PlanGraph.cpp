@@ -35,22 +35,14 @@ struct PlanPass : impl::HetPlanBase<PlanPass> {
     if (!d || *d == cluster::DType::INT8)
       return module.emitError("het-plan: dtype must be fp32, tf32, fp16 or bf16");
     o.dtype = *d;
-    if (schedule == "1f1b")
-      o.schedule = planner::Schedule::OneFOneB;
-    else if (schedule == "gpipe")
-      o.schedule = planner::Schedule::GPipe;
-    else
-      return module.emitError("het-plan: schedule must be 1f1b or gpipe");
-    if (strategy == "hetplan")
-      o.strategy = planner::Strategy::Hetplan;
-    else if (strategy == "dp-even")
-      o.strategy = planner::Strategy::DataParallel;
-    else if (strategy == "pp-even")
-      o.strategy = planner::Strategy::EvenPipeline;
-    else if (strategy == "homogeneous")
-      o.strategy = planner::Strategy::Homogeneous;
-    else
-      return module.emitError("het-plan: unknown strategy '") << strategy << "'";
+    auto sched = planner::parseSchedule(schedule);
+    if (!sched)
+      return module.emitError("het-plan: ") << llvm::toString(sched.takeError());
+    o.schedule = *sched;
+    auto strat = planner::parseStrategy(strategy);
+    if (!strat)
+      return module.emitError("het-plan: ") << llvm::toString(strat.takeError());
+    o.strategy = *strat;
     if (!pin.empty()) {
       auto p = planner::parsePin(pin);
       if (!p)

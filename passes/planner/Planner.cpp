@@ -31,6 +31,22 @@ const char *scheduleName(Schedule s) {
   return s == Schedule::OneFOneB ? "1f1b" : "gpipe";
 }
 
+llvm::Expected<Strategy> parseStrategy(llvm::StringRef name) {
+  for (Strategy s : {Strategy::Hetplan, Strategy::DataParallel, Strategy::EvenPipeline,
+                     Strategy::Homogeneous})
+    if (name == strategyName(s))
+      return s;
+  return llvm::createStringError("--strategy must be hetplan, dp-even, pp-even or "
+                                 "homogeneous, not '" + name.str() + "'");
+}
+
+llvm::Expected<Schedule> parseSchedule(llvm::StringRef name) {
+  for (Schedule s : {Schedule::OneFOneB, Schedule::GPipe})
+    if (name == scheduleName(s))
+      return s;
+  return llvm::createStringError("--schedule must be 1f1b or gpipe, not '" + name.str() + "'");
+}
+
 llvm::Expected<Pin> parsePin(llvm::StringRef text) {
   Pin pin;
   llvm::SmallVector<llvm::StringRef> parts;
@@ -432,26 +448,7 @@ private:
         bounds.push_back(N);
       bounds.back() = N;
     }
-    std::vector<StageDevices> stages;
-    int begin = 0;
-    for (int end : bounds) {
-      StageDevices sd;
-      sd.tp = tp;
-      int i = begin;
-      while (i < end) {
-        int cls = sequence[i].first;
-        std::vector<int> run;
-        while (i < end && sequence[i].first == cls)
-          run.push_back(sequence[i++].second);
-        addWorkers(sd, cls, run, tp);
-      }
-      if (sd.groups.empty())
-        return std::nullopt;
-      finishStage(sd);
-      stages.push_back(std::move(sd));
-      begin = end;
-    }
-    return stages;
+    return chunkAt(sequence, bounds, tp);
   }
 
   /// The `n`-th way (in lexicographic order) to cut a sequence of N devices

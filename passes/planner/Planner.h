@@ -46,6 +46,10 @@ const char *scheduleName(Schedule s);
 struct Pin {
   int pp = 0, dp = 0, mb = 0, tp = 0;
 };
+/// "hetplan", "dp-even", "pp-even", "homogeneous" (pinned comes from --pin).
+llvm::Expected<Strategy> parseStrategy(llvm::StringRef name);
+/// "1f1b" or "gpipe".
+llvm::Expected<Schedule> parseSchedule(llvm::StringRef name);
 /// Parses "pp=4,dp=4,mb=8[,tp=2]".
 llvm::Expected<Pin> parsePin(llvm::StringRef text);
 

@@ -237,23 +237,14 @@ int runCompile() {
   if (!dtype || *dtype == cluster::DType::INT8)
     return fail("--dtype must be fp32, tf32, fp16 or bf16, not '" + dtypeArg + "'");
   options.dtype = *dtype;
-  if (scheduleArg == "1f1b")
-    options.schedule = planner::Schedule::OneFOneB;
-  else if (scheduleArg == "gpipe")
-    options.schedule = planner::Schedule::GPipe;
-  else
-    return fail("--schedule must be 1f1b or gpipe, not '" + scheduleArg + "'");
-  if (strategyArg == "hetplan")
-    options.strategy = planner::Strategy::Hetplan;
-  else if (strategyArg == "dp-even")
-    options.strategy = planner::Strategy::DataParallel;
-  else if (strategyArg == "pp-even")
-    options.strategy = planner::Strategy::EvenPipeline;
-  else if (strategyArg == "homogeneous")
-    options.strategy = planner::Strategy::Homogeneous;
-  else
-    return fail("--strategy must be hetplan, dp-even, pp-even or homogeneous, not '" +
-                strategyArg + "'");
+  auto schedule = planner::parseSchedule(scheduleArg);
+  if (!schedule)
+    return fail(llvm::toString(schedule.takeError()));
+  options.schedule = *schedule;
+  auto strategy = planner::parseStrategy(strategyArg);
+  if (!strategy)
+    return fail(llvm::toString(strategy.takeError()));
+  options.strategy = *strategy;
   if (!pinArg.empty()) {
     auto pin = planner::parsePin(pinArg);
     if (!pin)
