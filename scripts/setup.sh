@@ -11,6 +11,8 @@ packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   # ONNX and protobuf (importer)
   libonnx-dev libprotobuf-dev protobuf-compiler
+  # CPU runtime kernels: cblas_sgemm (multithreaded OpenBLAS)
+  libopenblas-dev
   # tests: GoogleTest, ONNX conformance data, Python ONNX for model generators
   libgtest-dev libonnx-testdata python3 python3-onnx python3-numpy
 )

@@ -1,0 +1,55 @@
+//===- Kernels.h - CPU kernels, registered by ONNX op type ------*- C++ -*-===//
+#pragma once
+
+#include "hetplan/runtime/Model.h"
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace hetplan::runtime {
+
+struct KernelContext {
+  const Node &node;
+  int64_t opset;
+  std::vector<const Tensor *> inputs; // nullptr for an omitted optional input
+  std::vector<Tensor> outputs;        // one per node output; the kernel fills them
+
+  bool hasInput(size_t i) const { return i < inputs.size() && inputs[i] && inputs[i]->defined(); }
+  const Tensor &in(size_t i) const {
+    if (!hasInput(i))
+      throw std::runtime_error("missing input " + std::to_string(i));
+    return *inputs[i];
+  }
+  size_t numOutputs() const { return outputs.size(); }
+};
+
+/// What the load-time check sees: the node, the opset, and the element types
+/// of its inputs where known (Undefined where not).
+struct CheckContext {
+  const Node &node;
+  int64_t opset;
+  std::vector<DType> inputTypes;
+  DType in(size_t i) const { return i < inputTypes.size() ? inputTypes[i] : DType::Undefined; }
+};
+
+struct KernelInfo {
+  std::function<void(KernelContext &)> run;
+  /// Returns "" when the node is supported, else why not.
+  std::function<std::string(const CheckContext &)> check;
+  /// Element types accepted for input 0 (empty: any); checked when known.
+  std::vector<DType> types;
+};
+
+void registerKernel(const std::string &opType, KernelInfo info);
+/// nullptr when no kernel exists for the op type (default domain).
+const KernelInfo *findKernel(const std::string &opType);
+std::vector<std::string> registeredOpTypes();
+
+/// Common type sets.
+extern const std::vector<DType> kFloatTypes;   // float32, float64
+extern const std::vector<DType> kNumericTypes; // floats and all integers
+extern const std::vector<DType> kAllTypes;     // numeric + bool
+
+} // namespace hetplan::runtime

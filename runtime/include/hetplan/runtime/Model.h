@@ -1,0 +1,74 @@
+//===- Model.h - an ONNX model as the CPU runtime sees it -------*- C++ -*-===//
+//
+// loadModel reads an ONNX model file (protobuf) without MLIR: its nodes,
+// attributes and weights. Initializers stored as raw_data are viewed in the
+// parsed model (no second copy); ONNX external data files are memory-mapped
+// and viewed. Errors are one line: `FILE: initializer 'NAME': what`.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "hetplan/runtime/Tensor.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hetplan::runtime {
+
+struct Attribute {
+  enum Kind { Undefined, Float, Int, String, TensorKind, Graph, Floats, Ints, Strings, Tensors, Graphs, Other };
+  Kind kind = Undefined;
+  float f = 0;
+  int64_t i = 0;
+  std::string s;
+  Tensor t;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+  std::vector<std::string> strings;
+};
+
+struct Node {
+  std::string name, opType, domain;
+  std::vector<std::string> inputs;  // "" for an omitted optional input
+  std::vector<std::string> outputs; // "" for an omitted optional output
+  std::map<std::string, Attribute> attrs;
+
+  bool has(const std::string &a) const { return attrs.count(a) != 0; }
+  int64_t getInt(const std::string &a, int64_t def) const;
+  float getFloat(const std::string &a, float def) const;
+  std::string getString(const std::string &a, const std::string &def) const;
+  std::vector<int64_t> getInts(const std::string &a, std::vector<int64_t> def = {}) const;
+  std::vector<float> getFloats(const std::string &a, std::vector<float> def = {}) const;
+  /// "'name' (OpType)"
+  std::string describe() const;
+};
+
+struct ValueInfo {
+  std::string name;
+  DType dtype = DType::Undefined;
+  bool isTensor = true; // false for sequence/map/optional values
+  bool hasShape = false;
+  std::vector<int64_t> shape; // -1 for unknown/symbolic dims
+};
+
+struct Model {
+  std::string path;
+  std::map<std::string, int64_t> opsets; // domain ("" = ai.onnx) -> version
+  std::vector<Node> nodes;
+  std::map<std::string, Tensor> initializers;
+  std::vector<ValueInfo> inputs;  // graph inputs that are not initializers
+  std::vector<ValueInfo> outputs;
+  std::map<std::string, DType> valueTypes; // every typed value (inputs, outputs, value_info)
+  std::shared_ptr<const void> storage;     // keeps viewed weights alive
+
+  int64_t opset(const std::string &domain = "") const;
+};
+
+/// Reads an ONNX model; throws std::runtime_error with one line on error.
+Model loadModel(const std::string &path);
+/// Reads one serialized TensorProto (ONNX test data input_0.pb, ...).
+Tensor loadTensorFile(const std::string &path, std::string *name = nullptr);
+
+} // namespace hetplan::runtime

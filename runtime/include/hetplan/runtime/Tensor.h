@@ -1,0 +1,95 @@
+//===- Tensor.h - a dense tensor for the CPU runtime ------------*- C++ -*-===//
+//
+// A Tensor is a shape, an element type (ONNX's numbering) and bytes. The
+// bytes are either owned (allocated here) or a view of memory that someone
+// else keeps alive (a memory-mapped external data file, a parsed model): a
+// shared holder keeps that memory alive as long as any view exists.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hetplan::runtime {
+
+/// Element types, numbered as ONNX's TensorProto.DataType.
+enum class DType : int32_t {
+  Undefined = 0, Float32 = 1, UInt8 = 2, Int8 = 3, UInt16 = 4, Int16 = 5,
+  Int32 = 6, Int64 = 7, String = 8, Bool = 9, Float16 = 10, Float64 = 11,
+  UInt32 = 12, UInt64 = 13, BFloat16 = 16,
+};
+
+/// Bytes per element (0 for Undefined/String).
+size_t dtypeSize(DType t);
+/// "float32", "int64", ...
+const char *dtypeName(DType t);
+bool isFloatType(DType t);   // float16/bfloat16/float32/float64
+bool isIntegerType(DType t); // signed or unsigned integers (not bool)
+
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);
+
+class Tensor {
+public:
+  Tensor() = default;
+  /// An owned, zero-filled tensor.
+  Tensor(DType dtype, std::vector<int64_t> shape);
+  /// A view of `data`; `holder` keeps the memory alive.
+  static Tensor view(DType dtype, std::vector<int64_t> shape, const void *data,
+                     std::shared_ptr<const void> holder);
+  /// A 1-element rank-0 tensor.
+  template <typename T> static Tensor scalar(DType dtype, T value) {
+    Tensor t(dtype, {});
+    *t.data<T>() = value;
+    return t;
+  }
+
+  bool defined() const { return dtype_ != DType::Undefined; }
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t> &shape() const { return shape_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t dim(int64_t i) const { return shape_[i < 0 ? i + rank() : i]; }
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtypeSize(dtype_); }
+  /// True when the bytes belong to someone else (mapped file, model proto).
+  bool isView() const { return view_; }
+
+  void *raw() { return data_; }
+  const void *raw() const { return data_; }
+  template <typename T> T *data() { return static_cast<T *>(data_); }
+  template <typename T> const T *data() const { return static_cast<const T *>(data_); }
+
+  /// Same bytes, another shape with the same element count.
+  Tensor reshaped(std::vector<int64_t> shape) const;
+  /// An owned copy.
+  Tensor clone() const;
+  /// Values as int64 (any integer type); for shape-like inputs.
+  std::vector<int64_t> toInt64Vector() const;
+  /// Values as double (any numeric type); for scalars such as Clip's bounds.
+  double scalarAsDouble(int64_t index = 0) const;
+  /// "float32[2x3]"
+  std::string describe() const;
+
+private:
+  DType dtype_ = DType::Undefined;
+  std::vector<int64_t> shape_;
+  std::shared_ptr<const void> holder_;
+  void *data_ = nullptr;
+  bool view_ = false;
+};
+
+/// Element count of a shape.
+int64_t shapeNumel(const std::vector<int64_t> &shape);
+/// numpy broadcasting of two shapes; throws on incompatible shapes.
+std::vector<int64_t> broadcastShapes(const std::vector<int64_t> &a,
+                                     const std::vector<int64_t> &b);
+/// Row-major strides for `shape` when viewed (broadcast) as `outShape`:
+/// 0 where a dimension is broadcast. `shape` is right-aligned.
+std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &shape,
+                                      const std::vector<int64_t> &outShape);
+std::string shapeString(const std::vector<int64_t> &shape);
+
+} // namespace hetplan::runtime

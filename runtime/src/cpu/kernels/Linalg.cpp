@@ -1,0 +1,438 @@
+//===- Linalg.cpp - MatMul, Gemm, Conv, pooling, normalizations -----------===//
+#include "KernelUtil.h"
+
+#include <cmath>
+#include <limits>
+
+#ifdef HETPLAN_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+namespace hetplan::runtime::cpu {
+
+/// C[MxN] = alpha * op(A) * op(B) + beta * C, row-major.
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda,
+          const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+#ifdef HETPLAN_HAVE_CBLAS
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+                alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  } else if constexpr (std::is_same_v<T, double>) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+                alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += static_cast<double>(ta ? A[k * lda + i] : A[i * lda + k]) * static_cast<double>(tb ? B[j * ldb + k] : B[k * ldb + j]);
+      C[i * ldc + j] = static_cast<T>(alpha * acc + (beta == T(0) ? 0.0 : static_cast<double>(beta) * C[i * ldc + j]));
+    }
+}
+
+namespace {
+
+void matmul(KernelContext &c) {
+  const Tensor &a = c.in(0), &b = c.in(1);
+  auto as = a.shape(), bs = b.shape();
+  bool aVec = as.size() == 1, bVec = bs.size() == 1;
+  if (aVec) as.insert(as.begin(), 1);
+  if (bVec) bs.push_back(1);
+  if (as.size() < 2 || bs.size() < 2) throw std::runtime_error("MatMul of scalars");
+  int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  if (bs[bs.size() - 2] != K)
+    throw std::runtime_error("MatMul shapes " + shapeString(a.shape()) + " and " + shapeString(b.shape()) + " do not match");
+  std::vector<int64_t> ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  auto batch = broadcastShapes(ab, bb);
+  std::vector<int64_t> outShape = batch;
+  if (!aVec) outShape.push_back(M);
+  if (!bVec) outShape.push_back(N);
+  Tensor out(a.dtype(), outShape);
+  int64_t nb = shapeNumel(batch);
+  auto sa = broadcastStrides(ab, batch), sb = broadcastStrides(bb, batch);
+  HP_DISPATCH_FLOAT(a.dtype(), {
+    const T *pa = a.data<T>(); const T *pb = b.data<T>(); T *po = out.data<T>();
+    if (nb == 1) gemm<T>(false, false, M, N, K, T(1), pa, K, pb, N, T(0), po, N);
+    else if (bb.empty()) // fold the batch into M
+      gemm<T>(false, false, M * nb, N, K, T(1), pa, K, pb, N, T(0), po, N);
+    else
+      forEachBroadcast2(batch, sa, sb, [&](int64_t i, int64_t oa, int64_t ob) {
+        gemm<T>(false, false, M, N, K, T(1), pa + oa * M * K, K, pb + ob * K * N, N, T(0), po + i * M * N, N);
+      });
+  });
+  c.outputs[0] = std::move(out);
+}
+
+void gemmKernel(KernelContext &c) {
+  const Tensor &a = c.in(0), &b = c.in(1);
+  bool ta = c.node.getInt("transA", 0), tb = c.node.getInt("transB", 0);
+  int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
+  double alpha = c.node.getFloat("alpha", 1.0f), beta = c.node.getFloat("beta", 1.0f);
+  Tensor out(a.dtype(), {M, N});
+  HP_DISPATCH_FLOAT(a.dtype(), {
+    T *po = out.data<T>();
+    bool hasC = c.hasInput(2) && beta != 0;
+    if (hasC) {
+      const Tensor &cc = c.in(2);
+      Tensor bc = binaryBroadcast<T, T, T>(out, cc, out.dtype(), [](T, T y) { return y; });
+      std::memcpy(po, bc.raw(), out.nbytes());
+    }
+    gemm<T>(ta, tb, M, N, K, static_cast<T>(alpha), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1),
+            hasC ? static_cast<T>(beta) : T(0), po, N);
+  });
+  c.outputs[0] = std::move(out);
+}
+
+/// Geometry of a convolution or pooling window over the spatial dims.
+struct Window {
+  std::vector<int64_t> in, kernel, stride, dil, padBegin, padEnd, out;
+};
+
+Window makeWindow(const Node &n, const std::vector<int64_t> &inSpatial, std::vector<int64_t> kernel, bool pool) {
+  size_t r = inSpatial.size();
+  Window w;
+  w.in = inSpatial;
+  w.kernel = std::move(kernel);
+  w.stride = n.getInts("strides", std::vector<int64_t>(r, 1));
+  w.dil = n.getInts("dilations", std::vector<int64_t>(r, 1));
+  auto pads = n.getInts("pads", std::vector<int64_t>(2 * r, 0));
+  if (w.kernel.size() != r || w.stride.size() != r || w.dil.size() != r || pads.size() != 2 * r)
+    throw std::runtime_error("kernel_shape/strides/dilations/pads do not match the input rank");
+  w.padBegin.assign(pads.begin(), pads.begin() + r);
+  w.padEnd.assign(pads.begin() + r, pads.end());
+  std::string autoPad = n.getString("auto_pad", "NOTSET");
+  bool ceilMode = pool && n.getInt("ceil_mode", 0);
+  w.out.resize(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t ek = (w.kernel[i] - 1) * w.dil[i] + 1;
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      int64_t o = (w.in[i] + w.stride[i] - 1) / w.stride[i];
+      int64_t total = std::max<int64_t>(0, (o - 1) * w.stride[i] + ek - w.in[i]);
+      w.padBegin[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      w.padEnd[i] = total - w.padBegin[i];
+      w.out[i] = o;
+      continue;
+    }
+    if (autoPad == "VALID") w.padBegin[i] = w.padEnd[i] = 0;
+    int64_t span = w.in[i] + w.padBegin[i] + w.padEnd[i] - ek;
+    if (ceilMode) {
+      int64_t o = (span + w.stride[i] - 1) / w.stride[i] + 1;
+      if ((o - 1) * w.stride[i] >= w.in[i] + w.padBegin[i]) --o;
+      w.out[i] = o;
+    } else w.out[i] = span / w.stride[i] + 1;
+    if (w.out[i] < 0) w.out[i] = 0;
+  }
+  return w;
+}
+
+std::vector<int64_t> spatialOf(const Tensor &t) { return std::vector<int64_t>(t.shape().begin() + 2, t.shape().end()); }
+
+void conv(KernelContext &c) {
+  const Tensor &x = c.in(0), &wt = c.in(1);
+  int64_t N = x.dim(0), C = x.dim(1), M = wt.dim(0), G = c.node.getInt("group", 1);
+  auto ks = c.node.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + 2, wt.shape().end()));
+  Window w = makeWindow(c.node, spatialOf(x), ks, false);
+  size_t r = w.in.size();
+  int64_t Cg = C / G, Mg = M / G, kSize = shapeNumel(w.kernel), inSize = shapeNumel(w.in), outSize = shapeNumel(w.out);
+  if (wt.dim(1) != Cg) throw std::runtime_error("Conv weight " + wt.describe() + " does not match input " + x.describe() + " with group " + std::to_string(G));
+  std::vector<int64_t> outShape = {N, M};
+  outShape.insert(outShape.end(), w.out.begin(), w.out.end());
+  Tensor out(x.dtype(), outShape);
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    std::vector<T> col(static_cast<size_t>(Cg * kSize * outSize));
+    std::vector<int64_t> kidx(r), oidx(r);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t g = 0; g < G; ++g) {
+        const T *px = x.data<T>() + (n * C + g * Cg) * inSize;
+        // im2col: row (c, kernel offset), column output position
+        for (int64_t ck = 0; ck < Cg * kSize; ++ck) {
+          int64_t ci = ck / kSize, kf = ck % kSize;
+          for (size_t d = r; d-- > 0;) { kidx[d] = kf % w.kernel[d]; kf /= w.kernel[d]; }
+          T *row = col.data() + ck * outSize;
+          for (int64_t o = 0; o < outSize; ++o) {
+            int64_t of = o, off = 0; bool inside = true;
+            for (size_t d = r; d-- > 0;) { oidx[d] = of % w.out[d]; of /= w.out[d]; }
+            int64_t mul = 1;
+            for (size_t d = r; d-- > 0;) {
+              int64_t p = oidx[d] * w.stride[d] - w.padBegin[d] + kidx[d] * w.dil[d];
+              if (p < 0 || p >= w.in[d]) { inside = false; break; }
+              off += p * mul; mul *= w.in[d];
+            }
+            row[o] = inside ? px[ci * inSize + off] : T(0);
+          }
+        }
+        T *po = out.data<T>() + (n * M + g * Mg) * outSize;
+        gemm<T>(false, false, Mg, outSize, Cg * kSize, T(1), wt.data<T>() + g * Mg * Cg * kSize, Cg * kSize,
+                col.data(), outSize, T(0), po, outSize);
+        if (c.hasInput(2))
+          for (int64_t m = 0; m < Mg; ++m) {
+            T bias = c.in(2).data<T>()[g * Mg + m];
+            for (int64_t o = 0; o < outSize; ++o) po[m * outSize + o] += bias;
+          }
+      }
+  });
+  c.outputs[0] = std::move(out);
+}
+
+void convTranspose(KernelContext &c) {
+  const Tensor &x = c.in(0), &wt = c.in(1);
+  const Node &nd = c.node;
+  int64_t N = x.dim(0), C = x.dim(1), G = nd.getInt("group", 1), Mg = wt.dim(1), M = Mg * G, Cg = C / G;
+  auto in = spatialOf(x);
+  size_t r = in.size();
+  auto ks = nd.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + 2, wt.shape().end()));
+  auto stride = nd.getInts("strides", std::vector<int64_t>(r, 1)), dil = nd.getInts("dilations", std::vector<int64_t>(r, 1));
+  auto outPad = nd.getInts("output_padding", std::vector<int64_t>(r, 0));
+  auto pads = nd.getInts("pads", std::vector<int64_t>(2 * r, 0));
+  auto outShapeAttr = nd.getInts("output_shape");
+  std::string autoPad = nd.getString("auto_pad", "NOTSET");
+  std::vector<int64_t> outSp(r), padB(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t full = stride[i] * (in[i] - 1) + outPad[i] + (ks[i] - 1) * dil[i] + 1;
+    if (!outShapeAttr.empty()) {
+      outSp[i] = outShapeAttr[outShapeAttr.size() - r + i];
+      int64_t total = full - outSp[i];
+      padB[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      if (autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER") padB[i] = total - total / 2 ;
+    } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      outSp[i] = in[i] * stride[i];
+      int64_t total = full - outSp[i];
+      padB[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    } else {
+      padB[i] = pads[i];
+      outSp[i] = full - pads[i] - pads[i + r];
+    }
+  }
+  std::vector<int64_t> outShape = {N, M};
+  outShape.insert(outShape.end(), outSp.begin(), outSp.end());
+  Tensor out(x.dtype(), outShape);
+  int64_t inSize = shapeNumel(in), outSize = shapeNumel(outSp), kSize = shapeNumel(ks);
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    std::vector<int64_t> iidx(r), kidx(r);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t ci = 0; ci < Cg; ++ci) {
+          const T *px = x.data<T>() + (n * C + g * Cg + ci) * inSize;
+          for (int64_t ii = 0; ii < inSize; ++ii) {
+            int64_t f = ii;
+            for (size_t d = r; d-- > 0;) { iidx[d] = f % in[d]; f /= in[d]; }
+            T xv = px[ii];
+            for (int64_t kk = 0; kk < kSize; ++kk) {
+              int64_t kf = kk, off = 0, mul = 1; bool inside = true;
+              for (size_t d = r; d-- > 0;) { kidx[d] = kf % ks[d]; kf /= ks[d]; }
+              for (size_t d = r; d-- > 0;) {
+                int64_t p = iidx[d] * stride[d] + kidx[d] * dil[d] - padB[d];
+                if (p < 0 || p >= outSp[d]) { inside = false; break; }
+                off += p * mul; mul *= outSp[d];
+              }
+              if (!inside) continue;
+              for (int64_t m = 0; m < Mg; ++m)
+                out.data<T>()[(n * M + g * Mg + m) * outSize + off] += xv * wt.data<T>()[((g * Cg + ci) * Mg + m) * kSize + kk];
+            }
+          }
+        }
+    if (c.hasInput(2))
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t o = 0; o < outSize; ++o) out.data<T>()[(n * M + m) * outSize + o] += c.in(2).data<T>()[m];
+  });
+  c.outputs[0] = std::move(out);
+}
+
+void pool(KernelContext &c, bool isMax) {
+  const Tensor &x = c.in(0);
+  const Node &nd = c.node;
+  Window w = makeWindow(nd, spatialOf(x), nd.getInts("kernel_shape"), true);
+  size_t r = w.in.size();
+  int64_t N = x.dim(0), C = x.dim(1), inSize = shapeNumel(w.in), outSize = shapeNumel(w.out), kSize = shapeNumel(w.kernel);
+  bool includePad = nd.getInt("count_include_pad", 0);
+  std::vector<int64_t> outShape = {N, C};
+  outShape.insert(outShape.end(), w.out.begin(), w.out.end());
+  Tensor out(x.dtype(), outShape);
+  Tensor indices;
+  bool wantIdx = c.numOutputs() > 1 && !c.node.outputs[1].empty();
+  if (wantIdx) indices = Tensor(DType::Int64, outShape);
+  int64_t storageOrder = nd.getInt("storage_order", 0);
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    std::vector<int64_t> oidx(r), kidx(r);
+    for (int64_t nc = 0; nc < N * C; ++nc) {
+      const T *px = x.data<T>() + nc * inSize;
+      for (int64_t o = 0; o < outSize; ++o) {
+        int64_t of = o;
+        for (size_t d = r; d-- > 0;) { oidx[d] = of % w.out[d]; of /= w.out[d]; }
+        double acc = isMax ? -std::numeric_limits<double>::infinity() : 0.0;
+        int64_t count = 0, best = -1, padCount = 0;
+        for (int64_t kk = 0; kk < kSize; ++kk) {
+          int64_t kf = kk, off = 0, mul = 1, offT = 0, mulT = 1; bool inside = true, inPad = true;
+          for (size_t d = r; d-- > 0;) { kidx[d] = kf % w.kernel[d]; kf /= w.kernel[d]; }
+          for (size_t d = r; d-- > 0;) {
+            int64_t p = oidx[d] * w.stride[d] - w.padBegin[d] + kidx[d] * w.dil[d];
+            if (p < -w.padBegin[d] || p >= w.in[d] + w.padEnd[d]) inPad = false;
+            if (p < 0 || p >= w.in[d]) { inside = false; continue; }
+            off += p * mul; mul *= w.in[d];
+          }
+          if (inPad) ++padCount;
+          if (!inside) continue;
+          (void)offT; (void)mulT;
+          double v = px[off];
+          if (isMax) { if (v > acc || best < 0) { acc = v; best = off; } }
+          else { acc += v; ++count; }
+        }
+        if (!isMax) acc = (includePad ? (padCount ? acc / padCount : 0) : (count ? acc / count : 0));
+        out.data<T>()[nc * outSize + o] = static_cast<T>(acc);
+        if (wantIdx) {
+          int64_t idx = best;
+          if (storageOrder == 1 && r == 2) idx = (best % w.in[1]) * w.in[0] + best / w.in[1];
+          indices.data<int64_t>()[nc * outSize + o] = nc * inSize + idx;
+        }
+      }
+    }
+  });
+  c.outputs[0] = std::move(out);
+  if (wantIdx) c.outputs[1] = std::move(indices);
+}
+
+void globalPool(KernelContext &c, bool isMax) {
+  const Tensor &x = c.in(0);
+  int64_t NC = x.dim(0) * x.dim(1), S = x.numel() / std::max<int64_t>(NC, 1);
+  std::vector<int64_t> shape(x.shape().size(), 1);
+  shape[0] = x.dim(0); shape[1] = x.dim(1);
+  Tensor out(x.dtype(), shape);
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    for (int64_t i = 0; i < NC; ++i) {
+      const T *p = x.data<T>() + i * S;
+      double acc = isMax ? -std::numeric_limits<double>::infinity() : 0.0;
+      for (int64_t j = 0; j < S; ++j) acc = isMax ? std::max<double>(acc, p[j]) : acc + p[j];
+      out.data<T>()[i] = static_cast<T>(isMax ? acc : acc / S);
+    }
+  });
+  c.outputs[0] = std::move(out);
+}
+
+void batchNorm(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t N = x.dim(0), C = x.rank() > 1 ? x.dim(1) : 1, S = x.numel() / std::max<int64_t>(N * C, 1);
+  double eps = c.node.getFloat("epsilon", 1e-5f);
+  Tensor out(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *sc = c.in(1).data<T>(), *b = c.in(2).data<T>(), *mean = c.in(3).data<T>(), *var = c.in(4).data<T>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t ch = 0; ch < C; ++ch) {
+        double k = sc[ch] / std::sqrt(static_cast<double>(var[ch]) + eps), m = mean[ch], bb = b[ch];
+        const T *px = x.data<T>() + (n * C + ch) * S; T *po = out.data<T>() + (n * C + ch) * S;
+        for (int64_t s = 0; s < S; ++s) po[s] = static_cast<T>((px[s] - m) * k + bb);
+      }
+  });
+  c.outputs[0] = std::move(out);
+}
+
+void layerNorm(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t axis = normAxis(c.node.getInt("axis", -1), x.rank());
+  double eps = c.node.getFloat("epsilon", 1e-5f);
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < x.rank(); ++i) (i < axis ? outer : inner) *= x.dim(i);
+  Tensor out(x.dtype(), x.shape());
+  std::vector<int64_t> statShape = x.shape();
+  for (int64_t i = axis; i < x.rank(); ++i) statShape[i] = 1;
+  DType statType = static_cast<DType>(c.node.getInt("stash_type", 1));
+  Tensor meanT(statType == DType::Float64 ? DType::Float64 : x.dtype(), statShape), invT(meanT.dtype(), statShape);
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    Tensor scale = c.in(1);
+    Tensor sb = binaryBroadcast<T, T, T>(Tensor(x.dtype(), std::vector<int64_t>(x.shape().begin() + axis, x.shape().end())), scale, x.dtype(), [](T, T y) { return y; });
+    Tensor bb;
+    if (c.hasInput(2)) bb = binaryBroadcast<T, T, T>(Tensor(x.dtype(), sb.shape()), c.in(2), x.dtype(), [](T, T y) { return y; });
+    for (int64_t o = 0; o < outer; ++o) {
+      const T *px = x.data<T>() + o * inner; T *po = out.data<T>() + o * inner;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < inner; ++i) mean += px[i];
+      mean /= inner;
+      for (int64_t i = 0; i < inner; ++i) var += (px[i] - mean) * (px[i] - mean);
+      var /= inner;
+      double inv = 1.0 / std::sqrt(var + eps);
+      for (int64_t i = 0; i < inner; ++i)
+        po[i] = static_cast<T>((px[i] - mean) * inv * sb.data<T>()[i] + (bb.defined() ? bb.data<T>()[i] : T(0)));
+      HP_DISPATCH_FLOAT(meanT.dtype(), { meanT.data<T>()[o] = static_cast<T>(mean); invT.data<T>()[o] = static_cast<T>(inv); });
+    }
+  });
+  c.outputs[0] = std::move(out);
+  if (c.numOutputs() > 1) c.outputs[1] = std::move(meanT);
+  if (c.numOutputs() > 2) c.outputs[2] = std::move(invT);
+}
+
+void instanceNorm(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(N * C, 1);
+  double eps = c.node.getFloat("epsilon", 1e-5f);
+  Tensor out(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t ch = 0; ch < C; ++ch) {
+        const T *px = x.data<T>() + (n * C + ch) * S; T *po = out.data<T>() + (n * C + ch) * S;
+        double mean = 0, var = 0;
+        for (int64_t s = 0; s < S; ++s) mean += px[s];
+        mean /= S;
+        for (int64_t s = 0; s < S; ++s) var += (px[s] - mean) * (px[s] - mean);
+        var /= S;
+        double k = c.in(1).data<T>()[ch] / std::sqrt(var + eps), b = c.in(2).data<T>()[ch];
+        for (int64_t s = 0; s < S; ++s) po[s] = static_cast<T>((px[s] - mean) * k + b);
+      }
+  });
+  c.outputs[0] = std::move(out);
+}
+
+void lrn(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(N * C, 1), size = c.node.getInt("size", 1);
+  double alpha = c.node.getFloat("alpha", 1e-4f), beta = c.node.getFloat("beta", 0.75f), bias = c.node.getFloat("bias", 1.0f);
+  int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+  Tensor out(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t ch = 0; ch < C; ++ch)
+        for (int64_t s = 0; s < S; ++s) {
+          double sq = 0;
+          for (int64_t k = std::max<int64_t>(0, ch - lo); k <= std::min(C - 1, ch + hi); ++k) {
+            double v = x.data<T>()[(n * C + k) * S + s];
+            sq += v * v;
+          }
+          int64_t i = (n * C + ch) * S + s;
+          out.data<T>()[i] = static_cast<T>(x.data<T>()[i] / std::pow(bias + alpha / size * sq, beta));
+        }
+  });
+  c.outputs[0] = std::move(out);
+}
+
+std::string poolCheck(const CheckContext &c) {
+  if (!c.node.has("kernel_shape")) return "kernel_shape is required";
+  return "";
+}
+
+} // namespace
+
+void registerLinalgKernels() {
+  registerKernel("MatMul", {matmul, nullptr, kFloatTypes});
+  registerKernel("Gemm", {gemmKernel, nullptr, kFloatTypes});
+  registerKernel("Conv", {conv, nullptr, kFloatTypes});
+  registerKernel("ConvTranspose", {convTranspose, nullptr, kFloatTypes});
+  registerKernel("MaxPool", {[](KernelContext &c) { pool(c, true); }, poolCheck, kFloatTypes});
+  registerKernel("AveragePool", {[](KernelContext &c) { pool(c, false); }, poolCheck, kFloatTypes});
+  registerKernel("GlobalMaxPool", {[](KernelContext &c) { globalPool(c, true); }, nullptr, kFloatTypes});
+  registerKernel("GlobalAveragePool", {[](KernelContext &c) { globalPool(c, false); }, nullptr, kFloatTypes});
+  registerKernel("BatchNormalization", {batchNorm, [](const CheckContext &c) -> std::string {
+                                          if (c.node.getInt("training_mode", 0) || (c.opset < 14 && c.node.outputs.size() > 1))
+                                            return "training mode is not supported (inference only)";
+                                          return "";
+                                        },
+                                        kFloatTypes});
+  registerKernel("LayerNormalization", {layerNorm, nullptr, kFloatTypes});
+  registerKernel("InstanceNormalization", {instanceNorm, nullptr, kFloatTypes});
+  registerKernel("LRN", {lrn, nullptr, kFloatTypes});
+}
+
+} // namespace hetplan::runtime::cpu

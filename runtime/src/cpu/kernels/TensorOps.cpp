@@ -1,0 +1,665 @@
+//===- TensorOps.cpp - shape, data movement, reductions, softmax ----------===//
+#include "KernelUtil.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace hetplan::runtime::cpu {
+namespace {
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+/// Copies a strided view of `src` (element offsets) into a dense tensor of `shape`.
+Tensor gatherStrided(const Tensor &src, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int64_t base) {
+  Tensor out(src.dtype(), shape);
+  size_t es = dtypeSize(src.dtype());
+  int64_t n = out.numel(), r = shape.size();
+  const char *ps = static_cast<const char *>(src.raw());
+  char *po = static_cast<char *>(out.raw());
+  std::vector<int64_t> idx(r, 0);
+  int64_t off = base;
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(po + i * es, ps + off * es, es);
+    for (int64_t d = r - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) { off += strides[d]; break; }
+      off -= strides[d] * (shape[d] - 1); idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+Tensor int64Tensor(const std::vector<int64_t> &v, std::vector<int64_t> shape) {
+  Tensor t(DType::Int64, std::move(shape));
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return t;
+}
+
+void reshape(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  auto shape = c.opset < 5 ? c.node.getInts("shape") : c.in(1).toInt64Vector();
+  bool allowZero = c.node.getInt("allowzero", 0);
+  int64_t known = 1, neg = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allowZero) shape[i] = x.dim(i);
+    if (shape[i] == -1) neg = i; else known *= shape[i];
+  }
+  if (neg >= 0) shape[neg] = known ? x.numel() / known : 0;
+  c.outputs[0] = x.reshaped(shape);
+}
+
+void flatten(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t axis = c.node.getInt("axis", 1);
+  if (axis < 0) axis += x.rank();
+  int64_t a = 1;
+  for (int64_t i = 0; i < axis; ++i) a *= x.dim(i);
+  c.outputs[0] = x.reshaped({a, a ? x.numel() / a : 0});
+}
+
+void transpose(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t r = x.rank();
+  std::vector<int64_t> perm(r);
+  std::iota(perm.rbegin(), perm.rend(), 0);
+  perm = c.node.getInts("perm", perm);
+  auto st = stridesOf(x.shape());
+  std::vector<int64_t> shape(r), strides(r);
+  for (int64_t i = 0; i < r; ++i) { shape[i] = x.dim(perm[i]); strides[i] = st[perm[i]]; }
+  c.outputs[0] = gatherStrided(x, shape, strides, 0);
+}
+
+void concat(KernelContext &c) {
+  std::vector<const Tensor *> ins;
+  for (size_t i = 0; i < c.inputs.size(); ++i) if (c.hasInput(i)) ins.push_back(c.inputs[i]);
+  int64_t axis = normAxis(c.node.getInt("axis", 0), ins[0]->rank());
+  std::vector<int64_t> shape = ins[0]->shape();
+  shape[axis] = 0;
+  for (auto *t : ins) shape[axis] += t->dim(axis);
+  Tensor out(ins[0]->dtype(), shape);
+  size_t es = dtypeSize(out.dtype());
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
+  for (int64_t i = axis + 1; i < (int64_t)shape.size(); ++i) inner *= shape[i];
+  char *po = static_cast<char *>(out.raw());
+  int64_t rowOut = shape[axis] * inner * es;
+  int64_t offset = 0;
+  for (auto *t : ins) {
+    int64_t row = t->dim(axis) * inner * es;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(po + o * rowOut + offset, static_cast<const char *>(t->raw()) + o * row, row);
+    offset += row;
+  }
+  c.outputs[0] = std::move(out);
+}
+
+Tensor sliceAxis(const Tensor &x, int64_t axis, int64_t start, int64_t len) {
+  auto shape = x.shape(); shape[axis] = len;
+  auto st = stridesOf(x.shape());
+  return gatherStrided(x, shape, st, start * st[axis]);
+}
+
+void split(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
+  std::vector<int64_t> parts = c.opset >= 13 ? (c.hasInput(1) ? c.in(1).toInt64Vector() : std::vector<int64_t>{}) : c.node.getInts("split");
+  int64_t n = c.numOutputs();
+  if (parts.empty()) {
+    int64_t each = (x.dim(axis) + n - 1) / n;
+    for (int64_t i = 0; i < n; ++i) parts.push_back(std::min(each, x.dim(axis) - i * each));
+  }
+  int64_t start = 0;
+  for (int64_t i = 0; i < n; ++i) { c.outputs[i] = sliceAxis(x, axis, start, parts[i]); start += parts[i]; }
+}
+
+void slice(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t r = x.rank();
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (c.opset < 10) {
+    starts = c.node.getInts("starts"); ends = c.node.getInts("ends"); axes = c.node.getInts("axes");
+  } else {
+    starts = c.in(1).toInt64Vector(); ends = c.in(2).toInt64Vector();
+    if (c.hasInput(3)) axes = c.in(3).toInt64Vector();
+    if (c.hasInput(4)) steps = c.in(4).toInt64Vector();
+  }
+  if (axes.empty()) { axes.resize(starts.size()); std::iota(axes.begin(), axes.end(), 0); }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  auto st = stridesOf(x.shape());
+  std::vector<int64_t> shape = x.shape(), strides = st;
+  int64_t base = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = normAxis(axes[i], r), d = x.dim(a), step = steps[i];
+    if (step == 0) throw std::runtime_error("Slice step 0");
+    int64_t s = starts[i], e = ends[i];
+    if (s < 0) s += d;
+    if (e < 0) e += d;
+    int64_t len;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, d); e = std::clamp<int64_t>(e, 0, d);
+      len = e > s ? (e - s + step - 1) / step : 0;
+    } else {
+      s = std::clamp<int64_t>(s, 0, d - 1); e = std::clamp<int64_t>(e, -1, d - 1);
+      len = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+    }
+    shape[a] = len; strides[a] = st[a] * step; base += s * st[a];
+  }
+  c.outputs[0] = gatherStrided(x, shape, strides, shapeNumel(shape) ? base : 0);
+}
+
+std::vector<int64_t> axesArg(KernelContext &c, size_t inputIndex, int64_t newOpset) {
+  if (c.opset >= newOpset) return c.hasInput(inputIndex) ? c.in(inputIndex).toInt64Vector() : std::vector<int64_t>{};
+  return c.node.getInts("axes");
+}
+
+void squeeze(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  auto axes = axesArg(c, 1, 13);
+  std::vector<bool> drop(x.rank(), false);
+  if (axes.empty()) for (int64_t i = 0; i < x.rank(); ++i) drop[i] = x.dim(i) == 1;
+  for (int64_t a : axes) drop[normAxis(a, x.rank())] = true;
+  std::vector<int64_t> shape;
+  for (int64_t i = 0; i < x.rank(); ++i) if (!drop[i]) shape.push_back(x.dim(i));
+  c.outputs[0] = x.reshaped(shape);
+}
+
+void unsqueeze(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  auto axes = axesArg(c, 1, 13);
+  int64_t r = x.rank() + axes.size();
+  std::vector<bool> ins(r, false);
+  for (int64_t a : axes) ins[normAxis(a, r)] = true;
+  std::vector<int64_t> shape;
+  for (int64_t i = 0, j = 0; i < r; ++i) shape.push_back(ins[i] ? 1 : x.dim(j++));
+  c.outputs[0] = x.reshaped(shape);
+}
+
+void expand(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  auto shape = broadcastShapes(x.shape(), c.in(1).toInt64Vector());
+  c.outputs[0] = gatherStrided(x, shape, broadcastStrides(x.shape(), shape), 0);
+}
+
+void tile(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  auto reps = c.in(1).toInt64Vector();
+  // view as [r0, d0, r1, d1, ...] with stride 0 on the repeats
+  std::vector<int64_t> shape, strides, outShape;
+  auto st = stridesOf(x.shape());
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    shape.push_back(reps[i]); strides.push_back(0);
+    shape.push_back(x.dim(i)); strides.push_back(st[i]);
+    outShape.push_back(reps[i] * x.dim(i));
+  }
+  c.outputs[0] = gatherStrided(x, shape, strides, 0).reshaped(outShape);
+}
+
+void gather(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
+  auto idx = c.in(1).toInt64Vector();
+  std::vector<int64_t> shape(x.shape().begin(), x.shape().begin() + axis);
+  shape.insert(shape.end(), c.in(1).shape().begin(), c.in(1).shape().end());
+  shape.insert(shape.end(), x.shape().begin() + axis + 1, x.shape().end());
+  Tensor out(x.dtype(), shape);
+  int64_t outer = 1, inner = 1, d = x.dim(axis);
+  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+  for (int64_t i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
+  size_t row = inner * dtypeSize(x.dtype());
+  int64_t n = idx.size();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t k = idx[j] < 0 ? idx[j] + d : idx[j];
+      if (k < 0 || k >= d) throw std::runtime_error("Gather index " + std::to_string(idx[j]) + " out of range");
+      std::memcpy(static_cast<char *>(out.raw()) + (o * n + j) * row, static_cast<const char *>(x.raw()) + (o * d + k) * row, row);
+    }
+  c.outputs[0] = std::move(out);
+}
+
+void gatherElements(KernelContext &c) {
+  const Tensor &x = c.in(0), &it = c.in(1);
+  int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
+  auto idx = it.toInt64Vector();
+  Tensor out(x.dtype(), it.shape());
+  auto sx = stridesOf(x.shape()), si = stridesOf(it.shape());
+  size_t es = dtypeSize(x.dtype());
+  for (int64_t i = 0; i < it.numel(); ++i) {
+    int64_t rem = i, off = 0;
+    for (int64_t d = 0; d < it.rank(); ++d) {
+      int64_t k = rem / si[d]; rem %= si[d];
+      if (d == axis) { k = idx[i] < 0 ? idx[i] + x.dim(d) : idx[i]; }
+      off += k * sx[d];
+    }
+    std::memcpy(static_cast<char *>(out.raw()) + i * es, static_cast<const char *>(x.raw()) + off * es, es);
+  }
+  c.outputs[0] = std::move(out);
+}
+
+void constantKernel(KernelContext &c) {
+  const Node &n = c.node;
+  if (n.has("value")) c.outputs[0] = n.attrs.at("value").t;
+  else if (n.has("value_float")) c.outputs[0] = Tensor::scalar<float>(DType::Float32, n.getFloat("value_float", 0));
+  else if (n.has("value_int")) c.outputs[0] = Tensor::scalar<int64_t>(DType::Int64, n.getInt("value_int", 0));
+  else if (n.has("value_floats")) {
+    auto v = n.getFloats("value_floats");
+    Tensor t(DType::Float32, {(int64_t)v.size()}); std::copy(v.begin(), v.end(), t.data<float>()); c.outputs[0] = t;
+  } else if (n.has("value_ints")) { auto v = n.getInts("value_ints"); c.outputs[0] = int64Tensor(v, {(int64_t)v.size()}); }
+  else throw std::runtime_error("Constant without a supported value");
+}
+
+void constantOfShape(KernelContext &c) {
+  auto shape = c.in(0).toInt64Vector();
+  Tensor value = c.node.has("value") ? c.node.attrs.at("value").t : Tensor::scalar<float>(DType::Float32, 0.f);
+  Tensor out(value.dtype(), shape);
+  size_t es = dtypeSize(value.dtype());
+  for (int64_t i = 0; i < out.numel(); ++i) std::memcpy(static_cast<char *>(out.raw()) + i * es, value.raw(), es);
+  c.outputs[0] = std::move(out);
+}
+
+void range(KernelContext &c) {
+  const Tensor &s = c.in(0);
+  HP_DISPATCH_NUMERIC(s.dtype(), {
+    T start = s.data<T>()[0], limit = c.in(1).data<T>()[0], delta = c.in(2).data<T>()[0];
+    int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((static_cast<double>(limit) - start) / static_cast<double>(delta))));
+    Tensor out(s.dtype(), {n});
+    for (int64_t i = 0; i < n; ++i) out.data<T>()[i] = static_cast<T>(start + i * delta);
+    c.outputs[0] = std::move(out);
+  });
+}
+
+void pad(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t r = x.rank();
+  std::vector<int64_t> pads = c.opset < 11 ? c.node.getInts("pads") : c.in(1).toInt64Vector();
+  std::string mode = c.node.getString("mode", "constant");
+  if (c.opset >= 18 && c.hasInput(3)) {
+    auto axes = c.in(3).toInt64Vector();
+    std::vector<int64_t> full(2 * r, 0);
+    for (size_t i = 0; i < axes.size(); ++i) { int64_t a = normAxis(axes[i], r); full[a] = pads[i]; full[a + r] = pads[i + axes.size()]; }
+    pads = full;
+  }
+  std::vector<int64_t> shape(r);
+  for (int64_t i = 0; i < r; ++i) shape[i] = x.dim(i) + pads[i] + pads[i + r];
+  Tensor out(x.dtype(), shape);
+  size_t es = dtypeSize(x.dtype());
+  Tensor value = Tensor(x.dtype(), {});
+  if (c.opset < 11) {
+    float v = c.node.getFloat("value", 0.f);
+    HP_DISPATCH_ALL(x.dtype(), *value.data<T>() = static_cast<T>(v));
+  } else if (c.hasInput(2)) std::memcpy(value.raw(), c.in(2).raw(), es);
+  auto sx = stridesOf(x.shape());
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    int64_t off = 0; bool inside = true;
+    for (int64_t d = 0; d < r; ++d) {
+      int64_t p = idx[d] - pads[d], n = x.dim(d);
+      if (p < 0 || p >= n) {
+        if (mode == "constant") { inside = false; break; }
+        if (mode == "edge") p = std::clamp<int64_t>(p, 0, n - 1);
+        else { // reflect
+          if (n == 1) p = 0;
+          else { int64_t period = 2 * (n - 1); p = ((p % period) + period) % period; if (p >= n) p = period - p; }
+        }
+      }
+      off += p * sx[d];
+    }
+    std::memcpy(static_cast<char *>(out.raw()) + i * es, inside ? static_cast<const char *>(x.raw()) + off * es : static_cast<const char *>(value.raw()), es);
+    for (int64_t d = r - 1; d >= 0; --d) { if (++idx[d] < shape[d]) break; idx[d] = 0; }
+  }
+  c.outputs[0] = std::move(out);
+}
+
+/// Reductions: kind selects the combine rule.
+enum class Red { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare };
+
+void reduce(KernelContext &c, Red kind) {
+  const Tensor &x = c.in(0);
+  int64_t r = x.rank();
+  bool axesAsInput = (kind == Red::Sum && c.opset >= 13) || c.opset >= 18;
+  std::vector<int64_t> axes = axesAsInput ? (c.hasInput(1) ? c.in(1).toInt64Vector() : std::vector<int64_t>{}) : c.node.getInts("axes");
+  bool keep = c.node.getInt("keepdims", 1);
+  if (axes.empty() && c.node.getInt("noop_with_empty_axes", 0)) { c.outputs[0] = x; return; }
+  std::vector<bool> red(r, axes.empty());
+  for (int64_t a : axes) red[normAxis(a, r)] = true;
+  std::vector<int64_t> keptShape(r), outShape;
+  for (int64_t i = 0; i < r; ++i) {
+    keptShape[i] = red[i] ? 1 : x.dim(i);
+    if (!red[i]) outShape.push_back(x.dim(i)); else if (keep) outShape.push_back(1);
+  }
+  int64_t no = shapeNumel(keptShape);
+  auto so = broadcastStrides(keptShape, x.shape());
+  HP_DISPATCH_NUMERIC(x.dtype(), {
+    double init = kind == Red::Max ? -std::numeric_limits<double>::infinity()
+                : kind == Red::Min ? std::numeric_limits<double>::infinity() : kind == Red::Prod ? 1.0 : 0.0;
+    std::vector<double> acc(no, init);
+    std::vector<int64_t> cnt(1, 0);
+    const T *px = x.data<T>();
+    std::vector<int64_t> idx(r, 0);
+    int64_t off = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      double v = px[i], &a = acc[off];
+      switch (kind) {
+      case Red::Sum: case Red::Mean: case Red::LogSum: a += v; break;
+      case Red::Max: a = std::max(a, v); break;
+      case Red::Min: a = std::min(a, v); break;
+      case Red::Prod: a *= v; break;
+      case Red::L1: a += std::fabs(v); break;
+      case Red::L2: case Red::SumSquare: a += v * v; break;
+      case Red::LogSumExp: a += std::exp(v); break;
+      }
+      for (int64_t d = r - 1; d >= 0; --d) {
+        if (++idx[d] < x.dim(d)) { off += so[d]; break; }
+        off -= so[d] * (x.dim(d) - 1); idx[d] = 0;
+      }
+    }
+    int64_t count = no ? x.numel() / no : 0;
+    Tensor out(x.dtype(), outShape);
+    for (int64_t i = 0; i < no; ++i) {
+      double a = acc[i];
+      if (kind == Red::Mean) a /= count;
+      else if (kind == Red::L2) a = std::sqrt(a);
+      else if (kind == Red::LogSum || kind == Red::LogSumExp) a = std::log(a);
+      out.data<T>()[i] = static_cast<T>(a);
+    }
+    c.outputs[0] = std::move(out);
+  });
+}
+
+/// Softmax family; opset < 13 coerces to 2-D at axis, opset >= 13 works along one axis.
+void softmax(KernelContext &c, int kind /*0 softmax, 1 log, 2 hardmax*/) {
+  const Tensor &x = c.in(0);
+  int64_t r = x.rank();
+  bool legacy = c.opset < 13;
+  int64_t axis = normAxis(c.node.getInt("axis", legacy ? 1 : -1), r);
+  int64_t outer = 1, len = 1, inner = 1;
+  if (legacy) {
+    for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+    for (int64_t i = axis; i < r; ++i) len *= x.dim(i);
+  } else {
+    for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+    len = x.dim(axis);
+    for (int64_t i = axis + 1; i < r; ++i) inner *= x.dim(i);
+  }
+  Tensor out(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *px = x.data<T>(); T *po = out.data<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t in = 0; in < inner; ++in) {
+        int64_t base = o * len * inner + in;
+        double mx = -std::numeric_limits<double>::infinity(); int64_t arg = 0;
+        for (int64_t k = 0; k < len; ++k) if (px[base + k * inner] > mx) { mx = px[base + k * inner]; arg = k; }
+        if (kind == 2) { for (int64_t k = 0; k < len; ++k) po[base + k * inner] = k == arg ? T(1) : T(0); continue; }
+        double sum = 0;
+        for (int64_t k = 0; k < len; ++k) sum += std::exp(px[base + k * inner] - mx);
+        for (int64_t k = 0; k < len; ++k) {
+          double v = px[base + k * inner] - mx;
+          po[base + k * inner] = static_cast<T>(kind == 1 ? v - std::log(sum) : std::exp(v) / sum);
+        }
+      }
+  });
+  c.outputs[0] = std::move(out);
+}
+
+void argExtreme(KernelContext &c, bool isMax) {
+  const Tensor &x = c.in(0);
+  int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
+  bool keep = c.node.getInt("keepdims", 1), last = c.node.getInt("select_last_index", 0);
+  int64_t outer = 1, len = x.dim(axis), inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+  for (int64_t i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
+  auto shape = x.shape();
+  if (keep) shape[axis] = 1; else shape.erase(shape.begin() + axis);
+  Tensor out(DType::Int64, shape);
+  HP_DISPATCH_NUMERIC(x.dtype(), {
+    const T *px = x.data<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t in = 0; in < inner; ++in) {
+        int64_t best = 0;
+        for (int64_t k = 1; k < len; ++k) {
+          T v = px[(o * len + k) * inner + in], b = px[(o * len + best) * inner + in];
+          if (isMax ? (v > b || (last && v == b)) : (v < b || (last && v == b))) best = k;
+        }
+        out.data<int64_t>()[o * inner + in] = best;
+      }
+  });
+  c.outputs[0] = std::move(out);
+}
+
+void topk(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t axis = normAxis(c.node.getInt("axis", -1), x.rank());
+  int64_t k = c.opset < 10 ? c.node.getInt("k", 1) : c.in(1).toInt64Vector()[0];
+  bool largest = c.node.getInt("largest", 1), sorted = c.node.getInt("sorted", 1);
+  (void)sorted;
+  int64_t outer = 1, len = x.dim(axis), inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+  for (int64_t i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
+  auto shape = x.shape(); shape[axis] = k;
+  Tensor vals(x.dtype(), shape), inds(DType::Int64, shape);
+  HP_DISPATCH_NUMERIC(x.dtype(), {
+    const T *px = x.data<T>();
+    std::vector<int64_t> order(len);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t in = 0; in < inner; ++in) {
+        auto at = [&](int64_t j) { return px[(o * len + j) * inner + in]; };
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return largest ? at(a) > at(b) : at(a) < at(b); });
+        for (int64_t j = 0; j < k; ++j) {
+          vals.data<T>()[(o * k + j) * inner + in] = at(order[j]);
+          inds.data<int64_t>()[(o * k + j) * inner + in] = order[j];
+        }
+      }
+  });
+  c.outputs[0] = std::move(vals);
+  if (c.numOutputs() > 1) c.outputs[1] = std::move(inds);
+}
+
+void cumsum(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t axis = normAxis(c.in(1).toInt64Vector()[0], x.rank());
+  bool exclusive = c.node.getInt("exclusive", 0), reverse = c.node.getInt("reverse", 0);
+  int64_t outer = 1, len = x.dim(axis), inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+  for (int64_t i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
+  Tensor out(x.dtype(), x.shape());
+  HP_DISPATCH_NUMERIC(x.dtype(), {
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t in = 0; in < inner; ++in) {
+        T acc = 0;
+        for (int64_t j = 0; j < len; ++j) {
+          int64_t k = reverse ? len - 1 - j : j, i = (o * len + k) * inner + in;
+          if (exclusive) { out.data<T>()[i] = acc; acc += x.data<T>()[i]; }
+          else { acc += x.data<T>()[i]; out.data<T>()[i] = acc; }
+        }
+      }
+  });
+  c.outputs[0] = std::move(out);
+}
+
+void trilu(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t k = c.hasInput(1) ? c.in(1).toInt64Vector()[0] : 0;
+  bool upper = c.node.getInt("upper", 1);
+  Tensor out = x.clone();
+  int64_t R = x.dim(-2), C = x.dim(-1), B = R * C ? x.numel() / (R * C) : 0;
+  size_t es = dtypeSize(x.dtype());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t j = 0; j < C; ++j)
+        if (upper ? (j - i < k) : (j - i > k)) std::memset(static_cast<char *>(out.raw()) + ((b * R + i) * C + j) * es, 0, es);
+  c.outputs[0] = std::move(out);
+}
+
+void resize(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  int64_t r = x.rank();
+  std::string mode = c.node.getString("mode", "nearest");
+  std::string ctm = c.node.getString("coordinate_transformation_mode", "half_pixel");
+  std::string nearestMode = c.node.getString("nearest_mode", "round_prefer_floor");
+  std::vector<double> scales(r, 1.0);
+  std::vector<int64_t> outShape = x.shape();
+  bool upsample = c.node.opType == "Upsample";
+  if (upsample) {
+    ctm = "asymmetric"; nearestMode = "floor";
+    std::vector<float> s = c.opset < 9 ? c.node.getFloats("scales") : std::vector<float>{};
+    if (c.opset >= 9) { Tensor st = castTensor(c.in(1), DType::Float32); s.assign(st.data<float>(), st.data<float>() + st.numel()); }
+    for (int64_t i = 0; i < r; ++i) { scales[i] = s[i]; outShape[i] = static_cast<int64_t>(std::floor(x.dim(i) * s[i])); }
+  } else {
+    size_t scalesIdx = c.opset >= 11 ? 2 : 1, sizesIdx = 3;
+    if (c.hasInput(sizesIdx) && c.in(sizesIdx).numel() > 0) {
+      auto sz = c.in(sizesIdx).toInt64Vector();
+      for (int64_t i = 0; i < r; ++i) { outShape[i] = sz[i]; scales[i] = double(sz[i]) / x.dim(i); }
+    } else if (c.hasInput(scalesIdx) && c.in(scalesIdx).numel() > 0) {
+      Tensor st = castTensor(c.in(scalesIdx), DType::Float32);
+      for (int64_t i = 0; i < r; ++i) { scales[i] = st.data<float>()[i]; outShape[i] = static_cast<int64_t>(std::floor(x.dim(i) * scales[i])); }
+    }
+  }
+  if (mode == "linear" && ctm == "half_pixel" && c.opset < 11 && !upsample) ctm = "asymmetric";
+  auto src = [&](int64_t d, int64_t o) -> double {
+    double s = scales[d];
+    if (ctm == "asymmetric") return o / s;
+    if (ctm == "align_corners") return outShape[d] == 1 ? 0.0 : o * double(x.dim(d) - 1) / (outShape[d] - 1);
+    if (ctm == "pytorch_half_pixel") return outShape[d] > 1 ? (o + 0.5) / s - 0.5 : 0.0;
+    return (o + 0.5) / s - 0.5; // half_pixel
+  };
+  Tensor out(x.dtype(), outShape);
+  auto sx = stridesOf(x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    std::vector<int64_t> idx(r, 0);
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      if (mode == "nearest") {
+        int64_t off = 0;
+        for (int64_t d = 0; d < r; ++d) {
+          double p = src(d, idx[d]);
+          int64_t q;
+          if (nearestMode == "floor") q = (int64_t)std::floor(p);
+          else if (nearestMode == "ceil") q = (int64_t)std::ceil(p);
+          else if (nearestMode == "round_prefer_ceil") q = (int64_t)std::floor(p + 0.5);
+          else q = (p - std::floor(p) == 0.5) ? (int64_t)std::floor(p) : (int64_t)std::round(p);
+          off += std::clamp<int64_t>(q, 0, x.dim(d) - 1) * sx[d];
+        }
+        out.data<T>()[i] = x.data<T>()[off];
+      } else { // linear over every resized dim
+        std::vector<int64_t> lo(r), hi(r); std::vector<double> fr(r);
+        for (int64_t d = 0; d < r; ++d) {
+          double p = x.dim(d) == outShape[d] && scales[d] == 1.0 ? idx[d] : src(d, idx[d]);
+          p = std::clamp<double>(p, 0, x.dim(d) - 1);
+          lo[d] = (int64_t)std::floor(p); hi[d] = std::min(lo[d] + 1, x.dim(d) - 1); fr[d] = p - lo[d];
+        }
+        double acc = 0;
+        for (int64_t m = 0; m < (int64_t(1) << r); ++m) {
+          double wgt = 1; int64_t off = 0;
+          for (int64_t d = 0; d < r; ++d) {
+            bool h = (m >> d) & 1;
+            wgt *= h ? fr[d] : 1 - fr[d];
+            off += (h ? hi[d] : lo[d]) * sx[d];
+          }
+          if (wgt != 0) acc += wgt * x.data<T>()[off];
+        }
+        out.data<T>()[i] = static_cast<T>(acc);
+      }
+      for (int64_t d = r - 1; d >= 0; --d) { if (++idx[d] < outShape[d]) break; idx[d] = 0; }
+    }
+  });
+  c.outputs[0] = std::move(out);
+}
+
+std::string resizeCheck(const CheckContext &c) {
+  std::string mode = c.node.getString("mode", "nearest");
+  if (mode != "nearest" && mode != "linear") return "Resize mode '" + mode + "' is not supported";
+  std::string ctm = c.node.getString("coordinate_transformation_mode", "half_pixel");
+  if (ctm == "tf_crop_and_resize" || ctm == "tf_half_pixel_for_nn") return "coordinate_transformation_mode '" + ctm + "' is not supported";
+  if (c.node.has("antialias") && c.node.getInt("antialias", 0)) return "antialias is not supported";
+  if (c.node.has("axes")) return "Resize axes are not supported";
+  if (c.node.getString("keep_aspect_ratio_policy", "stretch") != "stretch") return "keep_aspect_ratio_policy is not supported";
+  return "";
+}
+
+void depthSpace(KernelContext &c, bool toSpace) {
+  const Tensor &x = c.in(0);
+  int64_t b = c.node.getInt("blocksize", 1), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  Tensor tmp;
+  if (toSpace) {
+    bool crd = c.node.getString("mode", "DCR") == "CRD";
+    std::vector<int64_t> shape = crd ? std::vector<int64_t>{N, C / (b * b), b, b, H, W} : std::vector<int64_t>{N, b, b, C / (b * b), H, W};
+    std::vector<int64_t> perm = crd ? std::vector<int64_t>{0, 1, 4, 2, 5, 3} : std::vector<int64_t>{0, 3, 4, 1, 5, 2};
+    Tensor v = x.reshaped(shape);
+    auto st = stridesOf(shape);
+    std::vector<int64_t> s2(6), st2(6);
+    for (int i = 0; i < 6; ++i) { s2[i] = shape[perm[i]]; st2[i] = st[perm[i]]; }
+    c.outputs[0] = gatherStrided(v, s2, st2, 0).reshaped({N, C / (b * b), H * b, W * b});
+  } else {
+    std::vector<int64_t> shape = {N, C, H / b, b, W / b, b}, perm = {0, 3, 5, 1, 2, 4};
+    Tensor v = x.reshaped(shape);
+    auto st = stridesOf(shape);
+    std::vector<int64_t> s2(6), st2(6);
+    for (int i = 0; i < 6; ++i) { s2[i] = shape[perm[i]]; st2[i] = st[perm[i]]; }
+    c.outputs[0] = gatherStrided(v, s2, st2, 0).reshaped({N, C * b * b, H / b, W / b});
+  }
+}
+
+} // namespace
+
+void registerTensorKernels() {
+  registerKernel("Reshape", {reshape, nullptr, {}});
+  registerKernel("Flatten", {flatten, nullptr, {}});
+  registerKernel("Transpose", {transpose, nullptr, {}});
+  registerKernel("Concat", {concat, nullptr, {}});
+  registerKernel("Split", {split, nullptr, {}});
+  registerKernel("Slice", {slice, nullptr, {}});
+  registerKernel("Squeeze", {squeeze, nullptr, {}});
+  registerKernel("Unsqueeze", {unsqueeze, nullptr, {}});
+  registerKernel("Expand", {expand, nullptr, {}});
+  registerKernel("Tile", {tile, nullptr, {}});
+  registerKernel("Gather", {gather, nullptr, {}});
+  registerKernel("GatherElements", {gatherElements, nullptr, {}});
+  registerKernel("Shape", {[](KernelContext &c) {
+                             auto s = c.in(0).shape();
+                             int64_t r = s.size(), start = c.node.getInt("start", 0), end = c.node.getInt("end", r);
+                             if (start < 0) start += r;
+                             if (end < 0) end += r;
+                             start = std::clamp<int64_t>(start, 0, r); end = std::clamp<int64_t>(end, start, r);
+                             std::vector<int64_t> v(s.begin() + start, s.begin() + end);
+                             c.outputs[0] = int64Tensor(v, {(int64_t)v.size()});
+                           },
+                           nullptr, {}});
+  registerKernel("Size", {[](KernelContext &c) { c.outputs[0] = Tensor::scalar<int64_t>(DType::Int64, c.in(0).numel()); }, nullptr, {}});
+  registerKernel("Constant", {constantKernel, [](const CheckContext &c) -> std::string {
+                                for (const char *a : {"value", "value_float", "value_int", "value_floats", "value_ints"})
+                                  if (c.node.has(a)) return "";
+                                return "Constant without a value/value_float(s)/value_int(s) attribute is not supported";
+                              },
+                              {}});
+  registerKernel("ConstantOfShape", {constantOfShape, nullptr, {}});
+  registerKernel("Range", {range, nullptr, kNumericTypes});
+  registerKernel("Pad", {pad, [](const CheckContext &c) -> std::string {
+                           std::string m = c.node.getString("mode", "constant");
+                           if (m != "constant" && m != "reflect" && m != "edge") return "Pad mode '" + m + "' is not supported";
+                           return "";
+                         },
+                         {}});
+  const std::pair<const char *, Red> reds[] = {{"ReduceSum", Red::Sum}, {"ReduceMean", Red::Mean}, {"ReduceMax", Red::Max},
+                                               {"ReduceMin", Red::Min}, {"ReduceProd", Red::Prod}, {"ReduceL1", Red::L1},
+                                               {"ReduceL2", Red::L2}, {"ReduceLogSum", Red::LogSum},
+                                               {"ReduceLogSumExp", Red::LogSumExp}, {"ReduceSumSquare", Red::SumSquare}};
+  for (auto [name, kind] : reds) registerKernel(name, {[kind = kind](KernelContext &c) { reduce(c, kind); }, nullptr, kNumericTypes});
+  registerKernel("Softmax", {[](KernelContext &c) { softmax(c, 0); }, nullptr, kFloatTypes});
+  registerKernel("LogSoftmax", {[](KernelContext &c) { softmax(c, 1); }, nullptr, kFloatTypes});
+  registerKernel("Hardmax", {[](KernelContext &c) { softmax(c, 2); }, nullptr, kFloatTypes});
+  registerKernel("ArgMax", {[](KernelContext &c) { argExtreme(c, true); }, nullptr, kNumericTypes});
+  registerKernel("ArgMin", {[](KernelContext &c) { argExtreme(c, false); }, nullptr, kNumericTypes});
+  registerKernel("TopK", {topk, nullptr, kNumericTypes});
+  registerKernel("CumSum", {cumsum, nullptr, kNumericTypes});
+  registerKernel("Trilu", {trilu, nullptr, {}});
+  registerKernel("Resize", {resize, resizeCheck, kFloatTypes});
+  registerKernel("Upsample", {resize, resizeCheck, kFloatTypes});
+  registerKernel("DepthToSpace", {[](KernelContext &c) { depthSpace(c, true); }, nullptr, {}});
+  registerKernel("SpaceToDepth", {[](KernelContext &c) { depthSpace(c, false); }, nullptr, {}});
+}
+
+} // namespace hetplan::runtime::cpu

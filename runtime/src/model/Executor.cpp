@@ -1,0 +1,187 @@
+//===- Executor.cpp - runs an ONNX graph on the CPU -----------------------===//
+#include "hetplan/runtime/Executor.h"
+#include "hetplan/runtime/Kernels.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+namespace hetplan::runtime {
+
+namespace cpu {
+void registerElementwiseKernels();
+void registerLinalgKernels();
+void registerTensorKernels();
+} // namespace cpu
+
+namespace {
+std::map<std::string, KernelInfo> &registry() {
+  static std::map<std::string, KernelInfo> r;
+  return r;
+}
+void ensureRegistered() {
+  static bool done = [] {
+    cpu::registerElementwiseKernels();
+    cpu::registerLinalgKernels();
+    cpu::registerTensorKernels();
+    return true;
+  }();
+  (void)done;
+}
+} // namespace
+
+const std::vector<DType> kFloatTypes = {DType::Float32, DType::Float64};
+const std::vector<DType> kNumericTypes = {DType::Float32, DType::Float64, DType::Int8, DType::UInt8,
+                                          DType::Int16, DType::UInt16, DType::Int32, DType::UInt32,
+                                          DType::Int64, DType::UInt64};
+const std::vector<DType> kAllTypes = {DType::Float32, DType::Float64, DType::Int8, DType::UInt8,
+                                      DType::Int16, DType::UInt16, DType::Int32, DType::UInt32,
+                                      DType::Int64, DType::UInt64, DType::Bool};
+
+void registerKernel(const std::string &opType, KernelInfo info) { registry()[opType] = std::move(info); }
+
+const KernelInfo *findKernel(const std::string &opType) {
+  ensureRegistered();
+  auto it = registry().find(opType);
+  return it == registry().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> registeredOpTypes() {
+  ensureRegistered();
+  std::vector<std::string> out;
+  for (const auto &[k, v] : registry()) out.push_back(k);
+  return out;
+}
+
+Executor::Executor(const Model &model) : model_(model) {
+  std::set<std::string> ready;
+  for (const auto &[name, t] : model.initializers) ready.insert(name);
+  for (const auto &in : model.inputs) ready.insert(in.name);
+  std::vector<bool> done(model.nodes.size(), false);
+  size_t remaining = model.nodes.size();
+  while (remaining) {
+    bool progress = false;
+    for (size_t i = 0; i < model.nodes.size(); ++i) {
+      if (done[i]) continue;
+      const Node &n = model.nodes[i];
+      bool ok = std::all_of(n.inputs.begin(), n.inputs.end(),
+                            [&](const std::string &s) { return s.empty() || ready.count(s); });
+      if (!ok) continue;
+      done[i] = true; --remaining; progress = true;
+      order_.push_back(i);
+      for (const auto &o : n.outputs) if (!o.empty()) ready.insert(o);
+    }
+    if (!progress) {
+      for (size_t i = 0; i < model.nodes.size(); ++i)
+        if (!done[i]) {
+          const Node &n = model.nodes[i];
+          for (const auto &s : n.inputs)
+            if (!s.empty() && !ready.count(s))
+              throw std::runtime_error(model.path + ": " + n.describe() + ": input '" + s +
+                                       "' is never produced (or the graph has a cycle)");
+        }
+    }
+  }
+}
+
+std::vector<std::string> Executor::check() const {
+  std::vector<std::string> problems;
+  std::map<std::string, DType> types = model_.valueTypes;
+  for (const auto *list : {&model_.inputs, &model_.outputs})
+    for (const auto &v : *list)
+      if (!v.isTensor)
+        problems.push_back(model_.path + ": value '" + v.name + "' is not a tensor (sequence/map/optional values are not supported)");
+  for (size_t idx : order_) {
+    const Node &n = model_.nodes[idx];
+    std::string where = model_.path + ": " + n.describe() + ": ";
+    if (!n.domain.empty() && n.domain != "ai.onnx") {
+      problems.push_back(where + "domain '" + n.domain + "' is not supported");
+      continue;
+    }
+    const KernelInfo *k = findKernel(n.opType);
+    if (!k) {
+      problems.push_back(where + "no CPU kernel for " + n.opType);
+      continue;
+    }
+    bool subgraph = false;
+    for (const auto &[name, a] : n.attrs)
+      if (a.kind == Attribute::Graph || a.kind == Attribute::Graphs) subgraph = true;
+    if (subgraph) {
+      problems.push_back(where + "subgraph attributes are not supported");
+      continue;
+    }
+    CheckContext cc{n, model_.opset(""), {}};
+    for (const auto &s : n.inputs) {
+      auto it = types.find(s);
+      cc.inputTypes.push_back(s.empty() || it == types.end() ? DType::Undefined : it->second);
+    }
+    DType t0 = cc.in(0);
+    if (!k->types.empty() && t0 != DType::Undefined &&
+        std::find(k->types.begin(), k->types.end(), t0) == k->types.end()) {
+      problems.push_back(where + "element type " + dtypeName(t0) + " is not supported");
+      continue;
+    }
+    if (k->check) {
+      std::string why = k->check(cc);
+      if (!why.empty()) problems.push_back(where + why);
+    }
+  }
+  return problems;
+}
+
+std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> &inputs) const {
+  // Last use of each value, so intermediates can be freed early.
+  std::map<std::string, size_t> lastUse;
+  for (size_t step = 0; step < order_.size(); ++step)
+    for (const auto &s : model_.nodes[order_[step]].inputs)
+      if (!s.empty()) lastUse[s] = step;
+  std::set<std::string> keep;
+  for (const auto &o : model_.outputs) keep.insert(o.name);
+
+  std::map<std::string, Tensor> values;
+  for (const auto &in : model_.inputs) {
+    auto it = inputs.find(in.name);
+    if (it == inputs.end())
+      throw std::runtime_error(model_.path + ": input '" + in.name + "' was not given");
+    values[in.name] = it->second;
+  }
+  for (const auto &[name, t] : inputs) values.emplace(name, t); // may override initializers
+  auto lookup = [&](const std::string &s) -> const Tensor * {
+    auto it = values.find(s);
+    if (it != values.end()) return &it->second;
+    auto jt = model_.initializers.find(s);
+    return jt == model_.initializers.end() ? nullptr : &jt->second;
+  };
+  int64_t opset = model_.opset("");
+  for (size_t step = 0; step < order_.size(); ++step) {
+    const Node &n = model_.nodes[order_[step]];
+    const KernelInfo *k = findKernel(n.opType);
+    if (!k) throw std::runtime_error(model_.path + ": " + n.describe() + ": no CPU kernel");
+    KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
+    for (const auto &s : n.inputs) {
+      if (s.empty()) { ctx.inputs.push_back(nullptr); continue; }
+      const Tensor *t = lookup(s);
+      if (!t) throw std::runtime_error(model_.path + ": " + n.describe() + ": value '" + s + "' is missing");
+      ctx.inputs.push_back(t);
+    }
+    try {
+      k->run(ctx);
+    } catch (const std::exception &e) {
+      throw std::runtime_error(model_.path + ": " + n.describe() + ": " + e.what());
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) values[n.outputs[i]] = std::move(ctx.outputs[i]);
+    for (const auto &s : n.inputs)
+      if (!s.empty() && lastUse[s] == step && !keep.count(s) && !inputs.count(s)) values.erase(s);
+  }
+  std::map<std::string, Tensor> out;
+  for (const auto &o : model_.outputs) {
+    const Tensor *t = lookup(o.name);
+    if (!t) throw std::runtime_error(model_.path + ": output '" + o.name + "' was not produced");
+    out[o.name] = *t;
+  }
+  return out;
+}
+
+} // namespace hetplan::runtime

@@ -1,0 +1,247 @@
+//===- Model.cpp - reads an ONNX model without MLIR -----------------------===//
+#include "hetplan/runtime/Model.h"
+
+#include "onnx/onnx_pb.h"
+
+#include <cstring>
+#include <fcntl.h>
+#include <stdexcept>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace hetplan::runtime {
+namespace {
+
+[[noreturn]] void fail(const std::string &msg) { throw std::runtime_error(msg); }
+
+/// A read-only memory map of a whole file; the shared_ptr unmaps it.
+std::shared_ptr<const void> mapFile(const std::string &path, size_t &size) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) fail(path + ": cannot open: " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) { ::close(fd); fail(path + ": cannot stat"); }
+  size = static_cast<size_t>(st.st_size);
+  if (size == 0) { ::close(fd); return std::shared_ptr<const void>(new char[1], std::default_delete<char[]>()); }
+  void *p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) fail(path + ": cannot map: " + std::strerror(errno));
+  size_t len = size;
+  return std::shared_ptr<const void>(p, [len](const void *q) { ::munmap(const_cast<void *>(q), len); });
+}
+
+std::string dirOf(const std::string &path) {
+  auto pos = path.find_last_of('/');
+  return pos == std::string::npos ? std::string(".") : path.substr(0, pos);
+}
+
+struct Storage {
+  std::shared_ptr<onnx::ModelProto> proto;
+  std::map<std::string, std::shared_ptr<const void>> maps;
+  std::map<std::string, size_t> mapSizes;
+};
+
+template <typename Src, typename Dst>
+void copyTyped(const Src &src, Tensor &t) {
+  Dst *d = t.data<Dst>();
+  for (int64_t i = 0; i < t.numel(); ++i) d[i] = static_cast<Dst>(src.Get(i));
+}
+
+/// TensorProto -> Tensor. `holder` keeps `tp` alive when its raw_data is viewed.
+Tensor convertTensor(const onnx::TensorProto &tp, const std::string &where,
+                     const std::shared_ptr<const void> &holder, const std::string &baseDir,
+                     Storage *storage) {
+  DType dt = static_cast<DType>(tp.data_type());
+  std::vector<int64_t> shape(tp.dims().begin(), tp.dims().end());
+  for (int64_t d : shape) if (d < 0) fail(where + ": negative dimension");
+  if (dt == DType::String || dtypeSize(dt) == 0)
+    fail(where + ": element type " + std::to_string(tp.data_type()) + " (" + dtypeName(dt) + ") is not supported");
+  int64_t n = shapeNumel(shape);
+  size_t bytes = static_cast<size_t>(n) * dtypeSize(dt);
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location; int64_t offset = 0, length = -1;
+    for (const auto &e : tp.external_data()) {
+      if (e.key() == "location") location = e.value();
+      else if (e.key() == "offset") offset = std::stoll(e.value());
+      else if (e.key() == "length") length = std::stoll(e.value());
+    }
+    if (location.empty()) fail(where + ": external data without a location");
+    std::string file = location[0] == '/' ? location : baseDir + "/" + location;
+    std::shared_ptr<const void> map; size_t size = 0;
+    if (storage && storage->maps.count(file)) { map = storage->maps[file]; size = storage->mapSizes[file]; }
+    else {
+      try { map = mapFile(file, size); } catch (const std::exception &e) { fail(where + ": " + e.what()); }
+      if (storage) { storage->maps[file] = map; storage->mapSizes[file] = size; }
+    }
+    if (length < 0) length = static_cast<int64_t>(size) - offset;
+    if (offset < 0 || static_cast<size_t>(offset) + bytes > size || static_cast<size_t>(length) < bytes)
+      fail(where + ": external data " + file + " is too short (offset " + std::to_string(offset) +
+           ", needs " + std::to_string(bytes) + " bytes, file has " + std::to_string(size) + ")");
+    return Tensor::view(dt, shape, static_cast<const char *>(map.get()) + offset, map);
+  }
+  if (tp.has_raw_data()) {
+    const std::string &raw = tp.raw_data();
+    if (raw.size() != bytes)
+      fail(where + ": raw_data has " + std::to_string(raw.size()) + " bytes, " + dtypeName(dt) +
+           shapeString(shape) + " needs " + std::to_string(bytes));
+    if (holder && bytes >= 4096 && reinterpret_cast<uintptr_t>(raw.data()) % 16 == 0)
+      return Tensor::view(dt, shape, raw.data(), holder); // no second copy of large weights
+    Tensor t(dt, shape);
+    if (bytes) std::memcpy(t.raw(), raw.data(), bytes);
+    return t;
+  }
+  Tensor t(dt, shape);
+  auto need = [&](int have) {
+    if (have != n) fail(where + ": has " + std::to_string(have) + " values, shape " + shapeString(shape) + " needs " + std::to_string(n));
+  };
+  switch (dt) {
+  case DType::Float32: need(tp.float_data_size()); copyTyped<decltype(tp.float_data()), float>(tp.float_data(), t); break;
+  case DType::Float64: need(tp.double_data_size()); copyTyped<decltype(tp.double_data()), double>(tp.double_data(), t); break;
+  case DType::Int64: need(tp.int64_data_size()); copyTyped<decltype(tp.int64_data()), int64_t>(tp.int64_data(), t); break;
+  case DType::UInt32: case DType::UInt64:
+    need(tp.uint64_data_size());
+    if (dt == DType::UInt32) copyTyped<decltype(tp.uint64_data()), uint32_t>(tp.uint64_data(), t);
+    else copyTyped<decltype(tp.uint64_data()), uint64_t>(tp.uint64_data(), t);
+    break;
+  case DType::Int32: need(tp.int32_data_size()); copyTyped<decltype(tp.int32_data()), int32_t>(tp.int32_data(), t); break;
+  case DType::Int16: need(tp.int32_data_size()); copyTyped<decltype(tp.int32_data()), int16_t>(tp.int32_data(), t); break;
+  case DType::UInt16: case DType::Float16: case DType::BFloat16:
+    need(tp.int32_data_size()); copyTyped<decltype(tp.int32_data()), uint16_t>(tp.int32_data(), t); break;
+  case DType::Int8: need(tp.int32_data_size()); copyTyped<decltype(tp.int32_data()), int8_t>(tp.int32_data(), t); break;
+  case DType::UInt8: case DType::Bool:
+    need(tp.int32_data_size()); copyTyped<decltype(tp.int32_data()), uint8_t>(tp.int32_data(), t); break;
+  default: fail(where + std::string(": element type ") + dtypeName(dt) + " is not supported");
+  }
+  return t;
+}
+
+ValueInfo convertValueInfo(const onnx::ValueInfoProto &vi) {
+  ValueInfo v;
+  v.name = vi.name();
+  v.isTensor = !vi.has_type() || vi.type().has_tensor_type();
+  if (vi.type().has_tensor_type()) {
+    const auto &tt = vi.type().tensor_type();
+    v.dtype = static_cast<DType>(tt.elem_type());
+    if (tt.has_shape()) {
+      v.hasShape = true;
+      for (const auto &d : tt.shape().dim()) v.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    }
+  }
+  return v;
+}
+
+} // namespace
+
+int64_t Node::getInt(const std::string &a, int64_t def) const {
+  auto it = attrs.find(a);
+  return it == attrs.end() ? def : it->second.i;
+}
+float Node::getFloat(const std::string &a, float def) const {
+  auto it = attrs.find(a);
+  return it == attrs.end() ? def : it->second.f;
+}
+std::string Node::getString(const std::string &a, const std::string &def) const {
+  auto it = attrs.find(a);
+  return it == attrs.end() ? def : it->second.s;
+}
+std::vector<int64_t> Node::getInts(const std::string &a, std::vector<int64_t> def) const {
+  auto it = attrs.find(a);
+  return it == attrs.end() ? def : it->second.ints;
+}
+std::vector<float> Node::getFloats(const std::string &a, std::vector<float> def) const {
+  auto it = attrs.find(a);
+  return it == attrs.end() ? def : it->second.floats;
+}
+std::string Node::describe() const { return "node '" + name + "' (" + opType + ")"; }
+
+int64_t Model::opset(const std::string &domain) const {
+  auto it = opsets.find(domain);
+  if (it == opsets.end() && domain == "ai.onnx") it = opsets.find("");
+  return it == opsets.end() ? 0 : it->second;
+}
+
+Model loadModel(const std::string &path) {
+  size_t size = 0;
+  auto map = mapFile(path, size);
+  auto proto = std::make_shared<onnx::ModelProto>();
+  if (size > static_cast<size_t>(INT32_MAX) || !proto->ParseFromArray(map.get(), static_cast<int>(size)))
+    fail(path + ": not a readable ONNX model (protobuf parse failed)");
+  map.reset();
+  auto storage = std::make_shared<Storage>();
+  storage->proto = proto;
+  std::shared_ptr<const void> holder(storage, storage.get());
+  std::string base = dirOf(path);
+
+  Model m;
+  m.path = path;
+  m.storage = holder;
+  for (const auto &os : proto->opset_import()) m.opsets[os.domain() == "ai.onnx" ? "" : os.domain()] = os.version();
+  if (!proto->has_graph()) fail(path + ": the model has no graph");
+  const auto &g = proto->graph();
+  for (const auto &init : g.initializer()) {
+    std::string where = path + ": initializer '" + init.name() + "'";
+    m.initializers[init.name()] = convertTensor(init, where, holder, base, storage.get());
+  }
+  for (const auto &sp : g.sparse_initializer())
+    fail(path + ": sparse initializer '" + sp.values().name() + "' is not supported");
+  for (const auto &vi : g.input()) {
+    ValueInfo v = convertValueInfo(vi);
+    m.valueTypes[v.name] = v.dtype;
+    if (!m.initializers.count(v.name)) m.inputs.push_back(v);
+  }
+  for (const auto &vi : g.output()) {
+    ValueInfo v = convertValueInfo(vi);
+    m.valueTypes[v.name] = v.dtype;
+    m.outputs.push_back(v);
+  }
+  for (const auto &vi : g.value_info()) m.valueTypes[vi.name()] = convertValueInfo(vi).dtype;
+  for (const auto &[name, t] : m.initializers) m.valueTypes[name] = t.dtype();
+  int index = 0;
+  for (const auto &np : g.node()) {
+    Node n;
+    n.name = np.name().empty() ? np.op_type() + "_" + std::to_string(index) : np.name();
+    ++index;
+    n.opType = np.op_type();
+    n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    n.inputs.assign(np.input().begin(), np.input().end());
+    n.outputs.assign(np.output().begin(), np.output().end());
+    for (const auto &ap : np.attribute()) {
+      Attribute a;
+      std::string where = path + ": " + n.describe() + " attribute '" + ap.name() + "'";
+      switch (ap.type()) {
+      case onnx::AttributeProto::FLOAT: a.kind = Attribute::Float; a.f = ap.f(); break;
+      case onnx::AttributeProto::INT: a.kind = Attribute::Int; a.i = ap.i(); break;
+      case onnx::AttributeProto::STRING: a.kind = Attribute::String; a.s = ap.s(); break;
+      case onnx::AttributeProto::TENSOR:
+        a.kind = Attribute::TensorKind;
+        a.t = convertTensor(ap.t(), where, holder, base, storage.get());
+        break;
+      case onnx::AttributeProto::GRAPH: a.kind = Attribute::Graph; break;
+      case onnx::AttributeProto::GRAPHS: a.kind = Attribute::Graphs; break;
+      case onnx::AttributeProto::FLOATS: a.kind = Attribute::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); break;
+      case onnx::AttributeProto::INTS: a.kind = Attribute::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
+      case onnx::AttributeProto::STRINGS: a.kind = Attribute::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); break;
+      case onnx::AttributeProto::TENSORS: a.kind = Attribute::Tensors; break;
+      default:
+        if (!ap.ref_attr_name().empty()) fail(where + ": attribute references are not supported");
+        a.kind = Attribute::Other;
+        break;
+      }
+      n.attrs[ap.name()] = std::move(a);
+    }
+    m.nodes.push_back(std::move(n));
+  }
+  return m;
+}
+
+Tensor loadTensorFile(const std::string &path, std::string *name) {
+  size_t size = 0;
+  auto map = mapFile(path, size);
+  onnx::TensorProto tp;
+  if (size > static_cast<size_t>(INT32_MAX) || !tp.ParseFromArray(map.get(), static_cast<int>(size)))
+    fail(path + ": not a readable TensorProto");
+  if (name) *name = tp.name();
+  return convertTensor(tp, path + ": tensor '" + tp.name() + "'", nullptr, dirOf(path), nullptr);
+}
+
+} // namespace hetplan::runtime

@@ -1,0 +1,104 @@
+// The CPU runtime's Tensor, broadcasting and kernels on small hand-computed cases.
+#include "hetplan/runtime/Kernels.h"
+#include "hetplan/runtime/Tensor.h"
+
+#include <gtest/gtest.h>
+
+using namespace hetplan::runtime;
+
+namespace {
+Tensor f32(std::vector<int64_t> shape, std::vector<float> v) {
+  Tensor t(DType::Float32, shape);
+  EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+std::vector<Tensor> runOp(const std::string &op, std::vector<Tensor> ins, Node node = {}, int64_t opset = 17, size_t nout = 1) {
+  node.opType = op;
+  node.outputs.assign(nout, "y");
+  const KernelInfo *k = findKernel(op);
+  EXPECT_NE(k, nullptr) << op;
+  KernelContext c{node, opset, {}, std::vector<Tensor>(nout)};
+  for (auto &t : ins) c.inputs.push_back(&t);
+  k->run(c);
+  return c.outputs;
+}
+
+std::vector<float> values(const Tensor &t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); }
+} // namespace
+
+TEST(RuntimeTensor, OwnedViewReshape) {
+  Tensor t(DType::Float32, {2, 3});
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.nbytes(), 24u);
+  EXPECT_FALSE(t.isView());
+  auto mem = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4});
+  Tensor v = Tensor::view(DType::Float32, {4}, mem->data(), mem);
+  EXPECT_TRUE(v.isView());
+  mem.reset(); // the view keeps the memory alive
+  EXPECT_EQ(v.reshaped({2, 2}).data<float>()[3], 4.0f);
+  EXPECT_THROW(v.reshaped({3}), std::runtime_error);
+  EXPECT_EQ(v.describe(), "float32[4]");
+}
+
+TEST(RuntimeTensor, HalfRoundTrip) {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f})
+    EXPECT_EQ(halfToFloat(floatToHalf(f)), f);
+}
+
+TEST(RuntimeTensor, Broadcasting) {
+  EXPECT_EQ(broadcastShapes({2, 1, 3}, {4, 1}), (std::vector<int64_t>{2, 4, 3}));
+  EXPECT_EQ(broadcastStrides({4, 1}, {2, 4, 3}), (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_THROW(broadcastShapes({2, 3}, {4}), std::runtime_error);
+  auto y = runOp("Add", {f32({2, 1}, {10, 20}), f32({3}, {1, 2, 3})});
+  EXPECT_EQ(y[0].shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(values(y[0]), (std::vector<float>{11, 12, 13, 21, 22, 23}));
+}
+
+TEST(RuntimeKernels, MatMulBatchBroadcast) {
+  // [2,1,2] x [2,1]: batch broadcast over A, B shared
+  auto y = runOp("MatMul", {f32({2, 1, 2}, {1, 2, 3, 4}), f32({2, 1}, {5, 6})});
+  EXPECT_EQ(y[0].shape(), (std::vector<int64_t>{2, 1, 1}));
+  EXPECT_EQ(values(y[0]), (std::vector<float>{17, 39}));
+  // vector x matrix
+  auto v = runOp("MatMul", {f32({2}, {1, 1}), f32({2, 2}, {1, 2, 3, 4})});
+  EXPECT_EQ(v[0].shape(), (std::vector<int64_t>{2}));
+  EXPECT_EQ(values(v[0]), (std::vector<float>{4, 6}));
+}
+
+TEST(RuntimeKernels, GemmTransposeBias) {
+  Node n;
+  n.attrs["transB"].i = 1;
+  n.attrs["alpha"].f = 2.0f;
+  n.attrs["beta"].f = 1.0f;
+  auto y = runOp("Gemm", {f32({1, 2}, {1, 2}), f32({2, 2}, {1, 0, 0, 1}), f32({2}, {10, 20})}, n);
+  EXPECT_EQ(values(y[0]), (std::vector<float>{12, 24}));
+}
+
+TEST(RuntimeKernels, ConvPaddedStrided) {
+  // 1x1x3x3 input 1..9, 2x2 kernel of ones, pad 1, stride 2 -> 2x2
+  Node n;
+  n.attrs["pads"].ints = {1, 1, 1, 1};
+  n.attrs["strides"].ints = {2, 2};
+  auto y = runOp("Conv", {f32({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}), f32({1, 1, 2, 2}, {1, 1, 1, 1})}, n);
+  EXPECT_EQ(y[0].shape(), (std::vector<int64_t>{1, 1, 2, 2}));
+  EXPECT_EQ(values(y[0]), (std::vector<float>{1, 5, 11, 28}));
+}
+
+TEST(RuntimeKernels, ConvGroupsBias) {
+  Node n;
+  n.attrs["group"].i = 2;
+  auto y = runOp("Conv", {f32({1, 2, 1, 2}, {1, 2, 3, 4}), f32({2, 1, 1, 1}, {2, 3}), f32({2}, {1, -1})}, n);
+  EXPECT_EQ(values(y[0]), (std::vector<float>{3, 5, 8, 11}));
+}
+
+TEST(RuntimeKernels, SoftmaxLegacyAndNew) {
+  Tensor x = f32({1, 2, 2}, {0, 0, 0, 0});
+  auto a = runOp("Softmax", {x}, {}, 11); // coerced to 2-D at axis 1: 4 values
+  EXPECT_FLOAT_EQ(a[0].data<float>()[0], 0.25f);
+  auto b = runOp("Softmax", {x}, {}, 13); // last axis: 2 values
+  EXPECT_FLOAT_EQ(b[0].data<float>()[0], 0.5f);
+}
+
+TEST(RuntimeKernels, UnknownOpHasNoKernel) { EXPECT_EQ(findKernel("NoSuchOp"), nullptr); }
