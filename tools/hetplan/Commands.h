@@ -8,11 +8,14 @@ namespace hetplan::tools {
 
 extern llvm::cl::SubCommand compileCmd;
 extern llvm::cl::SubCommand explainCmd;
+extern llvm::cl::SubCommand runCmd;
 
 /// `hetplan compile`: model + cluster -> plan file and a summary.
 int runCompile();
 /// `hetplan explain`: a plan file for people (and an SVG timeline).
 int runExplain();
+/// `hetplan run`: execute an inference plan on CPU threads (Run.cpp).
+int runRun();
 
 /// Prints "hetplan: error: MESSAGE" and returns 1.
 int fail(const llvm::Twine &message);

@@ -6,6 +6,7 @@
 //   hetplan devices [--json]           the built-in device catalog
 //   hetplan compile MODEL --cluster SPEC --mode train|infer --batch N -o PLAN
 //   hetplan explain PLAN [--timeline OUT.svg]
+//   hetplan run PLAN --input NAME=FILE.npy ... --output DIR [--ranks N]
 //
 // MODEL is an ONNX model (.onnx / .onnxtext) or het IR (.mlir). SPEC is an
 // inline cluster (`4xA100-80G,12xT4`), FILE a YAML/JSON cluster file; see
@@ -171,6 +172,8 @@ int main(int argc, char **argv) {
     return hetplan::tools::runCompile();
   if (hetplan::tools::explainCmd)
     return hetplan::tools::runExplain();
+  if (hetplan::tools::runCmd)
+    return hetplan::tools::runRun();
   cl::PrintHelpMessage();
   return 1;
 }

@@ -184,4 +184,51 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
   return out;
 }
 
+std::map<std::string, Tensor>
+Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> values,
+                   const std::set<std::string> &keep,
+                   std::map<std::string, std::vector<int64_t>> *shapes) const {
+  std::map<std::string, size_t> lastUse;
+  for (size_t step = 0; step < nodes.size(); ++step)
+    for (const auto &s : model_.nodes[nodes[step]].inputs)
+      if (!s.empty()) lastUse[s] = step;
+  auto lookup = [&](const std::string &s) -> const Tensor * {
+    auto it = values.find(s);
+    if (it != values.end()) return &it->second;
+    auto jt = model_.initializers.find(s);
+    return jt == model_.initializers.end() ? nullptr : &jt->second;
+  };
+  int64_t opset = model_.opset("");
+  for (size_t step = 0; step < nodes.size(); ++step) {
+    const Node &n = model_.nodes[nodes[step]];
+    const KernelInfo *k = findKernel(n.opType);
+    if (!k) throw std::runtime_error(model_.path + ": " + n.describe() + ": no CPU kernel");
+    KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
+    for (const auto &s : n.inputs) {
+      if (s.empty()) { ctx.inputs.push_back(nullptr); continue; }
+      const Tensor *t = lookup(s);
+      if (!t) throw std::runtime_error(model_.path + ": " + n.describe() + ": value '" + s + "' is missing");
+      ctx.inputs.push_back(t);
+    }
+    try {
+      k->run(ctx);
+    } catch (const std::exception &e) {
+      throw std::runtime_error(model_.path + ": " + n.describe() + ": " + e.what());
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) {
+        if (shapes) (*shapes)[n.outputs[i]] = ctx.outputs[i].shape();
+        values[n.outputs[i]] = std::move(ctx.outputs[i]);
+      }
+    for (const auto &s : n.inputs)
+      if (!s.empty() && lastUse[s] == step && !keep.count(s)) values.erase(s);
+  }
+  std::map<std::string, Tensor> out;
+  for (const auto &name : keep) {
+    auto it = values.find(name);
+    if (it != values.end()) out[name] = std::move(it->second);
+  }
+  return out;
+}
+
 } // namespace hetplan::runtime

@@ -4,6 +4,7 @@
 #include "hetplan/runtime/Model.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,18 @@ public:
   std::vector<std::string> check() const;
   /// Runs the graph; intermediates are freed after their last use.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs) const;
+  /// Runs the nodes `nodes` (indices into Model::nodes, in the order given:
+  /// a range of a topologically sorted graph is itself in order) with
+  /// `values` as everything they read from outside the list (initializers
+  /// are found in the model). Returns the values named in `keep` (produced
+  /// by the nodes or given in `values`); other intermediates are freed after
+  /// their last use in the list. `shapes`, when given, receives the shape
+  /// of every value the nodes produce. For the plan executor (a pipeline
+  /// stage runs a node range on its samples).
+  std::map<std::string, Tensor>
+  runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> values,
+           const std::set<std::string> &keep,
+           std::map<std::string, std::vector<int64_t>> *shapes = nullptr) const;
 
 private:
   const Model &model_;

@@ -1,0 +1,90 @@
+//===- PlanExecutor.h - runs an inference plan across ranks -----*- C++ -*-===//
+//
+// A PlanExecutor runs one step of a compiled inference plan: every rank
+// follows its program (RECV_ACTIVATION, FORWARD over its stage's node range,
+// SEND_ACTIVATION) on its samples of every micro-batch, talking to the other
+// ranks through a Communicator. run() starts one thread per rank with a
+// ThreadCommunicator; runRank() runs one rank's program with any
+// communicator (an MPI or NCCL one later). Outputs are the same as running
+// the whole model on one rank (docs/runtime.md, "Running plans").
+//
+//===----------------------------------------------------------------------===//
+#ifndef HETPLAN_RUNTIME_PLANEXECUTOR_H
+#define HETPLAN_RUNTIME_PLANEXECUTOR_H
+
+#include "hetplan/runtime/Communicator.h"
+#include "hetplan/runtime/Executor.h"
+#include "hetplan/runtime/Model.h"
+#include "hetplan/runtime/Plan.h"
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace hetplan::runtime {
+
+class PlanExecutor {
+public:
+  /// Loads the plan's model (`modelPath`, or the plan's model.path when
+  /// empty) and checks, before anything runs, with one-line errors
+  /// (std::runtime_error): validatePlan; inference plan (training plans are
+  /// refused); tensor_parallel 1; the model file's SHA-256 equals
+  /// plan.model.sha256 ("model file changed since the plan was compiled");
+  /// the model's nodes are the plan's node_names, in topological order;
+  /// every node has a CPU kernel (Executor::check); programs hold exactly
+  /// one FORWARD per micro-batch over the stage's nodes and the sends and
+  /// receives that the workers' sample ranges call for.
+  explicit PlanExecutor(plan::Plan plan, const std::string &modelPath = "");
+  /// readPlan + the constructor.
+  static std::unique_ptr<PlanExecutor> load(const std::string &planPath,
+                                            const std::string &modelPath = "");
+  ~PlanExecutor();
+
+  const plan::Plan &plan() const { return plan_; }
+  const Model &model() const { return *model_; }
+  const Executor &executor() const { return *executor_; }
+  int ranks() const { return plan_.ranks_size(); }
+
+  /// Checks the step's inputs: every graph input given (and nothing else),
+  /// its declared element type and non-batch dims, and dim 0 equal to the
+  /// plan's global batch. Throws one line.
+  void checkInputs(const std::map<std::string, Tensor> &inputs) const;
+
+  /// One step: one thread per rank, ThreadCommGroup channels. Returns the
+  /// graph outputs for the whole batch, in the original sample order.
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs) const;
+
+  /// The pieces of the graph outputs one rank produced: (micro-batch,
+  /// worker) -> output name -> tensor of that worker's samples.
+  using OutputPieces = std::map<std::pair<uint32_t, uint32_t>, std::map<std::string, Tensor>>;
+  /// Runs rank `comm.rank()`'s program. `inputs` are the global inputs (each
+  /// rank slices its own samples). Returns what the rank computed of the
+  /// graph outputs (only ranks of the last stage compute any).
+  OutputPieces runRank(Communicator &comm, const std::map<std::string, Tensor> &inputs) const;
+  /// Assembles the last stage's pieces into whole-batch outputs.
+  std::map<std::string, Tensor> gatherOutputs(const std::vector<OutputPieces> &pieces) const;
+
+  /// What crosses from stage j-1 into stage j (for tests and docs): the
+  /// batched values sent, the values without a batch dim the receiving rank
+  /// recomputes, and the values whose per-sample shape it is told.
+  struct StageIO {
+    std::vector<std::string> received;   // batched, sent sliced on dim 0
+    std::vector<size_t> metaNodes;       // earlier nodes re-run by the receiver
+    std::vector<std::string> shapes;     // per-sample shapes sent along
+  };
+  const StageIO &stageIO(size_t stage) const { return io_[stage]; }
+
+private:
+  plan::Plan plan_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Executor> executor_;
+  std::vector<StageIO> io_;                // per stage; io_[0] empty
+  std::set<std::string> graphOutputs_;
+  int64_t microBatch_ = 0;
+};
+
+} // namespace hetplan::runtime
+
+#endif

@@ -1,0 +1,159 @@
+//===- ThreadCommunicator.cpp - ranks as threads of one process -----------===//
+#include "hetplan/runtime/Communicator.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+namespace hetplan::runtime {
+
+namespace {
+class ThreadComm;
+} // namespace
+
+struct ThreadCommGroup::State {
+  int size = 0;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::map<std::tuple<int, int, int64_t>, std::deque<Tensor>> channels; // (src, dst, tag)
+  bool aborted = false;
+  std::string abortReason;
+  // barrier / all-reduce: a generation counter, ranks arrived in this one
+  uint64_t generation = 0;
+  int arrived = 0;
+  Tensor sum;
+  Tensor results[2];
+  std::vector<std::unique_ptr<ThreadComm>> comms;
+
+  void abortLocked(const std::string &why) {
+    if (!aborted) {
+      aborted = true;
+      abortReason = why;
+    }
+    cv.notify_all();
+  }
+
+  void throwIfAborted() {
+    if (aborted) throw CommAborted("communication aborted: " + abortReason);
+  }
+};
+
+namespace {
+
+void addInto(Tensor &acc, const Tensor &t) {
+  if (acc.dtype() == DType::Float32) {
+    float *a = acc.data<float>();
+    const float *b = t.data<float>();
+    for (int64_t i = 0, n = acc.numel(); i < n; ++i) a[i] += b[i];
+  } else {
+    double *a = acc.data<double>();
+    const double *b = t.data<double>();
+    for (int64_t i = 0, n = acc.numel(); i < n; ++i) a[i] += b[i];
+  }
+}
+
+class ThreadComm final : public Communicator {
+public:
+  ThreadComm(ThreadCommGroup::State &s, int rank) : s_(s), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return s_.size; }
+
+  void send(int peer, int64_t tag, const Tensor &tensor) override {
+    checkPeer(peer);
+    // Copy: the sender may reuse or free its buffer (as with MPI_Send).
+    Tensor copy = tensor.clone();
+    std::lock_guard<std::mutex> lock(s_.mutex);
+    s_.throwIfAborted();
+    s_.channels[{rank_, peer, tag}].push_back(std::move(copy));
+    s_.cv.notify_all();
+  }
+
+  Tensor recv(int peer, int64_t tag) override {
+    checkPeer(peer);
+    std::unique_lock<std::mutex> lock(s_.mutex);
+    auto key = std::make_tuple(peer, rank_, tag);
+    s_.cv.wait(lock, [&] {
+      if (s_.aborted) return true;
+      auto it = s_.channels.find(key);
+      return it != s_.channels.end() && !it->second.empty();
+    });
+    s_.throwIfAborted();
+    auto it = s_.channels.find(key);
+    Tensor t = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) s_.channels.erase(it);
+    return t;
+  }
+
+  void barrier() override {
+    collective(nullptr);
+  }
+
+  void allReduceSum(Tensor &tensor) override {
+    if (tensor.dtype() != DType::Float32 && tensor.dtype() != DType::Float64)
+      throw std::runtime_error("allReduceSum: " + tensor.describe() + " is not float32 or float64");
+    collective(&tensor);
+  }
+
+  void abort(const std::string &why) override {
+    std::lock_guard<std::mutex> lock(s_.mutex);
+    s_.abortLocked(why);
+  }
+
+private:
+  void checkPeer(int peer) const {
+    if (peer < 0 || peer >= s_.size || peer == rank_)
+      throw std::runtime_error("rank " + std::to_string(rank_) + ": bad peer " + std::to_string(peer));
+  }
+
+  // The last rank to arrive finishes the sum, stores it as the result of
+  // its generation and wakes the others. Results alternate between two
+  // slots: generation g+2 cannot finish before every rank has left g.
+  void collective(Tensor *t) {
+    std::unique_lock<std::mutex> lock(s_.mutex);
+    s_.throwIfAborted();
+    uint64_t gen = s_.generation;
+    if (t) {
+      if (s_.arrived == 0 || !s_.sum.defined()) s_.sum = t->clone();
+      else if (s_.sum.dtype() != t->dtype() || s_.sum.shape() != t->shape())
+        s_.abortLocked("allReduceSum: ranks passed different tensors (" + s_.sum.describe() +
+                       " and " + t->describe() + ")");
+      else addInto(s_.sum, *t);
+    }
+    s_.throwIfAborted();
+    if (++s_.arrived == s_.size) {
+      s_.arrived = 0;
+      s_.results[gen % 2] = std::move(s_.sum);
+      s_.sum = Tensor();
+      ++s_.generation;
+      s_.cv.notify_all();
+    } else {
+      s_.cv.wait(lock, [&] { return s_.aborted || s_.generation != gen; });
+      s_.throwIfAborted();
+    }
+    if (t) {
+      const Tensor &r = s_.results[gen % 2];
+      std::memcpy(t->raw(), r.raw(), r.nbytes());
+    }
+  }
+
+  ThreadCommGroup::State &s_;
+  int rank_;
+};
+
+} // namespace
+
+ThreadCommGroup::ThreadCommGroup(int size) : state_(std::make_unique<State>()) {
+  if (size < 1) throw std::runtime_error("a communicator group needs at least one rank");
+  state_->size = size;
+  for (int r = 0; r < size; ++r) state_->comms.push_back(std::make_unique<ThreadComm>(*state_, r));
+}
+ThreadCommGroup::~ThreadCommGroup() = default;
+int ThreadCommGroup::size() const { return state_->size; }
+Communicator &ThreadCommGroup::communicator(int rank) { return *state_->comms.at(rank); }
+
+} // namespace hetplan::runtime

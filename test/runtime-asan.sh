@@ -1,0 +1,27 @@
+#!/bin/sh
+# Builds the runtime and the embedding stress test with AddressSanitizer +
+# LeakSanitizer in a separate runtime-only build folder (no MLIR, no CUDA)
+# and runs it. ctest runtime-asan calls this; by hand:
+#   test/runtime-asan.sh . build/asan
+set -eu
+SRC=$(cd "${1:-.}" && pwd)
+BUILD=${2:-$SRC/build/asan}
+GEN=
+if command -v ninja >/dev/null 2>&1; then GEN="-G Ninja"; fi
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  mkdir -p "$BUILD"
+  # shellcheck disable=SC2086
+  cmake -S "$SRC" -B "$BUILD" $GEN -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DHETPLAN_BUILD_COMPILER=OFF -DHETPLAN_ENABLE_CUDA=OFF -DHETPLAN_BUILD_EXAMPLES=OFF \
+    -DHETPLAN_SANITIZE=ON >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; exit 1; }
+fi
+cmake --build "$BUILD" --target hetplan-session-stress -j "${HETPLAN_ASAN_JOBS:-2}"
+BIN="$BUILD/test/embed/hetplan-session-stress"
+if ! nm "$BIN" 2>/dev/null | grep -q __asan_report; then
+  echo "runtime-asan: $BIN is not instrumented (HETPLAN_SANITIZE off?)" >&2
+  exit 1
+fi
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1} \
+  "$BIN" --threads 8 --requests 25 \
+  "$SRC/examples/models/gpt2-tiny.onnx" "$SRC/examples/models/bert-tiny.onnx"
+echo "runtime-asan: no AddressSanitizer/LeakSanitizer reports"

@@ -1,0 +1,143 @@
+//===- PlanEquivalence.cpp - a plan's outputs against one rank ------------===//
+//
+//   hetplan-plan-equivalence PLAN [--model MODEL] [--write DIR] [--seed N]
+//                            [--per-sample]
+//
+// Makes inputs for the plan's global batch (floats in [-1, 1), integers in
+// [0, 8), bools random), runs the whole model on one rank (Executor) and the
+// plan on its ranks (PlanExecutor, one thread per rank), and compares every
+// output: |a - b| <= 1e-5 + 1e-4 |b|. Prints the max relative error per
+// output. With --write, also writes the inputs (DIR/in_<name>.npy) and the
+// reference outputs (DIR/ref_<name>.npy) for `hetplan run` to be checked
+// against. --per-sample runs the reference one sample at a time (for graphs
+// that hard-code a batch of 1). Exit 0 when equal, 1 otherwise. Links the runtime only.
+//
+//===----------------------------------------------------------------------===//
+#include "hetplan/runtime/Npy.h"
+#include "hetplan/runtime/PlanExecutor.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <random>
+
+using namespace hetplan::runtime;
+
+static std::vector<double> asDoubles(const Tensor &t) {
+  std::vector<double> out(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) out[i] = t.scalarAsDouble(i);
+  return out;
+}
+
+static std::string safe(const std::string &name) {
+  std::string out;
+  for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return out;
+}
+
+int main(int argc, char **argv) {
+  std::string planPath, modelPath, writeDir;
+  unsigned seed = 1;
+  bool perSample = false; // reference one sample at a time (graphs with a fixed batch of 1)
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--model" && i + 1 < argc) modelPath = argv[++i];
+    else if (a == "--write" && i + 1 < argc) writeDir = argv[++i];
+    else if (a == "--per-sample") perSample = true;
+    else if (a == "--seed" && i + 1 < argc) seed = unsigned(std::stoul(argv[++i]));
+    else if (planPath.empty()) planPath = a;
+    else { std::cerr << "usage: hetplan-plan-equivalence PLAN [--model M] [--write DIR] [--seed N]\n"; return 2; }
+  }
+  try {
+    auto exec = PlanExecutor::load(planPath, modelPath);
+    const Model &model = exec->model();
+    int64_t B = exec->plan().settings().global_batch();
+    const auto &bound = exec->plan().settings().bound_dims();
+    std::mt19937 rng(seed);
+    std::map<std::string, Tensor> inputs;
+    for (const auto &in : model.inputs) {
+      std::vector<int64_t> shape = in.shape;
+      if (shape.empty()) { std::cerr << in.name << ": no shape\n"; return 2; }
+      shape[0] = B;
+      for (size_t d = 1; d < shape.size(); ++d)
+        if (shape[d] < 0) {
+          int64_t seq = exec->plan().settings().sequence();
+          auto it = bound.find("sequence");
+          shape[d] = seq > 0 ? seq : (it != bound.end() ? it->second : 1);
+        }
+      Tensor t(in.dtype, shape);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        switch (in.dtype) {
+        case DType::Float32: t.data<float>()[i] = std::uniform_real_distribution<float>(-1, 1)(rng); break;
+        case DType::Int64: t.data<int64_t>()[i] = int64_t(rng() % 8); break;
+        case DType::Int32: t.data<int32_t>()[i] = int32_t(rng() % 8); break;
+        case DType::Bool: t.data<bool>()[i] = rng() % 2; break;
+        default: std::cerr << in.name << ": element type " << dtypeName(in.dtype) << " not generated\n"; return 2;
+        }
+      }
+      inputs[in.name] = t;
+    }
+    Executor whole(model);
+    std::map<std::string, Tensor> ref;
+    if (!perSample) ref = whole.run(inputs);
+    else {
+      std::map<std::string, std::vector<Tensor>> parts;
+      for (int64_t b = 0; b < B; ++b) {
+        std::map<std::string, Tensor> one;
+        for (const auto &[name, t] : inputs) {
+          std::vector<int64_t> shape = t.shape();
+          shape[0] = 1;
+          Tensor s(t.dtype(), shape);
+          std::memcpy(s.raw(), static_cast<const char *>(t.raw()) + s.nbytes() * b, s.nbytes());
+          one[name] = s;
+        }
+        for (auto &[name, t] : whole.run(one)) parts[name].push_back(t.clone());
+      }
+      for (auto &[name, ps] : parts) {
+        std::vector<int64_t> shape = ps[0].shape();
+        shape[0] = B;
+        Tensor all(ps[0].dtype(), shape);
+        for (int64_t b = 0; b < B; ++b)
+          std::memcpy(static_cast<char *>(all.raw()) + ps[0].nbytes() * b, ps[b].raw(), ps[0].nbytes());
+        ref[name] = all;
+      }
+    }
+    auto got = exec->run(inputs);
+    bool ok = true;
+    for (const auto &[name, r] : ref) {
+      const Tensor &g = got.at(name);
+      if (g.shape() != r.shape() || g.dtype() != r.dtype()) {
+        std::cout << name << ": plan gave " << g.describe() << ", one rank " << r.describe() << "\n";
+        ok = false;
+        continue;
+      }
+      auto a = asDoubles(g), b = asDoubles(r);
+      double maxRel = 0;
+      int64_t bad = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        double d = std::fabs(a[i] - b[i]);
+        maxRel = std::max(maxRel, d / std::max(std::fabs(b[i]), 1e-30));
+        if (!(d <= 1e-5 + 1e-4 * std::fabs(b[i])) && !(std::isnan(a[i]) && std::isnan(b[i]))) ++bad;
+      }
+      std::printf("%s: %s output '%s' %s, max relative error %.3g%s\n", bad ? "FAIL" : "ok",
+                  model.path.c_str(), name.c_str(), r.describe().c_str(), maxRel,
+                  bad ? (", " + std::to_string(bad) + " elements differ").c_str() : "");
+      if (bad) ok = false;
+    }
+    if (!writeDir.empty()) {
+      std::string names;
+      for (const auto &[name, t] : inputs) {
+        writeNpy(writeDir + "/in_" + safe(name) + ".npy", t);
+        names += (names.empty() ? "" : "\n") + name;
+      }
+      FILE *f = std::fopen((writeDir + "/input_names.txt").c_str(), "w");
+      if (f) { std::fputs(names.c_str(), f); std::fclose(f); }
+      for (const auto &[name, t] : ref) writeNpy(writeDir + "/ref_" + safe(name) + ".npy", t);
+    }
+    return ok ? 0 : 1;
+  } catch (const std::exception &e) {
+    std::cerr << "hetplan-plan-equivalence: " << e.what() << "\n";
+    return 1;
+  }
+}
