@@ -13,6 +13,8 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   # CPU runtime kernels: cblas_sgemm (multithreaded OpenBLAS)
   libopenblas-dev
+  # optional: `mpirun -np N hetplan run` (MpiCommunicator) and its test
+  libopenmpi-dev openmpi-bin
   # tests: GoogleTest, ONNX conformance data, Python ONNX for model generators
   libgtest-dev libonnx-testdata python3 python3-onnx python3-numpy
 )

@@ -6,6 +6,9 @@ process) and with `hetplan run` on .npy files (compared here with numpy).
 
   plan_run_check.py --hetplan BIN --equivalence BIN --work DIR MODEL|DIR...
   --skip-if-absent: exit 77 (ctest SKIP) when a named folder is missing.
+  --mpi MPIRUN: run `hetplan run` as one process per rank,
+  `MPIRUN --allow-run-as-root --oversubscribe --mca btl self,vader -np 3 ...`
+  (shared memory and loopback only); exit 77 when MPIRUN is not found.
 """
 import argparse, glob, os, shutil, subprocess, sys
 
@@ -25,8 +28,8 @@ CLUSTER = """nodes:
 """
 
 
-def run(cmd):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def run(cmd, timeout=None):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return r.returncode, r.stdout
 
 
@@ -36,8 +39,18 @@ def main():
     ap.add_argument("--equivalence", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--skip-if-absent", action="store_true")
+    ap.add_argument("--mpi", metavar="MPIRUN", help="run `hetplan run` under this mpirun")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
+    mpi_prefix = []
+    if a.mpi is not None:
+        mpirun = shutil.which(a.mpi)
+        if not mpirun:
+            print(f"SKIP: {a.mpi} is absent")
+            return 77
+        # self,vader: in-process and shared memory; never a network interface.
+        mpi_prefix = [mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader",
+                      "-np", "3"]
 
     models = []
     for m in a.models:
@@ -56,7 +69,7 @@ def main():
         return 77
 
     shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    os.makedirs(a.work, exist_ok=True)
     cluster = os.path.join(a.work, "cpus.yaml")
     with open(cluster, "w") as f:
         f.write(CLUSTER)
@@ -65,7 +78,7 @@ def main():
     for model in models:
         name = os.path.splitext(os.path.basename(model))[0]
         work = os.path.join(a.work, name)
-        os.makedirs(work)
+        os.makedirs(work, exist_ok=True)
         plan = os.path.join(work, "plan")
         # Graphs that hard-code a batch of 1 (the onnx-light models reshape to
         # [1, N]) can only run one sample per worker: a 3-stage pipeline of
@@ -106,12 +119,15 @@ def main():
 
         # input_names.txt: the real input names, in the order of in_*.npy
         inputs = sorted(glob.glob(os.path.join(work, "in_*.npy")))
-        args = [a.hetplan, "run", plan, "--output", os.path.join(work, "out"), "--ranks", "3", "--quiet"]
+        args = mpi_prefix + [a.hetplan, "run", plan, "--output", os.path.join(work, "out"), "--ranks", "3", "--quiet"]
         names = open(os.path.join(work, "input_names.txt")).read().split("\n") if os.path.exists(
             os.path.join(work, "input_names.txt")) else None
         for f, n in zip(inputs, names or []):
             args += ["--input", f"{n}={f}"]
-        rc, out = run(args)
+        try:
+            rc, out = run(args, timeout=300 if mpi_prefix else None)
+        except subprocess.TimeoutExpired:
+            rc, out = 1, "timed out after 300 s"
         if rc != 0:
             print(f"FAIL {name}: hetplan run\n{out}")
             failures += 1
@@ -134,7 +150,7 @@ def main():
                 failures += 1
             rel = np.abs(got.astype(np.float64) - r) / np.maximum(np.abs(r), 1e-30)
             worst = max(worst, float(np.max(rel)) if rel.size else 0.0)
-        print(f"ok: hetplan run {name}: max relative error {worst:.3g}")
+        print(f"ok: {'mpirun -np 3 ' if mpi_prefix else ''}hetplan run {name}: max relative error {worst:.3g}")
     print(f"{len(models) - failures}/{len(models)} models pass")
     return 1 if failures else 0
 

@@ -1,7 +1,7 @@
 //===- Run.cpp - hetplan run: execute an inference plan on CPU threads ----===//
 //
 //   hetplan run PLAN --input NAME=FILE.npy ... --output DIR [--ranks N]
-//               [--model MODEL]
+//               [--model MODEL] [--profile OUT.json]
 //
 // Runs one step of the plan with one thread per rank (the in-process
 // communicator) and writes DIR/<output>.npy. Errors are one line, exit 1,
@@ -12,12 +12,17 @@
 #include "tools/hetplan/Commands.h"
 
 #include "hetplan/runtime/Npy.h"
+#include "hetplan/runtime/MpiCommunicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <set>
@@ -41,6 +46,11 @@ cl::opt<int> runRanks("ranks", cl::desc("Ranks (threads); must equal the plan's 
 cl::opt<std::string> runModel("model", cl::desc("The model file (default: the path in the plan)"),
                               cl::value_desc("MODEL"), cl::sub(runCmd));
 cl::opt<bool> runQuiet("quiet", cl::desc("No summary line"), cl::sub(runCmd));
+cl::opt<std::string> runProfile("profile",
+                                cl::desc("Time every node and write a measured profile (the format "
+                                         "`hetplan compile --profile` reads; one file per device type: "
+                                         "OUT.json, OUT.<type>.json) and print predicted vs measured"),
+                                cl::value_desc("OUT.json"), cl::sub(runCmd));
 
 /// A file name for an output: path separators and odd characters become '_'.
 std::string fileNameFor(const std::string &name) {
@@ -50,6 +60,201 @@ std::string fileNameFor(const std::string &name) {
   if (out.empty() || out[0] == '.') out = "_" + out;
   return out;
 }
+
+//===-- MPI: one process per rank (`mpirun -np N hetplan run ...`) -------===//
+// When an MPI launcher started this process, it runs only its own rank's
+// program over MpiCommunicator (every process reads the .npy inputs
+// itself); the ranks then send their pieces of the graph outputs to rank 0,
+// which assembles them (PlanExecutor::gatherOutputs) and alone writes DIR.
+// Returns -1 when this process should write `outputs`, else an exit code.
+constexpr int64_t kGatherTag = int64_t(1) << 29; // above the pipeline's tags
+
+int runMpiRanks(const hetplan::runtime::PlanExecutor &exec,
+                const std::map<std::string, hetplan::runtime::Tensor> &inputs,
+                std::map<std::string, hetplan::runtime::Tensor> &outputs) {
+  using namespace hetplan::runtime;
+#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
+  exec.checkInputs(inputs); // the same on every rank: all fail alike
+  MpiCommunicator comm;
+  if (comm.size() != exec.ranks() || (runRanks != 0 && runRanks != comm.size())) {
+    std::string msg = runPlan + ": the plan has " + std::to_string(exec.ranks()) + " ranks, the MPI job has " +
+                      std::to_string(comm.size()) + " processes";
+    if (runRanks != 0) msg += ", --ranks is " + std::to_string(runRanks);
+    return comm.rank() == 0 ? fail(msg) : 1;
+  }
+  auto bytesOf = [](const std::string &text) {
+    Tensor t(DType::UInt8, {int64_t(text.size())});
+    std::copy(text.begin(), text.end(), t.data<uint8_t>());
+    return t;
+  };
+  try {
+    PlanExecutor::OutputPieces mine = exec.runRank(comm, inputs);
+    if (comm.rank() != 0) {
+      // Count, then per piece (micro-batch, worker, outputs), name, tensor.
+      comm.send(0, kGatherTag, Tensor::scalar<int64_t>(DType::Int64, int64_t(mine.size())));
+      for (const auto &[key, outs] : mine) {
+        Tensor head(DType::Int64, {3});
+        head.data<int64_t>()[0] = key.first;
+        head.data<int64_t>()[1] = key.second;
+        head.data<int64_t>()[2] = int64_t(outs.size());
+        comm.send(0, kGatherTag, head);
+        for (const auto &[name, t] : outs) {
+          comm.send(0, kGatherTag, bytesOf(name));
+          comm.send(0, kGatherTag, t);
+        }
+      }
+      comm.flush();
+      return 0;
+    }
+    std::vector<PlanExecutor::OutputPieces> all(size_t(comm.size()));
+    all[0] = std::move(mine);
+    for (int r = 1; r < comm.size(); ++r) {
+      int64_t n = *comm.recv(r, kGatherTag).data<int64_t>();
+      for (int64_t i = 0; i < n; ++i) {
+        Tensor head = comm.recv(r, kGatherTag);
+        const int64_t *h = head.data<int64_t>();
+        auto &outs = all[size_t(r)][{uint32_t(h[0]), uint32_t(h[1])}];
+        for (int64_t k = 0, m = h[2]; k < m; ++k) {
+          Tensor name = comm.recv(r, kGatherTag);
+          std::string key(name.data<char>(), size_t(name.numel()));
+          outs[key] = comm.recv(r, kGatherTag);
+        }
+      }
+    }
+    outputs = exec.gatherOutputs(all);
+    return -1;
+  } catch (const std::exception &e) {
+    // The other ranks may be blocked in a receive: end the whole job.
+    fail("rank " + std::to_string(comm.rank()) + ": " + e.what());
+    comm.abort(e.what());
+  }
+#else
+  (void)exec, (void)inputs, (void)outputs;
+  return fail("started by an MPI launcher, but this hetplan was built without MPI "
+              "(install libopenmpi-dev and reconfigure)");
+#endif
+}
+//===-- end of MPI ---------------------------------------------------------===//
+} // namespace
+
+//===-- hetplan run --profile: measured per-node times ---------------------===//
+namespace {
+using StepTiming = hetplan::runtime::PlanExecutor::StepTiming;
+
+/// The timing record of this run when --profile is given (threads mode),
+/// else null: without it PlanExecutor reads no clock.
+StepTiming *profileTiming() {
+  static StepTiming timing;
+  return runProfile.empty() ? nullptr : &timing;
+}
+
+/// Fits time = fixed + per_sample * samples for one node from (samples per
+/// run, seconds per run) points, one per rank that ran it. One batch size:
+/// fixed = 0, per_sample = total time / total samples. Several: least
+/// squares, falling back to the one-size fit when a coefficient would be
+/// negative (timer noise on small kernels).
+std::pair<double, double> fitNode(const std::vector<std::pair<double, double>> &points) {
+  double sumT = 0, sumS = 0;
+  std::set<double> sizes;
+  for (auto [s, t] : points) { sumS += s; sumT += t; sizes.insert(s); }
+  double through0 = sumS > 0 ? sumT / sumS : 0;
+  if (sizes.size() < 2) return {0.0, through0};
+  double n = double(points.size()), mS = sumS / n, mT = sumT / n, sxx = 0, sxy = 0;
+  for (auto [s, t] : points) { sxx += (s - mS) * (s - mS); sxy += (s - mS) * (t - mT); }
+  double p = sxy / sxx, f = mT - p * mS;
+  if (p < 0 || f < 0) return {0.0, through0};
+  return {f, p};
+}
+
+/// Writes the measured profile(s) (docs/runtime.md, "Measured profiles") and
+/// prints the predicted-vs-measured report. Throws on a write error.
+void writeMeasuredProfile(const hetplan::runtime::PlanExecutor &exec, const StepTiming &timing,
+                          const std::string &outPath) {
+  if (timing.ranks.empty()) { // one process per rank (MPI): not timed
+    llvm::errs() << "hetplan: warning: --profile is not supported under an MPI launcher; no profile written\n";
+    return;
+  }
+  const auto &plan = exec.plan();
+  auto typeOf = [&](uint32_t rank) -> std::string {
+    for (const auto &d : plan.cluster().devices())
+      if (d.rank() == rank) return d.type();
+    return "CPU";
+  };
+  // Device types in rank order; per type, per node name, (samples, seconds)
+  // per run. Nodes that share a name (unnamed ONNX nodes go by their op
+  // type) pool their points: the entry is their mean, which the cost model
+  // then applies to each of them.
+  std::vector<std::string> types;
+  std::map<std::string, std::map<std::string, std::vector<std::pair<double, double>>>> points;
+  auto nameOf = [&](size_t node) {
+    return node < size_t(plan.model().node_names_size()) ? plan.model().node_names(int(node))
+                                                         : std::to_string(node);
+  };
+  for (uint32_t r = 0; r < timing.ranks.size(); ++r) {
+    const auto &rt = timing.ranks[r];
+    if (rt.nodeSeconds.empty()) continue; // idle rank
+    const auto &rank = plan.ranks(int(r));
+    int64_t n = plan.stages(int(rank.stage())).workers(int(rank.worker())).samples();
+    std::string type = typeOf(r);
+    if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
+    for (size_t i = 0; i < rt.nodeSeconds.size(); ++i)
+      if (rt.nodeSamples[i] > 0 && n > 0) {
+        double runs = double(rt.nodeSamples[i]) / double(n);
+        points[type][nameOf(i)].push_back({double(n), rt.nodeSeconds[i] / runs});
+      }
+  }
+  if (types.empty()) throw std::runtime_error("--profile: no rank was timed");
+  std::vector<std::string> files;
+  for (size_t k = 0; k < types.size(); ++k) {
+    llvm::json::Object ops;
+    for (const auto &[name, pts] : points[types[k]]) {
+      auto [f, p] = fitNode(pts);
+      ops[name] = llvm::json::Object{{"fixed", f}, {"per_sample", p}};
+    }
+    llvm::json::Value doc = llvm::json::Object{
+        {"device", types[k]}, {"dtype", plan.settings().dtype()}, {"ops", std::move(ops)}};
+    std::string path = outPath;
+    if (k > 0) {
+      llvm::StringRef base(outPath);
+      base.consume_back(".json");
+      path = (base + "." + fileNameFor(types[k]) + ".json").str();
+    }
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path, ec);
+    if (ec) throw std::runtime_error(path + ": cannot write: " + ec.message());
+    os << llvm::formatv("{0:2}", doc) << "\n";
+    os.close();
+    if (os.has_error()) throw std::runtime_error(path + ": cannot write");
+    files.push_back(path + " (" + types[k] + ")");
+  }
+  auto &o = llvm::outs();
+  o << "profile: wrote";
+  for (const auto &f : files) o << " " << f;
+  o << "\n";
+  o << llvm::format("%-22s %14s %14s %10s\n", "predicted vs measured", "predicted_s", "measured_s",
+                    "meas/pred");
+  auto row = [&](const std::string &what, double pred, double meas) {
+    o << llvm::format("%-22s %14.6g %14.6g ", what.c_str(), pred, meas);
+    if (pred > 0) o << llvm::format("%10.3f\n", meas / pred);
+    else o << llvm::format("%10s\n", "-");
+  };
+  row("step (wall)", plan.prediction().step_time_s(), timing.wallSeconds);
+  uint32_t mbs = plan.settings().micro_batches();
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const auto &st = plan.stages(s);
+    double sum = 0;
+    for (uint32_t mb = 0; mb < mbs; ++mb) {
+      double slowest = 0; // the stage's slowest worker, like forward_s
+      for (const auto &w : st.workers())
+        for (uint32_t r : w.ranks())
+          if (r < timing.ranks.size() && mb < timing.ranks[r].forwardSeconds.size())
+            slowest = std::max(slowest, timing.ranks[r].forwardSeconds[mb]);
+      sum += slowest;
+    }
+    row("stage " + std::to_string(s) + " forward/mb", st.forward_s(), mbs ? sum / mbs : 0);
+  }
+}
+//===-- end of --profile ---------------------------------------------------===//
 } // namespace
 
 int runRun() {
@@ -57,7 +262,7 @@ int runRun() {
   std::vector<std::string> written; // temporary files, removed on failure
   try {
     auto exec = PlanExecutor::load(runPlan, runModel);
-    if (runRanks != 0 && runRanks != exec->ranks())
+    if (!launchedByMpi() && runRanks != 0 && runRanks != exec->ranks())
       return fail(runPlan + ": the plan has " + std::to_string(exec->ranks()) + " ranks, --ranks is " +
                   std::to_string(runRanks));
     std::map<std::string, Tensor> inputs;
@@ -70,7 +275,12 @@ int runRun() {
       Tensor t = readNpy(arg.substr(eq + 1));
       inputs[name] = std::move(t);
     }
-    auto outputs = exec->run(inputs);
+    std::map<std::string, Tensor> outputs;
+    if (launchedByMpi()) { // one process per rank: see runMpiRanks
+      if (int rc = runMpiRanks(*exec, inputs, outputs); rc >= 0) return rc;
+    } else {
+      outputs = exec->run(inputs, profileTiming());
+    }
 
     if (auto ec = llvm::sys::fs::create_directories(runOutput))
       return fail(runOutput + ": cannot create: " + ec.message());
@@ -92,6 +302,7 @@ int runRun() {
       if (std::rename(tmp.c_str(), final.c_str()) != 0)
         throw std::runtime_error(final + ": cannot write");
     written.clear();
+    if (StepTiming *timing = profileTiming()) writeMeasuredProfile(*exec, *timing, runProfile);
     if (!runQuiet) {
       llvm::outs() << "ran " << runPlan << " on " << exec->ranks() << " ranks ("
                    << exec->plan().stages_size() << " stage(s), " << exec->plan().settings().micro_batches()

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <chrono>
 
 namespace hetplan::runtime {
 
@@ -262,9 +263,28 @@ void PlanExecutor::checkInputs(const std::map<std::string, Tensor> &inputs) cons
   }
 }
 
+namespace {
+/// Adds kernel times to a RankTiming; `samples` is the rank's share.
+struct TimingObserver : ExecutionObserver {
+  PlanExecutor::RankTiming &timing;
+  int64_t samples;
+  TimingObserver(PlanExecutor::RankTiming &t, int64_t n) : timing(t), samples(n) {}
+  void nodeRan(size_t node, double seconds) override {
+    timing.nodeSeconds[node] += seconds;
+    timing.nodeSamples[node] += samples;
+  }
+};
+} // namespace
+
 PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
-                                                 const std::map<std::string, Tensor> &inputs) const {
+                                                 const std::map<std::string, Tensor> &inputs,
+                                                 RankTiming *timing) const {
   OutputPieces pieces;
+  if (timing) {
+    timing->nodeSeconds.assign(model_->nodes.size(), 0.0);
+    timing->nodeSamples.assign(model_->nodes.size(), 0);
+    timing->forwardSeconds.assign(plan_.settings().micro_batches(), 0.0);
+  }
   uint32_t me = uint32_t(comm.rank());
   if (isIdleRank(plan_, me)) return pieces;
   const auto &rank = plan_.ranks(int(me));
@@ -353,7 +373,17 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
     std::set<std::string> keepAll = keep;
     if (out)
       for (const auto &s : out->shapes) keepAll.insert(s);
-    auto result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes);
+    std::map<std::string, Tensor> result;
+    if (timing) {
+      TimingObserver observer(*timing, n);
+      auto t0 = std::chrono::steady_clock::now();
+      result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes, &observer);
+      auto t1 = std::chrono::steady_clock::now();
+      if (mb < timing->forwardSeconds.size())
+        timing->forwardSeconds[mb] += std::chrono::duration<double>(t1 - t0).count();
+    } else {
+      result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes);
+    }
     Produced p;
     if (out) {
       for (const auto &s : out->shapes) {
@@ -448,9 +478,12 @@ std::map<std::string, Tensor> PlanExecutor::gatherOutputs(const std::vector<Outp
   return out;
 }
 
-std::map<std::string, Tensor> PlanExecutor::run(const std::map<std::string, Tensor> &inputs) const {
+std::map<std::string, Tensor> PlanExecutor::run(const std::map<std::string, Tensor> &inputs,
+                                                StepTiming *timing) const {
   checkInputs(inputs);
   int R = ranks();
+  if (timing) timing->ranks.assign(size_t(R), RankTiming{});
+  auto start = std::chrono::steady_clock::now();
   ThreadCommGroup group(R);
   std::vector<OutputPieces> pieces(R);
   std::mutex mutex;
@@ -460,7 +493,7 @@ std::map<std::string, Tensor> PlanExecutor::run(const std::map<std::string, Tens
     threads.emplace_back([&, r] {
       Communicator &comm = group.communicator(r);
       try {
-        pieces[r] = runRank(comm, inputs);
+        pieces[r] = runRank(comm, inputs, timing ? &timing->ranks[size_t(r)] : nullptr);
       } catch (const CommAborted &e) {
         std::lock_guard<std::mutex> lock(mutex);
         if (abortError.empty()) abortError = e.what();
@@ -473,6 +506,8 @@ std::map<std::string, Tensor> PlanExecutor::run(const std::map<std::string, Tens
       }
     });
   for (auto &t : threads) t.join();
+  if (timing)
+    timing->wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!firstError.empty()) fail(firstError);
   if (!abortError.empty()) fail(abortError);
   return gatherOutputs(pieces);

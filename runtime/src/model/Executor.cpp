@@ -3,6 +3,7 @@
 #include "hetplan/runtime/Kernels.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -130,7 +131,22 @@ std::vector<std::string> Executor::check() const {
   return problems;
 }
 
-std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> &inputs) const {
+namespace {
+/// Runs the kernel; with an observer, times it (steady_clock) and reports.
+inline void runKernel(const KernelInfo &k, KernelContext &ctx, size_t node, ExecutionObserver *observer) {
+  if (!observer) {
+    k.run(ctx);
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  k.run(ctx);
+  auto t1 = std::chrono::steady_clock::now();
+  observer->nodeRan(node, std::chrono::duration<double>(t1 - t0).count());
+}
+} // namespace
+
+std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> &inputs,
+                                            ExecutionObserver *observer) const {
   // Last use of each value, so intermediates can be freed early.
   std::map<std::string, size_t> lastUse;
   for (size_t step = 0; step < order_.size(); ++step)
@@ -166,7 +182,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
       ctx.inputs.push_back(t);
     }
     try {
-      k->run(ctx);
+      runKernel(*k, ctx, order_[step], observer);
     } catch (const std::exception &e) {
       throw std::runtime_error(model_.path + ": " + n.describe() + ": " + e.what());
     }
@@ -187,7 +203,8 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
 std::map<std::string, Tensor>
 Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> values,
                    const std::set<std::string> &keep,
-                   std::map<std::string, std::vector<int64_t>> *shapes) const {
+                   std::map<std::string, std::vector<int64_t>> *shapes,
+                   ExecutionObserver *observer) const {
   std::map<std::string, size_t> lastUse;
   for (size_t step = 0; step < nodes.size(); ++step)
     for (const auto &s : model_.nodes[nodes[step]].inputs)
@@ -211,7 +228,7 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
       ctx.inputs.push_back(t);
     }
     try {
-      k->run(ctx);
+      runKernel(*k, ctx, nodes[step], observer);
     } catch (const std::exception &e) {
       throw std::runtime_error(model_.path + ": " + n.describe() + ": " + e.what());
     }

@@ -3,8 +3,8 @@
 // The plan executor talks to other ranks only through this interface: point
 // to point sends and receives of tensors matched by (peer, tag), a barrier
 // and a sum all-reduce. ThreadCommunicator implements it for ranks that are
-// threads of one process (tests, `hetplan run`); MPI and NCCL
-// implementations can implement the same interface later (not written yet).
+// threads of one process (tests, `hetplan run`); MpiCommunicator.h for
+// ranks that are MPI processes. A NCCL one is not written yet.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HETPLAN_RUNTIME_COMMUNICATOR_H

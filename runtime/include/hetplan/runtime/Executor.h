@@ -10,6 +10,16 @@
 
 namespace hetplan::runtime {
 
+/// Told the time of every kernel an Executor runs (steady_clock around the
+/// kernel call only: input lookup and freeing are not counted). Without an
+/// observer the executor reads no clock.
+class ExecutionObserver {
+public:
+  virtual ~ExecutionObserver() = default;
+  /// Node `node` (index into Model::nodes) ran in `seconds`.
+  virtual void nodeRan(size_t node, double seconds) = 0;
+};
+
 class Executor {
 public:
   /// Orders the nodes topologically; throws if the graph has a cycle or
@@ -20,7 +30,8 @@ public:
   /// the node. Empty when the model can run.
   std::vector<std::string> check() const;
   /// Runs the graph; intermediates are freed after their last use.
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs) const;
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs,
+                                    ExecutionObserver *observer = nullptr) const;
   /// Runs the nodes `nodes` (indices into Model::nodes, in the order given:
   /// a range of a topologically sorted graph is itself in order) with
   /// `values` as everything they read from outside the list (initializers
@@ -32,7 +43,8 @@ public:
   std::map<std::string, Tensor>
   runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> values,
            const std::set<std::string> &keep,
-           std::map<std::string, std::vector<int64_t>> *shapes = nullptr) const;
+           std::map<std::string, std::vector<int64_t>> *shapes = nullptr,
+           ExecutionObserver *observer = nullptr) const;
 
 private:
   const Model &model_;

@@ -5,7 +5,7 @@
 // SEND_ACTIVATION) on its samples of every micro-batch, talking to the other
 // ranks through a Communicator. run() starts one thread per rank with a
 // ThreadCommunicator; runRank() runs one rank's program with any
-// communicator (an MPI or NCCL one later). Outputs are the same as running
+// communicator (MpiCommunicator; a NCCL one later). Outputs are the same as running
 // the whole model on one rank (docs/runtime.md, "Running plans").
 //
 //===----------------------------------------------------------------------===//
@@ -52,9 +52,26 @@ public:
   /// plan's global batch. Throws one line.
   void checkInputs(const std::map<std::string, Tensor> &inputs) const;
 
+  /// Measured times of one rank's step (hetplan run --profile): every
+  /// kernel of its stage's FORWARDs timed with steady_clock (the nodes a
+  /// receiver re-runs for values without a batch dim are not counted).
+  struct RankTiming {
+    std::vector<double> nodeSeconds;    // per model node, summed over micro-batches
+    std::vector<int64_t> nodeSamples;   // samples those runs processed, summed
+    std::vector<double> forwardSeconds; // per micro-batch: the stage's node range
+  };
+  /// A timed step: per rank (idle ranks empty) and the wall time of run().
+  struct StepTiming {
+    std::vector<RankTiming> ranks;
+    double wallSeconds = 0;
+  };
+
   /// One step: one thread per rank, ThreadCommGroup channels. Returns the
   /// graph outputs for the whole batch, in the original sample order.
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs) const;
+  /// `timing`, when given, receives measured times (without it no clock is
+  /// read around kernels).
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs,
+                                    StepTiming *timing = nullptr) const;
 
   /// The pieces of the graph outputs one rank produced: (micro-batch,
   /// worker) -> output name -> tensor of that worker's samples.
@@ -62,7 +79,8 @@ public:
   /// Runs rank `comm.rank()`'s program. `inputs` are the global inputs (each
   /// rank slices its own samples). Returns what the rank computed of the
   /// graph outputs (only ranks of the last stage compute any).
-  OutputPieces runRank(Communicator &comm, const std::map<std::string, Tensor> &inputs) const;
+  OutputPieces runRank(Communicator &comm, const std::map<std::string, Tensor> &inputs,
+                       RankTiming *timing = nullptr) const;
   /// Assembles the last stage's pieces into whole-batch outputs.
   std::map<std::string, Tensor> gatherOutputs(const std::vector<OutputPieces> &pieces) const;
 

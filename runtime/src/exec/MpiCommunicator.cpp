@@ -1,0 +1,179 @@
+//===- MpiCommunicator.cpp - ranks as processes of an MPI job -------------===//
+#include "hetplan/runtime/MpiCommunicator.h"
+
+// The C API only: keep Open MPI's / MPICH's C++ bindings out.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <list>
+#include <vector>
+
+namespace hetplan::runtime {
+
+namespace {
+// Bytes per payload message: below 2^31 (MPI counts are int).
+constexpr size_t kChunk = size_t(1) << 30;
+int gLive = 0;            // MpiCommunicators alive
+bool gWeInitialized = false;
+
+void check(int rc, const char *what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw std::runtime_error(std::string(what) + ": " + std::string(msg, size_t(len)));
+}
+} // namespace
+
+/// Sends in flight: each keeps its header and a copy of the tensor alive
+/// until its requests complete.
+struct MpiCommunicator::Pending {
+  struct Send {
+    std::vector<int64_t> header;
+    Tensor data;
+    std::vector<MPI_Request> requests;
+  };
+  std::list<Send> sends;
+
+  // Drops the sends that have completed (without waiting).
+  void reap() {
+    for (auto it = sends.begin(); it != sends.end();) {
+      int done = 0;
+      check(MPI_Testall(int(it->requests.size()), it->requests.data(), &done, MPI_STATUSES_IGNORE),
+            "MPI_Testall");
+      it = done ? sends.erase(it) : std::next(it);
+    }
+  }
+  void waitAll() {
+    for (auto &s : sends)
+      check(MPI_Waitall(int(s.requests.size()), s.requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    sends.clear();
+  }
+};
+
+MpiCommunicator::MpiCommunicator() : pending_(std::make_unique<Pending>()) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    check(MPI_Init(nullptr, nullptr), "MPI_Init");
+    gWeInitialized = true;
+  }
+  // Errors come back as codes (thrown here) rather than ending the job.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  ++gLive;
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  try {
+    flush();
+  } catch (...) {
+  }
+  if (--gLive == 0 && gWeInitialized) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+}
+
+static int mpiTag(int64_t tag) {
+  void *ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+  int64_t max = found ? int64_t(*static_cast<int *>(ub)) : 32767;
+  if (tag < 0 || tag > max)
+    throw std::runtime_error("MPI communicator: tag " + std::to_string(tag) + " is outside 0.." +
+                             std::to_string(max));
+  return int(tag);
+}
+
+void MpiCommunicator::send(int peer, int64_t tag, const Tensor &tensor) {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    throw std::runtime_error("rank " + std::to_string(rank_) + ": bad peer " + std::to_string(peer));
+  int t = mpiTag(tag);
+  pending_->reap();
+  Pending::Send &s = pending_->sends.emplace_back();
+  // Copy: the caller may reuse or free its buffer (the interface buffers).
+  if (tensor.defined()) s.data = tensor.clone();
+  s.header.push_back(int64_t(tensor.dtype()));
+  s.header.push_back(tensor.defined() ? tensor.rank() : 0);
+  if (tensor.defined())
+    for (int64_t d : tensor.shape()) s.header.push_back(d);
+  size_t bytes = tensor.defined() ? tensor.nbytes() : 0;
+  s.header.push_back(int64_t(bytes));
+  s.requests.emplace_back();
+  check(MPI_Isend(s.header.data(), int(s.header.size()), MPI_INT64_T, peer, t, MPI_COMM_WORLD,
+                  &s.requests.back()),
+        "MPI_Isend");
+  const char *p = static_cast<const char *>(s.data.defined() ? s.data.raw() : nullptr);
+  for (size_t off = 0; off < bytes; off += kChunk) {
+    s.requests.emplace_back();
+    check(MPI_Isend(const_cast<char *>(p + off), int(std::min(kChunk, bytes - off)), MPI_BYTE, peer, t,
+                    MPI_COMM_WORLD, &s.requests.back()),
+          "MPI_Isend");
+  }
+}
+
+Tensor MpiCommunicator::recv(int peer, int64_t tag) {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    throw std::runtime_error("rank " + std::to_string(rank_) + ": bad peer " + std::to_string(peer));
+  int t = mpiTag(tag);
+  MPI_Status st;
+  check(MPI_Probe(peer, t, MPI_COMM_WORLD, &st), "MPI_Probe");
+  int count = 0;
+  MPI_Get_count(&st, MPI_INT64_T, &count);
+  std::vector<int64_t> h(size_t(std::max(count, 0)));
+  check(MPI_Recv(h.data(), count, MPI_INT64_T, peer, t, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+  std::string bad = "rank " + std::to_string(rank_) + ": bad message header from rank " + std::to_string(peer);
+  if (h.size() < 3 || h[1] < 0 || size_t(h[1]) + 3 != h.size()) throw std::runtime_error(bad);
+  auto dtype = DType(h[0]);
+  size_t bytes = size_t(h.back());
+  if (dtype == DType::Undefined) {
+    if (bytes != 0) throw std::runtime_error(bad);
+    return Tensor();
+  }
+  Tensor out(dtype, std::vector<int64_t>(h.begin() + 2, h.end() - 1));
+  if (out.nbytes() != bytes) throw std::runtime_error(bad + " (byte count " + std::to_string(bytes) + " for " +
+                                                      out.describe() + ")");
+  char *p = static_cast<char *>(out.raw());
+  for (size_t off = 0; off < bytes; off += kChunk)
+    check(MPI_Recv(p + off, int(std::min(kChunk, bytes - off)), MPI_BYTE, peer, t, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE),
+          "MPI_Recv");
+  return out;
+}
+
+void MpiCommunicator::flush() { pending_->waitAll(); }
+
+void MpiCommunicator::barrier() {
+  flush();
+  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+void MpiCommunicator::allReduceSum(Tensor &tensor) {
+  MPI_Datatype type;
+  if (tensor.dtype() == DType::Float32) type = MPI_FLOAT;
+  else if (tensor.dtype() == DType::Float64) type = MPI_DOUBLE;
+  else throw std::runtime_error("allReduceSum: " + tensor.describe() + " is not float32 or float64");
+  flush();
+  size_t per = kChunk / dtypeSize(tensor.dtype());
+  char *p = static_cast<char *>(tensor.raw());
+  size_t n = size_t(tensor.numel());
+  for (size_t off = 0; off < n; off += per)
+    check(MPI_Allreduce(MPI_IN_PLACE, p + off * dtypeSize(tensor.dtype()), int(std::min(per, n - off)), type,
+                        MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+}
+
+void MpiCommunicator::abort(const std::string &why) {
+  std::fprintf(stderr, "rank %d: aborting the MPI job: %s\n", rank_, why.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+} // namespace hetplan::runtime
