@@ -84,6 +84,72 @@ Executor::Executor(const Model &model) : model_(model) {
         }
     }
   }
+  foldConstants();
+}
+
+void Executor::foldConstants() {
+  isFolded_.assign(model_.nodes.size(), false);
+  // Ops whose result is not a function of their inputs and attributes.
+  static const std::set<std::string> kNondeterministic = {
+      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+      "Bernoulli", "Dropout"};
+  std::set<std::string> graphInputs;
+  for (const auto &in : model_.inputs) graphInputs.insert(in.name);
+  int64_t opset = model_.opset("");
+  // Initializers each folded value depends on (transitively).
+  std::map<std::string, std::set<std::string>> deps;
+  for (size_t idx : order_) {
+    const Node &n = model_.nodes[idx];
+    if (!n.domain.empty() && n.domain != "ai.onnx") continue;
+    if (kNondeterministic.count(n.opType)) continue;
+    bool subgraph = false;
+    for (const auto &[name, a] : n.attrs)
+      if (a.kind == Attribute::Graph || a.kind == Attribute::Graphs) subgraph = true;
+    if (subgraph) continue;
+    const KernelInfo *k = findKernel(n.opType);
+    if (!k) continue;
+    bool allConst = true;
+    std::set<std::string> d;
+    KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
+    CheckContext cc{n, opset, {}};
+    for (const auto &s : n.inputs) {
+      if (s.empty()) { ctx.inputs.push_back(nullptr); cc.inputTypes.push_back(DType::Undefined); continue; }
+      if (graphInputs.count(s)) { allConst = false; break; }
+      if (auto it = folded_.find(s); it != folded_.end()) {
+        ctx.inputs.push_back(&it->second);
+        cc.inputTypes.push_back(it->second.dtype());
+        d.insert(deps[s].begin(), deps[s].end());
+      } else if (auto jt = model_.initializers.find(s); jt != model_.initializers.end()) {
+        ctx.inputs.push_back(&jt->second);
+        cc.inputTypes.push_back(jt->second.dtype());
+        d.insert(s);
+      } else { allConst = false; break; }
+    }
+    if (!allConst) continue;
+    // Only what the load-time check accepts is run here; anything else
+    // (or a kernel error) is left to run time, which reports it.
+    DType t0 = cc.in(0);
+    if (!k->types.empty() && t0 != DType::Undefined &&
+        std::find(k->types.begin(), k->types.end(), t0) == k->types.end())
+      continue;
+    if (k->check && !k->check(cc).empty()) continue;
+    try {
+      k->run(ctx);
+    } catch (const std::exception &) {
+      continue;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty() && !ctx.outputs[i].defined()) ok = false;
+    if (!ok) continue;
+    isFolded_[idx] = true;
+    foldDeps_.insert(d.begin(), d.end());
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) {
+        folded_[n.outputs[i]] = std::move(ctx.outputs[i]);
+        deps[n.outputs[i]] = d;
+      }
+  }
 }
 
 std::vector<std::string> Executor::check() const {
@@ -145,6 +211,14 @@ inline void runKernel(const KernelInfo &k, KernelContext &ctx, size_t node, Exec
 }
 } // namespace
 
+bool Executor::canFold(const std::map<std::string, Tensor> &given, bool intermediates) const {
+  // `intermediates`: `given` may hold values computed upstream (runNodes),
+  // folded ones included; those equal the folded values.
+  for (const auto &[name, t] : given)
+    if (foldDeps_.count(name) || (!intermediates && folded_.count(name))) return false;
+  return true;
+}
+
 std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> &inputs,
                                             ExecutionObserver *observer) const {
   // Last use of each value, so intermediates can be freed early.
@@ -163,15 +237,21 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
     values[in.name] = it->second;
   }
   for (const auto &[name, t] : inputs) values.emplace(name, t); // may override initializers
+  const bool useFold = canFold(inputs, false);
   auto lookup = [&](const std::string &s) -> const Tensor * {
     auto it = values.find(s);
     if (it != values.end()) return &it->second;
+    if (useFold) {
+      auto ft = folded_.find(s);
+      if (ft != folded_.end()) return &ft->second;
+    }
     auto jt = model_.initializers.find(s);
     return jt == model_.initializers.end() ? nullptr : &jt->second;
   };
   int64_t opset = model_.opset("");
   for (size_t step = 0; step < order_.size(); ++step) {
     const Node &n = model_.nodes[order_[step]];
+    if (useFold && isFolded_[order_[step]]) continue; // outputs are in folded_
     const KernelInfo *k = findKernel(n.opType);
     if (!k) throw std::runtime_error(model_.path + ": " + n.describe() + ": no CPU kernel");
     KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
@@ -195,7 +275,8 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
   for (const auto &o : model_.outputs) {
     const Tensor *t = lookup(o.name);
     if (!t) throw std::runtime_error(model_.path + ": output '" + o.name + "' was not produced");
-    out[o.name] = *t;
+    bool isFoldedValue = useFold && !values.count(o.name) && folded_.count(o.name);
+    out[o.name] = isFoldedValue ? t->clone() : *t; // folded values stay immutable
   }
   return out;
 }
@@ -209,15 +290,26 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
   for (size_t step = 0; step < nodes.size(); ++step)
     for (const auto &s : model_.nodes[nodes[step]].inputs)
       if (!s.empty()) lastUse[s] = step;
+  const bool useFold = canFold(values, true);
   auto lookup = [&](const std::string &s) -> const Tensor * {
     auto it = values.find(s);
     if (it != values.end()) return &it->second;
+    if (useFold) {
+      auto ft = folded_.find(s);
+      if (ft != folded_.end()) return &ft->second;
+    }
     auto jt = model_.initializers.find(s);
     return jt == model_.initializers.end() ? nullptr : &jt->second;
   };
   int64_t opset = model_.opset("");
   for (size_t step = 0; step < nodes.size(); ++step) {
     const Node &n = model_.nodes[nodes[step]];
+    if (useFold && isFolded_[nodes[step]]) { // outputs are in folded_
+      if (shapes)
+        for (const auto &o : n.outputs)
+          if (!o.empty()) (*shapes)[o] = folded_.at(o).shape();
+      continue;
+    }
     const KernelInfo *k = findKernel(n.opType);
     if (!k) throw std::runtime_error(model_.path + ": " + n.describe() + ": no CPU kernel");
     KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
@@ -244,6 +336,8 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
   for (const auto &name : keep) {
     auto it = values.find(name);
     if (it != values.end()) out[name] = std::move(it->second);
+    else if (useFold)
+      if (auto ft = folded_.find(name); ft != folded_.end()) out[name] = ft->second.clone();
   }
   return out;
 }

@@ -49,6 +49,16 @@ public:
 private:
   const Model &model_;
   std::vector<size_t> order_;
+  /// Constant folding (done once by the constructor, immutable afterwards,
+  /// shared by concurrent runs): outputs of nodes whose inputs are all
+  /// initializers or folded values, and which nodes were folded (runs skip
+  /// them). `foldDeps_`: the initializers the folded values were computed
+  /// from; a run that overrides one of them with an input runs unfolded.
+  std::map<std::string, Tensor> folded_;
+  std::vector<bool> isFolded_;
+  std::set<std::string> foldDeps_;
+  void foldConstants();
+  bool canFold(const std::map<std::string, Tensor> &given, bool intermediates) const;
 };
 
 } // namespace hetplan::runtime

@@ -73,7 +73,9 @@ template <typename Make> void regFloatUnary(const std::string &name, Make makeFn
                           Tensor out(x.dtype(), x.shape());
                           HP_DISPATCH_FLOAT(x.dtype(), {
                             const T *px = x.data<T>(); T *po = out.data<T>();
-                            for (int64_t i = 0, n = x.numel(); i < n; ++i) po[i] = static_cast<T>(fn(px[i]));
+                            parallelFor(x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+                              for (int64_t i = lo; i < hi; ++i) po[i] = static_cast<T>(fn(px[i]));
+                            });
                           });
                           c.outputs[0] = std::move(out);
                         },
@@ -87,7 +89,9 @@ template <typename Make> void regNumericUnary(const std::string &name, Make make
                           HP_DISPATCH_NUMERIC(x.dtype(), {
                             auto fn = makeFn(T());
                             const T *px = x.data<T>(); T *po = out.data<T>();
-                            for (int64_t i = 0, n = x.numel(); i < n; ++i) po[i] = static_cast<T>(fn(px[i]));
+                            parallelFor(x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+                              for (int64_t i = lo; i < hi; ++i) po[i] = static_cast<T>(fn(px[i]));
+                            });
                           });
                           c.outputs[0] = std::move(out);
                         },

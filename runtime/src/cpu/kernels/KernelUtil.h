@@ -3,9 +3,14 @@
 
 #include "hetplan/runtime/Kernels.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace hetplan::runtime::cpu {
 
@@ -35,6 +40,49 @@ namespace hetplan::runtime::cpu {
   default: throw std::runtime_error(std::string("unsupported element type ") + dtypeName(DT)); \
   }
 
+/// Threads a kernel may use: OMP_NUM_THREADS when set (> 0), else the
+/// hardware concurrency. Read once.
+inline int kernelThreads() {
+  static const int n = [] {
+    if (const char *e = std::getenv("OMP_NUM_THREADS")) {
+      int v = std::atoi(e);
+      if (v > 0) return v;
+    }
+    unsigned h = std::thread::hardware_concurrency();
+    return h ? static_cast<int>(h) : 1;
+  }();
+  return n;
+}
+
+/// Calls f(begin, end) over [0, n) split into contiguous chunks of at least
+/// `grain` items, one per thread (the caller runs the first chunk). Each
+/// index is visited exactly once, so results do not depend on the split.
+/// Plain std::threads, started per call: use only for work that dwarfs a
+/// thread start (tens of microseconds), never around a BLAS call (OpenBLAS
+/// has its own threads).
+template <typename F>
+void parallelFor(int64_t n, int64_t grain, F f) {
+  int64_t chunks = std::min<int64_t>(kernelThreads(), grain > 0 ? n / grain : n);
+  if (chunks <= 1) {
+    if (n > 0) f(int64_t(0), n);
+    return;
+  }
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(chunks);
+  auto bound = [&](int64_t c) { return n * c / chunks; };
+  for (int64_t c = 1; c < chunks; ++c)
+    threads.emplace_back([&, c] {
+      try { f(bound(c), bound(c + 1)); } catch (...) { errors[c] = std::current_exception(); }
+    });
+  try { f(int64_t(0), bound(1)); } catch (...) { errors[0] = std::current_exception(); }
+  for (auto &t : threads) t.join();
+  for (auto &e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+/// Elements per thread below which elementwise kernels stay on one thread.
+constexpr int64_t kElementwiseGrain = 1 << 16;
+
 /// Visits every element of `outShape` with the offsets of two broadcast inputs.
 template <typename F>
 void forEachBroadcast2(const std::vector<int64_t> &outShape, const std::vector<int64_t> &sa,
@@ -59,10 +107,14 @@ Tensor binaryBroadcast(const Tensor &a, const Tensor &b, DType outType, F f) {
   const A *pa = a.data<A>(); const B *pb = b.data<B>(); O *po = out.data<O>();
   int64_t n = out.numel();
   if (a.shape() == b.shape()) {
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+    parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) po[i] = f(pa[i], pb[i]);
+    });
   } else if (b.numel() == 1) {
     B vb = pb[0];
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], vb);
+    parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) po[i] = f(pa[i], vb);
+    });
   } else {
     forEachBroadcast2(shape, broadcastStrides(a.shape(), shape), broadcastStrides(b.shape(), shape),
                       [&](int64_t i, int64_t oa, int64_t ob) { po[i] = f(pa[oa], pb[ob]); });

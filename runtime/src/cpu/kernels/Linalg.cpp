@@ -143,32 +143,69 @@ void conv(KernelContext &c) {
   std::vector<int64_t> outShape = {N, M};
   outShape.insert(outShape.end(), w.out.begin(), w.out.end());
   Tensor out(x.dtype(), outShape);
+  // 1x1 kernel, stride 1, no padding: the im2col matrix is the input itself.
+  bool pointwise = kSize == 1;
+  for (size_t d = 0; d < r; ++d)
+    pointwise = pointwise && w.stride[d] == 1 && w.padBegin[d] == 0 && w.out[d] == w.in[d];
   HP_DISPATCH_FLOAT(x.dtype(), {
-    std::vector<T> col(static_cast<size_t>(Cg * kSize * outSize));
-    std::vector<int64_t> kidx(r), oidx(r);
+    std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Cg * kSize * outSize));
     for (int64_t n = 0; n < N; ++n)
       for (int64_t g = 0; g < G; ++g) {
         const T *px = x.data<T>() + (n * C + g * Cg) * inSize;
-        // im2col: row (c, kernel offset), column output position
-        for (int64_t ck = 0; ck < Cg * kSize; ++ck) {
-          int64_t ci = ck / kSize, kf = ck % kSize;
-          for (size_t d = r; d-- > 0;) { kidx[d] = kf % w.kernel[d]; kf /= w.kernel[d]; }
-          T *row = col.data() + ck * outSize;
-          for (int64_t o = 0; o < outSize; ++o) {
-            int64_t of = o, off = 0; bool inside = true;
-            for (size_t d = r; d-- > 0;) { oidx[d] = of % w.out[d]; of /= w.out[d]; }
-            int64_t mul = 1;
-            for (size_t d = r; d-- > 0;) {
-              int64_t p = oidx[d] * w.stride[d] - w.padBegin[d] + kidx[d] * w.dil[d];
-              if (p < 0 || p >= w.in[d]) { inside = false; break; }
-              off += p * mul; mul *= w.in[d];
+        // im2col: row (c, kernel offset), column output position. Rows are
+        // independent: split across threads (outside the GEMM).
+        if (!pointwise)
+          parallelFor(Cg * kSize, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, outSize)),
+                      [&](int64_t lo, int64_t hi) {
+          std::vector<int64_t> kidx(r), oidx(r);
+          if (r == 2) { // no divisions per element: rows walk (c, kh, kw)
+            int64_t OH = w.out[0], OW = w.out[1], IH = w.in[0], IW = w.in[1];
+            int64_t KH = w.kernel[0], KW = w.kernel[1], sh = w.stride[0], sw = w.stride[1];
+            int64_t ci = lo / kSize, kh = (lo % kSize) / KW, kw = lo % KW;
+            for (int64_t ck = lo; ck < hi; ++ck) {
+              T *row = col.data() + ck * outSize;
+              const T *pc = px + ci * inSize;
+              int64_t offH = kh * w.dil[0] - w.padBegin[0], offW = kw * w.dil[1] - w.padBegin[1];
+              // output columns whose input column lies inside [0, IW)
+              int64_t owLo = std::min<int64_t>(OW, offW >= 0 ? 0 : (-offW + sw - 1) / sw);
+              int64_t owHi = IW - offW <= 0 ? 0 : std::min<int64_t>(OW, (IW - offW + sw - 1) / sw);
+              if (owHi < owLo) owHi = owLo;
+              for (int64_t oh = 0; oh < OH; ++oh) {
+                int64_t ih = oh * sh + offH;
+                T *dst = row + oh * OW;
+                if (ih < 0 || ih >= IH) { std::fill(dst, dst + OW, T(0)); continue; }
+                const T *src = pc + ih * IW + offW;
+                std::fill(dst, dst + owLo, T(0));
+                if (sw == 1) std::memcpy(dst + owLo, src + owLo, static_cast<size_t>(owHi - owLo) * sizeof(T));
+                else for (int64_t ow = owLo; ow < owHi; ++ow) dst[ow] = src[ow * sw];
+                std::fill(dst + owHi, dst + OW, T(0));
+              }
+              if (++kw == KW) { kw = 0; if (++kh == KH) { kh = 0; ++ci; } }
             }
-            row[o] = inside ? px[ci * inSize + off] : T(0);
+            return;
           }
-        }
+          for (int64_t ck = lo; ck < hi; ++ck) {
+            int64_t ci = ck / kSize, kf = ck % kSize;
+            for (size_t d = r; d-- > 0;) { kidx[d] = kf % w.kernel[d]; kf /= w.kernel[d]; }
+            T *row = col.data() + ck * outSize;
+            const T *pc = px + ci * inSize;
+            for (int64_t o = 0; o < outSize; ++o) {
+              int64_t of = o, off = 0; bool inside = true;
+              for (size_t d = r; d-- > 0;) { oidx[d] = of % w.out[d]; of /= w.out[d]; }
+              int64_t mul = 1;
+              for (size_t d = r; d-- > 0;) {
+                int64_t p = oidx[d] * w.stride[d] - w.padBegin[d] + kidx[d] * w.dil[d];
+                if (p < 0 || p >= w.in[d]) { inside = false; break; }
+                off += p * mul; mul *= w.in[d];
+              }
+              row[o] = inside ? pc[off] : T(0);
+            }
+          }
+        });
+        const T *pcol = pointwise ? px : col.data();
         T *po = out.data<T>() + (n * M + g * Mg) * outSize;
         gemm<T>(false, false, Mg, outSize, Cg * kSize, T(1), wt.data<T>() + g * Mg * Cg * kSize, Cg * kSize,
-                col.data(), outSize, T(0), po, outSize);
+                pcol, outSize, T(0), po, outSize);
         if (c.hasInput(2))
           for (int64_t m = 0; m < Mg; ++m) {
             T bias = c.in(2).data<T>()[g * Mg + m];

@@ -605,7 +605,10 @@ void depthSpace(KernelContext &c, bool toSpace) {
 
 } // namespace
 
+void registerRecurrentKernels(); // Recurrent.cpp (RNN, GRU, LSTM)
+
 void registerTensorKernels() {
+  registerRecurrentKernels();
   registerKernel("Reshape", {reshape, nullptr, {}});
   registerKernel("Flatten", {flatten, nullptr, {}});
   registerKernel("Transpose", {transpose, nullptr, {}});
