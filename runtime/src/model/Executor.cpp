@@ -211,6 +211,46 @@ inline void runKernel(const KernelInfo &k, KernelContext &ctx, size_t node, Exec
 }
 } // namespace
 
+namespace {
+/// A value by name: computed this run, else folded at load (when folding
+/// applies), else an initializer; null when none has it.
+const Tensor *findValue(const std::map<std::string, Tensor> &values,
+                        const std::map<std::string, Tensor> *folded,
+                        const std::map<std::string, Tensor> &initializers,
+                        const std::string &name) {
+  auto it = values.find(name);
+  if (it != values.end()) return &it->second;
+  if (folded) {
+    auto ft = folded->find(name);
+    if (ft != folded->end()) return &ft->second;
+  }
+  auto jt = initializers.find(name);
+  return jt == initializers.end() ? nullptr : &jt->second;
+}
+
+/// Runs one node: gathers its inputs through `lookup`, runs its kernel and
+/// returns its outputs; errors name the model and the node.
+template <typename Lookup>
+std::vector<Tensor> executeNode(const Model &model, const Node &n, size_t index, int64_t opset,
+                                Lookup &&lookup, ExecutionObserver *observer) {
+  const KernelInfo *k = findKernel(n.opType);
+  if (!k) throw std::runtime_error(model.path + ": " + n.describe() + ": no CPU kernel");
+  KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
+  for (const auto &s : n.inputs) {
+    if (s.empty()) { ctx.inputs.push_back(nullptr); continue; }
+    const Tensor *t = lookup(s);
+    if (!t) throw std::runtime_error(model.path + ": " + n.describe() + ": value '" + s + "' is missing");
+    ctx.inputs.push_back(t);
+  }
+  try {
+    runKernel(*k, ctx, index, observer);
+  } catch (const std::exception &e) {
+    throw std::runtime_error(model.path + ": " + n.describe() + ": " + e.what());
+  }
+  return std::move(ctx.outputs);
+}
+} // namespace
+
 bool Executor::canFold(const std::map<std::string, Tensor> &given, bool intermediates) const {
   // `intermediates`: `given` may hold values computed upstream (runNodes),
   // folded ones included; those equal the folded values.
@@ -238,36 +278,16 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
   }
   for (const auto &[name, t] : inputs) values.emplace(name, t); // may override initializers
   const bool useFold = canFold(inputs, false);
-  auto lookup = [&](const std::string &s) -> const Tensor * {
-    auto it = values.find(s);
-    if (it != values.end()) return &it->second;
-    if (useFold) {
-      auto ft = folded_.find(s);
-      if (ft != folded_.end()) return &ft->second;
-    }
-    auto jt = model_.initializers.find(s);
-    return jt == model_.initializers.end() ? nullptr : &jt->second;
+  auto lookup = [&](const std::string &s) {
+    return findValue(values, useFold ? &folded_ : nullptr, model_.initializers, s);
   };
   int64_t opset = model_.opset("");
   for (size_t step = 0; step < order_.size(); ++step) {
     const Node &n = model_.nodes[order_[step]];
     if (useFold && isFolded_[order_[step]]) continue; // outputs are in folded_
-    const KernelInfo *k = findKernel(n.opType);
-    if (!k) throw std::runtime_error(model_.path + ": " + n.describe() + ": no CPU kernel");
-    KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
-    for (const auto &s : n.inputs) {
-      if (s.empty()) { ctx.inputs.push_back(nullptr); continue; }
-      const Tensor *t = lookup(s);
-      if (!t) throw std::runtime_error(model_.path + ": " + n.describe() + ": value '" + s + "' is missing");
-      ctx.inputs.push_back(t);
-    }
-    try {
-      runKernel(*k, ctx, order_[step], observer);
-    } catch (const std::exception &e) {
-      throw std::runtime_error(model_.path + ": " + n.describe() + ": " + e.what());
-    }
+    std::vector<Tensor> outs = executeNode(model_, n, order_[step], opset, lookup, observer);
     for (size_t i = 0; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) values[n.outputs[i]] = std::move(ctx.outputs[i]);
+      if (!n.outputs[i].empty()) values[n.outputs[i]] = std::move(outs[i]);
     for (const auto &s : n.inputs)
       if (!s.empty() && lastUse[s] == step && !keep.count(s) && !inputs.count(s)) values.erase(s);
   }
@@ -291,15 +311,8 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
     for (const auto &s : model_.nodes[nodes[step]].inputs)
       if (!s.empty()) lastUse[s] = step;
   const bool useFold = canFold(values, true);
-  auto lookup = [&](const std::string &s) -> const Tensor * {
-    auto it = values.find(s);
-    if (it != values.end()) return &it->second;
-    if (useFold) {
-      auto ft = folded_.find(s);
-      if (ft != folded_.end()) return &ft->second;
-    }
-    auto jt = model_.initializers.find(s);
-    return jt == model_.initializers.end() ? nullptr : &jt->second;
+  auto lookup = [&](const std::string &s) {
+    return findValue(values, useFold ? &folded_ : nullptr, model_.initializers, s);
   };
   int64_t opset = model_.opset("");
   for (size_t step = 0; step < nodes.size(); ++step) {
@@ -310,24 +323,11 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
           if (!o.empty()) (*shapes)[o] = folded_.at(o).shape();
       continue;
     }
-    const KernelInfo *k = findKernel(n.opType);
-    if (!k) throw std::runtime_error(model_.path + ": " + n.describe() + ": no CPU kernel");
-    KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
-    for (const auto &s : n.inputs) {
-      if (s.empty()) { ctx.inputs.push_back(nullptr); continue; }
-      const Tensor *t = lookup(s);
-      if (!t) throw std::runtime_error(model_.path + ": " + n.describe() + ": value '" + s + "' is missing");
-      ctx.inputs.push_back(t);
-    }
-    try {
-      runKernel(*k, ctx, nodes[step], observer);
-    } catch (const std::exception &e) {
-      throw std::runtime_error(model_.path + ": " + n.describe() + ": " + e.what());
-    }
+    std::vector<Tensor> outs = executeNode(model_, n, nodes[step], opset, lookup, observer);
     for (size_t i = 0; i < n.outputs.size(); ++i)
       if (!n.outputs[i].empty()) {
-        if (shapes) (*shapes)[n.outputs[i]] = ctx.outputs[i].shape();
-        values[n.outputs[i]] = std::move(ctx.outputs[i]);
+        if (shapes) (*shapes)[n.outputs[i]] = outs[i].shape();
+        values[n.outputs[i]] = std::move(outs[i]);
       }
     for (const auto &s : n.inputs)
       if (!s.empty() && lastUse[s] == step && !keep.count(s)) values.erase(s);
