@@ -15,22 +15,20 @@
 namespace hetplan::runtime::cpu {
 
 #define HP_CASE(DTE, TY, ...) case DType::DTE: { using T = TY; __VA_ARGS__; } break;
+#define HP_NUMERIC_CASES(...)                                                           \
+  HP_CASE(Float32, float, __VA_ARGS__) HP_CASE(Float64, double, __VA_ARGS__)            \
+  HP_CASE(Int8, int8_t, __VA_ARGS__) HP_CASE(UInt8, uint8_t, __VA_ARGS__)               \
+  HP_CASE(Int16, int16_t, __VA_ARGS__) HP_CASE(UInt16, uint16_t, __VA_ARGS__)           \
+  HP_CASE(Int32, int32_t, __VA_ARGS__) HP_CASE(UInt32, uint32_t, __VA_ARGS__)           \
+  HP_CASE(Int64, int64_t, __VA_ARGS__) HP_CASE(UInt64, uint64_t, __VA_ARGS__)
 #define HP_DISPATCH_NUMERIC(DT, ...)                                                    \
   switch (DT) {                                                                         \
-    HP_CASE(Float32, float, __VA_ARGS__) HP_CASE(Float64, double, __VA_ARGS__)          \
-    HP_CASE(Int8, int8_t, __VA_ARGS__) HP_CASE(UInt8, uint8_t, __VA_ARGS__)             \
-    HP_CASE(Int16, int16_t, __VA_ARGS__) HP_CASE(UInt16, uint16_t, __VA_ARGS__)         \
-    HP_CASE(Int32, int32_t, __VA_ARGS__) HP_CASE(UInt32, uint32_t, __VA_ARGS__)         \
-    HP_CASE(Int64, int64_t, __VA_ARGS__) HP_CASE(UInt64, uint64_t, __VA_ARGS__)         \
+    HP_NUMERIC_CASES(__VA_ARGS__)                                                       \
   default: throw std::runtime_error(std::string("unsupported element type ") + dtypeName(DT)); \
   }
 #define HP_DISPATCH_ALL(DT, ...)                                                        \
   switch (DT) {                                                                         \
-    HP_CASE(Float32, float, __VA_ARGS__) HP_CASE(Float64, double, __VA_ARGS__)          \
-    HP_CASE(Int8, int8_t, __VA_ARGS__) HP_CASE(UInt8, uint8_t, __VA_ARGS__)             \
-    HP_CASE(Int16, int16_t, __VA_ARGS__) HP_CASE(UInt16, uint16_t, __VA_ARGS__)         \
-    HP_CASE(Int32, int32_t, __VA_ARGS__) HP_CASE(UInt32, uint32_t, __VA_ARGS__)         \
-    HP_CASE(Int64, int64_t, __VA_ARGS__) HP_CASE(UInt64, uint64_t, __VA_ARGS__)         \
+    HP_NUMERIC_CASES(__VA_ARGS__)                                                       \
     HP_CASE(Bool, bool, __VA_ARGS__)                                                    \
   default: throw std::runtime_error(std::string("unsupported element type ") + dtypeName(DT)); \
   }
