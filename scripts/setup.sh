@@ -11,8 +11,9 @@ packages=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   # ONNX and protobuf (importer)
   libonnx-dev libprotobuf-dev protobuf-compiler
-  # CPU runtime kernels: cblas_sgemm (multithreaded OpenBLAS)
-  libopenblas-dev
+  # CPU runtime kernels: cblas_sgemm (multithreaded OpenBLAS); oneDNN JITs
+  # MatMul/Gemm/Conv for the host ISA (AVX2/AVX-512)
+  libopenblas-dev libdnnl-dev
   # optional: `mpirun -np N hetplan run` (MpiCommunicator) and its test
   libopenmpi-dev openmpi-bin
   # tests: GoogleTest, ONNX conformance data, Python ONNX for model generators

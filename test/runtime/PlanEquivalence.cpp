@@ -12,6 +12,15 @@
 // against. --per-sample runs the reference one sample at a time (for graphs
 // that hard-code a batch of 1). Exit 0 when equal, 1 otherwise. Links the runtime only.
 //
+// A training plan instead runs --steps N (default 2) steps with random
+// labels on its ranks and on PlanExecutor::singleRankPlan (one rank, one
+// micro-batch), and compares every step's loss, every parameter's summed
+// gradient and the parameters after the last step. Adam runs with eps 1e-4
+// here so that an update is a smooth function of its gradient (with 1e-8,
+// a gradient of pure rounding noise moves a weight by +-lr either way).
+// With --write, also writes the labels (DIR/labels.npy) and the reference
+// losses (DIR/ref_loss.npy) and parameters (DIR/ref_param_<name>.npy).
+//
 //===----------------------------------------------------------------------===//
 #include "hetplan/runtime/Npy.h"
 #include "hetplan/runtime/PlanExecutor.h"
@@ -36,15 +45,117 @@ static std::string safe(const std::string &name) {
   return out;
 }
 
+/// max |a - b| / max(max |b|, floor) over all elements. `floor`: for a
+/// gradient that is zero in exact arithmetic (BERT's key bias: softmax
+/// ignores a constant added to a row), both sides hold rounding noise.
+static double maxNormError(const Tensor &a, const Tensor &b, double floor = 0) {
+  if (a.shape() != b.shape()) return INFINITY;
+  auto x = asDoubles(a), y = asDoubles(b);
+  double d = 0, m = floor;
+  for (size_t i = 0; i < x.size(); ++i) {
+    d = std::max(d, std::fabs(x[i] - y[i]));
+    m = std::max(m, std::fabs(y[i]));
+  }
+  return m > 0 ? d / m : d;
+}
+
+static double maxAbs(const Tensor &t) {
+  double m = 0;
+  for (double v : asDoubles(t)) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+static int compareTraining(const PlanExecutor &exec, const std::map<std::string, Tensor> &inputs,
+                           const std::string &modelPath, int steps, unsigned seed,
+                           const std::string &writeDir) {
+  const Model &model = exec.model();
+  // Labels: class indices for the first output's last axis.
+  std::map<std::string, Tensor> probe;
+  for (const auto &[k, v] : inputs) probe[k] = v;
+  std::string lossOut = model.outputs.at(0).name;
+  auto outShape = Executor(model).run(probe).at(lossOut).shape();
+  int64_t classes = outShape.back();
+  outShape.pop_back();
+  Tensor labels(DType::Int64, outShape);
+  std::mt19937 rng(seed + 7);
+  for (int64_t i = 0; i < labels.numel(); ++i) labels.data<int64_t>()[i] = int64_t(rng() % uint64_t(classes));
+
+  PlanExecutor single(PlanExecutor::singleRankPlan(exec.plan()), modelPath);
+  PlanExecutor::TrainOptions options;
+  options.eps = 1e-4;
+  std::vector<PlanExecutor::RankTrainState> mine, ref;
+  const double tol = 1e-4;
+  bool ok = true;
+  std::vector<double> refLosses;
+  for (int s = 1; s <= steps; ++s) {
+    double a = exec.train(inputs, labels, mine, options);
+    double b = single.train(inputs, labels, ref, options);
+    refLosses.push_back(b);
+    double e = std::fabs(a - b) / std::max(std::fabs(b), 1e-30);
+    bool good = e <= tol;
+    std::printf("%s: %s step %d loss %.8f, one rank %.8f, relative error %.3g\n", good ? "ok" : "FAIL",
+                model.path.c_str(), s, a, b, e);
+    ok &= good;
+    // Summed gradients: every holder of a parameter has the same after the
+    // all-reduce; check each against the reference.
+    double worst = 0;
+    std::string worstName;
+    size_t checked = 0;
+    double largest = 0; // over all parameters' gradients
+    for (const auto &[name, g] : ref[0].grads) largest = std::max(largest, maxAbs(g));
+    for (size_t r = 0; r < mine.size(); ++r)
+      for (const auto &[name, g] : mine[r].grads) {
+        double err = maxNormError(g, ref[0].grads.at(name), 1e-3 * largest);
+        ++checked;
+        if (err > worst) { worst = err; worstName = name + " on rank " + std::to_string(r); }
+      }
+    bool gGood = worst <= tol && checked >= ref[0].grads.size();
+    std::printf("%s: step %d gradients of %zu parameters on all ranks (%zu checks), max relative error %.3g%s\n",
+                gGood ? "ok" : "FAIL", s, ref[0].grads.size(), checked, worst,
+                worstName.empty() ? "" : (" (" + worstName + ")").c_str());
+    ok &= gGood;
+  }
+  auto params = exec.collectParameters(mine);
+  auto refParams = single.collectParameters(ref);
+  double worst = 0;
+  std::string worstName;
+  for (const auto &[name, p] : refParams) {
+    auto it = params.find(name);
+    double err = it == params.end() ? INFINITY : maxNormError(it->second, p);
+    if (err > worst) { worst = err; worstName = name; }
+  }
+  bool pGood = worst <= tol && params.size() == refParams.size();
+  std::printf("%s: %zu parameters after %d steps, max relative error %.3g%s\n", pGood ? "ok" : "FAIL",
+              refParams.size(), steps, worst, worstName.empty() ? "" : (" (" + worstName + ")").c_str());
+  ok &= pGood;
+  if (!writeDir.empty()) {
+    std::string names;
+    for (const auto &[name, t] : inputs) {
+      writeNpy(writeDir + "/in_" + safe(name) + ".npy", t);
+      names += (names.empty() ? "" : "\n") + name;
+    }
+    FILE *f = std::fopen((writeDir + "/input_names.txt").c_str(), "w");
+    if (f) { std::fputs(names.c_str(), f); std::fclose(f); }
+    writeNpy(writeDir + "/labels.npy", labels);
+    Tensor l(DType::Float64, {int64_t(refLosses.size())});
+    std::copy(refLosses.begin(), refLosses.end(), l.data<double>());
+    writeNpy(writeDir + "/ref_loss.npy", l);
+    for (const auto &[name, p] : refParams) writeNpy(writeDir + "/ref_param_" + safe(name) + ".npy", p);
+  }
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   std::string planPath, modelPath, writeDir;
   unsigned seed = 1;
   bool perSample = false; // reference one sample at a time (graphs with a fixed batch of 1)
+  int steps = 2;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) modelPath = argv[++i];
     else if (a == "--write" && i + 1 < argc) writeDir = argv[++i];
     else if (a == "--per-sample") perSample = true;
+    else if (a == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = unsigned(std::stoul(argv[++i]));
     else if (planPath.empty()) planPath = a;
     else { std::cerr << "usage: hetplan-plan-equivalence PLAN [--model M] [--write DIR] [--seed N]\n"; return 2; }
@@ -70,7 +181,11 @@ int main(int argc, char **argv) {
       for (int64_t i = 0; i < t.numel(); ++i) {
         switch (in.dtype) {
         case DType::Float32: t.data<float>()[i] = std::uniform_real_distribution<float>(-1, 1)(rng); break;
-        case DType::Int64: t.data<int64_t>()[i] = int64_t(rng() % 8); break;
+        case DType::Int64: // BERT's token types are 0/1, its attention mask mostly 1
+          t.data<int64_t>()[i] = in.name == "token_type_ids" ? int64_t(rng() % 2)
+                                 : in.name == "attention_mask" ? int64_t(rng() % 4 != 0)
+                                                               : int64_t(rng() % 8);
+          break;
         case DType::Int32: t.data<int32_t>()[i] = int32_t(rng() % 8); break;
         case DType::Bool: t.data<bool>()[i] = rng() % 2; break;
         default: std::cerr << in.name << ": element type " << dtypeName(in.dtype) << " not generated\n"; return 2;
@@ -78,6 +193,7 @@ int main(int argc, char **argv) {
       }
       inputs[in.name] = t;
     }
+    if (exec->training()) return compareTraining(*exec, inputs, modelPath, steps, seed, writeDir);
     Executor whole(model);
     std::map<std::string, Tensor> ref;
     if (!perSample) ref = whole.run(inputs);

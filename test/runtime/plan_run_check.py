@@ -9,6 +9,12 @@ process) and with `hetplan run` on .npy files (compared here with numpy).
   --mpi MPIRUN: run `hetplan run` as one process per rank,
   `MPIRUN --allow-run-as-root --oversubscribe --mca btl self,vader -np 3 ...`
   (shared memory and loopback only); exit 77 when MPIRUN is not found.
+  --mode train: compile training plans; the equivalence check compares two
+  steps' losses, gradients and parameters with one rank, and `hetplan run
+  --labels ... --steps 2 --save-model` must reproduce the losses and the
+  trained weights (read back from the saved ONNX file).
+  --generate gpt2-small: write models/gen_transformer.py's GPT-2 small
+  (124M parameters, random weights, external data) into DIR and check it.
 """
 import argparse, glob, os, shutil, subprocess, sys
 
@@ -33,6 +39,36 @@ def run(cmd, timeout=None):
     return r.returncode, r.stdout
 
 
+def check_training(name, work, trained, mpi_prefix):
+    """`hetplan run`'s losses and saved weights against the one-rank reference."""
+    import onnx
+    from onnx import numpy_helper
+    how = "mpirun -np 3 " if mpi_prefix else ""
+    loss = np.load(os.path.join(work, "out", "loss.npy"))
+    ref = np.load(os.path.join(work, "ref_loss.npy"))
+    if loss.shape != ref.shape or not np.allclose(loss, ref, rtol=1e-4, atol=0):
+        print(f"FAIL {name}: {how}hetplan run losses {loss} differ from one rank's {ref}")
+        return 1
+    model = onnx.load(trained)
+    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    worst, count = 0.0, 0
+    for f in sorted(glob.glob(os.path.join(work, "ref_param_*.npy"))):
+        r = np.load(f)
+        key = os.path.basename(f)[len("ref_param_"):-4]
+        got = [w for n, w in weights.items() if "".join(c if c.isalnum() else "_" for c in n) == key]
+        if len(got) != 1 or got[0].shape != r.shape:
+            print(f"FAIL {name}: trained weight {key} missing from {trained}")
+            return 1
+        err = float(np.max(np.abs(got[0].astype(np.float64) - r)) / max(float(np.max(np.abs(r))), 1e-30))
+        worst, count = max(worst, err), count + 1
+    if count == 0 or worst > 1e-4:
+        print(f"FAIL {name}: {how}hetplan run trained weights differ from one rank's (max-norm relative {worst:.3g})")
+        return 1
+    print(f"ok: {how}hetplan run {name} (train, 2 steps): losses {', '.join(f'{x:.6f}' for x in loss)} "
+          f"match one rank; {count} trained weights in {os.path.basename(trained)} within {worst:.3g}")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hetplan", required=True)
@@ -40,7 +76,11 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--skip-if-absent", action="store_true")
     ap.add_argument("--mpi", metavar="MPIRUN", help="run `hetplan run` under this mpirun")
-    ap.add_argument("models", nargs="+")
+    ap.add_argument("--mode", choices=["infer", "train"], default="infer")
+    ap.add_argument("--generate", action="append", default=[], metavar="CONFIG",
+                    help="gpt2 config of models/gen_transformer.py to generate and check")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("models", nargs="*")
     a = ap.parse_args()
     mpi_prefix = []
     if a.mpi is not None:
@@ -52,7 +92,19 @@ def main():
         mpi_prefix = [mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader",
                       "-np", "3"]
 
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work, exist_ok=True)
     models = []
+    gen = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "gen_transformer.py")
+    for config in a.generate:
+        family = config.split("-")[0]
+        out = os.path.join(a.work, config + ".onnx")
+        rc, log = run([a.python, gen, "--family", family, "--config", config,
+                       "--weights", "external", "--no-check", "-o", out])
+        if rc != 0:
+            print(f"FAIL: generating {config}\n{log}")
+            return 1
+        models.append(out)
     for m in a.models:
         if os.path.isdir(m):
             models += sorted(glob.glob(os.path.join(m, "*.onnx")))
@@ -68,8 +120,6 @@ def main():
         print("SKIP: no models")
         return 77
 
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work, exist_ok=True)
     cluster = os.path.join(a.work, "cpus.yaml")
     with open(cluster, "w") as f:
         f.write(CLUSTER)
@@ -89,7 +139,7 @@ def main():
         fixed1 = any(l.strip().split(":")[-1].strip().startswith("1 x")
                      for l in summary.split("outputs:")[0].split("inputs:")[-1].splitlines()[1:])
         layout = ["--batch", "1", "--pin", "pp=3,mb=1"] if fixed1 else ["--batch", "14", "--pin", "pp=2,mb=2"]
-        cmd = [a.hetplan, "compile", model, "--mode", "infer", "--cluster", cluster,
+        cmd = [a.hetplan, "compile", model, "--mode", a.mode, "--cluster", cluster,
                *layout, "--dtype", "fp32", "--quiet", "-o", plan]
         if "gpt2" in name or "bert" in name:
             cmd += ["--seq", "8"]
@@ -120,6 +170,11 @@ def main():
         # input_names.txt: the real input names, in the order of in_*.npy
         inputs = sorted(glob.glob(os.path.join(work, "in_*.npy")))
         args = mpi_prefix + [a.hetplan, "run", plan, "--output", os.path.join(work, "out"), "--ranks", "3", "--quiet"]
+        trained = os.path.join(work, "trained.onnx")
+        if a.mode == "train":
+            # The equivalence check's settings: 2 steps, Adam eps 1e-4.
+            args += ["--labels", os.path.join(work, "labels.npy"), "--steps", "2", "--adam-eps", "1e-4",
+                     "--save-model", trained]
         names = open(os.path.join(work, "input_names.txt")).read().split("\n") if os.path.exists(
             os.path.join(work, "input_names.txt")) else None
         for f, n in zip(inputs, names or []):
@@ -131,6 +186,9 @@ def main():
         if rc != 0:
             print(f"FAIL {name}: hetplan run\n{out}")
             failures += 1
+            continue
+        if a.mode == "train":
+            failures += check_training(name, work, trained, mpi_prefix)
             continue
         worst = 0.0
         for ref in sorted(glob.glob(os.path.join(work, "ref_*.npy"))):

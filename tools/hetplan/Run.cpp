@@ -1,11 +1,15 @@
-//===- Run.cpp - hetplan run: execute an inference plan on CPU threads ----===//
+//===- Run.cpp - hetplan run: execute a plan on CPU ranks -----------------===//
 //
 //   hetplan run PLAN --input NAME=FILE.npy ... --output DIR [--ranks N]
 //               [--model MODEL] [--profile OUT.json]
+//   hetplan run TRAIN.PLAN --input ... --labels FILE.npy --output DIR
+//               [--steps N] [--lr X] [--loss-output NAME] [--save-model OUT.onnx]
 //
-// Runs one step of the plan with one thread per rank (the in-process
-// communicator) and writes DIR/<output>.npy. Errors are one line, exit 1,
-// and leave no output files behind.
+// Runs the plan with one thread per rank (the in-process communicator), or
+// one process per rank under mpirun. An inference plan writes
+// DIR/<output>.npy; a training plan runs N steps on the batch and writes
+// DIR/loss.npy (one loss per step) and, with --save-model, the trained
+// model. Errors are one line, exit 1, and leave no output files behind.
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,7 +36,7 @@ namespace cl = llvm::cl;
 
 namespace hetplan::tools {
 
-cl::SubCommand runCmd("run", "Run an inference plan (one CPU thread per rank)");
+cl::SubCommand runCmd("run", "Run a plan on CPU ranks (threads, or processes under mpirun)");
 
 namespace {
 cl::opt<std::string> runPlan(cl::Positional, cl::Required, cl::desc("<plan file>"), cl::sub(runCmd));
@@ -51,6 +55,26 @@ cl::opt<std::string> runProfile("profile",
                                          "`hetplan compile --profile` reads; one file per device type: "
                                          "OUT.json, OUT.<type>.json) and print predicted vs measured"),
                                 cl::value_desc("OUT.json"), cl::sub(runCmd));
+
+cl::opt<std::string> runLabels("labels",
+                               cl::desc("Training plans: class indices (int64) for the loss output, "
+                                        "shaped like it without its last axis"),
+                               cl::value_desc("FILE.npy"), cl::sub(runCmd));
+cl::opt<int> runSteps("steps", cl::desc("Training plans: optimizer steps to run on the batch"),
+                      cl::init(1), cl::sub(runCmd));
+cl::opt<double> runLr("lr", cl::desc("Training plans: Adam learning rate"), cl::init(1e-3),
+                      cl::sub(runCmd));
+cl::opt<double> runAdamEps("adam-eps", cl::desc("Training plans: Adam epsilon"), cl::init(1e-8),
+                           cl::sub(runCmd));
+cl::opt<double> runWeightDecay("weight-decay", cl::desc("Training plans: Adam L2 weight decay"),
+                               cl::init(0.0), cl::sub(runCmd));
+cl::opt<std::string> runLossOutput("loss-output",
+                                   cl::desc("Training plans: the graph output the softmax "
+                                            "cross-entropy is computed on (default: the first)"),
+                                   cl::value_desc("NAME"), cl::sub(runCmd));
+cl::opt<std::string> runSaveModel("save-model",
+                                  cl::desc("Training plans: write the trained model (ONNX, weights inline)"),
+                                  cl::value_desc("OUT.onnx"), cl::sub(runCmd));
 
 /// A file name for an output: path separators and odd characters become '_'.
 std::string fileNameFor(const std::string &name) {
@@ -257,6 +281,61 @@ void writeMeasuredProfile(const hetplan::runtime::PlanExecutor &exec, const Step
 //===-- end of --profile ---------------------------------------------------===//
 } // namespace
 
+namespace {
+/// Training plans: `--steps` steps on threads or MPI ranks. Fills `losses`
+/// and `params` (the trained parameters) on the process that writes;
+/// returns -1 there, else an exit code.
+int trainSteps(const hetplan::runtime::PlanExecutor &exec,
+               const std::map<std::string, hetplan::runtime::Tensor> &inputs,
+               const hetplan::runtime::Tensor &labels, std::vector<double> &losses,
+               std::map<std::string, hetplan::runtime::Tensor> &params) {
+  using namespace hetplan::runtime;
+  PlanExecutor::TrainOptions options;
+  options.lr = runLr;
+  options.weightDecay = runWeightDecay;
+  options.eps = runAdamEps;
+  options.lossOutput = runLossOutput;
+  auto report = [&](int step, double loss) {
+    if (!runQuiet)
+      llvm::outs() << llvm::format("step %d/%d: loss %.6f\n", step, int(runSteps), loss);
+    llvm::outs().flush();
+  };
+  if (!launchedByMpi()) {
+    std::vector<PlanExecutor::RankTrainState> states;
+    for (int s = 1; s <= runSteps; ++s) {
+      losses.push_back(exec.train(inputs, labels, states, options,
+                                  s == runSteps ? profileTiming() : nullptr));
+      report(s, losses.back());
+    }
+    params = exec.collectParameters(states);
+    return -1;
+  }
+#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
+  exec.checkInputs(inputs);
+  MpiCommunicator comm;
+  if (comm.size() != exec.ranks())
+    return comm.rank() == 0 ? fail(runPlan + ": the plan has " + std::to_string(exec.ranks()) +
+                                   " ranks, the MPI job has " + std::to_string(comm.size()) + " processes")
+                            : 1;
+  try {
+    PlanExecutor::RankTrainState state;
+    for (int s = 1; s <= runSteps; ++s) {
+      losses.push_back(exec.trainRank(comm, inputs, labels, state, options));
+      if (comm.rank() == 0) report(s, losses.back());
+    }
+    if (!runSaveModel.empty()) params = exec.gatherParameters(comm, state);
+    comm.flush();
+    return comm.rank() == 0 ? -1 : 0;
+  } catch (const std::exception &e) {
+    fail("rank " + std::to_string(comm.rank()) + ": " + e.what());
+    comm.abort(e.what());
+    return 1;
+  }
+#endif
+  return fail("started by an MPI launcher, but this hetplan was built without MPI");
+}
+} // namespace
+
 int runRun() {
   using namespace hetplan::runtime;
   std::vector<std::string> written; // temporary files, removed on failure
@@ -276,7 +355,21 @@ int runRun() {
       inputs[name] = std::move(t);
     }
     std::map<std::string, Tensor> outputs;
-    if (launchedByMpi()) { // one process per rank: see runMpiRanks
+    std::map<std::string, Tensor> trained;
+    if (exec->training()) {
+      if (runLabels.empty())
+        return fail(runPlan + " is a training plan: give the labels with --labels FILE.npy (class "
+                              "indices for the output the loss is computed on)");
+      if (runSteps < 1) return fail("--steps must be at least 1");
+      Tensor labels = readNpy(runLabels);
+      std::vector<double> losses;
+      if (int rc = trainSteps(*exec, inputs, labels, losses, trained); rc >= 0) return rc;
+      Tensor t(DType::Float64, {int64_t(losses.size())});
+      std::copy(losses.begin(), losses.end(), t.data<double>());
+      outputs["loss"] = std::move(t);
+    } else if (!runLabels.empty() || !runSaveModel.empty()) {
+      return fail(runPlan + " is an inference plan: --labels and --save-model are for training plans");
+    } else if (launchedByMpi()) { // one process per rank: see runMpiRanks
       if (int rc = runMpiRanks(*exec, inputs, outputs); rc >= 0) return rc;
     } else {
       outputs = exec->run(inputs, profileTiming());
@@ -298,6 +391,7 @@ int runRun() {
       writeNpy(tmp, t);
       renames.push_back({tmp, std::string(final)});
     }
+    if (!runSaveModel.empty()) saveModel(exec->model(), trained, runSaveModel); // atomic itself
     for (const auto &[tmp, final] : renames)
       if (std::rename(tmp.c_str(), final.c_str()) != 0)
         throw std::runtime_error(final + ": cannot write");
@@ -309,7 +403,9 @@ int runRun() {
                    << " micro-batch(es)); wrote";
       for (const auto &[name, t] : outputs)
         llvm::outs() << " " << fileNameFor(name) << ".npy " << t.describe();
-      llvm::outs() << " to " << runOutput << "\n";
+      llvm::outs() << " to " << runOutput;
+      if (!runSaveModel.empty()) llvm::outs() << "; trained model " << runSaveModel;
+      llvm::outs() << "\n";
     }
     return 0;
   } catch (const std::exception &e) {

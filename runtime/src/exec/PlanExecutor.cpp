@@ -1,7 +1,9 @@
-//===- PlanExecutor.cpp - runs an inference plan across ranks -------------===//
+//===- PlanExecutor.cpp - runs a plan's step across ranks -----------------===//
 #include "hetplan/runtime/PlanExecutor.h"
+#include "hetplan/runtime/Gradients.h"
 #include "hetplan/runtime/Npy.h"
 #include "hetplan/runtime/PlanFile.h"
+#include "Training.h"
 
 #include <algorithm>
 #include <cstring>
@@ -53,6 +55,16 @@ constexpr int64_t kTagsPerMicroBatch = int64_t(1) << 20;
 int64_t dataTag(uint32_t mb, size_t i) { return int64_t(mb) * kTagsPerMicroBatch + 2 * int64_t(i); }
 int64_t shapeTag(uint32_t mb, size_t i) { return int64_t(mb) * kTagsPerMicroBatch + 2 * int64_t(i) + 1; }
 
+// Training traffic: gradients of the values a stage received (and, with
+// the activations, which of them carry gradients), then the gradient sums.
+// All below 2^31 (MPI's usual tag bound) for micro-batches < 2^16.
+constexpr int64_t kTrainTagBase = int64_t(1) << 30;
+constexpr int64_t kTrainTagsPerMicroBatch = 8192;
+int64_t gradTag(uint32_t mb, size_t i) { return kTrainTagBase + int64_t(mb) * kTrainTagsPerMicroBatch + int64_t(i); }
+int64_t flagTag(uint32_t mb) { return kTrainTagBase + int64_t(mb) * kTrainTagsPerMicroBatch + kTrainTagsPerMicroBatch - 1; }
+constexpr int64_t kSumTagBase = (int64_t(1) << 30) + (int64_t(1) << 29);
+int64_t sumTag(size_t group) { return kSumTagBase + 2 * int64_t(group); }
+
 const char kDummy[16] = {};
 
 } // namespace
@@ -75,16 +87,16 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
   std::string error;
   if (!validatePlan(plan_, error)) fail("invalid plan: " + error);
   const auto &settings = plan_.settings();
-  if (settings.mode() == "train")
-    fail("executing training plans (backward, optimizer) is not supported yet; compile with --mode infer");
-  if (settings.mode() != "infer") fail("unknown plan mode '" + settings.mode() + "'");
+  if (settings.mode() != "infer" && settings.mode() != "train")
+    fail("unknown plan mode '" + settings.mode() + "'");
+  bool train = settings.mode() == "train";
   for (const auto &st : plan_.stages())
     if (st.tensor_parallel() != 1)
       fail("stage " + std::to_string(st.index()) + " uses tensor parallelism (tp=" +
            std::to_string(st.tensor_parallel()) + "); executing tensor-parallel plans is not supported yet");
   for (const auto &r : plan_.ranks())
     for (const auto &ins : r.program())
-      if (ins.kind() != plan::Instruction::FORWARD && ins.kind() != plan::Instruction::SEND_ACTIVATION &&
+      if (!train && ins.kind() != plan::Instruction::FORWARD && ins.kind() != plan::Instruction::SEND_ACTIVATION &&
           ins.kind() != plan::Instruction::RECV_ACTIVATION)
         fail("rank " + std::to_string(r.rank()) + ": instruction " +
              plan::Instruction::Kind_Name(ins.kind()) + " in an inference plan");
@@ -198,22 +210,55 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
     const auto &st = plan_.stages(int(r.stage()));
     const auto &self = st.workers(int(r.worker()));
     std::string who = "rank " + std::to_string(r.rank()) + ": ";
-    std::vector<int> forwards(M, 0);
-    std::set<std::pair<uint32_t, uint32_t>> sends, recvs, wantSends, wantRecvs;
+    std::vector<int> forwards(M, 0), backwards(M, 0);
+    int allreduces = 0, optimizerSteps = 0;
+    bool afterOptimizer = false;
+    std::set<std::pair<uint32_t, uint32_t>> sends, recvs, wantSends, wantRecvs, gradSends, gradRecvs;
     for (const auto &ins : r.program()) {
-      if (ins.kind() == plan::Instruction::FORWARD) {
+      if (afterOptimizer) fail(who + "instructions after OPTIMIZER_STEP (it must come last)");
+      switch (ins.kind()) {
+      case plan::Instruction::FORWARD:
+      case plan::Instruction::BACKWARD: {
+        bool fwd = ins.kind() == plan::Instruction::FORWARD;
         if (ins.first_node() != st.first_node() || ins.last_node() != st.last_node())
-          fail(who + "FORWARD over nodes " + std::to_string(ins.first_node()) + ".." +
+          fail(who + (fwd ? "FORWARD" : "BACKWARD") + " over nodes " + std::to_string(ins.first_node()) + ".." +
                std::to_string(ins.last_node()) + " is not its stage's range");
-        forwards[ins.micro_batch()]++;
-      } else {
+        if (!fwd && forwards[ins.micro_batch()] == 0)
+          fail(who + "BACKWARD of micro-batch " + std::to_string(ins.micro_batch()) + " before its FORWARD");
+        (fwd ? forwards : backwards)[ins.micro_batch()]++;
+        break;
+      }
+      case plan::Instruction::ALLREDUCE_GRADIENTS: {
+        std::set<uint32_t> peers(ins.peers().begin(), ins.peers().end()), want;
+        for (const auto &w : st.workers())
+          if (w.ranks(0) != r.rank()) want.insert(w.ranks(0));
+        if (peers != want) fail(who + "ALLREDUCE_GRADIENTS peers are not the other workers of its stage");
+        allreduces++;
+        break;
+      }
+      case plan::Instruction::OPTIMIZER_STEP:
+        optimizerSteps++;
+        afterOptimizer = true;
+        break;
+      default: {
         if (ins.peers_size() < 1) fail(who + "transfer without a peer");
-        (ins.kind() == plan::Instruction::SEND_ACTIVATION ? sends : recvs).insert({ins.micro_batch(), ins.peers(0)});
+        std::pair<uint32_t, uint32_t> key{ins.micro_batch(), ins.peers(0)};
+        switch (ins.kind()) {
+        case plan::Instruction::SEND_ACTIVATION: sends.insert(key); break;
+        case plan::Instruction::RECV_ACTIVATION: recvs.insert(key); break;
+        case plan::Instruction::SEND_GRADIENT: gradSends.insert(key); break;
+        case plan::Instruction::RECV_GRADIENT: gradRecvs.insert(key); break;
+        default: fail(who + "unexpected instruction " + plan::Instruction::Kind_Name(ins.kind()));
+        }
+      }
       }
     }
     for (uint32_t mb = 0; mb < M; ++mb) {
       if (forwards[mb] != 1)
         fail(who + "the program has " + std::to_string(forwards[mb]) + " FORWARD instructions for micro-batch " +
+             std::to_string(mb) + ", expected 1");
+      if (train && backwards[mb] != 1)
+        fail(who + "the program has " + std::to_string(backwards[mb]) + " BACKWARD instructions for micro-batch " +
              std::to_string(mb) + ", expected 1");
       auto overlap = [&](const plan::Stage &other, std::set<std::pair<uint32_t, uint32_t>> &want) {
         for (const auto &w : other.workers())
@@ -226,7 +271,16 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
     }
     if (sends != wantSends) fail(who + "its SEND_ACTIVATION instructions do not match the next stage's sample ranges");
     if (recvs != wantRecvs) fail(who + "its RECV_ACTIVATION instructions do not match the previous stage's sample ranges");
+    if (train) {
+      if (gradSends != wantRecvs) fail(who + "its SEND_GRADIENT instructions do not match the previous stage's sample ranges");
+      if (gradRecvs != wantSends) fail(who + "its RECV_GRADIENT instructions do not match the next stage's sample ranges");
+      if (optimizerSteps != 1) fail(who + "a training program needs one OPTIMIZER_STEP, it has " + std::to_string(optimizerSteps));
+      if (st.workers_size() > 1 && allreduces != 1)
+        fail(who + "the stage has " + std::to_string(st.workers_size()) +
+             " workers but the program has " + std::to_string(allreduces) + " ALLREDUCE_GRADIENTS");
+    }
   }
+  if (train) checkTraining();
 }
 
 void PlanExecutor::checkInputs(const std::map<std::string, Tensor> &inputs) const {
@@ -263,6 +317,40 @@ void PlanExecutor::checkInputs(const std::map<std::string, Tensor> &inputs) cons
   }
 }
 
+void PlanExecutor::checkTraining() {
+  const Model &m = *model_;
+  size_t S = size_t(plan_.stages_size());
+  trainable_ = train::trainableParameters(m);
+  if (trainable_.empty()) fail(m.path + ": the model has no parameters to train (float32 initializers a gradient reaches)");
+  std::vector<size_t> all(m.nodes.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  std::vector<std::string> problems = train::checkBackward(m, all, trainable_);
+  if (!problems.empty())
+    fail(problems.front() + (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) +
+                                                       " more problems)" : ""));
+  stageNodes_.assign(S, {});
+  stageParams_.assign(S, {});
+  std::map<std::string, std::set<int>> holders;
+  for (size_t j = 0; j < S; ++j) {
+    const auto &st = plan_.stages(int(j));
+    if (io_[j].received.size() >= size_t(kTrainTagsPerMicroBatch - 1))
+      fail("stage " + std::to_string(j) + " receives " + std::to_string(io_[j].received.size()) +
+           " values; training supports fewer than " + std::to_string(kTrainTagsPerMicroBatch - 1));
+    stageNodes_[j] = io_[j].metaNodes;
+    for (size_t i = st.first_node(); i <= st.last_node(); ++i) stageNodes_[j].push_back(i);
+    for (size_t i : stageNodes_[j])
+      for (const auto &in : m.nodes[i].inputs)
+        if (trainable_.count(in)) stageParams_[j].insert(in);
+    for (const auto &p : stageParams_[j])
+      for (const auto &w : st.workers()) holders[p].insert(int(w.ranks(0)));
+  }
+  std::map<std::vector<int>, std::vector<std::string>> groups;
+  for (const auto &[p, ranks] : holders) groups[std::vector<int>(ranks.begin(), ranks.end())].push_back(p);
+  sumGroups_.assign(groups.begin(), groups.end());
+  if (plan_.settings().micro_batches() >= (1u << 16))
+    fail("training supports fewer than 65536 micro-batches");
+}
+
 namespace {
 /// Adds kernel times to a RankTiming; `samples` is the rank's share.
 struct TimingObserver : ExecutionObserver {
@@ -274,11 +362,43 @@ struct TimingObserver : ExecutionObserver {
     timing.nodeSamples[node] += samples;
   }
 };
+
+/// Writes rows [0, part.dim(0)) of `part` at row `at` of `dst`.
+void putRows(Tensor &dst, int64_t at, const Tensor &part) {
+  if (part.numel() == 0) return;
+  size_t row = dst.dim(0) ? dst.nbytes() / size_t(dst.dim(0)) : 0;
+  if (part.nbytes() != row * size_t(part.dim(0)) || part.dtype() != dst.dtype())
+    fail("gradient piece " + part.describe() + " does not fit " + dst.describe());
+  std::memcpy(static_cast<char *>(dst.raw()) + row * size_t(at), part.raw(), part.nbytes());
+}
 } // namespace
+
+/// The training side of one rank's step (null for inference).
+struct PlanExecutor::TrainRun {
+  const Tensor &labels;
+  RankTrainState &state;
+  const TrainOptions &options;
+  double denominator = 0;
+  double lossPiece = 0;
+  std::map<uint32_t, std::map<std::string, Tensor>> stash;  // mb -> forward values
+  std::map<uint32_t, std::map<std::string, Tensor>> seeds;  // mb -> loss/received gradients
+  std::map<uint32_t, std::vector<bool>> inFlags;            // mb -> received values carrying gradients
+  std::map<uint32_t, std::vector<bool>> outFlags;           // mb -> sent values carrying gradients
+  std::map<uint32_t, std::map<std::string, Tensor>> gradOut; // mb -> gradients of received values
+  std::map<uint32_t, std::map<int64_t, std::vector<Tensor>>> gradIn; // mb -> sender offset -> pieces
+  std::set<size_t> summed;                                   // sumGroups_ done
+};
 
 PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
                                                  const std::map<std::string, Tensor> &inputs,
                                                  RankTiming *timing) const {
+  if (training()) fail("runRank runs inference plans; use trainRank for a training plan");
+  return runProgram(comm, inputs, timing, nullptr);
+}
+
+PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
+                                                    const std::map<std::string, Tensor> &inputs,
+                                                    RankTiming *timing, TrainRun *train) const {
   OutputPieces pieces;
   if (timing) {
     timing->nodeSeconds.assign(model_->nodes.size(), 0.0);
@@ -301,13 +421,27 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
   std::set<std::string> keep;
   if (out) keep.insert(out->received.begin(), out->received.end());
   else keep = graphOutputs_;
+  if (train) {
+    // Backward reads every value the stage's nodes read or wrote.
+    for (size_t i : stageNodes_[j]) {
+      for (const auto &v : model_->nodes[i].inputs)
+        if (!v.empty()) keep.insert(v);
+      for (const auto &v : model_->nodes[i].outputs)
+        if (!v.empty()) keep.insert(v);
+    }
+  }
+  std::string lossOutput;
+  if (train && !out) {
+    lossOutput = train->options.lossOutput.empty() ? model_->outputs.at(0).name : train->options.lossOutput;
+    if (!graphOutputs_.count(lossOutput)) fail("the model has no output '" + lossOutput + "' to compute the loss on");
+  }
 
   auto workerOf = [&](const plan::Stage &s, uint32_t r) -> const plan::Worker & {
     for (const auto &w : s.workers())
       if (w.ranks(0) == r) return w;
     fail(who + "rank " + std::to_string(r) + " is no worker of stage " + std::to_string(s.index()));
   };
-  struct Received { std::vector<Tensor> data, shapes; };
+  struct Received { std::vector<Tensor> data, shapes; Tensor flags; };
   std::map<uint32_t, std::map<int64_t, Received>> pending; // mb -> sender offset -> data
   struct Produced {
     std::map<std::string, Tensor> values;
@@ -320,6 +454,7 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
     Received r;
     for (size_t i = 0; i < in->received.size(); ++i) r.data.push_back(comm.recv(int(peer), dataTag(mb, i)));
     for (size_t i = 0; i < in->shapes.size(); ++i) r.shapes.push_back(comm.recv(int(peer), shapeTag(mb, i)));
+    if (train) r.flags = comm.recv(int(peer), flagTag(mb));
     pending[mb][w.sample_offset()] = std::move(r);
   };
 
@@ -327,7 +462,11 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
     std::map<std::string, Tensor> values;
     int64_t base = int64_t(mb) * microBatch_ + off;
     for (const auto &gi : model_->inputs) values[gi.name] = sliceRows(inputs.at(gi.name), base, n);
+    if (train)
+      for (const auto &p : stageParams_[j]) values[p] = train->state.params.at(p);
     std::map<std::string, std::vector<int64_t>> perSample;
+    std::set<std::string> seeds;
+    if (train) seeds = stageParams_[j];
     if (in) {
       const auto &prev = plan_.stages(int(j - 1));
       for (const auto &w : prev.workers())
@@ -344,6 +483,15 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
         values[in->received[i]] = std::move(t);
       }
       const Received &first = got.begin()->second;
+      if (train) {
+        std::vector<bool> flags(in->received.size(), false);
+        if (first.flags.numel() != int64_t(flags.size())) fail(who + "received gradient flags of the wrong size");
+        for (size_t i = 0; i < flags.size(); ++i) {
+          flags[i] = first.flags.data<int64_t>()[i] != 0;
+          if (flags[i]) seeds.insert(in->received[i]);
+        }
+        train->inFlags[mb] = flags;
+      }
       std::vector<std::string> fakes;
       for (size_t i = 0; i < in->shapes.size(); ++i) {
         std::vector<int64_t> s = first.shapes[i].toInt64Vector();
@@ -373,6 +521,8 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
     std::set<std::string> keepAll = keep;
     if (out)
       for (const auto &s : out->shapes) keepAll.insert(s);
+    if (train)
+      for (const auto &[k, v] : values) keepAll.insert(k); // received, re-run and parameters
     std::map<std::string, Tensor> result;
     if (timing) {
       TimingObserver observer(*timing, n);
@@ -383,6 +533,14 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
         timing->forwardSeconds[mb] += std::chrono::duration<double>(t1 - t0).count();
     } else {
       result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes);
+    }
+    std::set<std::string> requires;
+    if (train) {
+      auto lookup = [&](const std::string &v) -> const Tensor * {
+        auto it = result.find(v);
+        return it == result.end() ? nullptr : &it->second;
+      };
+      requires = train::requiresGrad(*model_, stageNodes_[j], seeds, lookup);
     }
     Produced p;
     if (out) {
@@ -398,6 +556,7 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
                std::to_string(n) + " samples); plans cannot cut the graph there");
         p.perSample[s] = std::vector<int64_t>(full.begin() + 1, full.end());
       }
+      std::vector<bool> flags;
       for (const auto &v : out->received) {
         auto it = result.find(v);
         if (it == result.end()) fail(who + "value '" + v + "' was not produced");
@@ -405,8 +564,26 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
           fail(who + "value '" + v + "' is " + it->second.describe() + ": dim 0 is not the batch (" +
                std::to_string(n) + " samples); plans cannot cut the graph there");
         p.values[v] = it->second;
+        flags.push_back(requires.count(v) != 0);
       }
       outbox[mb] = std::move(p);
+      if (train) train->outFlags[mb] = flags;
+    } else if (train) {
+      // The loss on this worker's samples; its gradient seeds BACKWARD.
+      const Tensor &logits = result.at(lossOutput);
+      if (train->labels.rank() < 1) fail("the labels must have a batch dim");
+      Tensor labels = sliceRows(train->labels, base, n);
+      Tensor grad;
+      try {
+        train->lossPiece += softmaxCrossEntropy(logits, labels, train->denominator,
+                                                train->options.ignoreIndex, &grad);
+      } catch (const std::exception &e) {
+        fail("loss on output '" + lossOutput + "' " + logits.describe() + " with labels " +
+             labels.describe() + ": " + e.what());
+      }
+      if (!requires.count(lossOutput))
+        fail("output '" + lossOutput + "' does not depend on any parameter: nothing to train");
+      train->seeds[mb][lossOutput] = std::move(grad);
     } else {
       auto &mine = pieces[{mb, rank.worker()}];
       for (const auto &o : graphOutputs_) {
@@ -414,6 +591,10 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
         if (it == result.end()) fail(who + "graph output '" + o + "' was not produced");
         mine[o] = it->second;
       }
+    }
+    if (train) {
+      result.erase(""); // never a value
+      train->stash[mb] = std::move(result);
     }
   };
 
@@ -431,7 +612,113 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
       std::copy(s.begin(), s.end(), t.data<int64_t>());
       comm.send(int(peer), shapeTag(mb, i), t);
     }
+    if (train) {
+      const auto &flags = train->outFlags.at(mb);
+      Tensor t(DType::Int64, {int64_t(flags.size())});
+      for (size_t i = 0; i < flags.size(); ++i) t.data<int64_t>()[i] = flags[i];
+      comm.send(int(peer), flagTag(mb), t);
+    }
   };
+
+  // ---- training: gradients of the values that crossed the boundaries ----
+  auto receiveGradient = [&](uint32_t mb, uint32_t peer) {
+    const auto &w = workerOf(plan_.stages(int(j + 1)), peer);
+    const auto &flags = train->outFlags.at(mb);
+    std::vector<Tensor> parts(flags.size());
+    for (size_t i = 0; i < flags.size(); ++i)
+      if (flags[i]) parts[i] = comm.recv(int(peer), gradTag(mb, i));
+    train->gradIn[mb][w.sample_offset()] = std::move(parts);
+  };
+
+  auto backwardStep = [&](uint32_t mb) {
+    auto &seeds = train->seeds[mb];
+    auto &stash = train->stash.at(mb);
+    if (out) {
+      const auto &next = plan_.stages(int(j + 1));
+      for (const auto &w : next.workers())
+        if (std::max(w.sample_offset(), off) < std::min(w.sample_offset() + w.samples(), off + n) &&
+            !train->gradIn[mb].count(w.sample_offset()))
+          receiveGradient(mb, w.ranks(0)); // the program had no RECV_GRADIENT for it
+      const auto &flags = train->outFlags.at(mb);
+      for (size_t i = 0; i < flags.size(); ++i) {
+        if (!flags[i]) continue;
+        const Tensor &value = stash.at(out->received[i]);
+        Tensor g(value.dtype(), value.shape());
+        for (auto &[o, parts] : train->gradIn[mb]) {
+          int64_t lo = std::max(off, o);
+          putRows(g, lo - off, parts[i]);
+        }
+        seeds[out->received[i]] = std::move(g);
+      }
+      train->gradIn.erase(mb);
+      outbox.erase(mb);
+    }
+    std::set<std::string> seedSet = stageParams_[j];
+    if (in) {
+      const auto &flags = train->inFlags.at(mb);
+      for (size_t i = 0; i < flags.size(); ++i)
+        if (flags[i]) seedSet.insert(in->received[i]);
+    }
+    auto lookup = [&](const std::string &v) -> const Tensor * {
+      auto it = stash.find(v);
+      if (it != stash.end()) return &it->second;
+      auto jt = model_->initializers.find(v);
+      return jt == model_->initializers.end() ? nullptr : &jt->second;
+    };
+    std::set<std::string> requires = train::requiresGrad(*model_, stageNodes_[j], seedSet, lookup);
+    std::map<std::string, Tensor> grads = std::move(seeds);
+    train->seeds.erase(mb);
+    train::backward(*model_, stageNodes_[j], lookup, requires, grads);
+    for (const auto &p : stageParams_[j]) {
+      auto it = grads.find(p);
+      if (it != grads.end() && it->second.defined()) train::accumulate(train->state.grads[p], it->second);
+    }
+    if (in) {
+      const auto &flags = train->inFlags.at(mb);
+      auto &mine = train->gradOut[mb];
+      for (size_t i = 0; i < flags.size(); ++i) {
+        if (!flags[i]) continue;
+        const std::string &v = in->received[i];
+        auto it = grads.find(v);
+        const Tensor &value = stash.at(v);
+        mine[v] = it != grads.end() && it->second.defined() ? it->second : Tensor(value.dtype(), value.shape());
+      }
+    }
+    train->stash.erase(mb);
+  };
+
+  auto sendGradient = [&](uint32_t mb, uint32_t peer) {
+    auto it = train->gradOut.find(mb);
+    if (it == train->gradOut.end())
+      fail(who + "SEND_GRADIENT for micro-batch " + std::to_string(mb) + " before its BACKWARD");
+    const auto &w = workerOf(plan_.stages(int(j - 1)), peer);
+    int64_t lo = std::max(off, w.sample_offset());
+    int64_t hi = std::min(off + n, w.sample_offset() + w.samples());
+    const auto &flags = train->inFlags.at(mb);
+    for (size_t i = 0; i < flags.size(); ++i)
+      if (flags[i]) comm.send(int(peer), gradTag(mb, i), sliceRows(it->second.at(in->received[i]), lo - off, hi - lo));
+  };
+
+  // Sums every group of parameter gradients this rank belongs to that
+  // `select` picks, in sumGroups_ order (the same on every rank).
+  auto sumGradients = [&](const std::function<bool(const std::vector<int> &)> &select) {
+    for (size_t g = 0; g < sumGroups_.size(); ++g) {
+      const auto &[ranks, params] = sumGroups_[g];
+      if (train->summed.count(g) || !std::binary_search(ranks.begin(), ranks.end(), int(me)) || !select(ranks))
+        continue;
+      std::vector<Tensor *> tensors;
+      for (const auto &p : params) {
+        Tensor &gr = train->state.grads[p];
+        if (!gr.defined()) gr = Tensor(DType::Float32, train->state.params.at(p).shape());
+        tensors.push_back(&gr);
+      }
+      train::groupSum(comm, ranks, sumTag(g), tensors);
+      train->summed.insert(g);
+    }
+  };
+  std::vector<int> stageRanks;
+  for (const auto &w : st.workers()) stageRanks.push_back(int(w.ranks(0)));
+  std::sort(stageRanks.begin(), stageRanks.end());
 
   for (const auto &ins : rank.program()) {
     switch (ins.kind()) {
@@ -444,11 +731,188 @@ PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
     case plan::Instruction::SEND_ACTIVATION:
       send(ins.micro_batch(), ins.peers(0));
       break;
+    case plan::Instruction::RECV_GRADIENT:
+      receiveGradient(ins.micro_batch(), ins.peers(0));
+      break;
+    case plan::Instruction::BACKWARD:
+      backwardStep(ins.micro_batch());
+      break;
+    case plan::Instruction::SEND_GRADIENT:
+      sendGradient(ins.micro_batch(), ins.peers(0));
+      break;
+    case plan::Instruction::ALLREDUCE_GRADIENTS:
+      // The parameters only this stage reads, over its workers.
+      sumGradients([&](const std::vector<int> &ranks) { return ranks == stageRanks; });
+      break;
+    case plan::Instruction::OPTIMIZER_STEP: {
+      // Parameters several stages read (tied embeddings) last: every sender
+      // of those groups has finished its backward by now.
+      sumGradients([](const std::vector<int> &) { return true; });
+      auto &state = train->state;
+      state.step++;
+      train::AdamSettings adam{train->options.lr, train->options.beta1, train->options.beta2,
+                               train->options.eps, train->options.weightDecay};
+      for (const auto &p : stageParams_[j]) {
+        Tensor &g = state.grads[p];
+        if (!g.defined()) g = Tensor(DType::Float32, state.params.at(p).shape());
+        train::adamUpdate(state.params.at(p), g, state.adamM[p], state.adamV[p], state.step, adam);
+      }
+      break;
+    }
     default:
       fail(who + "unexpected instruction " + plan::Instruction::Kind_Name(ins.kind()));
     }
   }
   return pieces;
+}
+
+PlanExecutor::RankTrainState PlanExecutor::initialTrainState(uint32_t r) const {
+  RankTrainState state;
+  if (!training() || isIdleRank(plan_, r)) return state;
+  for (const auto &p : stageParams_[plan_.ranks(int(r)).stage()])
+    state.params[p] = model_->initializers.at(p).clone();
+  return state;
+}
+
+double PlanExecutor::trainRank(Communicator &comm, const std::map<std::string, Tensor> &inputs,
+                               const Tensor &labels, RankTrainState &state,
+                               const TrainOptions &options, RankTiming *timing) const {
+  if (!training()) fail("trainRank needs a training plan (this one is for inference)");
+  if (labels.rank() < 1 || labels.dim(0) != plan_.settings().global_batch())
+    fail("labels " + labels.describe() + ": dim 0 must be the plan's global batch " +
+         std::to_string(plan_.settings().global_batch()));
+  if (labels.dtype() != DType::Int64 && labels.dtype() != DType::Int32)
+    fail(std::string("labels must be int64 or int32 class indices, not ") + dtypeName(labels.dtype()));
+  TrainRun run{labels, state, options};
+  for (int64_t i = 0, e = labels.numel(); i < e; ++i)
+    run.denominator += (labels.dtype() == DType::Int64 ? labels.data<int64_t>()[i]
+                                                       : int64_t(labels.data<int32_t>()[i])) != options.ignoreIndex;
+  if (run.denominator == 0) fail("every label is the ignore index " + std::to_string(options.ignoreIndex));
+  uint32_t me = uint32_t(comm.rank());
+  if (!isIdleRank(plan_, me) && state.params.empty()) state = initialTrainState(me);
+  state.grads.clear();
+  runProgram(comm, inputs, timing, &run);
+  Tensor loss = Tensor::scalar<double>(DType::Float64, run.lossPiece).reshaped({1});
+  comm.allReduceSum(loss);
+  return loss.data<double>()[0];
+}
+
+double PlanExecutor::train(const std::map<std::string, Tensor> &inputs, const Tensor &labels,
+                           std::vector<RankTrainState> &states, const TrainOptions &options,
+                           StepTiming *timing) const {
+  checkInputs(inputs);
+  int R = ranks();
+  if (states.empty()) {
+    states.resize(size_t(R));
+    for (int r = 0; r < R; ++r) states[size_t(r)] = initialTrainState(uint32_t(r));
+  }
+  if (int(states.size()) != R) fail("train: one state per rank is needed");
+  if (timing) timing->ranks.assign(size_t(R), RankTiming{});
+  auto start = std::chrono::steady_clock::now();
+  ThreadCommGroup group(R);
+  std::vector<double> losses(size_t(R), 0);
+  std::mutex mutex;
+  std::string firstError, abortError;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < R; ++r)
+    threads.emplace_back([&, r] {
+      Communicator &comm = group.communicator(r);
+      try {
+        losses[size_t(r)] = trainRank(comm, inputs, labels, states[size_t(r)], options,
+                                      timing ? &timing->ranks[size_t(r)] : nullptr);
+      } catch (const CommAborted &e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (abortError.empty()) abortError = e.what();
+      } catch (const std::exception &e) {
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (firstError.empty()) firstError = e.what();
+        }
+        comm.abort(e.what());
+      }
+    });
+  for (auto &t : threads) t.join();
+  if (timing)
+    timing->wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!firstError.empty()) fail(firstError);
+  if (!abortError.empty()) fail(abortError);
+  return losses[0];
+}
+
+std::map<std::string, Tensor> PlanExecutor::collectParameters(const std::vector<RankTrainState> &states) const {
+  std::map<std::string, Tensor> out;
+  for (const auto &st : plan_.stages())
+    for (const auto &p : stageParams_[st.index()]) {
+      if (out.count(p)) continue;
+      uint32_t r = st.workers(0).ranks(0);
+      if (r < states.size() && states[r].params.count(p)) out[p] = states[r].params.at(p);
+    }
+  return out;
+}
+
+std::map<std::string, Tensor> PlanExecutor::gatherParameters(Communicator &comm, const RankTrainState &state) const {
+  // Each parameter comes from the first worker of the first stage reading
+  // it; tags count parameters in name order.
+  std::map<std::string, uint32_t> source;
+  for (const auto &st : plan_.stages())
+    for (const auto &p : stageParams_[st.index()]) source.emplace(p, st.workers(0).ranks(0));
+  std::map<std::string, Tensor> out;
+  int64_t k = 0;
+  for (const auto &[p, r] : source) {
+    int64_t tag = kSumTagBase - 1 - k++;
+    if (comm.rank() == 0) out[p] = r == 0 ? state.params.at(p) : comm.recv(int(r), tag);
+    else if (uint32_t(comm.rank()) == r) comm.send(0, tag, state.params.at(p));
+  }
+  return out;
+}
+
+plan::Plan PlanExecutor::singleRankPlan(const plan::Plan &in) {
+  plan::Plan p = in;
+  const auto &dev0 = in.cluster().devices(0);
+  auto *cluster = p.mutable_cluster();
+  cluster->clear_devices();
+  auto *d = cluster->add_devices();
+  *d = dev0;
+  d->set_node(0);
+  d->set_local_index(0);
+  cluster->clear_nodes();
+  auto *node = cluster->add_nodes();
+  if (in.cluster().nodes_size() > int(dev0.node())) *node = in.cluster().nodes(int(dev0.node()));
+  node->clear_ranks();
+  node->add_ranks(0);
+  auto *settings = p.mutable_settings();
+  settings->set_micro_batches(1);
+  p.clear_stages();
+  auto *stage = p.add_stages();
+  stage->set_index(0);
+  stage->set_first_layer(0);
+  stage->set_last_layer(uint32_t(in.model().layers_size() - 1));
+  stage->set_first_node(0);
+  stage->set_last_node(uint32_t(in.model().node_names_size() - 1));
+  stage->set_tensor_parallel(1);
+  auto *w = stage->add_workers();
+  w->add_ranks(0);
+  w->set_samples(in.settings().global_batch());
+  w->set_sample_offset(0);
+  p.clear_ranks();
+  auto *r = p.add_ranks();
+  r->set_rank(0);
+  auto add = [&](plan::Instruction::Kind kind) {
+    auto *ins = r->add_program();
+    ins->set_kind(kind);
+    ins->set_micro_batch(0);
+    if (kind == plan::Instruction::FORWARD || kind == plan::Instruction::BACKWARD) {
+      ins->set_first_node(0);
+      ins->set_last_node(stage->last_node());
+      ins->set_samples(in.settings().global_batch());
+    }
+  };
+  add(plan::Instruction::FORWARD);
+  if (in.settings().mode() == "train") {
+    add(plan::Instruction::BACKWARD);
+    add(plan::Instruction::OPTIMIZER_STEP);
+  }
+  return p;
 }
 
 std::map<std::string, Tensor> PlanExecutor::gatherOutputs(const std::vector<OutputPieces> &all) const {
@@ -480,6 +944,7 @@ std::map<std::string, Tensor> PlanExecutor::gatherOutputs(const std::vector<Outp
 
 std::map<std::string, Tensor> PlanExecutor::run(const std::map<std::string, Tensor> &inputs,
                                                 StepTiming *timing) const {
+  if (training()) fail("this is a training plan: run it with train() (hetplan run --labels FILE.npy)");
   checkInputs(inputs);
   int R = ranks();
   if (timing) timing->ranks.assign(size_t(R), RankTiming{});

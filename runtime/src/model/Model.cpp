@@ -3,6 +3,7 @@
 
 #include "onnx/onnx_pb.h"
 
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <stdexcept>
@@ -244,4 +245,55 @@ Tensor loadTensorFile(const std::string &path, std::string *name) {
   return convertTensor(tp, path + ": tensor '" + tp.name() + "'", nullptr, dirOf(path), nullptr);
 }
 
+} // namespace hetplan::runtime
+
+namespace hetplan::runtime {
+void saveModel(const Model &model, const std::map<std::string, Tensor> &replace, const std::string &path) {
+  const auto *storage = static_cast<const Storage *>(model.storage.get());
+  if (!storage || !storage->proto) fail(path + ": the model was not read from a file");
+  onnx::ModelProto proto = *storage->proto;
+  size_t total = 0;
+  auto *g = proto.mutable_graph();
+  for (auto &init : *g->mutable_initializer()) {
+    auto it = replace.find(init.name());
+    const Tensor *t = it != replace.end() ? &it->second : nullptr;
+    if (!t) {
+      auto jt = model.initializers.find(init.name());
+      if (jt == model.initializers.end()) fail(path + ": initializer '" + init.name() + "' is unknown");
+      t = &jt->second;
+    }
+    std::vector<int64_t> dims(init.dims().begin(), init.dims().end());
+    if (t->shape() != dims || int32_t(t->dtype()) != init.data_type())
+      fail(path + ": initializer '" + init.name() + "' would change from its shape or type to " + t->describe());
+    // Every weight inline (raw_data): the file stands alone.
+    init.clear_float_data(); init.clear_int32_data(); init.clear_int64_data();
+    init.clear_double_data(); init.clear_uint64_data(); init.clear_string_data();
+    init.clear_external_data();
+    init.set_data_location(onnx::TensorProto::DEFAULT);
+    init.set_raw_data(t->raw(), t->nbytes());
+    total += t->nbytes();
+  }
+  for (const auto &[name, t] : replace) {
+    bool found = false;
+    for (const auto &init : g->initializer()) found |= init.name() == name;
+    if (!found) fail(path + ": the model has no initializer '" + name + "'");
+  }
+  if (total > (size_t(1) << 31) - (size_t(64) << 20))
+    fail(path + ": " + std::to_string(total >> 20) + " MiB of weights do not fit one protobuf file (2 GiB)");
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) fail(path + ": cannot write: " + std::strerror(errno));
+    bool ok = proto.SerializeToFileDescriptor(fd);
+    ok = (::close(fd) == 0) && ok;
+    if (!ok) {
+      ::unlink(tmp.c_str());
+      fail(path + ": cannot write");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    fail(path + ": cannot write: " + std::strerror(errno));
+  }
+}
 } // namespace hetplan::runtime

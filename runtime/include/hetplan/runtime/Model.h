@@ -68,6 +68,12 @@ struct Model {
 
 /// Reads an ONNX model; throws std::runtime_error with one line on error.
 Model loadModel(const std::string &path);
+/// Writes `model` (read by loadModel) as one self-contained ONNX file at
+/// `path`: every initializer inline (raw_data), those named in `replace`
+/// with the given values (same shape and type; trained weights). Written to
+/// a temporary file and renamed: a failure leaves no file. Throws one line.
+void saveModel(const Model &model, const std::map<std::string, Tensor> &replace,
+               const std::string &path);
 /// Reads one serialized TensorProto (ONNX test data input_0.pb, ...).
 Tensor loadTensorFile(const std::string &path, std::string *name = nullptr);
 

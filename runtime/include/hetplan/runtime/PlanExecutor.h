@@ -1,9 +1,10 @@
-//===- PlanExecutor.h - runs an inference plan across ranks -----*- C++ -*-===//
+//===- PlanExecutor.h - runs a plan's step across ranks ---------*- C++ -*-===//
 //
-// A PlanExecutor runs one step of a compiled inference plan: every rank
-// follows its program (RECV_ACTIVATION, FORWARD over its stage's node range,
-// SEND_ACTIVATION) on its samples of every micro-batch, talking to the other
-// ranks through a Communicator. run() starts one thread per rank with a
+// A PlanExecutor runs one step of a compiled plan: every rank follows its
+// program (RECV_ACTIVATION, FORWARD over its stage's node range,
+// SEND_ACTIVATION; for training plans also RECV_GRADIENT, BACKWARD,
+// SEND_GRADIENT, ALLREDUCE_GRADIENTS and OPTIMIZER_STEP) on its samples of
+// every micro-batch, talking to the other ranks through a Communicator. run() starts one thread per rank with a
 // ThreadCommunicator; runRank() runs one rank's program with any
 // communicator (MpiCommunicator; a NCCL one later). Outputs are the same as running
 // the whole model on one rank (docs/runtime.md, "Running plans").
@@ -29,8 +30,10 @@ class PlanExecutor {
 public:
   /// Loads the plan's model (`modelPath`, or the plan's model.path when
   /// empty) and checks, before anything runs, with one-line errors
-  /// (std::runtime_error): validatePlan; inference plan (training plans are
-  /// refused); tensor_parallel 1; the model file's SHA-256 equals
+  /// (std::runtime_error): validatePlan; tensor_parallel 1; for training
+  /// plans, a backward kernel on every path from a parameter to the outputs
+  /// and a complete program (FORWARD and BACKWARD once per micro-batch,
+  /// ALLREDUCE_GRADIENTS among the stage's workers, OPTIMIZER_STEP last); the model file's SHA-256 equals
   /// plan.model.sha256 ("model file changed since the plan was compiled");
   /// the model's nodes are the plan's node_names, in topological order;
   /// every node has a CPU kernel (Executor::check); programs hold exactly
@@ -94,13 +97,72 @@ public:
   };
   const StageIO &stageIO(size_t stage) const { return io_[stage]; }
 
+  // ---- Training plans (docs/runtime.md, "Training plans") ----
+  bool training() const { return plan_.settings().mode() == "train"; }
+  struct TrainOptions {
+    double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
+    /// The graph output the loss is computed on ("" = the first one):
+    /// softmax cross-entropy over its last axis against integer labels of
+    /// its other dims, mean over the labels that are not `ignoreIndex`.
+    std::string lossOutput;
+    int64_t ignoreIndex = -100;
+  };
+  /// A rank's training state: float32 copies of the parameters its stage
+  /// reads (updated in place by OPTIMIZER_STEP), Adam's moments, the step
+  /// count, and the summed gradients of the last step (after the
+  /// all-reduce, before the update; kept for tests and tools).
+  struct RankTrainState {
+    std::map<std::string, Tensor> params, grads, adamM, adamV;
+    int64_t step = 0;
+  };
+  /// The trained parameters (float32 initializers with >= 2 elements that a
+  /// gradient can reach: the compiler's parameter rule).
+  const std::set<std::string> &parameters() const { return trainable_; }
+  /// The parameters stage `stage` reads (its nodes and the ones its ranks
+  /// re-run), and the stages that read `param`.
+  const std::set<std::string> &stageParameters(size_t stage) const { return stageParams_[stage]; }
+  /// Fresh state for `rank` from the model's initializers.
+  RankTrainState initialTrainState(uint32_t rank) const;
+  /// One training step of rank `comm.rank()`: its program, then the sum of
+  /// the loss pieces over all ranks (every rank, idle ones too, must call
+  /// it). `labels`: the global batch's labels ([global batch, ...]).
+  /// Returns the step's loss (before the update).
+  double trainRank(Communicator &comm, const std::map<std::string, Tensor> &inputs,
+                   const Tensor &labels, RankTrainState &state, const TrainOptions &options,
+                   RankTiming *timing = nullptr) const;
+  /// One training step on all ranks (threads). `states` has one entry per
+  /// rank (made with initialTrainState when empty) and carries over steps.
+  double train(const std::map<std::string, Tensor> &inputs, const Tensor &labels,
+               std::vector<RankTrainState> &states, const TrainOptions &options,
+               StepTiming *timing = nullptr) const;
+  /// The current parameters: each from the first worker of the first stage
+  /// that reads it (after a step, every holder has the same values).
+  std::map<std::string, Tensor> collectParameters(const std::vector<RankTrainState> &states) const;
+  /// The same over MPI ranks: rank 0 receives every parameter (others
+  /// return an empty map); every rank must call it.
+  std::map<std::string, Tensor> gatherParameters(Communicator &comm, const RankTrainState &state) const;
+  /// The plan reduced to one rank: one stage over all nodes, one worker,
+  /// one micro-batch (the single-device reference a step must agree with).
+  static plan::Plan singleRankPlan(const plan::Plan &plan);
+
 private:
+  struct TrainRun;
+  OutputPieces runProgram(Communicator &comm, const std::map<std::string, Tensor> &inputs,
+                          RankTiming *timing, TrainRun *train) const;
+  void checkTraining();
   plan::Plan plan_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Executor> executor_;
   std::vector<StageIO> io_;                // per stage; io_[0] empty
   std::set<std::string> graphOutputs_;
   int64_t microBatch_ = 0;
+  std::set<std::string> trainable_;
+  std::vector<std::set<std::string>> stageParams_;   // per stage
+  std::vector<std::vector<size_t>> stageNodes_;      // per stage: re-run nodes, then its range
+  /// Gradient sums: the parameters read by exactly the ranks `first` (the
+  /// stage's workers, or for a parameter several stages read, such as tied
+  /// embeddings, all of theirs), in a fixed order every rank agrees on.
+  std::vector<std::pair<std::vector<int>, std::vector<std::string>>> sumGroups_;
 };
 
 } // namespace hetplan::runtime

@@ -55,9 +55,12 @@ inline int kernelThreads() {
 /// Calls f(begin, end) over [0, n) split into contiguous chunks of at least
 /// `grain` items, one per thread (the caller runs the first chunk). Each
 /// index is visited exactly once, so results do not depend on the split.
-/// Plain std::threads, started per call: use only for work that dwarfs a
-/// thread start (tens of microseconds), never around a BLAS call (OpenBLAS
-/// has its own threads).
+/// With OpenMP (HETPLAN_HAVE_OPENMP, built with oneDNN) the chunks run on the
+/// calling thread's OpenMP team, the same threads oneDNN's GEMM/Conv use (no
+/// thread start per call, no idle oneDNN threads spinning against kernel
+/// threads); without it, plain std::threads started per call: use only for
+/// work that dwarfs a thread start (tens of microseconds). Never around a
+/// GEMM call (the GEMM library has its own threads).
 template <typename F>
 void parallelFor(int64_t n, int64_t grain, F f) {
   int64_t chunks = std::min<int64_t>(kernelThreads(), grain > 0 ? n / grain : n);
@@ -65,21 +68,33 @@ void parallelFor(int64_t n, int64_t grain, F f) {
     if (n > 0) f(int64_t(0), n);
     return;
   }
-  std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(chunks);
   auto bound = [&](int64_t c) { return n * c / chunks; };
+#ifdef HETPLAN_HAVE_OPENMP
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static, 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    try { f(bound(c), bound(c + 1)); } catch (...) { errors[c] = std::current_exception(); }
+  }
+#else
+  std::vector<std::thread> threads;
   for (int64_t c = 1; c < chunks; ++c)
     threads.emplace_back([&, c] {
       try { f(bound(c), bound(c + 1)); } catch (...) { errors[c] = std::current_exception(); }
     });
   try { f(int64_t(0), bound(1)); } catch (...) { errors[0] = std::current_exception(); }
   for (auto &t : threads) t.join();
+#endif
   for (auto &e : errors)
     if (e) std::rethrow_exception(e);
 }
 
-/// Elements per thread below which elementwise kernels stay on one thread.
+/// Elements per thread below which elementwise kernels stay on one thread
+/// (smaller on an OpenMP team, which starts no thread per call).
+#ifdef HETPLAN_HAVE_OPENMP
+constexpr int64_t kElementwiseGrain = 1 << 14;
+#else
 constexpr int64_t kElementwiseGrain = 1 << 16;
+#endif
 
 /// Visits every element of `outShape` with the offsets of two broadcast inputs.
 template <typename F>

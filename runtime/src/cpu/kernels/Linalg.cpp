@@ -4,36 +4,12 @@
 #include <cmath>
 #include <limits>
 
-#ifdef HETPLAN_HAVE_CBLAS
-#include <cblas.h>
+#include "Gemm.h"
+#ifdef HETPLAN_HAVE_DNNL
+#include "Dnnl.h"
 #endif
 
 namespace hetplan::runtime::cpu {
-
-/// C[MxN] = alpha * op(A) * op(B) + beta * C, row-major.
-template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda,
-          const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-#ifdef HETPLAN_HAVE_CBLAS
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
-                alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  } else if constexpr (std::is_same_v<T, double>) {
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
-                alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-#endif
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; ++k)
-        acc += static_cast<double>(ta ? A[k * lda + i] : A[i * lda + k]) * static_cast<double>(tb ? B[j * ldb + k] : B[k * ldb + j]);
-      C[i * ldc + j] = static_cast<T>(alpha * acc + (beta == T(0) ? 0.0 : static_cast<double>(beta) * C[i * ldc + j]));
-    }
-}
 
 namespace {
 
@@ -147,6 +123,17 @@ void conv(KernelContext &c) {
   bool pointwise = kSize == 1;
   for (size_t d = 0; d < r; ++d)
     pointwise = pointwise && w.stride[d] == 1 && w.padBegin[d] == 0 && w.out[d] == w.in[d];
+#ifdef HETPLAN_HAVE_DNNL
+  // float32: oneDNN's convolution (blocked layouts, JIT for the host ISA).
+  if (x.dtype() == DType::Float32 && N > 0 && outSize > 0 && Cg * G == C && Mg * G == M && r >= 1 && r <= 3) {
+    onednn::ConvShape cs{x.shape(), wt.shape(), outShape, w.stride, w.dil, w.padBegin, w.padEnd, G};
+    const float *bias = c.hasInput(2) ? c.in(2).data<float>() : nullptr;
+    if (onednn::conv(cs, x.data<float>(), wt.data<float>(), bias, out.data<float>(), &c.node)) {
+      c.outputs[0] = std::move(out);
+      return;
+    }
+  }
+#endif
   HP_DISPATCH_FLOAT(x.dtype(), {
     std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Cg * kSize * outSize));
     for (int64_t n = 0; n < N; ++n)
@@ -295,6 +282,21 @@ void pool(KernelContext &c, bool isMax) {
   bool wantIdx = c.numOutputs() > 1 && !c.node.outputs[1].empty();
   if (wantIdx) indices = Tensor(DType::Int64, outShape);
   int64_t storageOrder = nd.getInt("storage_order", 0);
+#ifdef HETPLAN_HAVE_DNNL
+  // float32 without Indices, dilations or ceil_mode: oneDNN's pooling.
+  bool dilated = false;
+  for (int64_t d : w.dil) dilated = dilated || d != 1;
+  if (x.dtype() == DType::Float32 && !wantIdx && !dilated && !nd.getInt("ceil_mode", 0) && r >= 1 && r <= 3 &&
+      out.numel() > 0) {
+    onednn::PoolShape ps{x.shape(), outShape, w.kernel, w.stride, w.padBegin, w.padEnd};
+    auto kind = isMax ? onednn::PoolKind::Max
+                      : includePad ? onednn::PoolKind::AvgIncludePad : onednn::PoolKind::AvgExcludePad;
+    if (onednn::pool(ps, kind, x.data<float>(), out.data<float>())) {
+      c.outputs[0] = std::move(out);
+      return;
+    }
+  }
+#endif
   HP_DISPATCH_FLOAT(x.dtype(), {
     std::vector<int64_t> oidx(r), kidx(r);
     for (int64_t nc = 0; nc < N * C; ++nc) {
@@ -358,12 +360,17 @@ void batchNorm(KernelContext &c) {
   Tensor out(x.dtype(), x.shape());
   HP_DISPATCH_FLOAT(x.dtype(), {
     const T *sc = c.in(1).data<T>(), *b = c.in(2).data<T>(), *mean = c.in(3).data<T>(), *var = c.in(4).data<T>();
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t ch = 0; ch < C; ++ch) {
-        double k = sc[ch] / std::sqrt(static_cast<double>(var[ch]) + eps), m = mean[ch], bb = b[ch];
-        const T *px = x.data<T>() + (n * C + ch) * S; T *po = out.data<T>() + (n * C + ch) * S;
-        for (int64_t s = 0; s < S; ++s) po[s] = static_cast<T>((px[s] - m) * k + bb);
+    // Per channel (x - mean) * k + b in T (vectorizes); k in double first.
+    std::vector<T> ks(static_cast<size_t>(C));
+    for (int64_t ch = 0; ch < C; ++ch) ks[ch] = static_cast<T>(sc[ch] / std::sqrt(static_cast<double>(var[ch]) + eps));
+    parallelFor(N * C, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(S, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t nc = lo; nc < hi; ++nc) {
+        int64_t ch = nc % C;
+        const T k = ks[ch], m = mean[ch], bb = b[ch];
+        const T *px = x.data<T>() + nc * S; T *po = out.data<T>() + nc * S;
+        for (int64_t s = 0; s < S; ++s) po[s] = (px[s] - m) * k + bb;
       }
+    });
   });
   c.outputs[0] = std::move(out);
 }
@@ -384,7 +391,8 @@ void layerNorm(KernelContext &c) {
     Tensor sb = binaryBroadcast<T, T, T>(Tensor(x.dtype(), std::vector<int64_t>(x.shape().begin() + axis, x.shape().end())), scale, x.dtype(), [](T, T y) { return y; });
     Tensor bb;
     if (c.hasInput(2)) bb = binaryBroadcast<T, T, T>(Tensor(x.dtype(), sb.shape()), c.in(2), x.dtype(), [](T, T y) { return y; });
-    for (int64_t o = 0; o < outer; ++o) {
+    parallelFor(outer, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) {
       const T *px = x.data<T>() + o * inner; T *po = out.data<T>() + o * inner;
       double mean = 0, var = 0;
       for (int64_t i = 0; i < inner; ++i) mean += px[i];
@@ -396,6 +404,7 @@ void layerNorm(KernelContext &c) {
         po[i] = static_cast<T>((px[i] - mean) * inv * sb.data<T>()[i] + (bb.defined() ? bb.data<T>()[i] : T(0)));
       HP_DISPATCH_FLOAT(meanT.dtype(), { meanT.data<T>()[o] = static_cast<T>(mean); invT.data<T>()[o] = static_cast<T>(inv); });
     }
+    });
   });
   c.outputs[0] = std::move(out);
   if (c.numOutputs() > 1) c.outputs[1] = std::move(meanT);

@@ -1,7 +1,7 @@
 //===- Recurrent.cpp - RNN, GRU, LSTM (inference, float32) ----------------===//
 //
 // X [seq, batch, input] (layout 0) or [batch, seq, input] (layout 1). The input
-// projection X·Wᵀ (+ biases) is one sgemm over all time steps per direction;
+// projection X·Wᵀ (+ biases) is one sgemm (gemm<float>, Gemm.h) over all time steps per direction;
 // the recurrence then does one H·Rᵀ sgemm per step. sequence_lens may differ
 // per batch entry: a batch entry's steps past its length leave Y zero and its
 // hidden state unchanged (reverse runs from its own last step).
@@ -10,30 +10,11 @@
 #include <algorithm>
 #include <cmath>
 
-#ifdef HETPLAN_HAVE_CBLAS
-#include <cblas.h>
-#endif
+#include "Gemm.h"
 
 namespace hetplan::runtime::cpu {
 
 namespace {
-
-/// C[MxN] = A[MxK] · op(B) + beta*C, row-major (op(B) = Bᵀ when tb).
-void sgemm(bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-           int64_t ldb, float beta, float *C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-#ifdef HETPLAN_HAVE_CBLAS
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb,
-              beta, C, ldc);
-#else
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += double(A[i * lda + k]) * double(tb ? B[j * ldb + k] : B[k * ldb + j]);
-      C[i * ldc + j] = float(acc + (beta == 0.0f ? 0.0 : double(beta) * C[i * ldc + j]));
-    }
-#endif
-}
 
 enum class Act { Sigmoid, Tanh, Relu, Softsign, Softplus };
 
@@ -179,7 +160,7 @@ void recurrent(KernelContext &c, Kind k) {
     const Act f = acts[d * NA], g = NA > 1 ? acts[d * NA + 1] : f, hact = NA > 2 ? acts[d * NA + 2] : f;
 
     // Input projection over all steps at once, plus the biases that are plain sums.
-    sgemm(true, S * Bn, GH, I, X.data<float>(), I, w, I, 0.0f, xw.data(), GH);
+    gemm<float>(false, true, S * Bn, GH, I, 1.0f, X.data<float>(), I, w, I, 0.0f, xw.data(), GH);
     if (wb)
       for (int64_t row = 0; row < S * Bn; ++row)
         for (int64_t j = 0; j < GH; ++j) {
@@ -193,7 +174,7 @@ void recurrent(KernelContext &c, Kind k) {
     for (int64_t s = 0; s < S; ++s) {
       // H·Rᵀ for every gate (GRU without linear_before_reset: z and r only).
       const int64_t ncols = (k == Kind::GRU && !lbr) ? 2 * H : GH;
-      sgemm(true, Bn, ncols, H, hstate.data(), H, r, H, 0.0f, hr.data(), GH);
+      gemm<float>(false, true, Bn, ncols, H, 1.0f, hstate.data(), H, r, H, 0.0f, hr.data(), GH);
       if (k == Kind::GRU && !lbr) {
         // r first, then (r ⊙ H)·Rhᵀ.
         for (int64_t b = 0; b < Bn; ++b) {
@@ -203,7 +184,7 @@ void recurrent(KernelContext &c, Kind k) {
           for (int64_t j = 0; j < H; ++j)
             rh[b * H + j] = applyAct(f, clipv(xr[H + j] + hr[b * GH + H + j])) * hstate[b * H + j];
         }
-        sgemm(true, Bn, H, H, rh.data(), H, r + 2 * H * H, H, 0.0f, tmp.data(), H);
+        gemm<float>(false, true, Bn, H, H, 1.0f, rh.data(), H, r + 2 * H * H, H, 0.0f, tmp.data(), H);
       }
       for (int64_t b = 0; b < Bn; ++b) {
         if (s >= lens[b]) continue;

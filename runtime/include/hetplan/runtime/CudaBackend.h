@@ -1,0 +1,61 @@
+//===- CudaBackend.h - runs a loaded ONNX model on one CUDA GPU --*- C++ -*-===//
+//
+// CudaExecutor mirrors Executor (Executor.h) on one GPU: float32 compute on
+// the device (cuBLAS GEMMs, im2col + cuBLAS convolutions, CUDA kernels for
+// the rest), small integer shape computations (Shape, Range,
+// ConstantOfShape, int64 arithmetic feeding Reshape/Slice) on the host with
+// the CPU kernels. Built only when CMake finds a CUDA toolkit (target
+// hetplan_cuda, HETPLAN_HAVE_CUDA=1); this header includes no CUDA header.
+// docs/runtime.md, "CUDA backend".
+//
+//===----------------------------------------------------------------------===//
+#ifndef HETPLAN_RUNTIME_CUDABACKEND_H
+#define HETPLAN_RUNTIME_CUDABACKEND_H
+
+#include "hetplan/runtime/Model.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hetplan::runtime {
+
+class CudaExecutor {
+public:
+  /// Orders the nodes topologically and folds constant subgraphs on the CPU
+  /// (as Executor does). Touches no CUDA API: check() works without a device.
+  /// `model` must outlive the executor.
+  explicit CudaExecutor(const Model &model, int device = 0);
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor &) = delete;
+  CudaExecutor &operator=(const CudaExecutor &) = delete;
+
+  /// Every node the backend cannot run, one line each naming the node (an
+  /// op without a CUDA kernel, a floating-point type other than float32, an
+  /// unsupported attribute). Empty when the model can run. Needs no device.
+  std::vector<std::string> check() const;
+
+  /// Selects the device, creates the stream and cuBLAS handle and uploads
+  /// the float32 weights (initializers and folded constants), once. run()
+  /// calls it; throws std::runtime_error ("no CUDA device: ...") without one.
+  void prepare();
+
+  /// Runs the graph on host tensors in, host tensors out (every graph input
+  /// by name). Calls are serialized (one stream, one cuBLAS handle); errors
+  /// are one line naming the model and the node.
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs);
+
+  struct Impl;
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// True when a CUDA device is usable; else false with `why` set
+/// ("no CUDA device: ..."). For tests that skip without a GPU.
+bool cudaDeviceAvailable(std::string *why = nullptr);
+
+} // namespace hetplan::runtime
+
+#endif

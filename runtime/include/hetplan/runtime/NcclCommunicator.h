@@ -1,0 +1,70 @@
+//===- NcclCommunicator.h - ranks as GPUs of an MPI job over NCCL -*- C++ -*-===//
+//
+// A Communicator whose transfers go through NCCL: one process per rank
+// (mpirun), one GPU per rank. Bootstrapped over MPI: rank 0 calls
+// ncclGetUniqueId, MPI_Bcast sends the id to every rank, each calls
+// ncclCommInitRank. Built only when CMake finds CUDA, NCCL and MPI
+// (target hetplan_cuda, HETPLAN_HAVE_NCCL_COMMUNICATOR=1); this header
+// includes neither nccl.h nor mpi.h. docs/runtime.md, "CUDA backend".
+//
+//===----------------------------------------------------------------------===//
+#ifndef HETPLAN_RUNTIME_NCCLCOMMUNICATOR_H
+#define HETPLAN_RUNTIME_NCCLCOMMUNICATOR_H
+
+#include "hetplan/runtime/Communicator.h"
+
+#include <memory>
+#include <string>
+
+namespace hetplan::runtime {
+
+#if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
+/// The ranks of MPI_COMM_WORLD over NCCL. The GPU of a rank is its rank
+/// among the processes of its node (MPI_COMM_TYPE_SHARED) modulo the node's
+/// device count. Tensors are host tensors staged through device buffers.
+///
+/// NCCL has no tags: a message is a fixed header (magic, tag, dtype, rank,
+/// byte count, dims; int64) then its bytes, both with ncclSend/ncclRecv, and
+/// messages between a pair of ranks arrive in the order they were sent. So
+/// recv(peer, tag) takes the next message from `peer` and throws when its
+/// tag is not `tag`: the ranks must send and receive in the same order
+/// (the plan executor does), unlike MpiCommunicator which matches tags.
+///
+/// send() returns once its copy to the device is enqueued; the transfer
+/// itself completes when the peer posts the matching recv (NCCL sends are
+/// not buffered) — every NCCL call of a rank runs in issue order on one
+/// stream, so two ranks that each send to the other before receiving wait
+/// for each other forever. barrier() and allReduceSum() complete earlier
+/// sends. Waits poll the stream and ncclCommGetAsyncError, so a failed peer
+/// surfaces as an error rather than a hang where NCCL detects it. abort()
+/// calls ncclCommAbort and then MPI_Abort: the whole job ends (as with
+/// MpiCommunicator). Throws std::runtime_error ("no CUDA device: ...")
+/// without a GPU.
+class NcclCommunicator final : public Communicator {
+public:
+  NcclCommunicator();
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator &) = delete;
+  NcclCommunicator &operator=(const NcclCommunicator &) = delete;
+
+  int rank() const override;
+  int size() const override;
+  /// The CUDA device this rank uses.
+  int device() const;
+  void send(int peer, int64_t tag, const Tensor &tensor) override;
+  Tensor recv(int peer, int64_t tag) override;
+  void barrier() override;
+  /// float32 (ncclFloat) or float64 (ncclDouble).
+  void allReduceSum(Tensor &tensor) override;
+  [[noreturn]] void abort(const std::string &why) override;
+
+  struct State;
+
+private:
+  std::unique_ptr<State> state_;
+};
+#endif
+
+} // namespace hetplan::runtime
+
+#endif

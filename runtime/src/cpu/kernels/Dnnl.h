@@ -1,0 +1,39 @@
+//===- Dnnl.h - oneDNN primitives for the CPU kernels -----------*- C++ -*-===//
+//
+// Only with HETPLAN_HAVE_DNNL (oneDNN found at configure time). One shared
+// CPU engine; each call makes its own stream and scratchpad (user scratchpad
+// mode), so primitives, which are cached by shape and attributes, run
+// concurrently from any number of threads. Threads: oneDNN's OpenMP runtime,
+// OMP_NUM_THREADS.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace hetplan::runtime::cpu::onednn {
+
+/// Convolution geometry (ONNX Conv after auto_pad resolution). Spatial rank
+/// 1 to 3. x: [N, C, spatial...], w: [M, C/group, kernel...], y: [N, M, out...].
+struct ConvShape {
+  std::vector<int64_t> x, w, y, stride, dil, padBegin, padEnd;
+  int64_t group = 1;
+};
+
+/// y = conv(x, w) + bias (bias may be null), float32, plain NC... layouts.
+/// Returns false (and writes nothing) when oneDNN takes no such convolution.
+/// `weightsKey` identifies the weights across calls (the node): their
+/// reordered (blocked) copy is cached for it, and checked against a sample
+/// of the weight values on every call.
+bool conv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y, const void *weightsKey);
+
+/// Pooling geometry: x [N, C, spatial...] (spatial rank 1 to 3), y [N, C, out...].
+struct PoolShape {
+  std::vector<int64_t> x, y, kernel, stride, padBegin, padEnd;
+};
+enum class PoolKind { Max, AvgIncludePad, AvgExcludePad };
+
+/// y = pool(x), float32, plain layouts. Returns false when oneDNN takes no
+/// such pooling (the caller then runs its own loop).
+bool pool(const PoolShape &s, PoolKind kind, const float *x, float *y);
+
+} // namespace hetplan::runtime::cpu::onednn

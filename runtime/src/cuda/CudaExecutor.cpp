@@ -1,0 +1,1153 @@
+//===- CudaExecutor.cpp - runs an ONNX graph on one CUDA GPU --------------===//
+//
+// Values are host and/or device copies of a tensor (a device copy is a
+// Tensor view whose bytes are device memory, kept alive by a holder that
+// calls cudaFreeAsync). Each node runs where its inputs say:
+//   - Reshape/Flatten/Squeeze/Unsqueeze/Identity/Dropout/Shape/Size only
+//     look at shapes: the CPU kernel runs on the device view (no copy);
+//   - a node with no floating-point input whose inputs are all on the host
+//     (shape arithmetic on int64, bool masks) runs its CPU kernel there;
+//   - everything else runs on the device (float32 compute; data movement of
+//     any 1/2/4/8-byte type), uploading host inputs as needed.
+// Weights (initializers and constant-folded values) are uploaded once, in
+// prepare(); int64 weights are uploaded only if a device kernel reads them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "hetplan/runtime/CudaBackend.h"
+#include "hetplan/runtime/Kernels.h"
+
+#include "CudaKernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+
+namespace hetplan::runtime {
+
+using cudak::Bcast;
+using cudak::Strided;
+
+namespace {
+
+void cudaCheck(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+void blasCheck(cublasStatus_t st, const char *what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(st));
+}
+
+int blasInt(int64_t v, const char *what) {
+  if (v < 0 || v > INT_MAX) throw std::runtime_error(std::string(what) + ": dimension " + std::to_string(v) + " exceeds cuBLAS's int range");
+  return static_cast<int>(v);
+}
+
+/// Ops whose CPU kernels read only the shape of input 0 (never its bytes):
+/// they run on a device view as they are.
+const std::set<std::string> kShapeOnly = {"Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                          "Identity", "Dropout", "Shape", "Size"};
+
+const std::map<std::string, cudak::Unary> kUnary = {
+    {"Neg", cudak::Unary::Neg},         {"Abs", cudak::Unary::Abs},
+    {"Sqrt", cudak::Unary::Sqrt},       {"Exp", cudak::Unary::Exp},
+    {"Log", cudak::Unary::Log},         {"Tanh", cudak::Unary::Tanh},
+    {"Sigmoid", cudak::Unary::Sigmoid}, {"Relu", cudak::Unary::Relu},
+    {"LeakyRelu", cudak::Unary::LeakyRelu}, {"Erf", cudak::Unary::Erf},
+    {"Gelu", cudak::Unary::Gelu},       {"Floor", cudak::Unary::Floor},
+    {"Ceil", cudak::Unary::Ceil},       {"Reciprocal", cudak::Unary::Reciprocal},
+    {"Sin", cudak::Unary::Sin},         {"Cos", cudak::Unary::Cos},
+    {"Softplus", cudak::Unary::Softplus}, {"Elu", cudak::Unary::Elu},
+    {"HardSigmoid", cudak::Unary::HardSigmoid}, {"HardSwish", cudak::Unary::HardSwish},
+};
+const std::map<std::string, cudak::Binary> kBinary = {
+    {"Add", cudak::Binary::Add}, {"Sub", cudak::Binary::Sub}, {"Mul", cudak::Binary::Mul},
+    {"Div", cudak::Binary::Div}, {"Pow", cudak::Binary::Pow}};
+const std::map<std::string, cudak::Binary> kVariadic = {
+    {"Sum", cudak::Binary::Add}, {"Mean", cudak::Binary::Add}, {"Max", cudak::Binary::Max},
+    {"Min", cudak::Binary::Min}};
+const std::map<std::string, cudak::Compare> kCompare = {
+    {"Equal", cudak::Compare::Equal}, {"Less", cudak::Compare::Less},
+    {"Greater", cudak::Compare::Greater}, {"LessOrEqual", cudak::Compare::LessOrEqual},
+    {"GreaterOrEqual", cudak::Compare::GreaterOrEqual}};
+const std::map<std::string, cudak::Reduce> kReduce = {
+    {"ReduceSum", cudak::Reduce::Sum}, {"ReduceMean", cudak::Reduce::Mean},
+    {"ReduceMax", cudak::Reduce::Max}, {"ReduceMin", cudak::Reduce::Min}};
+/// Other float32-only ops with a device implementation.
+const std::set<std::string> kFloatOps = {
+    "Clip", "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization", "MaxPool",
+    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MatMul", "Gemm", "Conv", "LRN"};
+/// Data movement: any element type of 1, 2, 4 or 8 bytes.
+const std::set<std::string> kMovement = {"Transpose", "Gather", "Concat", "Slice", "Split", "Expand"};
+
+bool movableType(DType t) {
+  if (t == DType::Undefined) return true;
+  size_t s = dtypeSize(t);
+  return t != DType::String && (s == 1 || s == 2 || s == 4 || s == 8);
+}
+
+bool castable(DType t) {
+  return t == DType::Float32 || t == DType::Int64 || t == DType::Int32 || t == DType::Bool;
+}
+
+cudak::Elem elemOf(DType t) {
+  switch (t) {
+  case DType::Float32: return cudak::Elem::F32;
+  case DType::Int64: return cudak::Elem::I64;
+  case DType::Int32: return cudak::Elem::I32;
+  case DType::Bool: return cudak::Elem::Bool;
+  default: throw std::runtime_error(std::string("no device cast for ") + dtypeName(t));
+  }
+}
+
+/// "" when the device can run `n` with input element types `t` (Undefined:
+/// not known, accepted), else why not.
+std::string deviceCheck(const Node &n, const std::vector<DType> &t) {
+  auto T = [&](size_t i) { return i < t.size() ? t[i] : DType::Undefined; };
+  auto f32 = [&](size_t i) { return T(i) == DType::Undefined || T(i) == DType::Float32; };
+  auto notF32 = [&](size_t i) {
+    return std::string("element type ") + dtypeName(T(i)) + " is not supported on the CUDA device (float32 only)";
+  };
+  const std::string &op = n.opType;
+  bool isFloatOp = kUnary.count(op) || kBinary.count(op) || kVariadic.count(op) || kCompare.count(op) ||
+                   kReduce.count(op) || kFloatOps.count(op);
+  if (isFloatOp) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      // second+ inputs that are shapes, axes or scalars (read on the host)
+      if (op == "Pow" && i == 1) continue;
+      if ((op == "Clip" || kReduce.count(op)) && i >= 1) continue;
+      if (!f32(i)) return notF32(i);
+    }
+    if (op == "Gelu") {
+      std::string a = n.getString("approximate", "none");
+      if (a != "none" && a != "tanh") return "Gelu approximate='" + a + "' is not supported";
+    }
+    if (op == "MaxPool" && n.outputs.size() > 1 && !n.outputs[1].empty())
+      return "MaxPool's Indices output is not supported on the CUDA device";
+    if ((op == "MaxPool" || op == "AveragePool") && !n.has("kernel_shape")) return "kernel_shape is required";
+    if (op == "BatchNormalization" && (n.getInt("training_mode", 0) || n.outputs.size() > 1))
+      return "training mode is not supported (inference only)";
+    if (op == "LayerNormalization" && n.getInt("stash_type", 1) != 1)
+      return "LayerNormalization stash_type other than float32 is not supported on the CUDA device";
+    return "";
+  }
+  if (op == "Where") {
+    if (T(0) != DType::Undefined && T(0) != DType::Bool) return "Where condition must be bool";
+    if (!movableType(T(1))) return std::string("element type ") + dtypeName(T(1)) + " is not supported on the CUDA device";
+    return "";
+  }
+  if (op == "Cast") {
+    DType to = static_cast<DType>(n.getInt("to", 0));
+    if (!castable(to) || (T(0) != DType::Undefined && !castable(T(0))))
+      return std::string("Cast from ") + dtypeName(T(0)) + " to " + dtypeName(to) +
+             " is not supported on the CUDA device (float32, int64, int32, bool)";
+    return "";
+  }
+  if (op == "Not") return T(0) == DType::Undefined || T(0) == DType::Bool ? "" : "Not takes bool";
+  if (kMovement.count(op)) {
+    if (!movableType(T(0))) return std::string("element type ") + dtypeName(T(0)) + " is not supported on the CUDA device";
+    if (op == "Gather" && T(1) != DType::Undefined && T(1) != DType::Int64 && T(1) != DType::Int32)
+      return std::string("Gather indices of type ") + dtypeName(T(1)) + " are not supported on the CUDA device";
+    return "";
+  }
+  return "no CUDA kernel for " + op;
+}
+
+/// A value: a host copy, a device copy (a view of device memory), or both.
+struct Val {
+  Tensor host, dev;
+  const Tensor &any() const { return host.defined() ? host : dev; }
+  DType dtype() const { return any().dtype(); }
+  const std::vector<int64_t> &shape() const { return any().shape(); }
+  bool defined() const { return host.defined() || dev.defined(); }
+};
+
+/// Element types of every value, as far as they can be told without running
+/// the graph: declared types first, then a per-op rule.
+std::map<std::string, DType> inferTypes(const Model &m, const std::vector<size_t> &order,
+                                        const std::map<std::string, Val> &weights) {
+  std::map<std::string, DType> types = m.valueTypes;
+  for (const auto &[name, v] : weights) types[name] = v.host.dtype(); // initializers and folded values
+  for (size_t idx : order) {
+    const Node &n = m.nodes[idx];
+    auto in = [&](size_t i) {
+      if (i >= n.inputs.size() || n.inputs[i].empty()) return DType::Undefined;
+      auto it = types.find(n.inputs[i]);
+      return it == types.end() ? DType::Undefined : it->second;
+    };
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      if (n.outputs[o].empty() || types.count(n.outputs[o])) continue;
+      const std::string &op = n.opType;
+      DType t = in(0);
+      if (op == "Cast") t = static_cast<DType>(n.getInt("to", 0));
+      else if (op == "Shape" || op == "Size" || op == "ArgMax" || op == "ArgMin" || op == "NonZero" ||
+               (op == "MaxPool" && o == 1) || (op == "TopK" && o == 1))
+        t = DType::Int64;
+      else if (kCompare.count(op) || op == "Not" || op == "And" || op == "Or" || op == "Xor" || op == "IsNaN" ||
+               op == "IsInf" || (op == "Dropout" && o == 1))
+        t = DType::Bool;
+      else if (op == "ConstantOfShape")
+        t = n.has("value") ? n.attrs.at("value").t.dtype() : DType::Float32;
+      else if (op == "Constant") {
+        if (n.has("value")) t = n.attrs.at("value").t.dtype();
+        else if (n.has("value_float") || n.has("value_floats")) t = DType::Float32;
+        else if (n.has("value_int") || n.has("value_ints")) t = DType::Int64;
+        else t = DType::Undefined;
+      } else if (op == "Where") t = in(1);
+      if (t != DType::Undefined) types[n.outputs[o]] = t;
+    }
+  }
+  return types;
+}
+
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+int64_t normAxis(int64_t axis, int64_t rank) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= std::max<int64_t>(rank, 1))
+    throw std::runtime_error("axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
+  return a;
+}
+
+Bcast makeBcast(const std::vector<int64_t> &out, const std::vector<const std::vector<int64_t> *> &ins) {
+  if (out.size() > size_t(cudak::kMaxRank))
+    throw std::runtime_error("rank " + std::to_string(out.size()) + " exceeds the CUDA kernels' " + std::to_string(cudak::kMaxRank));
+  Bcast b;
+  b.rank = static_cast<int>(out.size());
+  for (size_t d = 0; d < out.size(); ++d) b.shape[d] = out[d];
+  for (size_t k = 0; k < ins.size(); ++k) {
+    auto st = broadcastStrides(*ins[k], out);
+    for (size_t d = 0; d < out.size(); ++d) b.stride[k][d] = st[d];
+  }
+  return b;
+}
+
+Strided makeStrided(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int64_t base) {
+  if (shape.size() > size_t(cudak::kMaxRank))
+    throw std::runtime_error("rank " + std::to_string(shape.size()) + " exceeds the CUDA kernels' " + std::to_string(cudak::kMaxRank));
+  Strided v;
+  v.rank = static_cast<int>(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) { v.shape[d] = shape[d]; v.stride[d] = strides[d]; }
+  v.base = base;
+  return v;
+}
+
+/// The convolution/pooling window (the CPU kernels' makeWindow).
+cudak::Window makeWindow(const Node &n, const std::vector<int64_t> &in, std::vector<int64_t> kernel, bool pool,
+                         std::vector<int64_t> &outSpatial) {
+  size_t r = in.size();
+  if (r < 1 || r > 3) throw std::runtime_error(std::to_string(r) + "-D windows are not supported on the CUDA device (1-3)");
+  auto stride = n.getInts("strides", std::vector<int64_t>(r, 1));
+  auto dil = n.getInts("dilations", std::vector<int64_t>(r, 1));
+  auto pads = n.getInts("pads", std::vector<int64_t>(2 * r, 0));
+  if (kernel.size() != r || stride.size() != r || dil.size() != r || pads.size() != 2 * r)
+    throw std::runtime_error("kernel_shape/strides/dilations/pads do not match the input rank");
+  std::string autoPad = n.getString("auto_pad", "NOTSET");
+  bool ceilMode = pool && n.getInt("ceil_mode", 0);
+  cudak::Window w;
+  w.r = static_cast<int>(r);
+  outSpatial.assign(r, 0);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t pb = pads[i], pe = pads[i + r], o;
+    int64_t ek = (kernel[i] - 1) * dil[i] + 1;
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      o = (in[i] + stride[i] - 1) / stride[i];
+      int64_t total = std::max<int64_t>(0, (o - 1) * stride[i] + ek - in[i]);
+      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe = total - pb;
+    } else {
+      if (autoPad == "VALID") pb = pe = 0;
+      int64_t span = in[i] + pb + pe - ek;
+      if (ceilMode) {
+        o = (span + stride[i] - 1) / stride[i] + 1;
+        if ((o - 1) * stride[i] >= in[i] + pb) --o;
+      } else o = span / stride[i] + 1;
+      if (o < 0) o = 0;
+    }
+    w.in[i] = in[i]; w.out[i] = o; w.k[i] = kernel[i]; w.s[i] = stride[i]; w.d[i] = dil[i];
+    w.pb[i] = pb; w.pe[i] = pe;
+    outSpatial[i] = o;
+  }
+  return w;
+}
+
+} // namespace
+
+struct CudaExecutor::Impl {
+  const Model &model;
+  int device;
+  std::vector<size_t> order;
+  std::vector<bool> isFolded;
+  std::map<std::string, DType> types;  // inferred element types (check())
+  std::map<std::string, Val> weights;  // initializers and folded values
+  std::map<std::string, size_t> lastUse;
+  std::mutex mutex;
+  bool prepared = false;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+
+  Impl(const Model &m, int dev) : model(m), device(dev) {}
+  ~Impl() {
+    if (!prepared) return;
+    cudaSetDevice(device);
+    weights.clear(); // frees device copies (cudaFreeAsync on `stream`)
+    cudaStreamSynchronize(stream);
+    cublasDestroy(blas);
+    cudaStreamDestroy(stream);
+  }
+
+  std::string where(const Node &n) const { return model.path + ": " + n.describe() + ": "; }
+
+  // --- device memory -------------------------------------------------------
+  Tensor alloc(DType dt, const std::vector<int64_t> &shape) {
+    for (int64_t d : shape)
+      if (d < 0) throw std::runtime_error("negative dimension in shape " + shapeString(shape));
+    size_t bytes = std::max<size_t>(size_t(shapeNumel(shape)) * dtypeSize(dt), 1);
+    void *p = nullptr;
+    cudaCheck(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync");
+    cudaStream_t s = stream;
+    std::shared_ptr<void> holder(p, [s](void *q) { cudaFreeAsync(q, s); });
+    return Tensor::view(dt, shape, p, holder);
+  }
+  Tensor upload(const Tensor &h) {
+    Tensor d = alloc(h.dtype(), h.shape());
+    if (h.nbytes())
+      cudaCheck(cudaMemcpyAsync(d.raw(), h.raw(), h.nbytes(), cudaMemcpyHostToDevice, stream), "upload (cudaMemcpyAsync)");
+    return d;
+  }
+  Tensor download(const Tensor &d) {
+    Tensor h(d.dtype(), d.shape());
+    if (d.nbytes())
+      cudaCheck(cudaMemcpyAsync(h.raw(), d.raw(), d.nbytes(), cudaMemcpyDeviceToHost, stream), "download (cudaMemcpyAsync)");
+    cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return h;
+  }
+  const Tensor &devOf(Val &v) {
+    if (!v.dev.defined()) v.dev = upload(v.host);
+    return v.dev;
+  }
+  const Tensor &hostOf(Val &v) {
+    if (!v.host.defined()) v.host = download(v.dev);
+    return v.host;
+  }
+  Tensor copyDevice(const Tensor &src) {
+    Tensor d = alloc(src.dtype(), src.shape());
+    if (src.nbytes())
+      cudaCheck(cudaMemcpyAsync(d.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+    return d;
+  }
+
+  void topoSort();
+  void foldConstants();
+  std::vector<std::string> check() const;
+  void prepare();
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs);
+  void runHost(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs, bool deviceView);
+  void runDevice(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs);
+  // device ops
+  void matmul(const Tensor &a, const Tensor &b, Val &out);
+  void gemm(const Node &n, const Tensor &a, const Tensor &b, const Tensor *c, Val &out);
+  void conv(const Node &n, const Tensor &x, const Tensor &w, const Tensor *bias, Val &out);
+};
+
+void CudaExecutor::Impl::topoSort() {
+  std::set<std::string> ready;
+  for (const auto &[name, t] : model.initializers) ready.insert(name);
+  for (const auto &in : model.inputs) ready.insert(in.name);
+  std::vector<bool> done(model.nodes.size(), false);
+  size_t remaining = model.nodes.size();
+  while (remaining) {
+    bool progress = false;
+    for (size_t i = 0; i < model.nodes.size(); ++i) {
+      if (done[i]) continue;
+      const Node &n = model.nodes[i];
+      if (!std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string &s) { return s.empty() || ready.count(s); }))
+        continue;
+      done[i] = true; --remaining; progress = true;
+      order.push_back(i);
+      for (const auto &o : n.outputs) if (!o.empty()) ready.insert(o);
+    }
+    if (!progress)
+      for (size_t i = 0; i < model.nodes.size(); ++i)
+        if (!done[i])
+          for (const auto &s : model.nodes[i].inputs)
+            if (!s.empty() && !ready.count(s))
+              throw std::runtime_error(model.path + ": " + model.nodes[i].describe() + ": input '" + s +
+                                       "' is never produced (or the graph has a cycle)");
+  }
+}
+
+/// Nodes whose inputs are all constants run once here, with the CPU kernels
+/// (as Executor does); their outputs become weights.
+void CudaExecutor::Impl::foldConstants() {
+  static const std::set<std::string> kNondeterministic = {"RandomNormal", "RandomUniform", "RandomNormalLike",
+                                                          "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"};
+  isFolded.assign(model.nodes.size(), false);
+  for (const auto &[name, t] : model.initializers) weights[name].host = t;
+  std::set<std::string> graphInputs;
+  for (const auto &in : model.inputs) graphInputs.insert(in.name);
+  int64_t opset = model.opset("");
+  for (size_t idx : order) {
+    const Node &n = model.nodes[idx];
+    if ((!n.domain.empty() && n.domain != "ai.onnx") || kNondeterministic.count(n.opType)) continue;
+    bool subgraph = false;
+    for (const auto &[name, a] : n.attrs)
+      if (a.kind == Attribute::Graph || a.kind == Attribute::Graphs) subgraph = true;
+    const KernelInfo *k = findKernel(n.opType);
+    if (subgraph || !k) continue;
+    KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
+    CheckContext cc{n, opset, {}};
+    bool allConst = true;
+    for (const auto &s : n.inputs) {
+      if (s.empty()) { ctx.inputs.push_back(nullptr); cc.inputTypes.push_back(DType::Undefined); continue; }
+      auto it = weights.find(s);
+      if (graphInputs.count(s) || it == weights.end()) { allConst = false; break; }
+      ctx.inputs.push_back(&it->second.host);
+      cc.inputTypes.push_back(it->second.host.dtype());
+    }
+    if (!allConst) continue;
+    DType t0 = cc.in(0);
+    if (!k->types.empty() && t0 != DType::Undefined && std::find(k->types.begin(), k->types.end(), t0) == k->types.end())
+      continue;
+    if (k->check && !k->check(cc).empty()) continue;
+    try {
+      k->run(ctx);
+    } catch (const std::exception &) {
+      continue; // left to run time, which reports it
+    }
+    bool ok = true;
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty() && !ctx.outputs[i].defined()) ok = false;
+    if (!ok) continue;
+    isFolded[idx] = true;
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) weights[n.outputs[i]].host = std::move(ctx.outputs[i]);
+  }
+}
+
+std::vector<std::string> CudaExecutor::Impl::check() const {
+  std::vector<std::string> problems;
+  for (const auto *list : {&model.inputs, &model.outputs})
+    for (const auto &v : *list)
+      if (!v.isTensor)
+        problems.push_back(model.path + ": value '" + v.name + "' is not a tensor (sequence/map/optional values are not supported)");
+  int64_t opset = model.opset("");
+  for (size_t idx : order) {
+    if (isFolded[idx]) continue; // computed at load, on the CPU
+    const Node &n = model.nodes[idx];
+    std::string at = where(n);
+    if (!n.domain.empty() && n.domain != "ai.onnx") {
+      problems.push_back(at + "domain '" + n.domain + "' is not supported");
+      continue;
+    }
+    bool subgraph = false;
+    for (const auto &[name, a] : n.attrs)
+      if (a.kind == Attribute::Graph || a.kind == Attribute::Graphs) subgraph = true;
+    if (subgraph) {
+      problems.push_back(at + "subgraph attributes are not supported");
+      continue;
+    }
+    CheckContext cc{n, opset, {}};
+    bool anyFloat = false;
+    for (const auto &s : n.inputs) {
+      auto it = types.find(s);
+      DType t = s.empty() || it == types.end() ? DType::Undefined : it->second;
+      cc.inputTypes.push_back(t);
+      anyFloat = anyFloat || isFloatType(t);
+    }
+    const KernelInfo *k = findKernel(n.opType);
+    auto cpuOk = [&]() -> std::string {
+      if (!k) return "no kernel for " + n.opType;
+      DType t0 = cc.in(0);
+      if (!k->types.empty() && t0 != DType::Undefined && std::find(k->types.begin(), k->types.end(), t0) == k->types.end())
+        return std::string("element type ") + dtypeName(t0) + " is not supported";
+      return k->check ? k->check(cc) : std::string();
+    };
+    if (kShapeOnly.count(n.opType)) {
+      std::string why = cpuOk();
+      if (!why.empty()) problems.push_back(at + why);
+      continue;
+    }
+    std::string dev = deviceCheck(n, cc.inputTypes);
+    if (dev.empty()) continue;
+    if (!anyFloat && cpuOk().empty()) continue; // runs on the host (integer/bool values)
+    problems.push_back(at + dev);
+  }
+  return problems;
+}
+
+void CudaExecutor::Impl::prepare() {
+  if (prepared) return;
+  std::string why;
+  if (!cudaDeviceAvailable(&why)) throw std::runtime_error(why);
+  int count = 0;
+  cudaCheck(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (device < 0 || device >= count)
+    throw std::runtime_error("no CUDA device: index " + std::to_string(device) + " of " + std::to_string(count));
+  cudaCheck(cudaSetDevice(device), "cudaSetDevice");
+  cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (cublasStatus_t st = cublasCreate(&blas); st != CUBLAS_STATUS_SUCCESS) {
+    cudaStreamDestroy(stream);
+    blasCheck(st, "cublasCreate");
+  }
+  prepared = true; // from here the destructor releases the stream and handle
+  blasCheck(cublasSetStream(blas, stream), "cublasSetStream");
+  // Plain FP32 (no TF32): results compare with the CPU at 1e-4.
+  blasCheck(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  std::set<std::string> used; // weights read by nodes that run
+  for (size_t idx : order)
+    if (!isFolded[idx])
+      for (const auto &s : model.nodes[idx].inputs) used.insert(s);
+  for (auto &[name, v] : weights)
+    if (used.count(name) && v.host.dtype() == DType::Float32) v.dev = upload(v.host);
+  cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize (weights)");
+}
+
+std::map<std::string, Tensor> CudaExecutor::Impl::run(const std::map<std::string, Tensor> &inputs) {
+  std::lock_guard<std::mutex> lock(mutex);
+  prepare();
+  cudaCheck(cudaSetDevice(device), "cudaSetDevice");
+  std::set<std::string> keep;
+  for (const auto &o : model.outputs) keep.insert(o.name);
+  std::map<std::string, Val> values;
+  for (const auto &in : model.inputs) {
+    auto it = inputs.find(in.name);
+    if (it == inputs.end()) throw std::runtime_error(model.path + ": input '" + in.name + "' was not given");
+    values[in.name].host = it->second;
+  }
+  for (const auto &[name, t] : inputs)
+    if (!values.count(name))
+      throw std::runtime_error(model.path + ": '" + name + "' is not a graph input (overriding initializers is not supported on the CUDA backend)");
+  auto lookup = [&](const std::string &s) -> Val * {
+    if (auto it = values.find(s); it != values.end()) return &it->second;
+    if (auto it = weights.find(s); it != weights.end()) return &it->second;
+    return nullptr;
+  };
+  for (size_t step = 0; step < order.size(); ++step) {
+    size_t idx = order[step];
+    if (isFolded[idx]) continue;
+    const Node &n = model.nodes[idx];
+    std::vector<Val *> ins;
+    std::vector<DType> inTypes;
+    bool anyFloat = false, anyDeviceOnly = false;
+    for (const auto &s : n.inputs) {
+      if (s.empty()) { ins.push_back(nullptr); inTypes.push_back(DType::Undefined); continue; }
+      Val *v = lookup(s);
+      if (!v) throw std::runtime_error(where(n) + "value '" + s + "' is missing");
+      ins.push_back(v);
+      inTypes.push_back(v->dtype());
+      anyFloat = anyFloat || isFloatType(v->dtype());
+      anyDeviceOnly = anyDeviceOnly || !v->host.defined();
+    }
+    std::vector<Val> outs(n.outputs.size());
+    try {
+      if (kShapeOnly.count(n.opType)) {
+        runHost(n, ins, outs, ins.size() && ins[0] && !ins[0]->host.defined());
+      } else {
+        std::string dev = deviceCheck(n, inTypes);
+        if (!anyFloat && findKernel(n.opType) && (!anyDeviceOnly || !dev.empty()))
+          runHost(n, ins, outs, false);
+        else if (dev.empty())
+          runDevice(n, ins, outs);
+        else
+          throw std::runtime_error(dev);
+      }
+    } catch (const std::exception &e) {
+      throw std::runtime_error(where(n) + e.what());
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) {
+        if (!outs[i].defined()) throw std::runtime_error(where(n) + "output " + std::to_string(i) + " was not produced");
+        values[n.outputs[i]] = std::move(outs[i]);
+      }
+    for (const auto &s : n.inputs)
+      if (!s.empty() && lastUse[s] == step && !keep.count(s)) values.erase(s);
+  }
+  std::map<std::string, Tensor> out;
+  for (const auto &o : model.outputs) {
+    Val *v = lookup(o.name);
+    if (!v) throw std::runtime_error(model.path + ": output '" + o.name + "' was not produced");
+    try {
+      const Tensor &h = hostOf(*v);
+      out[o.name] = h.isView() ? h.clone() : h;
+    } catch (const std::exception &e) {
+      throw std::runtime_error(model.path + ": output '" + o.name + "': " + e.what());
+    }
+  }
+  cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return out;
+}
+
+/// The CPU kernel on host inputs. With `deviceView`, input 0 stays a device
+/// view (shape-only ops); its outputs that view the same bytes stay device values.
+void CudaExecutor::Impl::runHost(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs, bool deviceView) {
+  const KernelInfo *k = findKernel(n.opType);
+  if (!k) throw std::runtime_error("no kernel for " + n.opType);
+  KernelContext ctx{n, model.opset(""), {}, std::vector<Tensor>(n.outputs.size())};
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (!ins[i]) { ctx.inputs.push_back(nullptr); continue; }
+    ctx.inputs.push_back(i == 0 && deviceView ? &ins[i]->dev : &hostOf(*ins[i]));
+  }
+  k->run(ctx);
+  const void *devBytes = deviceView ? ins[0]->dev.raw() : nullptr;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!ctx.outputs[i].defined()) continue;
+    if (devBytes && ctx.outputs[i].raw() == devBytes) outs[i].dev = std::move(ctx.outputs[i]);
+    else outs[i].host = std::move(ctx.outputs[i]);
+  }
+}
+
+void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
+  auto as = a.shape(), bs = b.shape();
+  bool aVec = as.size() == 1, bVec = bs.size() == 1;
+  if (aVec) as.insert(as.begin(), 1);
+  if (bVec) bs.push_back(1);
+  if (as.size() < 2 || bs.size() < 2) throw std::runtime_error("MatMul of scalars");
+  int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  if (bs[bs.size() - 2] != K)
+    throw std::runtime_error("MatMul shapes " + shapeString(a.shape()) + " and " + shapeString(b.shape()) + " do not match");
+  std::vector<int64_t> ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  auto batch = broadcastShapes(ab, bb);
+  std::vector<int64_t> outShape = batch;
+  if (!aVec) outShape.push_back(M);
+  if (!bVec) outShape.push_back(N);
+  Tensor o = alloc(DType::Float32, outShape);
+  int64_t nb = shapeNumel(batch);
+  if (o.numel() == 0) { out.dev = o; return; }
+  if (K == 0) {
+    cudaCheck(cudaMemsetAsync(o.raw(), 0, o.nbytes(), stream), "cudaMemsetAsync");
+    out.dev = o;
+    return;
+  }
+  const float one = 1.f, zero = 0.f;
+  const float *pa = a.data<float>(), *pb = b.data<float>();
+  float *po = o.data<float>();
+  int m = blasInt(M, "MatMul"), n = blasInt(N, "MatMul"), k = blasInt(K, "MatMul");
+  // A batch operand is either one matrix (stride 0) or a full batch
+  // (stride one matrix); anything else (partial broadcast) loops.
+  auto strideOf = [&](const std::vector<int64_t> &own, int64_t mat) -> int64_t {
+    if (shapeNumel(own) == 1) return 0;
+    std::vector<int64_t> padded(batch.size() - own.size(), 1);
+    padded.insert(padded.end(), own.begin(), own.end());
+    return padded == batch ? mat : -1;
+  };
+  int64_t sa = strideOf(ab, M * K), sb = strideOf(bb, K * N);
+  // Row-major C = A B is column-major C^T = B^T A^T.
+  if (sa >= 0 && sb >= 0) {
+    blasCheck(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb, n, sb, pa, k, sa, &zero,
+                                        po, n, M * N, blasInt(nb, "MatMul batch")),
+              "cublasSgemmStridedBatched");
+  } else {
+    auto stA = broadcastStrides(ab, batch), stB = broadcastStrides(bb, batch);
+    for (int64_t i = 0; i < nb; ++i) {
+      int64_t rem = i, oa = 0, ob = 0;
+      for (size_t d = batch.size(); d-- > 0;) {
+        int64_t x = rem % batch[d];
+        rem /= batch[d];
+        oa += x * stA[d];
+        ob += x * stB[d];
+      }
+      blasCheck(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb + ob * K * N, n, pa + oa * M * K, k,
+                            &zero, po + i * M * N, n),
+                "cublasSgemm");
+    }
+  }
+  out.dev = o;
+}
+
+void CudaExecutor::Impl::gemm(const Node &nd, const Tensor &a, const Tensor &b, const Tensor *c, Val &out) {
+  if (a.rank() != 2 || b.rank() != 2) throw std::runtime_error("Gemm takes 2-D A and B");
+  bool ta = nd.getInt("transA", 0), tb = nd.getInt("transB", 0);
+  int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
+  if ((tb ? b.dim(1) : b.dim(0)) != K)
+    throw std::runtime_error("Gemm shapes " + shapeString(a.shape()) + " and " + shapeString(b.shape()) + " do not match");
+  float alpha = nd.getFloat("alpha", 1.0f), beta = nd.getFloat("beta", 1.0f);
+  Tensor o = alloc(DType::Float32, {M, N});
+  bool hasC = c && beta != 0.f;
+  if (hasC)
+    cudaCheck(cudak::stridedCopy(c->raw(), o.raw(), 4,
+                                 makeStrided(o.shape(), broadcastStrides(c->shape(), o.shape()), 0), stream),
+              "Gemm bias broadcast");
+  else beta = 0.f;
+  if (M > 0 && N > 0) {
+    if (K == 0 && !hasC) cudaCheck(cudaMemsetAsync(o.raw(), 0, o.nbytes(), stream), "cudaMemsetAsync");
+    else if (K > 0)
+      blasCheck(cublasSgemm(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, "Gemm"),
+                            blasInt(M, "Gemm"), blasInt(K, "Gemm"), &alpha, b.data<float>(), blasInt(b.dim(1), "Gemm"),
+                            a.data<float>(), blasInt(a.dim(1), "Gemm"), &beta, o.data<float>(), blasInt(N, "Gemm")),
+                "cublasSgemm");
+  }
+  out.dev = o;
+}
+
+void CudaExecutor::Impl::conv(const Node &nd, const Tensor &x, const Tensor &wt, const Tensor *bias, Val &out) {
+  if (x.rank() < 3 || wt.rank() != x.rank()) throw std::runtime_error("Conv takes [N, C, spatial...] input and weight of the same rank");
+  int64_t N = x.dim(0), C = x.dim(1), M = wt.dim(0), G = nd.getInt("group", 1);
+  if (G <= 0 || C % G || M % G || wt.dim(1) != C / G)
+    throw std::runtime_error("Conv weight " + wt.describe() + " does not match input " + x.describe() + " with group " + std::to_string(G));
+  std::vector<int64_t> inSp(x.shape().begin() + 2, x.shape().end()), outSp;
+  auto ks = nd.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + 2, wt.shape().end()));
+  cudak::Window w = makeWindow(nd, inSp, ks, false, outSp);
+  int64_t Cg = C / G, Mg = M / G, kSize = shapeNumel(ks), inSize = shapeNumel(inSp), outSize = shapeNumel(outSp);
+  std::vector<int64_t> outShape = {N, M};
+  outShape.insert(outShape.end(), outSp.begin(), outSp.end());
+  Tensor o = alloc(DType::Float32, outShape);
+  out.dev = o;
+  if (o.numel() == 0) return;
+  bool pointwise = kSize == 1;
+  for (int d = 0; d < w.r; ++d) pointwise = pointwise && w.s[d] == 1 && w.pb[d] == 0 && w.out[d] == w.in[d];
+  Tensor col;
+  if (!pointwise) col = alloc(DType::Float32, {C * kSize, outSize});
+  int64_t Kd = Cg * kSize;
+  const float one = 1.f, zero = 0.f;
+  for (int64_t n = 0; n < N; ++n) {
+    const float *px = x.data<float>() + n * C * inSize;
+    const float *pcol = px;
+    if (!pointwise) {
+      cudaCheck(cudak::im2col(px, col.data<float>(), C, w, stream), "im2col kernel");
+      pcol = col.data<float>();
+    }
+    // per group g: out_g[Mg, outSize] = W_g[Mg, Kd] col_g[Kd, outSize]
+    // (column-major: out_g^T = col_g^T W_g^T)
+    blasCheck(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, "Conv"), blasInt(Mg, "Conv"),
+                                        blasInt(Kd, "Conv"), &one, pcol, blasInt(outSize, "Conv"), Kd * outSize,
+                                        wt.data<float>(), blasInt(Kd, "Conv"), Mg * Kd, &zero,
+                                        o.data<float>() + n * M * outSize, blasInt(outSize, "Conv"), Mg * outSize,
+                                        blasInt(G, "Conv")),
+              "cublasSgemmStridedBatched");
+  }
+  if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
+}
+
+void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs) {
+  const std::string &op = n.opType;
+  int64_t opset = model.opset("");
+  auto has = [&](size_t i) { return i < ins.size() && ins[i] && ins[i]->defined(); };
+  auto D = [&](size_t i) -> const Tensor & {
+    if (!has(i)) throw std::runtime_error("missing input " + std::to_string(i));
+    return devOf(*ins[i]);
+  };
+  auto H = [&](size_t i) -> const Tensor & {
+    if (!has(i)) throw std::runtime_error("missing input " + std::to_string(i));
+    return hostOf(*ins[i]);
+  };
+  auto launch = [&](cudaError_t e) { cudaCheck(e, (op + " kernel").c_str()); };
+
+  if (auto u = kUnary.find(op); u != kUnary.end()) {
+    const Tensor &x = D(0);
+    Tensor y = alloc(DType::Float32, x.shape());
+    float a = 0.f, b = 0.f;
+    cudak::Unary kind = u->second;
+    if (op == "LeakyRelu") a = n.getFloat("alpha", 0.01f);
+    else if (op == "Elu") a = n.getFloat("alpha", 1.0f);
+    else if (op == "HardSigmoid") { a = n.getFloat("alpha", 0.2f); b = n.getFloat("beta", 0.5f); }
+    else if (op == "Gelu" && n.getString("approximate", "none") == "tanh") kind = cudak::Unary::GeluTanh;
+    launch(cudak::unary(kind, x.data<float>(), y.data<float>(), x.numel(), a, b, stream));
+    outs[0].dev = y;
+    return;
+  }
+  if (op == "Clip") {
+    const Tensor &x = D(0);
+    float lo = -FLT_MAX, hi = FLT_MAX;
+    if (opset < 11) {
+      lo = n.getFloat("min", -FLT_MAX);
+      hi = n.getFloat("max", FLT_MAX);
+    } else {
+      if (has(1)) lo = static_cast<float>(H(1).scalarAsDouble(0));
+      if (has(2)) hi = static_cast<float>(H(2).scalarAsDouble(0));
+    }
+    Tensor y = alloc(DType::Float32, x.shape());
+    launch(cudak::unary(cudak::Unary::Clip, x.data<float>(), y.data<float>(), x.numel(), lo, hi, stream));
+    outs[0].dev = y;
+    return;
+  }
+  auto binaryOp = [&](cudak::Binary kind, const Tensor &a, const Tensor &b) {
+    auto shape = broadcastShapes(a.shape(), b.shape());
+    Tensor y = alloc(DType::Float32, shape);
+    launch(cudak::binary(kind, a.data<float>(), b.data<float>(), y.data<float>(), makeBcast(shape, {&a.shape(), &b.shape()}), stream));
+    return y;
+  };
+  if (auto b = kBinary.find(op); b != kBinary.end()) {
+    const Tensor &a = D(0);
+    Tensor rhs;
+    if (ins[1] && ins[1]->dtype() != DType::Float32) { // Pow's exponent: any numeric, converted on the host
+      const Tensor &h = H(1);
+      Tensor f(DType::Float32, h.shape());
+      for (int64_t i = 0; i < h.numel(); ++i) f.data<float>()[i] = static_cast<float>(h.scalarAsDouble(i));
+      rhs = upload(f);
+    } else rhs = D(1);
+    outs[0].dev = binaryOp(b->second, a, rhs);
+    return;
+  }
+  if (auto v = kVariadic.find(op); v != kVariadic.end()) {
+    Tensor acc;
+    int64_t count = 0;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!has(i)) continue;
+      ++count;
+      acc = acc.defined() ? binaryOp(v->second, acc, D(i)) : D(i);
+    }
+    if (!acc.defined()) throw std::runtime_error(op + " without inputs");
+    if (op == "Mean") {
+      Tensor c(DType::Float32, {});
+      *c.data<float>() = static_cast<float>(count);
+      acc = binaryOp(cudak::Binary::Div, acc, upload(c));
+    }
+    outs[0].dev = acc; // values are immutable: a single input is shared
+    return;
+  }
+  if (auto c = kCompare.find(op); c != kCompare.end()) {
+    const Tensor &a = D(0), &b = D(1);
+    auto shape = broadcastShapes(a.shape(), b.shape());
+    Tensor y = alloc(DType::Bool, shape);
+    launch(cudak::compare(c->second, a.data<float>(), b.data<float>(), y.data<uint8_t>(),
+                          makeBcast(shape, {&a.shape(), &b.shape()}), stream));
+    outs[0].dev = y;
+    return;
+  }
+  if (op == "Not") {
+    const Tensor &x = D(0);
+    Tensor y = alloc(DType::Bool, x.shape());
+    launch(cudak::logicalNot(x.data<uint8_t>(), y.data<uint8_t>(), x.numel(), stream));
+    outs[0].dev = y;
+    return;
+  }
+  if (op == "Where") {
+    const Tensor &c = D(0), &x = D(1), &y = D(2);
+    if (x.dtype() != y.dtype()) throw std::runtime_error(std::string("Where of ") + dtypeName(x.dtype()) + " and " + dtypeName(y.dtype()));
+    auto shape = broadcastShapes(broadcastShapes(c.shape(), x.shape()), y.shape());
+    Tensor o = alloc(x.dtype(), shape);
+    launch(cudak::where(c.data<uint8_t>(), x.raw(), y.raw(), o.raw(), int(dtypeSize(x.dtype())),
+                        makeBcast(shape, {&c.shape(), &x.shape(), &y.shape()}), stream));
+    outs[0].dev = o;
+    return;
+  }
+  if (op == "Cast") {
+    const Tensor &x = D(0);
+    DType to = static_cast<DType>(n.getInt("to", 0));
+    if (x.dtype() == to) { outs[0].dev = x; return; }
+    Tensor y = alloc(to, x.shape());
+    launch(cudak::cast(elemOf(x.dtype()), x.raw(), elemOf(to), y.raw(), x.numel(), stream));
+    outs[0].dev = y;
+    return;
+  }
+  if (op == "Softmax" || op == "LogSoftmax") {
+    const Tensor &x = D(0);
+    int64_t r = x.rank();
+    bool legacy = opset < 13;
+    int64_t axis = normAxis(n.getInt("axis", legacy ? 1 : -1), r);
+    int64_t outer = 1, len = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+    if (legacy) for (int64_t i = axis; i < r; ++i) len *= x.dim(i);
+    else {
+      len = r ? x.dim(axis) : 1;
+      for (int64_t i = axis + 1; i < r; ++i) inner *= x.dim(i);
+    }
+    Tensor y = alloc(DType::Float32, x.shape());
+    launch(cudak::softmax(x.data<float>(), y.data<float>(), outer, len, inner, op == "LogSoftmax", stream));
+    outs[0].dev = y;
+    return;
+  }
+  if (op == "LayerNormalization") {
+    const Tensor &x = D(0);
+    int64_t axis = normAxis(n.getInt("axis", -1), x.rank());
+    float eps = n.getFloat("epsilon", 1e-5f);
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < x.rank(); ++i) (i < axis ? outer : inner) *= x.dim(i);
+    std::vector<int64_t> normShape(x.shape().begin() + axis, x.shape().end());
+    auto expanded = [&](const Tensor &t) { // scale/bias broadcast to the normalized shape
+      if (t.shape() == normShape) return t;
+      Tensor e = alloc(DType::Float32, normShape);
+      launch(cudak::stridedCopy(t.raw(), e.raw(), 4, makeStrided(normShape, broadcastStrides(t.shape(), normShape), 0), stream));
+      return e;
+    };
+    Tensor scale = expanded(D(1)), bias = has(2) ? expanded(D(2)) : Tensor();
+    std::vector<int64_t> statShape = x.shape();
+    for (int64_t i = axis; i < x.rank(); ++i) statShape[i] = 1;
+    Tensor y = alloc(DType::Float32, x.shape()), mean, inv;
+    if (outs.size() > 1 && !n.outputs[1].empty()) mean = alloc(DType::Float32, statShape);
+    if (outs.size() > 2 && !n.outputs[2].empty()) inv = alloc(DType::Float32, statShape);
+    launch(cudak::layerNorm(x.data<float>(), scale.data<float>(), bias.defined() ? bias.data<float>() : nullptr,
+                            y.data<float>(), mean.defined() ? mean.data<float>() : nullptr,
+                            inv.defined() ? inv.data<float>() : nullptr, outer, inner, eps, stream));
+    outs[0].dev = y;
+    if (mean.defined()) outs[1].dev = mean;
+    if (inv.defined()) outs[2].dev = inv;
+    return;
+  }
+  if (op == "BatchNormalization") {
+    const Tensor &x = D(0);
+    int64_t N = x.rank() > 0 ? x.dim(0) : 1, C = x.rank() > 1 ? x.dim(1) : 1, S = x.numel() / std::max<int64_t>(N * C, 1);
+    for (size_t i = 1; i <= 4; ++i)
+      if (D(i).numel() != C) throw std::runtime_error("BatchNormalization input " + std::to_string(i) + " is not [C]");
+    Tensor y = alloc(DType::Float32, x.shape());
+    launch(cudak::batchNorm(x.data<float>(), D(1).data<float>(), D(2).data<float>(), D(3).data<float>(),
+                            D(4).data<float>(), y.data<float>(), N, C, S, n.getFloat("epsilon", 1e-5f), stream));
+    outs[0].dev = y;
+    return;
+  }
+  if (auto rd = kReduce.find(op); rd != kReduce.end()) {
+    const Tensor &x = D(0);
+    int64_t r = x.rank();
+    bool axesAsInput = (op == "ReduceSum" && opset >= 13) || opset >= 18;
+    std::vector<int64_t> axes = axesAsInput ? (has(1) ? H(1).toInt64Vector() : std::vector<int64_t>{}) : n.getInts("axes");
+    bool keep = n.getInt("keepdims", 1);
+    if (axes.empty() && n.getInt("noop_with_empty_axes", 0)) { outs[0].dev = x; return; }
+    std::vector<bool> red(r, axes.empty());
+    for (int64_t a : axes) red[normAxis(a, r)] = true;
+    std::vector<int64_t> perm, outShape;
+    int64_t rows = 1, cols = 1;
+    for (int64_t i = 0; i < r; ++i)
+      if (!red[i]) { perm.push_back(i); rows *= x.dim(i); outShape.push_back(x.dim(i)); }
+      else if (keep) outShape.push_back(1);
+    for (int64_t i = 0; i < r; ++i)
+      if (red[i]) { perm.push_back(i); cols *= x.dim(i); }
+    Tensor src = x;
+    bool identity = true;
+    for (int64_t i = 0; i < r; ++i) identity = identity && perm[i] == i;
+    if (!identity) { // reduced axes last
+      auto st = stridesOf(x.shape());
+      std::vector<int64_t> shape(r), strides(r);
+      for (int64_t i = 0; i < r; ++i) { shape[i] = x.dim(perm[i]); strides[i] = st[perm[i]]; }
+      src = alloc(DType::Float32, shape);
+      launch(cudak::stridedCopy(x.raw(), src.raw(), 4, makeStrided(shape, strides, 0), stream));
+    }
+    Tensor y = alloc(DType::Float32, outShape);
+    launch(cudak::reduceRows(rd->second, src.data<float>(), y.data<float>(), rows, cols, stream));
+    outs[0].dev = y;
+    return;
+  }
+  if (op == "MaxPool" || op == "AveragePool") {
+    const Tensor &x = D(0);
+    if (x.rank() < 3) throw std::runtime_error(op + " takes [N, C, spatial...]");
+    std::vector<int64_t> inSp(x.shape().begin() + 2, x.shape().end()), outSp;
+    cudak::Window w = makeWindow(n, inSp, n.getInts("kernel_shape"), true, outSp);
+    std::vector<int64_t> outShape = {x.dim(0), x.dim(1)};
+    outShape.insert(outShape.end(), outSp.begin(), outSp.end());
+    Tensor y = alloc(DType::Float32, outShape);
+    launch(cudak::pool(op == "MaxPool", x.data<float>(), y.data<float>(), x.dim(0) * x.dim(1), w,
+                       n.getInt("count_include_pad", 0) != 0, stream));
+    outs[0].dev = y;
+    return;
+  }
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
+    const Tensor &x = D(0);
+    if (x.rank() < 2) throw std::runtime_error(op + " takes [N, C, ...]");
+    int64_t NC = x.dim(0) * x.dim(1), S = NC ? x.numel() / NC : 0;
+    std::vector<int64_t> shape(x.rank(), 1);
+    shape[0] = x.dim(0); shape[1] = x.dim(1);
+    Tensor y = alloc(DType::Float32, shape);
+    launch(cudak::reduceRows(op == "GlobalMaxPool" ? cudak::Reduce::Max : cudak::Reduce::Mean, x.data<float>(),
+                             y.data<float>(), NC, S, stream));
+    outs[0].dev = y;
+    return;
+  }
+  if (op == "LRN") {
+    const Tensor &x = D(0);
+    if (x.rank() < 2) throw std::runtime_error("LRN takes [N, C, ...]");
+    int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(N * C, 1);
+    Tensor y = alloc(DType::Float32, x.shape());
+    launch(cudak::lrn(x.data<float>(), y.data<float>(), N, C, S, n.getInt("size", 1), n.getFloat("alpha", 1e-4f),
+                      n.getFloat("beta", 0.75f), n.getFloat("bias", 1.0f), stream));
+    outs[0].dev = y;
+    return;
+  }
+  if (op == "MatMul") return matmul(D(0), D(1), outs[0]);
+  if (op == "Gemm") return gemm(n, D(0), D(1), has(2) ? &D(2) : nullptr, outs[0]);
+  if (op == "Conv") return conv(n, D(0), D(1), has(2) ? &D(2) : nullptr, outs[0]);
+
+  // --- data movement (element-type agnostic) ---
+  auto strided = [&](const Tensor &x, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int64_t base) {
+    Tensor y = alloc(x.dtype(), shape);
+    launch(cudak::stridedCopy(x.raw(), y.raw(), int(dtypeSize(x.dtype())), makeStrided(shape, strides, base), stream));
+    return y;
+  };
+  if (op == "Transpose") {
+    const Tensor &x = D(0);
+    int64_t r = x.rank();
+    std::vector<int64_t> perm(r);
+    std::iota(perm.rbegin(), perm.rend(), 0);
+    perm = n.getInts("perm", perm);
+    if (int64_t(perm.size()) != r) throw std::runtime_error("perm does not match the rank");
+    auto st = stridesOf(x.shape());
+    std::vector<int64_t> shape(r), strides(r);
+    for (int64_t i = 0; i < r; ++i) { shape[i] = x.dim(perm[i]); strides[i] = st[perm[i]]; }
+    outs[0].dev = strided(x, shape, strides, 0);
+    return;
+  }
+  if (op == "Expand") {
+    const Tensor &x = D(0);
+    auto shape = broadcastShapes(x.shape(), H(1).toInt64Vector());
+    outs[0].dev = strided(x, shape, broadcastStrides(x.shape(), shape), 0);
+    return;
+  }
+  if (op == "Slice") {
+    const Tensor &x = D(0);
+    int64_t r = x.rank();
+    std::vector<int64_t> starts, ends, axes, steps;
+    if (opset < 10) {
+      starts = n.getInts("starts"); ends = n.getInts("ends"); axes = n.getInts("axes");
+    } else {
+      starts = H(1).toInt64Vector(); ends = H(2).toInt64Vector();
+      if (has(3)) axes = H(3).toInt64Vector();
+      if (has(4)) steps = H(4).toInt64Vector();
+    }
+    if (axes.empty()) { axes.resize(starts.size()); std::iota(axes.begin(), axes.end(), 0); }
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+      throw std::runtime_error("starts/ends/axes/steps differ in length");
+    auto st = stridesOf(x.shape());
+    std::vector<int64_t> shape = x.shape(), strides = st;
+    int64_t base = 0;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t a = normAxis(axes[i], r), d = x.dim(a), step = steps[i];
+      if (step == 0) throw std::runtime_error("Slice step 0");
+      int64_t s = starts[i], e = ends[i], len;
+      if (s < 0) s += d;
+      if (e < 0) e += d;
+      if (step > 0) {
+        s = std::clamp<int64_t>(s, 0, d); e = std::clamp<int64_t>(e, 0, d);
+        len = e > s ? (e - s + step - 1) / step : 0;
+      } else {
+        s = std::clamp<int64_t>(s, 0, d - 1); e = std::clamp<int64_t>(e, -1, d - 1);
+        len = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+      }
+      shape[a] = len; strides[a] = st[a] * step; base += s * st[a];
+    }
+    outs[0].dev = strided(x, shape, strides, shapeNumel(shape) ? base : 0);
+    return;
+  }
+  if (op == "Split") {
+    const Tensor &x = D(0);
+    int64_t axis = normAxis(n.getInt("axis", 0), x.rank());
+    std::vector<int64_t> parts = opset >= 13 ? (has(1) ? H(1).toInt64Vector() : std::vector<int64_t>{}) : n.getInts("split");
+    int64_t count = static_cast<int64_t>(outs.size());
+    if (parts.empty()) {
+      int64_t each = (x.dim(axis) + count - 1) / count;
+      for (int64_t i = 0; i < count; ++i) parts.push_back(std::max<int64_t>(0, std::min(each, x.dim(axis) - i * each)));
+    }
+    if (int64_t(parts.size()) != count) throw std::runtime_error("split sizes do not match the outputs");
+    auto st = stridesOf(x.shape());
+    int64_t start = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      auto shape = x.shape();
+      shape[axis] = parts[i];
+      if (start + parts[i] > x.dim(axis)) throw std::runtime_error("split sizes exceed the axis");
+      if (!n.outputs[i].empty()) outs[i].dev = strided(x, shape, st, start * st[axis]);
+      start += parts[i];
+    }
+    return;
+  }
+  if (op == "Concat") {
+    std::vector<const Tensor *> parts;
+    for (size_t i = 0; i < ins.size(); ++i)
+      if (has(i)) parts.push_back(&D(i));
+    if (parts.empty()) throw std::runtime_error("Concat without inputs");
+    int64_t axis = normAxis(n.getInt("axis", 0), parts[0]->rank());
+    std::vector<int64_t> shape = parts[0]->shape();
+    shape[axis] = 0;
+    for (auto *t : parts) {
+      if (t->dtype() != parts[0]->dtype() || t->rank() != parts[0]->rank())
+        throw std::runtime_error("Concat inputs differ in type or rank");
+      shape[axis] += t->dim(axis);
+    }
+    Tensor y = alloc(parts[0]->dtype(), shape);
+    size_t es = dtypeSize(y.dtype());
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
+    for (int64_t i = axis + 1; i < int64_t(shape.size()); ++i) inner *= shape[i];
+    size_t rowOut = size_t(shape[axis] * inner) * es, offset = 0;
+    for (auto *t : parts) {
+      size_t row = size_t(t->dim(axis) * inner) * es;
+      if (row && outer)
+        cudaCheck(cudaMemcpy2DAsync(static_cast<char *>(y.raw()) + offset, rowOut, t->raw(), row, row, size_t(outer),
+                                    cudaMemcpyDeviceToDevice, stream),
+                  "Concat (cudaMemcpy2DAsync)");
+      offset += row;
+    }
+    outs[0].dev = y;
+    return;
+  }
+  if (op == "Gather") {
+    const Tensor &x = D(0);
+    int64_t axis = normAxis(n.getInt("axis", 0), x.rank());
+    if (!has(1)) throw std::runtime_error("missing input 1");
+    Val &iv = *ins[1];
+    const Tensor &idxShapeOf = iv.any();
+    int64_t d = x.dim(axis);
+    if (iv.host.defined()) { // indices from the host are checked as the CPU kernel does
+      for (int64_t k : iv.host.toInt64Vector())
+        if ((k < 0 ? k + d : k) < 0 || (k < 0 ? k + d : k) >= d)
+          throw std::runtime_error("Gather index " + std::to_string(k) + " out of range");
+    }
+    if (iv.dtype() != DType::Int64 && iv.dtype() != DType::Int32)
+      throw std::runtime_error(std::string("Gather indices of type ") + dtypeName(iv.dtype()));
+    std::vector<int64_t> shape(x.shape().begin(), x.shape().begin() + axis);
+    shape.insert(shape.end(), idxShapeOf.shape().begin(), idxShapeOf.shape().end());
+    shape.insert(shape.end(), x.shape().begin() + axis + 1, x.shape().end());
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+    for (int64_t i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
+    Tensor y = alloc(x.dtype(), shape);
+    if (y.numel())
+      launch(cudak::gather(x.raw(), int(dtypeSize(x.dtype())), devOf(iv).raw(), iv.dtype() == DType::Int64, y.raw(),
+                           outer, idxShapeOf.numel(), d, inner, stream));
+    outs[0].dev = y;
+    return;
+  }
+  throw std::runtime_error("no CUDA kernel for " + op);
+}
+
+CudaExecutor::CudaExecutor(const Model &model, int device) : impl_(std::make_unique<Impl>(model, device)) {
+  impl_->topoSort();
+  impl_->foldConstants();
+  impl_->types = inferTypes(model, impl_->order, impl_->weights);
+  for (size_t step = 0; step < impl_->order.size(); ++step)
+    for (const auto &s : model.nodes[impl_->order[step]].inputs)
+      if (!s.empty()) impl_->lastUse[s] = step;
+}
+
+CudaExecutor::~CudaExecutor() = default;
+
+std::vector<std::string> CudaExecutor::check() const { return impl_->check(); }
+
+void CudaExecutor::prepare() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->prepare();
+}
+
+std::map<std::string, Tensor> CudaExecutor::run(const std::map<std::string, Tensor> &inputs) {
+  return impl_->run(inputs);
+}
+
+bool cudaDeviceAvailable(std::string *why) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    if (why)
+      *why = err != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(err)
+                                : std::string("no CUDA device: cudaGetDeviceCount found none");
+    cudaGetLastError(); // clear the error for later calls
+    return false;
+  }
+  return true;
+}
+
+} // namespace hetplan::runtime

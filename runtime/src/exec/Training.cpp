@@ -1,0 +1,249 @@
+//===- Training.cpp - the pieces of a training step -----------------------===//
+#include "Training.h"
+
+#include "hetplan/runtime/Gradients.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace hetplan::runtime::train {
+
+bool isNonDifferentiable(const std::string &op) {
+  static const std::set<std::string> kOps = {
+      "Shape", "Size", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And",
+      "Or", "Xor", "ArgMax", "ArgMin", "NonZero", "IsNaN", "IsInf", "Sign", "Floor", "Ceil",
+      "Round", "ConstantOfShape", "Range", "EyeLike", "RandomNormal", "RandomUniform",
+      "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial", "OneHot", "BitShift",
+      "Mod"};
+  return kOps.count(op) != 0;
+}
+
+namespace {
+/// Inputs of `n` through which a gradient can flow.
+std::vector<bool> differentiableInputs(const Node &n) {
+  std::vector<bool> out(n.inputs.size(), false);
+  if (isNonDifferentiable(n.opType)) return out;
+  const GradientInfo *g = findGradient(n.opType);
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (n.inputs[i].empty()) continue;
+    out[i] = !g || std::find(g->nonDifferentiable.begin(), g->nonDifferentiable.end(), i) ==
+                       g->nonDifferentiable.end();
+  }
+  return out;
+}
+} // namespace
+
+std::set<std::string> trainableParameters(const Model &model) {
+  std::set<std::string> out;
+  for (const Node &n : model.nodes) {
+    std::vector<bool> diff = differentiableInputs(n);
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (!diff[i]) continue;
+      auto it = model.initializers.find(n.inputs[i]);
+      if (it != model.initializers.end() && it->second.dtype() == DType::Float32 &&
+          it->second.numel() >= 2)
+        out.insert(it->first);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> checkBackward(const Model &model, const std::vector<size_t> &nodes,
+                                       const std::set<std::string> &seeds) {
+  std::vector<std::string> problems;
+  std::set<std::string> req = seeds;
+  int64_t opset = model.opset("");
+  for (size_t idx : nodes) {
+    const Node &n = model.nodes[idx];
+    std::vector<bool> diff = differentiableInputs(n);
+    bool reached = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) reached |= diff[i] && req.count(n.inputs[i]);
+    if (!reached) continue;
+    std::string where = model.path + ": " + n.describe() + ": ";
+    const GradientInfo *g = findGradient(n.opType);
+    if (!g || (!n.domain.empty() && n.domain != "ai.onnx")) {
+      problems.push_back(where + "no backward kernel for " + n.opType +
+                         " (training needs one on every path from a parameter to the loss)");
+      continue;
+    }
+    if (g->check) {
+      std::string why = g->check(n, opset);
+      if (!why.empty()) {
+        problems.push_back(where + "backward: " + why);
+        continue;
+      }
+    }
+    for (const auto &o : n.outputs)
+      if (!o.empty()) req.insert(o);
+  }
+  return problems;
+}
+
+std::set<std::string> requiresGrad(const Model &model, const std::vector<size_t> &nodes,
+                                   const std::set<std::string> &seeds,
+                                   const std::function<const Tensor *(const std::string &)> &value) {
+  std::set<std::string> req = seeds;
+  for (size_t idx : nodes) {
+    const Node &n = model.nodes[idx];
+    std::vector<bool> diff = differentiableInputs(n);
+    bool reached = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) reached |= diff[i] && req.count(n.inputs[i]);
+    if (!reached) continue;
+    for (const auto &o : n.outputs) {
+      if (o.empty()) continue;
+      const Tensor *t = value(o);
+      if (t && isFloatType(t->dtype())) req.insert(o);
+    }
+  }
+  return req;
+}
+
+namespace {
+template <typename T> void addTo(Tensor &acc, const Tensor &g) {
+  T *a = acc.data<T>();
+  const T *b = g.data<T>();
+  for (int64_t i = 0, e = acc.numel(); i < e; ++i) a[i] += b[i];
+}
+} // namespace
+
+void accumulate(Tensor &acc, const Tensor &g) {
+  if (!acc.defined()) {
+    acc = g.clone();
+    return;
+  }
+  if (acc.shape() != g.shape() || acc.dtype() != g.dtype())
+    throw std::runtime_error("gradient " + g.describe() + " does not add to " + acc.describe());
+  if (acc.dtype() == DType::Float32) addTo<float>(acc, g);
+  else if (acc.dtype() == DType::Float64) addTo<double>(acc, g);
+  else throw std::runtime_error(std::string("gradients of ") + dtypeName(acc.dtype()) + " values are not supported");
+}
+
+void backward(const Model &model, const std::vector<size_t> &nodes,
+              const std::function<const Tensor *(const std::string &)> &value,
+              const std::set<std::string> &requires, std::map<std::string, Tensor> &grads) {
+  int64_t opset = model.opset("");
+  // Gradients first stored as a kernel returned them may share bytes with
+  // another (Add hands the same tensor to both inputs): copied before the
+  // first in-place sum.
+  std::set<std::string> owned;
+  auto add = [&](const std::string &name, Tensor g) {
+    auto it = grads.find(name);
+    if (it == grads.end() || !it->second.defined()) {
+      grads[name] = std::move(g);
+      owned.erase(name);
+      return;
+    }
+    if (!owned.count(name)) {
+      it->second = it->second.clone();
+      owned.insert(name);
+    }
+    accumulate(it->second, g);
+  };
+  for (auto step = nodes.rbegin(); step != nodes.rend(); ++step) {
+    const Node &n = model.nodes[*step];
+    std::string where = model.path + ": " + n.describe() + ": backward: ";
+    bool anyOut = false;
+    for (const auto &o : n.outputs) anyOut |= !o.empty() && grads.count(o) && grads[o].defined();
+    if (!anyOut) continue;
+    std::vector<bool> diff = differentiableInputs(n);
+    std::vector<bool> want(n.inputs.size(), false);
+    bool anyWant = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      want[i] = diff[i] && requires.count(n.inputs[i]);
+      anyWant |= want[i];
+    }
+    if (anyWant) {
+      const GradientInfo *g = findGradient(n.opType);
+      if (!g) throw std::runtime_error(where + "no backward kernel for " + n.opType);
+      GradientContext ctx{n, opset, {}, {}, {}, want, std::vector<Tensor>(n.inputs.size())};
+      for (const auto &s : n.inputs) {
+        const Tensor *t = s.empty() ? nullptr : value(s);
+        if (!s.empty() && !t) throw std::runtime_error(where + "forward value '" + s + "' was not kept");
+        ctx.inputs.push_back(t);
+      }
+      for (const auto &o : n.outputs) {
+        ctx.outputs.push_back(o.empty() ? nullptr : value(o));
+        auto it = o.empty() ? grads.end() : grads.find(o);
+        ctx.outputGrads.push_back(it == grads.end() ? Tensor() : it->second);
+      }
+      try {
+        g->run(ctx);
+      } catch (const std::exception &e) {
+        throw std::runtime_error(where + e.what());
+      }
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (!want[i] || i >= ctx.inputGrads.size() || !ctx.inputGrads[i].defined()) continue;
+        const Tensor &gi = ctx.inputGrads[i];
+        if (gi.shape() != ctx.inputs[i]->shape())
+          throw std::runtime_error(where + "gradient of input " + std::to_string(i) + " is " + gi.describe() +
+                                   ", the input is " + ctx.inputs[i]->describe());
+        add(n.inputs[i], gi);
+      }
+    }
+    // An output's gradient is complete once its producer ran: free it.
+    for (const auto &o : n.outputs)
+      if (!o.empty()) {
+        grads.erase(o);
+        owned.erase(o);
+      }
+  }
+}
+
+void groupSum(Communicator &comm, const std::vector<int> &group, int64_t tag,
+              const std::vector<Tensor *> &tensors) {
+  if (group.size() <= 1 || tensors.empty()) return;
+  int64_t total = 0;
+  for (const Tensor *t : tensors) {
+    if (t->dtype() != DType::Float32) throw std::runtime_error("gradient sums take float32 tensors");
+    total += t->numel();
+  }
+  Tensor flat(DType::Float32, {total});
+  float *f = flat.data<float>();
+  for (const Tensor *t : tensors) {
+    std::memcpy(f, t->raw(), t->nbytes());
+    f += t->numel();
+  }
+  int me = comm.rank(), leader = group.front();
+  if (me == leader) {
+    for (size_t k = 1; k < group.size(); ++k) {
+      Tensor part = comm.recv(group[k], tag);
+      if (part.dtype() != DType::Float32 || part.numel() != total)
+        throw std::runtime_error("rank " + std::to_string(group[k]) + " sent " + part.describe() +
+                                 " to a gradient sum of " + std::to_string(total) + " floats");
+      addTo<float>(flat, part);
+    }
+    for (size_t k = 1; k < group.size(); ++k) comm.send(group[k], tag + 1, flat);
+  } else {
+    comm.send(leader, tag, flat);
+    flat = comm.recv(leader, tag + 1);
+    if (flat.numel() != total) throw std::runtime_error("gradient sum came back with the wrong size");
+  }
+  const float *src = flat.data<float>();
+  for (Tensor *t : tensors) {
+    std::memcpy(t->raw(), src, t->nbytes());
+    src += t->numel();
+  }
+}
+
+void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                const AdamSettings &s) {
+  if (param.dtype() != DType::Float32 || grad.dtype() != DType::Float32 || grad.numel() != param.numel())
+    throw std::runtime_error("Adam takes float32 parameters and gradients of the same size");
+  if (!m.defined()) m = Tensor(DType::Float32, param.shape());
+  if (!v.defined()) v = Tensor(DType::Float32, param.shape());
+  float *p = param.data<float>(), *mm = m.data<float>(), *vv = v.data<float>();
+  const float *g = grad.data<float>();
+  double c1 = 1 - std::pow(s.beta1, double(step)), c2 = 1 - std::pow(s.beta2, double(step));
+  for (int64_t i = 0, e = param.numel(); i < e; ++i) {
+    double gi = double(g[i]) + s.weightDecay * double(p[i]);
+    double mi = s.beta1 * mm[i] + (1 - s.beta1) * gi;
+    double vi = s.beta2 * vv[i] + (1 - s.beta2) * gi * gi;
+    mm[i] = float(mi);
+    vv[i] = float(vi);
+    p[i] = float(double(p[i]) - s.lr * (mi / c1) / (std::sqrt(vi / c2) + s.eps));
+  }
+}
+
+} // namespace hetplan::runtime::train

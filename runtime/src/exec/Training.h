@@ -1,0 +1,69 @@
+//===- Training.h - the pieces of a training step (internal) ----*- C++ -*-===//
+//
+// What PlanExecutor's training programs are made of: which initializers are
+// trained, the backward sweep over a node list, sums over a group of ranks,
+// and Adam. Internal to hetplan_exec (docs/runtime.md, "Training plans").
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+#include "hetplan/runtime/Communicator.h"
+#include "hetplan/runtime/Model.h"
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace hetplan::runtime::train {
+
+/// Ops whose outputs carry no gradient (shapes, comparisons, indices,
+/// piecewise-constant functions): backward stops there.
+bool isNonDifferentiable(const std::string &opType);
+
+/// The trained parameters: float32 initializers with at least 2 elements
+/// (the compiler's parameter rule) read by some node at an input that can
+/// carry a gradient.
+std::set<std::string> trainableParameters(const Model &model);
+
+/// Every problem that stops backward over `nodes` (op without a backward
+/// kernel on a path from a parameter, unsupported attributes), one line
+/// each naming the node. `seeds`: values that carry gradients on entry.
+std::vector<std::string> checkBackward(const Model &model, const std::vector<size_t> &nodes,
+                                       const std::set<std::string> &seeds);
+
+/// Values that carry gradients after a forward over `nodes`: the seeds, and
+/// every float output of a differentiable node with a differentiable input
+/// that carries one. `value` finds a forward value (nullptr if none).
+std::set<std::string> requiresGrad(const Model &model, const std::vector<size_t> &nodes,
+                                   const std::set<std::string> &seeds,
+                                   const std::function<const Tensor *(const std::string &)> &value);
+
+/// Reverse-mode sweep: `grads` holds gradients of some values on entry
+/// (the loss output's, received ones); on return it also holds the
+/// gradient of every value in `requires` that reaches them (summed over
+/// uses). Float32/float64 values only.
+void backward(const Model &model, const std::vector<size_t> &nodes,
+              const std::function<const Tensor *(const std::string &)> &value,
+              const std::set<std::string> &requires, std::map<std::string, Tensor> &grads);
+
+/// acc += g (same shape and type); an undefined `acc` becomes a copy of g.
+void accumulate(Tensor &acc, const Tensor &g);
+
+/// Sums `tensors` (float32) elementwise over the ranks `group` (sorted,
+/// containing comm.rank()), in place: the lowest rank adds the others'
+/// values in rank order and sends the sum back, so every member ends with
+/// the same bits. `tag` must be the same on every member and unused by
+/// other traffic between them.
+void groupSum(Communicator &comm, const std::vector<int> &group, int64_t tag,
+              const std::vector<Tensor *> &tensors);
+
+struct AdamSettings {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
+};
+/// One Adam (PyTorch's torch.optim.Adam, L2 weight decay added to the
+/// gradient) update of `param` at step `step` (1-based), in place.
+void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                const AdamSettings &s);
+
+} // namespace hetplan::runtime::train

@@ -1,0 +1,261 @@
+//===- TensorOpsGrad.cpp - backward of shape, data-movement, reductions ---===//
+#include "GradUtil.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace hetplan::runtime::train {
+namespace {
+
+void transposeGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  if (!wants(c, 0)) return;
+  const Tensor &x = c.in(0);
+  Tensor dy = outGrad(c, 0, x.dtype());
+  if (!dy.defined()) return;
+  int64_t r = x.rank();
+  std::vector<int64_t> perm(r);
+  std::iota(perm.rbegin(), perm.rend(), 0);
+  perm = c.node.getInts("perm", perm);
+  // dX[p] = dY[q] with q_i = p_perm[i]: X's dim perm[i] walks dY's dim i.
+  auto sy = contiguousStrides(dy.shape());
+  std::vector<int64_t> strides(r);
+  for (int64_t i = 0; i < r; ++i) strides[perm[i]] = sy[i];
+  c.inputGrads[0] = gatherStrided(dy, x.shape(), strides, 0);
+}
+
+/// outer/inner sizes around `axis`.
+void aroundAxis(const std::vector<int64_t> &shape, int64_t axis, int64_t &outer, int64_t &inner) {
+  outer = inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
+  for (int64_t i = axis + 1; i < static_cast<int64_t>(shape.size()); ++i) inner *= shape[i];
+}
+
+void splitGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  if (!wants(c, 0)) return;
+  const Tensor &x = c.in(0);
+  int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
+  int64_t n = static_cast<int64_t>(c.node.outputs.size());
+  std::vector<int64_t> parts = c.opset >= 13 ? (c.hasInput(1) ? c.in(1).toInt64Vector() : std::vector<int64_t>{})
+                                             : c.node.getInts("split");
+  if (parts.empty()) {
+    int64_t each = (x.dim(axis) + n - 1) / n;
+    for (int64_t i = 0; i < n; ++i) parts.push_back(std::min(each, x.dim(axis) - i * each));
+  }
+  int64_t outer, inner, D = x.dim(axis);
+  aroundAxis(x.shape(), axis, outer, inner);
+  Tensor dx(x.dtype(), x.shape()); // outputs without a gradient contribute zeros
+  size_t es = dtypeSize(x.dtype());
+  char *pd = static_cast<char *>(dx.raw());
+  int64_t start = 0;
+  for (int64_t i = 0; i < n && i < static_cast<int64_t>(parts.size()); ++i) {
+    Tensor g = outGrad(c, i, x.dtype());
+    if (g.defined()) {
+      int64_t row = parts[i] * inner * es;
+      if (g.numel() != outer * parts[i] * inner)
+        throw std::runtime_error(c.node.describe() + ": backward: gradient " + g.describe() + " for output " +
+                                 std::to_string(i) + " does not match the split");
+      const char *pg = static_cast<const char *>(g.raw());
+      for (int64_t o = 0; o < outer; ++o) std::memcpy(pd + ((o * D + start) * inner) * es, pg + o * row, row);
+    }
+    start += parts[i];
+  }
+  c.inputGrads[0] = std::move(dx);
+}
+
+void concatGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  const Tensor *first = nullptr;
+  for (size_t i = 0; i < c.inputs.size() && !first; ++i)
+    if (c.hasInput(i)) first = &c.in(i);
+  if (!first) return;
+  Tensor dy = outGrad(c, 0, first->dtype());
+  if (!dy.defined()) return;
+  int64_t axis = normAxis(c.node.getInt("axis", 0), first->rank());
+  int64_t outer, inner, D = dy.dim(axis);
+  aroundAxis(dy.shape(), axis, outer, inner);
+  size_t es = dtypeSize(dy.dtype());
+  const char *pg = static_cast<const char *>(dy.raw());
+  int64_t offset = 0;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (!c.hasInput(i)) continue;
+    const Tensor &x = c.in(i);
+    int64_t len = x.dim(axis);
+    if (wants(c, i)) {
+      Tensor g(x.dtype(), x.shape());
+      char *p = static_cast<char *>(g.raw());
+      int64_t row = len * inner * es;
+      for (int64_t o = 0; o < outer; ++o) std::memcpy(p + o * row, pg + ((o * D + offset) * inner) * es, row);
+      c.inputGrads[i] = std::move(g);
+    }
+    offset += len;
+  }
+}
+
+void sliceGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  if (!wants(c, 0)) return;
+  const Tensor &x = c.in(0);
+  Tensor dy = outGrad(c, 0, x.dtype());
+  if (!dy.defined()) return;
+  int64_t r = x.rank();
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (c.opset < 10) {
+    starts = c.node.getInts("starts"); ends = c.node.getInts("ends"); axes = c.node.getInts("axes");
+  } else {
+    starts = c.in(1).toInt64Vector(); ends = c.in(2).toInt64Vector();
+    if (c.hasInput(3)) axes = c.in(3).toInt64Vector();
+    if (c.hasInput(4)) steps = c.in(4).toInt64Vector();
+  }
+  if (axes.empty()) { axes.resize(starts.size()); std::iota(axes.begin(), axes.end(), 0); }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  // the same view of X as the forward kernel takes
+  auto st = contiguousStrides(x.shape());
+  std::vector<int64_t> shape = x.shape(), strides = st;
+  int64_t base = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = normAxis(axes[i], r), d = x.dim(a), step = steps[i];
+    if (step == 0) throw std::runtime_error("Slice step 0");
+    int64_t s = starts[i], e = ends[i];
+    if (s < 0) s += d;
+    if (e < 0) e += d;
+    int64_t len;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, d); e = std::clamp<int64_t>(e, 0, d);
+      len = e > s ? (e - s + step - 1) / step : 0;
+    } else {
+      s = std::clamp<int64_t>(s, 0, d - 1); e = std::clamp<int64_t>(e, -1, d - 1);
+      len = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+    }
+    shape[a] = len; strides[a] = st[a] * step; base += s * st[a];
+  }
+  Tensor dx(x.dtype(), x.shape());
+  int64_t n = shapeNumel(shape);
+  if (n != dy.numel())
+    throw std::runtime_error(c.node.describe() + ": backward: gradient " + dy.describe() + " does not match the slice");
+  // scatter: every selected position is distinct (no step is 0)
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *pg = dy.data<T>();
+    T *pd = dx.data<T>();
+    std::vector<int64_t> idx(r, 0);
+    int64_t off = base;
+    for (int64_t i = 0; i < n; ++i) {
+      pd[off] = pg[i];
+      for (int64_t d = r - 1; d >= 0; --d) {
+        if (++idx[d] < shape[d]) { off += strides[d]; break; }
+        off -= strides[d] * (shape[d] - 1); idx[d] = 0;
+      }
+    }
+  });
+  c.inputGrads[0] = std::move(dx);
+}
+
+// Gather along `axis`: rows of dY are added back to the rows they came from.
+void gatherGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  if (!wants(c, 0)) return;
+  const Tensor &x = c.in(0);
+  Tensor dy = outGrad(c, 0, x.dtype());
+  if (!dy.defined()) return;
+  int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
+  auto idx = c.in(1).toInt64Vector();
+  int64_t outer, inner, d = x.dim(axis), n = static_cast<int64_t>(idx.size());
+  aroundAxis(x.shape(), axis, outer, inner);
+  for (auto &k : idx) {
+    int64_t v = k < 0 ? k + d : k;
+    if (v < 0 || v >= d) throw std::runtime_error("Gather index " + std::to_string(k) + " out of range");
+    k = v;
+  }
+  Tensor dx(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *pg = dy.data<T>();
+    T *pd = dx.data<T>();
+    // threads own column ranges of a row, so repeated indices never race
+    int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(outer * n, 1));
+    parallelFor(inner, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < n; ++j) {
+          const T *src = pg + (o * n + j) * inner;
+          T *dst = pd + (o * d + idx[j]) * inner;
+          for (int64_t e = lo; e < hi; ++e) dst[e] += src[e];
+        }
+    });
+  });
+  c.inputGrads[0] = std::move(dx);
+}
+
+void expandGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  if (!wants(c, 0)) return;
+  const Tensor &x = c.in(0);
+  Tensor dy = outGrad(c, 0, x.dtype());
+  if (!dy.defined()) return;
+  c.inputGrads[0] = reduceGradToShape(dy, x.shape());
+}
+
+void tileGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  if (!wants(c, 0)) return;
+  const Tensor &x = c.in(0);
+  Tensor dy = outGrad(c, 0, x.dtype());
+  if (!dy.defined()) return;
+  auto reps = c.in(1).toInt64Vector();
+  // dY viewed as [r0, d0, r1, d1, ...]: sum over the repeats
+  std::vector<int64_t> view, target;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    view.push_back(reps[i]); view.push_back(x.dim(i));
+    target.push_back(1); target.push_back(x.dim(i));
+  }
+  c.inputGrads[0] = reduceGradToShape(dy.reshaped(view), target).reshaped(x.shape());
+}
+
+void reduceGrad(GradientContext &c, bool mean) {
+  c.inputGrads.resize(c.inputs.size());
+  if (!wants(c, 0)) return;
+  const Tensor &x = c.in(0);
+  Tensor dy = outGrad(c, 0, x.dtype());
+  if (!dy.defined()) return;
+  int64_t r = x.rank();
+  bool axesAsInput = (!mean && c.opset >= 13) || c.opset >= 18;
+  std::vector<int64_t> axes = axesAsInput ? (c.hasInput(1) ? c.in(1).toInt64Vector() : std::vector<int64_t>{})
+                                          : c.node.getInts("axes");
+  if (axes.empty() && c.node.getInt("noop_with_empty_axes", 0)) {
+    c.inputGrads[0] = reshapedCopy(dy, x.shape());
+    return;
+  }
+  std::vector<bool> red(r, axes.empty());
+  for (int64_t a : axes) red[normAxis(a, r)] = true;
+  std::vector<int64_t> kept(r);
+  for (int64_t i = 0; i < r; ++i) kept[i] = red[i] ? 1 : x.dim(i);
+  Tensor g = broadcastTo(dy.reshaped(kept), x.shape());
+  if (mean) {
+    int64_t no = shapeNumel(kept);
+    double k = no && x.numel() ? static_cast<double>(no) / static_cast<double>(x.numel()) : 0.0;
+    HP_DISPATCH_FLOAT(g.dtype(), {
+      T *p = g.data<T>();
+      for (int64_t i = 0; i < g.numel(); ++i) p[i] = static_cast<T>(p[i] * k);
+    });
+  }
+  c.inputGrads[0] = std::move(g);
+}
+
+} // namespace
+
+void registerTensorGradients() {
+  regPassThrough("Reshape", {1});
+  regPassThrough("Flatten", {});
+  regPassThrough("Squeeze", {1});
+  regPassThrough("Unsqueeze", {1});
+  registerGradient("Transpose", {transposeGrad, nullptr, {}});
+  registerGradient("Split", {splitGrad, nullptr, {1}});
+  registerGradient("Concat", {concatGrad, nullptr, {}});
+  registerGradient("Slice", {sliceGrad, nullptr, {1, 2, 3, 4}});
+  registerGradient("Gather", {gatherGrad, nullptr, {1}});
+  registerGradient("Expand", {expandGrad, nullptr, {1}});
+  registerGradient("Tile", {tileGrad, nullptr, {1}});
+  registerGradient("ReduceSum", {[](GradientContext &c) { reduceGrad(c, false); }, nullptr, {1}});
+  registerGradient("ReduceMean", {[](GradientContext &c) { reduceGrad(c, true); }, nullptr, {1}});
+}
+
+} // namespace hetplan::runtime::train

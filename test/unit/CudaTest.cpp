@@ -1,0 +1,358 @@
+//===- CudaTest.cpp - the CUDA backend against the CPU executor -----------===//
+//
+// hetplan-cuda-tests (built only with a CUDA toolkit). Tests that need a GPU
+// skip with "no CUDA device: ..." when cudaGetDeviceCount fails or finds
+// none; the check() tests run everywhere (check() needs no device). With a
+// device, CudaExecutor is compared with the CPU Executor on the example
+// models and the onnx-light models (when ../shared/models/onnx-light is
+// present), and with the expected outputs of ONNX node test cases.
+//
+//===----------------------------------------------------------------------===//
+
+#include "hetplan/runtime/CudaBackend.h"
+#include "hetplan/runtime/Devices.h"
+#include "hetplan/runtime/Executor.h"
+#include "hetplan/runtime/Model.h"
+#if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
+#include "hetplan/runtime/NcclCommunicator.h"
+#endif
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+using namespace hetplan::runtime;
+namespace fs = std::filesystem;
+
+namespace {
+
+#define REQUIRE_CUDA_DEVICE()                                                                      \
+  do {                                                                                             \
+    std::string why_;                                                                              \
+    if (!cudaDeviceAvailable(&why_)) GTEST_SKIP() << why_;                                         \
+  } while (0)
+
+const char *kNodeDir = "/usr/share/libonnx-testdata/data/node";
+
+std::string joined(const std::vector<std::string> &lines) {
+  std::string s;
+  for (const auto &l : lines) s += l + "\n";
+  return s;
+}
+
+/// "" when `got` matches `want` (floats within 1e-4 relative, 1e-4 absolute
+/// near zero; NaN equals NaN; other types exactly), else the first difference.
+std::string compareTensors(const Tensor &got, const Tensor &want) {
+  if (got.dtype() != want.dtype()) return std::string("dtype ") + dtypeName(got.dtype()) + " vs " + dtypeName(want.dtype());
+  if (got.shape() != want.shape()) return "shape " + shapeString(got.shape()) + " vs " + shapeString(want.shape());
+  if (got.dtype() == DType::Float32 || got.dtype() == DType::Float64) {
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      double a = got.dtype() == DType::Float32 ? got.data<float>()[i] : got.data<double>()[i];
+      double b = want.dtype() == DType::Float32 ? want.data<float>()[i] : want.data<double>()[i];
+      if (std::isnan(a) && std::isnan(b)) continue;
+      if (a == b) continue; // infinities
+      if (!(std::fabs(a - b) <= 1e-4 * (1.0 + std::fabs(b)))) {
+        std::ostringstream os;
+        os << "element " << i << ": " << a << " vs " << b;
+        return os.str();
+      }
+    }
+    return "";
+  }
+  if (got.nbytes() && std::memcmp(got.raw(), want.raw(), got.nbytes()) != 0) return "bytes differ";
+  return "";
+}
+
+void expectSame(const std::map<std::string, Tensor> &got, const std::map<std::string, Tensor> &want,
+                const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto &[name, t] : want) {
+    auto it = got.find(name);
+    ASSERT_NE(it, got.end()) << what << ": output " << name << " missing";
+    std::string diff = compareTensors(it->second, t);
+    EXPECT_EQ(diff, "") << what << ": output " << name;
+  }
+}
+
+/// Random inputs for a model: int64 token ids below 100 (token types 0/1,
+/// attention masks of ones with trailing zeros), floats in [0, 1).
+std::map<std::string, Tensor> randomInputs(const Model &m, int64_t batch, int64_t seq, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::map<std::string, Tensor> in;
+  for (const auto &v : m.inputs) {
+    std::vector<int64_t> shape = v.shape;
+    if (!v.hasShape) shape = {batch, seq};
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (shape[d] < 0) shape[d] = d == 0 ? batch : seq;
+    Tensor t(v.dtype, shape);
+    if (v.dtype == DType::Int64) {
+      int64_t *p = t.data<int64_t>();
+      int64_t last = shape.empty() ? 1 : shape.back();
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        if (v.name.find("mask") != std::string::npos) p[i] = (i % last) < last - 2 ? 1 : 0;
+        else if (v.name.find("type") != std::string::npos) p[i] = int64_t(rng() % 2);
+        else p[i] = int64_t(rng() % 100);
+      }
+    } else if (v.dtype == DType::Float32) {
+      std::uniform_real_distribution<float> u(0.f, 1.f);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+    }
+    in[v.name] = t;
+  }
+  return in;
+}
+
+void compareWithCpu(const std::string &path, int64_t batch, int64_t seq) {
+  Model m = loadModel(path);
+  CudaExecutor gpu(m);
+  ASSERT_EQ(joined(gpu.check()), "") << path;
+  Executor cpu(m);
+  auto inputs = randomInputs(m, batch, seq, 42);
+  auto want = cpu.run(inputs);
+  auto got = gpu.run(inputs);
+  expectSame(got, want, path);
+  // a second run reuses the uploaded weights
+  auto again = gpu.run(inputs);
+  expectSame(again, want, path + " (second run)");
+}
+
+std::vector<std::string> onnxLightModels() {
+  std::vector<std::string> out;
+  fs::path dir = fs::path(HETPLAN_SHARED_MODELS_DIR) / "onnx-light";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto &e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".onnx") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// ONNX node test cases per op family (those absent from the installed
+/// libonnx-testdata are skipped).
+const std::vector<std::string> kNodeCases = {
+    // MatMul / Gemm (cuBLAS)
+    "test_matmul_2d", "test_matmul_3d", "test_matmul_4d", "test_gemm_all_attributes", "test_gemm_alpha",
+    "test_gemm_beta", "test_gemm_default_matrix_bias", "test_gemm_default_no_bias", "test_gemm_default_scalar_bias",
+    "test_gemm_default_vector_bias", "test_gemm_transposeA", "test_gemm_transposeB",
+    // Conv (im2col + cuBLAS)
+    "test_basic_conv_with_padding", "test_basic_conv_without_padding", "test_conv_with_autopad_same",
+    "test_conv_with_strides_and_asymmetric_padding", "test_conv_with_strides_no_padding",
+    "test_conv_with_strides_padding",
+    // elementwise
+    "test_add", "test_add_bcast", "test_sub", "test_sub_bcast", "test_mul_bcast", "test_div_bcast", "test_pow",
+    "test_pow_bcast_array", "test_pow_types_float32_int64", "test_neg", "test_sqrt", "test_exp", "test_log",
+    "test_tanh", "test_sigmoid", "test_relu", "test_leakyrelu", "test_erf", "test_clip", "test_clip_default_min",
+    "test_clip_splitbounds", "test_where_example", "test_where_long_example", "test_equal", "test_less",
+    "test_greater_bcast", "test_not_2d", "test_sum_example", "test_max_example", "test_min_two_inputs",
+    "test_mean_example",
+    // softmax, normalizations, reductions
+    "test_softmax_axis_0", "test_softmax_axis_1", "test_softmax_default_axis", "test_softmax_large_number",
+    "test_logsoftmax_axis_2", "test_logsoftmax_example_1", "test_layer_normalization_2d_axis0",
+    "test_layer_normalization_3d_axis1_epsilon", "test_layer_normalization_4d_axis_negative_2",
+    "test_layer_normalization_default_axis", "test_batchnorm_epsilon", "test_batchnorm_example", "test_lrn",
+    "test_reduce_mean_default_axes_keepdims_random", "test_reduce_mean_do_not_keepdims_random",
+    "test_reduce_sum_keepdims_random", "test_reduce_sum_empty_axes_input_noop_random",
+    "test_reduce_max_negative_axes_keepdims_random", "test_reduce_min_keepdims_random",
+    // pooling
+    "test_maxpool_1d_default", "test_maxpool_2d_default", "test_maxpool_2d_ceil", "test_maxpool_2d_dilations",
+    "test_maxpool_2d_same_lower", "test_maxpool_2d_pads", "test_maxpool_3d_default", "test_averagepool_2d_default",
+    "test_averagepool_2d_pads_count_include_pad", "test_averagepool_2d_same_upper", "test_averagepool_2d_ceil",
+    "test_averagepool_3d_default", "test_globalaveragepool", "test_globalmaxpool",
+    // data movement and metadata
+    "test_transpose_default", "test_transpose_all_permutations_3", "test_gather_0", "test_gather_1",
+    "test_gather_2d_indices", "test_gather_negative_indices", "test_concat_3d_axis_negative_2", "test_slice",
+    "test_slice_neg_steps", "test_slice_negative_axes", "test_slice_default_steps", "test_split_equal_parts_1d",
+    "test_split_variable_parts_2d", "test_reshape_negative_dim", "test_flatten_axis2", "test_squeeze",
+    "test_unsqueeze_axis_1", "test_identity", "test_expand_dim_changed",
+};
+
+std::vector<std::string> presentNodeCases() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto &c : kNodeCases)
+    if (fs::is_regular_file(fs::path(kNodeDir) / c / "model.onnx", ec)) out.push_back(c);
+  return out;
+}
+
+struct NodeCase {
+  Model model;
+  std::map<std::string, Tensor> inputs, outputs;
+};
+
+NodeCase loadNodeCase(const std::string &name) {
+  fs::path dir = fs::path(kNodeDir) / name;
+  NodeCase c{loadModel((dir / "model.onnx").string()), {}, {}};
+  fs::path data = dir / "test_data_set_0";
+  for (size_t i = 0; i < c.model.inputs.size(); ++i) {
+    fs::path p = data / ("input_" + std::to_string(i) + ".pb");
+    if (fs::exists(p)) c.inputs[c.model.inputs[i].name] = loadTensorFile(p.string());
+  }
+  for (size_t i = 0; i < c.model.outputs.size(); ++i) {
+    fs::path p = data / ("output_" + std::to_string(i) + ".pb");
+    if (fs::exists(p)) c.outputs[c.model.outputs[i].name] = loadTensorFile(p.string());
+  }
+  return c;
+}
+
+} // namespace
+
+// --- without a device ------------------------------------------------------
+
+TEST(CudaCheck, ExampleModelsAreSupported) {
+  for (const char *name : {"gpt2-tiny.onnx", "bert-tiny.onnx"}) {
+    Model m = loadModel(std::string(HETPLAN_EXAMPLES) + "/" + name);
+    CudaExecutor gpu(m);
+    EXPECT_EQ(joined(gpu.check()), "") << name;
+  }
+}
+
+TEST(CudaCheck, OnnxLightModelsAreSupported) {
+  auto models = onnxLightModels();
+  if (models.empty()) GTEST_SKIP() << "no onnx-light models under " << HETPLAN_SHARED_MODELS_DIR;
+  for (const auto &path : models) {
+    Model m = loadModel(path);
+    CudaExecutor gpu(m);
+    EXPECT_EQ(joined(gpu.check()), "") << path;
+  }
+}
+
+TEST(CudaCheck, NodeCasesAreSupported) {
+  auto cases = presentNodeCases();
+  if (cases.empty()) GTEST_SKIP() << "no libonnx-testdata under " << kNodeDir;
+  EXPECT_GE(cases.size(), kNodeCases.size() / 2) << "most listed node cases are missing";
+  for (const auto &name : cases) {
+    Model m = loadModel((fs::path(kNodeDir) / name / "model.onnx").string());
+    CudaExecutor gpu(m);
+    EXPECT_EQ(joined(gpu.check()), "") << name;
+  }
+}
+
+TEST(CudaCheck, ListsUnsupportedNodes) {
+  struct Case {
+    const char *dir, *op, *why;
+  };
+  int seen = 0;
+  for (Case c : {Case{"test_cumsum_1d", "(CumSum)", "no CUDA kernel for CumSum"},
+                 Case{"test_maxpool_with_argmax_2d_precomputed_pads", "(MaxPool)", "Indices"},
+                 Case{"test_cast_FLOAT_to_DOUBLE", "(Cast)", "float64"}}) {
+    fs::path p = fs::path(kNodeDir) / c.dir / "model.onnx";
+    if (!fs::exists(p)) continue;
+    ++seen;
+    Model m = loadModel(p.string());
+    CudaExecutor gpu(m);
+    auto problems = gpu.check();
+    ASSERT_EQ(problems.size(), 1u) << c.dir << ":\n" << joined(problems);
+    EXPECT_NE(problems[0].find(c.op), std::string::npos) << problems[0];
+    EXPECT_NE(problems[0].find(c.why), std::string::npos) << problems[0];
+    EXPECT_EQ(problems[0].find('\n'), std::string::npos) << problems[0];
+  }
+  if (!seen) GTEST_SKIP() << "no libonnx-testdata under " << kNodeDir;
+}
+
+TEST(CudaCheck, RunWithoutDeviceSaysSo) {
+  std::string why;
+  if (cudaDeviceAvailable(&why)) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
+  Model m = loadModel(std::string(HETPLAN_EXAMPLES) + "/gpt2-tiny.onnx");
+  CudaExecutor gpu(m);
+  try {
+    gpu.run(randomInputs(m, 1, 4, 1));
+    FAIL() << "run() without a device did not throw";
+  } catch (const std::runtime_error &e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+// --- on a device -------------------------------------------------------------
+
+TEST(CudaRun, Gpt2TinyMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  compareWithCpu(std::string(HETPLAN_EXAMPLES) + "/gpt2-tiny.onnx", 2, 16);
+}
+
+TEST(CudaRun, BertTinyMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  compareWithCpu(std::string(HETPLAN_EXAMPLES) + "/bert-tiny.onnx", 2, 16);
+}
+
+TEST(CudaRun, OnnxLightModelsMatchCpu) {
+  REQUIRE_CUDA_DEVICE();
+  auto models = onnxLightModels();
+  if (models.empty()) GTEST_SKIP() << "no onnx-light models under " << HETPLAN_SHARED_MODELS_DIR;
+  for (const auto &path : models) compareWithCpu(path, 1, 1);
+}
+
+TEST(CudaRun, NodeCasesMatchExpectedOutputs) {
+  REQUIRE_CUDA_DEVICE();
+  auto cases = presentNodeCases();
+  if (cases.empty()) GTEST_SKIP() << "no libonnx-testdata under " << kNodeDir;
+  for (const auto &name : cases) {
+    NodeCase c = loadNodeCase(name);
+    CudaExecutor gpu(c.model);
+    std::map<std::string, Tensor> got;
+    try {
+      got = gpu.run(c.inputs);
+    } catch (const std::exception &e) {
+      ADD_FAILURE() << name << ": " << e.what();
+      continue;
+    }
+    expectSame(got, c.outputs, name);
+  }
+}
+
+TEST(CudaRun, RuntimeErrorsNameTheNode) {
+  REQUIRE_CUDA_DEVICE();
+  fs::path p = fs::path(kNodeDir) / "test_gather_0" / "model.onnx";
+  if (!fs::exists(p)) GTEST_SKIP() << "no libonnx-testdata under " << kNodeDir;
+  NodeCase c = loadNodeCase("test_gather_0");
+  for (auto &[name, t] : c.inputs)
+    if (t.dtype() == DType::Int64) t.data<int64_t>()[0] = 1000; // out of range
+  CudaExecutor gpu(c.model);
+  try {
+    gpu.run(c.inputs);
+    FAIL() << "no error";
+  } catch (const std::runtime_error &e) {
+    EXPECT_NE(std::string(e.what()).find("(Gather)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
+}
+
+#if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
+// One test: MPI is initialized once per process (the first communicator)
+// and finalized with the last. Alone (size 1) it checks the all-reduce and
+// barrier; under `mpirun -np 2` also send/recv in both directions.
+TEST(CudaNccl, Communicator) {
+  REQUIRE_CUDA_DEVICE();
+  const char *ws = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!ws) ws = std::getenv("PMI_SIZE");
+  int ranks = ws ? std::atoi(ws) : 1;
+  size_t devices = cudaDevices().size();
+  if (size_t(ranks) > devices) // NCCL refuses two ranks on one GPU
+    GTEST_SKIP() << "NCCL needs one GPU per rank: " << ranks << " ranks, " << devices << " device(s)";
+  NcclCommunicator comm;
+  int rank = comm.rank(), size = comm.size();
+  Tensor t(DType::Float32, {3});
+  for (int i = 0; i < 3; ++i) t.data<float>()[i] = float(rank + i);
+  comm.allReduceSum(t);
+  for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(t.data<float>()[i], float(size * (size - 1) / 2 + size * i));
+  comm.barrier();
+  EXPECT_THROW(comm.send(rank, 0, t), std::runtime_error);
+  if (size >= 2 && rank < 2) {
+    int peer = 1 - rank;
+    Tensor msg(DType::Int64, {2, 2});
+    for (int i = 0; i < 4; ++i) msg.data<int64_t>()[i] = rank * 10 + i;
+    // rank 0 sends first, rank 1 receives first (NCCL sends are not buffered)
+    if (rank == 0) comm.send(peer, 7, msg);
+    Tensor got = comm.recv(peer, 7);
+    if (rank == 1) comm.send(peer, 7, msg);
+    ASSERT_EQ(got.shape(), (std::vector<int64_t>{2, 2}));
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(got.data<int64_t>()[i], peer * 10 + i);
+  }
+  comm.barrier();
+}
+#endif
