@@ -45,6 +45,18 @@ static std::string safe(const std::string &name) {
   return out;
 }
 
+/// DIR/in_<name>.npy per input and DIR/input_names.txt (the real names, in
+/// the order of the files) for `hetplan run`.
+static void writeInputs(const std::string &dir, const std::map<std::string, Tensor> &inputs) {
+  std::string names;
+  for (const auto &[name, t] : inputs) {
+    writeNpy(dir + "/in_" + safe(name) + ".npy", t);
+    names += (names.empty() ? "" : "\n") + name;
+  }
+  FILE *f = std::fopen((dir + "/input_names.txt").c_str(), "w");
+  if (f) { std::fputs(names.c_str(), f); std::fclose(f); }
+}
+
 /// max |a - b| / max(max |b|, floor) over all elements. `floor`: for a
 /// gradient that is zero in exact arithmetic (BERT's key bias: softmax
 /// ignores a constant added to a row), both sides hold rounding noise.
@@ -129,13 +141,7 @@ static int compareTraining(const PlanExecutor &exec, const std::map<std::string,
               refParams.size(), steps, worst, worstName.empty() ? "" : (" (" + worstName + ")").c_str());
   ok &= pGood;
   if (!writeDir.empty()) {
-    std::string names;
-    for (const auto &[name, t] : inputs) {
-      writeNpy(writeDir + "/in_" + safe(name) + ".npy", t);
-      names += (names.empty() ? "" : "\n") + name;
-    }
-    FILE *f = std::fopen((writeDir + "/input_names.txt").c_str(), "w");
-    if (f) { std::fputs(names.c_str(), f); std::fclose(f); }
+    writeInputs(writeDir, inputs);
     writeNpy(writeDir + "/labels.npy", labels);
     Tensor l(DType::Float64, {int64_t(refLosses.size())});
     std::copy(refLosses.begin(), refLosses.end(), l.data<double>());
@@ -242,13 +248,7 @@ int main(int argc, char **argv) {
       if (bad) ok = false;
     }
     if (!writeDir.empty()) {
-      std::string names;
-      for (const auto &[name, t] : inputs) {
-        writeNpy(writeDir + "/in_" + safe(name) + ".npy", t);
-        names += (names.empty() ? "" : "\n") + name;
-      }
-      FILE *f = std::fopen((writeDir + "/input_names.txt").c_str(), "w");
-      if (f) { std::fputs(names.c_str(), f); std::fclose(f); }
+      writeInputs(writeDir, inputs);
       for (const auto &[name, t] : ref) writeNpy(writeDir + "/ref_" + safe(name) + ".npy", t);
     }
     return ok ? 0 : 1;

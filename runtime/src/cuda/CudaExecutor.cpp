@@ -15,9 +15,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "hetplan/runtime/CudaBackend.h"
+#include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Kernels.h"
 
 #include "CudaKernels.h"
+#include "../cpu/kernels/SliceParams.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -354,7 +356,6 @@ struct CudaExecutor::Impl {
     return d;
   }
 
-  void topoSort();
   void foldConstants();
   std::vector<std::string> check() const;
   void prepare();
@@ -366,33 +367,6 @@ struct CudaExecutor::Impl {
   void gemm(const Node &n, const Tensor &a, const Tensor &b, const Tensor *c, Val &out);
   void conv(const Node &n, const Tensor &x, const Tensor &w, const Tensor *bias, Val &out);
 };
-
-void CudaExecutor::Impl::topoSort() {
-  std::set<std::string> ready;
-  for (const auto &[name, t] : model.initializers) ready.insert(name);
-  for (const auto &in : model.inputs) ready.insert(in.name);
-  std::vector<bool> done(model.nodes.size(), false);
-  size_t remaining = model.nodes.size();
-  while (remaining) {
-    bool progress = false;
-    for (size_t i = 0; i < model.nodes.size(); ++i) {
-      if (done[i]) continue;
-      const Node &n = model.nodes[i];
-      if (!std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string &s) { return s.empty() || ready.count(s); }))
-        continue;
-      done[i] = true; --remaining; progress = true;
-      order.push_back(i);
-      for (const auto &o : n.outputs) if (!o.empty()) ready.insert(o);
-    }
-    if (!progress)
-      for (size_t i = 0; i < model.nodes.size(); ++i)
-        if (!done[i])
-          for (const auto &s : model.nodes[i].inputs)
-            if (!s.empty() && !ready.count(s))
-              throw std::runtime_error(model.path + ": " + model.nodes[i].describe() + ": input '" + s +
-                                       "' is never produced (or the graph has a cycle)");
-  }
-}
 
 /// Nodes whose inputs are all constants run once here, with the CPU kernels
 /// (as Executor does); their outputs become weights.
@@ -1000,38 +974,11 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
   }
   if (op == "Slice") {
     const Tensor &x = D(0);
-    int64_t r = x.rank();
-    std::vector<int64_t> starts, ends, axes, steps;
-    if (opset < 10) {
-      starts = n.getInts("starts"); ends = n.getInts("ends"); axes = n.getInts("axes");
-    } else {
-      starts = H(1).toInt64Vector(); ends = H(2).toInt64Vector();
-      if (has(3)) axes = H(3).toInt64Vector();
-      if (has(4)) steps = H(4).toInt64Vector();
-    }
-    if (axes.empty()) { axes.resize(starts.size()); std::iota(axes.begin(), axes.end(), 0); }
-    if (steps.empty()) steps.assign(starts.size(), 1);
-    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    cpu::SliceArgs a = cpu::sliceArgs(n, opset, has, H);
+    if (a.ends.size() != a.starts.size() || a.axes.size() != a.starts.size() || a.steps.size() != a.starts.size())
       throw std::runtime_error("starts/ends/axes/steps differ in length");
-    auto st = stridesOf(x.shape());
-    std::vector<int64_t> shape = x.shape(), strides = st;
-    int64_t base = 0;
-    for (size_t i = 0; i < axes.size(); ++i) {
-      int64_t a = normAxis(axes[i], r), d = x.dim(a), step = steps[i];
-      if (step == 0) throw std::runtime_error("Slice step 0");
-      int64_t s = starts[i], e = ends[i], len;
-      if (s < 0) s += d;
-      if (e < 0) e += d;
-      if (step > 0) {
-        s = std::clamp<int64_t>(s, 0, d); e = std::clamp<int64_t>(e, 0, d);
-        len = e > s ? (e - s + step - 1) / step : 0;
-      } else {
-        s = std::clamp<int64_t>(s, 0, d - 1); e = std::clamp<int64_t>(e, -1, d - 1);
-        len = s > e ? (s - e + (-step) - 1) / (-step) : 0;
-      }
-      shape[a] = len; strides[a] = st[a] * step; base += s * st[a];
-    }
-    outs[0].dev = strided(x, shape, strides, shapeNumel(shape) ? base : 0);
+    cpu::SliceView v = cpu::sliceView(x.shape(), a);
+    outs[0].dev = strided(x, v.shape, v.strides, shapeNumel(v.shape) ? v.base : 0);
     return;
   }
   if (op == "Split") {
@@ -1116,7 +1063,7 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
 }
 
 CudaExecutor::CudaExecutor(const Model &model, int device) : impl_(std::make_unique<Impl>(model, device)) {
-  impl_->topoSort();
+  impl_->order = topologicalOrder(impl_->model);
   impl_->foldConstants();
   impl_->types = inferTypes(model, impl_->order, impl_->weights);
   for (size_t step = 0; step < impl_->order.size(); ++step)

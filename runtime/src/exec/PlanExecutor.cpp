@@ -69,6 +69,37 @@ const char kDummy[16] = {};
 
 } // namespace
 
+namespace {
+/// Runs `body(comm)` for ranks 0..R-1, one thread each, over a
+/// ThreadCommGroup. The first rank error aborts the group (the others then
+/// throw CommAborted) and is rethrown here, one line.
+void onThreads(int R, const std::function<void(Communicator &)> &body) {
+  ThreadCommGroup group(R);
+  std::mutex mutex;
+  std::string firstError, abortError;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < R; ++r)
+    threads.emplace_back([&, r] {
+      Communicator &comm = group.communicator(r);
+      try {
+        body(comm);
+      } catch (const CommAborted &e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (abortError.empty()) abortError = e.what();
+      } catch (const std::exception &e) {
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (firstError.empty()) firstError = e.what();
+        }
+        comm.abort(e.what());
+      }
+    });
+  for (auto &t : threads) t.join();
+  if (!firstError.empty()) fail(firstError);
+  if (!abortError.empty()) fail(abortError);
+}
+} // namespace
+
 PlanExecutor::~PlanExecutor() = default;
 
 std::unique_ptr<PlanExecutor> PlanExecutor::load(const std::string &planPath,
@@ -809,33 +840,13 @@ double PlanExecutor::train(const std::map<std::string, Tensor> &inputs, const Te
   if (int(states.size()) != R) fail("train: one state per rank is needed");
   if (timing) timing->ranks.assign(size_t(R), RankTiming{});
   auto start = std::chrono::steady_clock::now();
-  ThreadCommGroup group(R);
   std::vector<double> losses(size_t(R), 0);
-  std::mutex mutex;
-  std::string firstError, abortError;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < R; ++r)
-    threads.emplace_back([&, r] {
-      Communicator &comm = group.communicator(r);
-      try {
-        losses[size_t(r)] = trainRank(comm, inputs, labels, states[size_t(r)], options,
-                                      timing ? &timing->ranks[size_t(r)] : nullptr);
-      } catch (const CommAborted &e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (abortError.empty()) abortError = e.what();
-      } catch (const std::exception &e) {
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          if (firstError.empty()) firstError = e.what();
-        }
-        comm.abort(e.what());
-      }
-    });
-  for (auto &t : threads) t.join();
+  onThreads(R, [&](Communicator &comm) {
+    size_t r = size_t(comm.rank());
+    losses[r] = trainRank(comm, inputs, labels, states[r], options, timing ? &timing->ranks[r] : nullptr);
+  });
   if (timing)
     timing->wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!firstError.empty()) fail(firstError);
-  if (!abortError.empty()) fail(abortError);
   return losses[0];
 }
 
@@ -949,32 +960,13 @@ std::map<std::string, Tensor> PlanExecutor::run(const std::map<std::string, Tens
   int R = ranks();
   if (timing) timing->ranks.assign(size_t(R), RankTiming{});
   auto start = std::chrono::steady_clock::now();
-  ThreadCommGroup group(R);
   std::vector<OutputPieces> pieces(R);
-  std::mutex mutex;
-  std::string firstError, abortError;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < R; ++r)
-    threads.emplace_back([&, r] {
-      Communicator &comm = group.communicator(r);
-      try {
-        pieces[r] = runRank(comm, inputs, timing ? &timing->ranks[size_t(r)] : nullptr);
-      } catch (const CommAborted &e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (abortError.empty()) abortError = e.what();
-      } catch (const std::exception &e) {
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          if (firstError.empty()) firstError = e.what();
-        }
-        comm.abort(e.what());
-      }
-    });
-  for (auto &t : threads) t.join();
+  onThreads(R, [&](Communicator &comm) {
+    size_t r = size_t(comm.rank());
+    pieces[r] = runRank(comm, inputs, timing ? &timing->ranks[r] : nullptr);
+  });
   if (timing)
     timing->wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!firstError.empty()) fail(firstError);
-  if (!abortError.empty()) fail(abortError);
   return gatherOutputs(pieces);
 }
 

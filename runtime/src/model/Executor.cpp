@@ -55,7 +55,8 @@ std::vector<std::string> registeredOpTypes() {
   return out;
 }
 
-Executor::Executor(const Model &model) : model_(model) {
+std::vector<size_t> topologicalOrder(const Model &model) {
+  std::vector<size_t> order;
   std::set<std::string> ready;
   for (const auto &[name, t] : model.initializers) ready.insert(name);
   for (const auto &in : model.inputs) ready.insert(in.name);
@@ -70,7 +71,7 @@ Executor::Executor(const Model &model) : model_(model) {
                             [&](const std::string &s) { return s.empty() || ready.count(s); });
       if (!ok) continue;
       done[i] = true; --remaining; progress = true;
-      order_.push_back(i);
+      order.push_back(i);
       for (const auto &o : n.outputs) if (!o.empty()) ready.insert(o);
     }
     if (!progress) {
@@ -84,6 +85,10 @@ Executor::Executor(const Model &model) : model_(model) {
         }
     }
   }
+  return order;
+}
+
+Executor::Executor(const Model &model) : model_(model), order_(topologicalOrder(model)) {
   foldConstants();
 }
 

@@ -15,11 +15,9 @@ template <typename Make>
 void regUnary(const std::string &name, bool usesY, Make makeFn,
               std::function<std::string(const Node &, int64_t)> check = nullptr) {
   registerGradient(name, {[usesY, makeFn](GradientContext &c) {
-                            c.inputGrads.resize(c.inputs.size());
-                            if (!wants(c, 0)) return;
-                            const Tensor &x = c.in(0);
-                            Tensor dy = outGrad(c, 0, x.dtype());
+                            Tensor dy = firstOutGrad(c);
                             if (!dy.defined()) return;
+                            const Tensor &x = c.in(0);
                             const Tensor *y = usesY ? &c.out(0) : nullptr;
                             auto fn = makeFn(c.node);
                             Tensor dx(x.dtype(), x.shape());
@@ -169,11 +167,9 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 void regPassThrough(const std::string &name, std::vector<size_t> nonDiff,
                     std::function<std::string(const Node &, int64_t)> check) {
   registerGradient(name, {[](GradientContext &c) {
-                            c.inputGrads.resize(c.inputs.size());
-                            if (!wants(c, 0)) return;
-                            const Tensor &x = c.in(0);
-                            Tensor dy = outGrad(c, 0, x.dtype());
+                            Tensor dy = firstOutGrad(c);
                             if (!dy.defined()) return;
+                            const Tensor &x = c.in(0);
                             c.inputGrads[0] = reshapedCopy(dy, x.shape());
                           },
                           std::move(check), std::move(nonDiff)});
@@ -224,11 +220,9 @@ void registerElementwiseGradients() {
       });
   // Clip: the bounds (inputs 1, 2, or attributes before opset 11) get no gradient.
   registerGradient("Clip", {[](GradientContext &c) {
-                              c.inputGrads.resize(c.inputs.size());
-                              if (!wants(c, 0)) return;
-                              const Tensor &x = c.in(0);
-                              Tensor dy = outGrad(c, 0, x.dtype());
+                              Tensor dy = firstOutGrad(c);
                               if (!dy.defined()) return;
+                              const Tensor &x = c.in(0);
                               double lo = -std::numeric_limits<double>::infinity(), hi = -lo;
                               if (c.opset < 11) {
                                 lo = c.node.getFloat("min", -std::numeric_limits<float>::max());

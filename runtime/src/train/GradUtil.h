@@ -45,6 +45,15 @@ inline bool wants(const GradientContext &c, size_t i) {
   return i < c.wantGrad.size() && c.wantGrad[i] && c.hasInput(i);
 }
 
+/// The start of a backward that gives input 0 a gradient from output 0's:
+/// sizes `c.inputGrads`, and returns dY as input 0's element type; undefined
+/// (nothing to do) when input 0 wants no gradient or output 0 has none.
+inline Tensor firstOutGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  if (!wants(c, 0)) return Tensor();
+  return outGrad(c, 0, c.in(0).dtype());
+}
+
 /// A dense copy of the strided view of `src` (element offsets from `base`);
 /// whole rows are copied when the innermost stride is 1.
 inline Tensor gatherStrided(const Tensor &src, const std::vector<int64_t> &shape,

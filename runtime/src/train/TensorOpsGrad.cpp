@@ -1,5 +1,6 @@
 //===- TensorOpsGrad.cpp - backward of shape, data-movement, reductions ---===//
 #include "GradUtil.h"
+#include "../cpu/kernels/SliceParams.h"
 
 #include <algorithm>
 #include <numeric>
@@ -8,11 +9,9 @@ namespace hetplan::runtime::train {
 namespace {
 
 void transposeGrad(GradientContext &c) {
-  c.inputGrads.resize(c.inputs.size());
-  if (!wants(c, 0)) return;
-  const Tensor &x = c.in(0);
-  Tensor dy = outGrad(c, 0, x.dtype());
+  Tensor dy = firstOutGrad(c);
   if (!dy.defined()) return;
+  const Tensor &x = c.in(0);
   int64_t r = x.rank();
   std::vector<int64_t> perm(r);
   std::iota(perm.rbegin(), perm.rend(), 0);
@@ -94,42 +93,14 @@ void concatGrad(GradientContext &c) {
 }
 
 void sliceGrad(GradientContext &c) {
-  c.inputGrads.resize(c.inputs.size());
-  if (!wants(c, 0)) return;
-  const Tensor &x = c.in(0);
-  Tensor dy = outGrad(c, 0, x.dtype());
+  Tensor dy = firstOutGrad(c);
   if (!dy.defined()) return;
+  const Tensor &x = c.in(0);
   int64_t r = x.rank();
-  std::vector<int64_t> starts, ends, axes, steps;
-  if (c.opset < 10) {
-    starts = c.node.getInts("starts"); ends = c.node.getInts("ends"); axes = c.node.getInts("axes");
-  } else {
-    starts = c.in(1).toInt64Vector(); ends = c.in(2).toInt64Vector();
-    if (c.hasInput(3)) axes = c.in(3).toInt64Vector();
-    if (c.hasInput(4)) steps = c.in(4).toInt64Vector();
-  }
-  if (axes.empty()) { axes.resize(starts.size()); std::iota(axes.begin(), axes.end(), 0); }
-  if (steps.empty()) steps.assign(starts.size(), 1);
   // the same view of X as the forward kernel takes
-  auto st = contiguousStrides(x.shape());
-  std::vector<int64_t> shape = x.shape(), strides = st;
-  int64_t base = 0;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t a = normAxis(axes[i], r), d = x.dim(a), step = steps[i];
-    if (step == 0) throw std::runtime_error("Slice step 0");
-    int64_t s = starts[i], e = ends[i];
-    if (s < 0) s += d;
-    if (e < 0) e += d;
-    int64_t len;
-    if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, d); e = std::clamp<int64_t>(e, 0, d);
-      len = e > s ? (e - s + step - 1) / step : 0;
-    } else {
-      s = std::clamp<int64_t>(s, 0, d - 1); e = std::clamp<int64_t>(e, -1, d - 1);
-      len = s > e ? (s - e + (-step) - 1) / (-step) : 0;
-    }
-    shape[a] = len; strides[a] = st[a] * step; base += s * st[a];
-  }
+  cpu::SliceView v = cpu::sliceView(x.shape(), cpu::sliceArgs(c.node, c.opset, [&](size_t i) { return c.hasInput(i); },
+                                                              [&](size_t i) -> const Tensor & { return c.in(i); }));
+  const std::vector<int64_t> &shape = v.shape, &strides = v.strides;
   Tensor dx(x.dtype(), x.shape());
   int64_t n = shapeNumel(shape);
   if (n != dy.numel())
@@ -139,7 +110,7 @@ void sliceGrad(GradientContext &c) {
     const T *pg = dy.data<T>();
     T *pd = dx.data<T>();
     std::vector<int64_t> idx(r, 0);
-    int64_t off = base;
+    int64_t off = v.base;
     for (int64_t i = 0; i < n; ++i) {
       pd[off] = pg[i];
       for (int64_t d = r - 1; d >= 0; --d) {
@@ -153,11 +124,9 @@ void sliceGrad(GradientContext &c) {
 
 // Gather along `axis`: rows of dY are added back to the rows they came from.
 void gatherGrad(GradientContext &c) {
-  c.inputGrads.resize(c.inputs.size());
-  if (!wants(c, 0)) return;
-  const Tensor &x = c.in(0);
-  Tensor dy = outGrad(c, 0, x.dtype());
+  Tensor dy = firstOutGrad(c);
   if (!dy.defined()) return;
+  const Tensor &x = c.in(0);
   int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
   auto idx = c.in(1).toInt64Vector();
   int64_t outer, inner, d = x.dim(axis), n = static_cast<int64_t>(idx.size());
@@ -186,20 +155,16 @@ void gatherGrad(GradientContext &c) {
 }
 
 void expandGrad(GradientContext &c) {
-  c.inputGrads.resize(c.inputs.size());
-  if (!wants(c, 0)) return;
-  const Tensor &x = c.in(0);
-  Tensor dy = outGrad(c, 0, x.dtype());
+  Tensor dy = firstOutGrad(c);
   if (!dy.defined()) return;
+  const Tensor &x = c.in(0);
   c.inputGrads[0] = reduceGradToShape(dy, x.shape());
 }
 
 void tileGrad(GradientContext &c) {
-  c.inputGrads.resize(c.inputs.size());
-  if (!wants(c, 0)) return;
-  const Tensor &x = c.in(0);
-  Tensor dy = outGrad(c, 0, x.dtype());
+  Tensor dy = firstOutGrad(c);
   if (!dy.defined()) return;
+  const Tensor &x = c.in(0);
   auto reps = c.in(1).toInt64Vector();
   // dY viewed as [r0, d0, r1, d1, ...]: sum over the repeats
   std::vector<int64_t> view, target;
@@ -211,11 +176,9 @@ void tileGrad(GradientContext &c) {
 }
 
 void reduceGrad(GradientContext &c, bool mean) {
-  c.inputGrads.resize(c.inputs.size());
-  if (!wants(c, 0)) return;
-  const Tensor &x = c.in(0);
-  Tensor dy = outGrad(c, 0, x.dtype());
+  Tensor dy = firstOutGrad(c);
   if (!dy.defined()) return;
+  const Tensor &x = c.in(0);
   int64_t r = x.rank();
   bool axesAsInput = (!mean && c.opset >= 13) || c.opset >= 18;
   std::vector<int64_t> axes = axesAsInput ? (c.hasInput(1) ? c.in(1).toInt64Vector() : std::vector<int64_t>{})

@@ -4,7 +4,7 @@
 // to point sends and receives of tensors matched by (peer, tag), a barrier
 // and a sum all-reduce. ThreadCommunicator implements it for ranks that are
 // threads of one process (tests, `hetplan run`); MpiCommunicator.h for
-// ranks that are MPI processes. A NCCL one is not written yet.
+// ranks that are MPI processes; NcclCommunicator.h (CUDA builds) for GPUs.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HETPLAN_RUNTIME_COMMUNICATOR_H

@@ -20,6 +20,12 @@ public:
   virtual void nodeRan(size_t node, double seconds) = 0;
 };
 
+/// The nodes of `model` (indices into Model::nodes) in a topological order:
+/// repeated passes over the node list, each taking every node whose inputs
+/// are initializers, graph inputs or outputs of nodes already taken. Throws
+/// if a node reads a value nothing produces (or the graph has a cycle).
+std::vector<size_t> topologicalOrder(const Model &model);
+
 class Executor {
 public:
   /// Orders the nodes topologically; throws if the graph has a cycle or

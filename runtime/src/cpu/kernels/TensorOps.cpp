@@ -1,5 +1,6 @@
 //===- TensorOps.cpp - shape, data movement, reductions, softmax ----------===//
 #include "KernelUtil.h"
+#include "SliceParams.h"
 
 #include <algorithm>
 #include <cmath>
@@ -119,37 +120,9 @@ void split(KernelContext &c) {
 
 void slice(KernelContext &c) {
   const Tensor &x = c.in(0);
-  int64_t r = x.rank();
-  std::vector<int64_t> starts, ends, axes, steps;
-  if (c.opset < 10) {
-    starts = c.node.getInts("starts"); ends = c.node.getInts("ends"); axes = c.node.getInts("axes");
-  } else {
-    starts = c.in(1).toInt64Vector(); ends = c.in(2).toInt64Vector();
-    if (c.hasInput(3)) axes = c.in(3).toInt64Vector();
-    if (c.hasInput(4)) steps = c.in(4).toInt64Vector();
-  }
-  if (axes.empty()) { axes.resize(starts.size()); std::iota(axes.begin(), axes.end(), 0); }
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  auto st = stridesOf(x.shape());
-  std::vector<int64_t> shape = x.shape(), strides = st;
-  int64_t base = 0;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t a = normAxis(axes[i], r), d = x.dim(a), step = steps[i];
-    if (step == 0) throw std::runtime_error("Slice step 0");
-    int64_t s = starts[i], e = ends[i];
-    if (s < 0) s += d;
-    if (e < 0) e += d;
-    int64_t len;
-    if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, d); e = std::clamp<int64_t>(e, 0, d);
-      len = e > s ? (e - s + step - 1) / step : 0;
-    } else {
-      s = std::clamp<int64_t>(s, 0, d - 1); e = std::clamp<int64_t>(e, -1, d - 1);
-      len = s > e ? (s - e + (-step) - 1) / (-step) : 0;
-    }
-    shape[a] = len; strides[a] = st[a] * step; base += s * st[a];
-  }
-  c.outputs[0] = gatherStrided(x, shape, strides, shapeNumel(shape) ? base : 0);
+  SliceView v = sliceView(x.shape(), sliceArgs(c.node, c.opset, [&](size_t i) { return c.hasInput(i); },
+                                               [&](size_t i) -> const Tensor & { return c.in(i); }));
+  c.outputs[0] = gatherStrided(x, v.shape, v.strides, shapeNumel(v.shape) ? v.base : 0);
 }
 
 std::vector<int64_t> axesArg(KernelContext &c, size_t inputIndex, int64_t newOpset) {

@@ -1,0 +1,72 @@
+//===- SliceParams.h - Slice's arguments as a strided view ------*- C++ -*-===//
+//
+// Shared by the CPU Slice kernel, its backward (train/TensorOpsGrad.cpp) and
+// the CUDA executor's device Slice: one reading of starts/ends/axes/steps.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "KernelUtil.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+namespace hetplan::runtime::cpu {
+
+/// Slice's arguments, with absent axes defaulting to 0, 1, ... and absent
+/// steps to 1 (one per start).
+struct SliceArgs {
+  std::vector<int64_t> starts, ends, axes, steps;
+};
+
+/// Reads Slice's arguments: attributes before opset 10, inputs 1 to 4 from
+/// then on. `has(i)`: whether input i is given; `in(i)`: its (host) tensor.
+template <typename Has, typename In>
+SliceArgs sliceArgs(const Node &n, int64_t opset, Has &&has, In &&in) {
+  SliceArgs a;
+  if (opset < 10) {
+    a.starts = n.getInts("starts"); a.ends = n.getInts("ends"); a.axes = n.getInts("axes");
+  } else {
+    a.starts = in(1).toInt64Vector(); a.ends = in(2).toInt64Vector();
+    if (has(3)) a.axes = in(3).toInt64Vector();
+    if (has(4)) a.steps = in(4).toInt64Vector();
+  }
+  if (a.axes.empty()) { a.axes.resize(a.starts.size()); std::iota(a.axes.begin(), a.axes.end(), 0); }
+  if (a.steps.empty()) a.steps.assign(a.starts.size(), 1);
+  return a;
+}
+
+/// What Slice selects of a dense tensor of shape `xShape`: the view's shape,
+/// its element strides, and the offset of its first element (starts and ends
+/// clamped as ONNX says, negative steps walking backwards).
+struct SliceView {
+  std::vector<int64_t> shape, strides;
+  int64_t base = 0;
+};
+
+inline SliceView sliceView(const std::vector<int64_t> &xShape, const SliceArgs &a) {
+  int64_t r = static_cast<int64_t>(xShape.size());
+  std::vector<int64_t> st(xShape.size(), 1);
+  for (size_t i = xShape.size(); i-- > 1;) st[i - 1] = st[i] * xShape[i];
+  SliceView v{xShape, st, 0};
+  for (size_t i = 0; i < a.axes.size(); ++i) {
+    int64_t ax = normAxis(a.axes[i], r), d = xShape[ax], step = a.steps[i];
+    if (step == 0) throw std::runtime_error("Slice step 0");
+    int64_t s = a.starts[i], e = a.ends[i], len;
+    if (s < 0) s += d;
+    if (e < 0) e += d;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, d); e = std::clamp<int64_t>(e, 0, d);
+      len = e > s ? (e - s + step - 1) / step : 0;
+    } else {
+      s = std::clamp<int64_t>(s, 0, d - 1); e = std::clamp<int64_t>(e, -1, d - 1);
+      len = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+    }
+    v.shape[ax] = len; v.strides[ax] = st[ax] * step; v.base += s * st[ax];
+  }
+  return v;
+}
+
+} // namespace hetplan::runtime::cpu
