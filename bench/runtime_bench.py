@@ -10,7 +10,8 @@ them as .npy, runs `hetplan-bench-runtime` (the embedding API, one Session,
 W warm-up + N timed Session::run calls) and onnxruntime's InferenceSession
 (CPU provider, intra_op_num_threads = T, inter_op 1, sequential execution,
 default graph optimizations, W warm-up + N timed run() calls), each in its
-own child process with OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = T, and
+own child process with OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = T (other
+variables pass through: OMP_WAIT_POLICY, when set, is named in the report), and
 compares the outputs with onnxruntime's as the reference. Prints a Markdown
 table: median latency of both, the ratio hetplan / onnxruntime and whether
 it is <= 1.5 (the target), and the max relative error
@@ -307,7 +308,9 @@ def machine_line(threads):
     import numpy as np
     return (f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}; "
             f"{threads} thread(s) each (OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = "
-            f"intra_op_num_threads = {threads}); onnxruntime {ort.__version__} (CPUExecutionProvider), "
+            f"intra_op_num_threads = {threads}"
+            + (f"; OMP_WAIT_POLICY = {os.environ['OMP_WAIT_POLICY']}" if os.environ.get("OMP_WAIT_POLICY") else "")
+            + f"); onnxruntime {ort.__version__} (CPUExecutionProvider), "
             f"numpy {np.__version__}, Python {platform.python_version()}")
 
 

@@ -19,7 +19,7 @@
 #include "hetplan/runtime/Kernels.h"
 
 #include "CudaKernels.h"
-#include "../cpu/kernels/SliceParams.h"
+#include "../cpu/kernels/ViewParams.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -381,11 +381,8 @@ void CudaExecutor::Impl::foldConstants() {
   for (size_t idx : order) {
     const Node &n = model.nodes[idx];
     if ((!n.domain.empty() && n.domain != "ai.onnx") || kNondeterministic.count(n.opType)) continue;
-    bool subgraph = false;
-    for (const auto &[name, a] : n.attrs)
-      if (a.kind == Attribute::Graph || a.kind == Attribute::Graphs) subgraph = true;
     const KernelInfo *k = findKernel(n.opType);
-    if (subgraph || !k) continue;
+    if (hasSubgraphAttribute(n) || !k) continue;
     KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
     CheckContext cc{n, opset, {}};
     bool allConst = true;
@@ -431,10 +428,7 @@ std::vector<std::string> CudaExecutor::Impl::check() const {
       problems.push_back(at + "domain '" + n.domain + "' is not supported");
       continue;
     }
-    bool subgraph = false;
-    for (const auto &[name, a] : n.attrs)
-      if (a.kind == Attribute::Graph || a.kind == Attribute::Graphs) subgraph = true;
-    if (subgraph) {
+    if (hasSubgraphAttribute(n)) {
       problems.push_back(at + "subgraph attributes are not supported");
       continue;
     }
@@ -956,9 +950,7 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
   if (op == "Transpose") {
     const Tensor &x = D(0);
     int64_t r = x.rank();
-    std::vector<int64_t> perm(r);
-    std::iota(perm.rbegin(), perm.rend(), 0);
-    perm = n.getInts("perm", perm);
+    std::vector<int64_t> perm = cpu::transposePerm(n, r);
     if (int64_t(perm.size()) != r) throw std::runtime_error("perm does not match the rank");
     auto st = stridesOf(x.shape());
     std::vector<int64_t> shape(r), strides(r);

@@ -33,6 +33,13 @@ std::vector<bool> differentiableInputs(const Node &n) {
   }
   return out;
 }
+/// Whether a value in `req` feeds `n` at an input a gradient can flow through.
+bool gradientReaches(const Node &n, const std::set<std::string> &req) {
+  std::vector<bool> diff = differentiableInputs(n);
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (diff[i] && req.count(n.inputs[i])) return true;
+  return false;
+}
 } // namespace
 
 std::set<std::string> trainableParameters(const Model &model) {
@@ -57,10 +64,7 @@ std::vector<std::string> checkBackward(const Model &model, const std::vector<siz
   int64_t opset = model.opset("");
   for (size_t idx : nodes) {
     const Node &n = model.nodes[idx];
-    std::vector<bool> diff = differentiableInputs(n);
-    bool reached = false;
-    for (size_t i = 0; i < n.inputs.size(); ++i) reached |= diff[i] && req.count(n.inputs[i]);
-    if (!reached) continue;
+    if (!gradientReaches(n, req)) continue;
     std::string where = model.path + ": " + n.describe() + ": ";
     const GradientInfo *g = findGradient(n.opType);
     if (!g || (!n.domain.empty() && n.domain != "ai.onnx")) {
@@ -87,10 +91,7 @@ std::set<std::string> requiresGrad(const Model &model, const std::vector<size_t>
   std::set<std::string> req = seeds;
   for (size_t idx : nodes) {
     const Node &n = model.nodes[idx];
-    std::vector<bool> diff = differentiableInputs(n);
-    bool reached = false;
-    for (size_t i = 0; i < n.inputs.size(); ++i) reached |= diff[i] && req.count(n.inputs[i]);
-    if (!reached) continue;
+    if (!gradientReaches(n, req)) continue;
     for (const auto &o : n.outputs) {
       if (o.empty()) continue;
       const Tensor *t = value(o);

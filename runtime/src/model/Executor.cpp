@@ -1,6 +1,7 @@
 //===- Executor.cpp - runs an ONNX graph on the CPU -----------------------===//
 #include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Kernels.h"
+#include "OpRegistry.h"
 
 #include <algorithm>
 #include <chrono>
@@ -17,8 +18,8 @@ void registerTensorKernels();
 } // namespace cpu
 
 namespace {
-std::map<std::string, KernelInfo> &registry() {
-  static std::map<std::string, KernelInfo> r;
+OpRegistry<KernelInfo> &registry() {
+  static OpRegistry<KernelInfo> r;
   return r;
 }
 void ensureRegistered() {
@@ -40,19 +41,16 @@ const std::vector<DType> kAllTypes = {DType::Float32, DType::Float64, DType::Int
                                       DType::Int16, DType::UInt16, DType::Int32, DType::UInt32,
                                       DType::Int64, DType::UInt64, DType::Bool};
 
-void registerKernel(const std::string &opType, KernelInfo info) { registry()[opType] = std::move(info); }
+void registerKernel(const std::string &opType, KernelInfo info) { registry().add(opType, std::move(info)); }
 
 const KernelInfo *findKernel(const std::string &opType) {
   ensureRegistered();
-  auto it = registry().find(opType);
-  return it == registry().end() ? nullptr : &it->second;
+  return registry().find(opType);
 }
 
 std::vector<std::string> registeredOpTypes() {
   ensureRegistered();
-  std::vector<std::string> out;
-  for (const auto &[k, v] : registry()) out.push_back(k);
-  return out;
+  return registry().opTypes();
 }
 
 std::vector<size_t> topologicalOrder(const Model &model) {
@@ -88,6 +86,12 @@ std::vector<size_t> topologicalOrder(const Model &model) {
   return order;
 }
 
+bool hasSubgraphAttribute(const Node &n) {
+  for (const auto &[name, a] : n.attrs)
+    if (a.kind == Attribute::Graph || a.kind == Attribute::Graphs) return true;
+  return false;
+}
+
 Executor::Executor(const Model &model) : model_(model), order_(topologicalOrder(model)) {
   foldConstants();
 }
@@ -107,10 +111,7 @@ void Executor::foldConstants() {
     const Node &n = model_.nodes[idx];
     if (!n.domain.empty() && n.domain != "ai.onnx") continue;
     if (kNondeterministic.count(n.opType)) continue;
-    bool subgraph = false;
-    for (const auto &[name, a] : n.attrs)
-      if (a.kind == Attribute::Graph || a.kind == Attribute::Graphs) subgraph = true;
-    if (subgraph) continue;
+    if (hasSubgraphAttribute(n)) continue;
     const KernelInfo *k = findKernel(n.opType);
     if (!k) continue;
     bool allConst = true;
@@ -176,10 +177,7 @@ std::vector<std::string> Executor::check() const {
       problems.push_back(where + "no CPU kernel for " + n.opType);
       continue;
     }
-    bool subgraph = false;
-    for (const auto &[name, a] : n.attrs)
-      if (a.kind == Attribute::Graph || a.kind == Attribute::Graphs) subgraph = true;
-    if (subgraph) {
+    if (hasSubgraphAttribute(n)) {
       problems.push_back(where + "subgraph attributes are not supported");
       continue;
     }

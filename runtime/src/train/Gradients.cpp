@@ -1,5 +1,6 @@
 //===- Gradients.cpp - the backward-kernel registry, shared helpers -------===//
 #include "GradUtil.h"
+#include "../model/OpRegistry.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +11,8 @@
 namespace hetplan::runtime {
 
 namespace {
-std::map<std::string, GradientInfo> &registry() {
-  static std::map<std::string, GradientInfo> r;
+OpRegistry<GradientInfo> &registry() {
+  static OpRegistry<GradientInfo> r;
   return r;
 }
 void ensureRegistered() {
@@ -36,19 +37,16 @@ const Tensor &GradientContext::out(size_t i) const {
   return *outputs[i];
 }
 
-void registerGradient(const std::string &opType, GradientInfo info) { registry()[opType] = std::move(info); }
+void registerGradient(const std::string &opType, GradientInfo info) { registry().add(opType, std::move(info)); }
 
 const GradientInfo *findGradient(const std::string &opType) {
   ensureRegistered();
-  auto it = registry().find(opType);
-  return it == registry().end() ? nullptr : &it->second;
+  return registry().find(opType);
 }
 
 std::vector<std::string> registeredGradientOpTypes() {
   ensureRegistered();
-  std::vector<std::string> out;
-  for (const auto &[k, v] : registry()) out.push_back(k);
-  return out;
+  return registry().opTypes();
 }
 
 namespace {

@@ -1,6 +1,6 @@
 //===- TensorOpsGrad.cpp - backward of shape, data-movement, reductions ---===//
 #include "GradUtil.h"
-#include "../cpu/kernels/SliceParams.h"
+#include "../cpu/kernels/ViewParams.h"
 
 #include <algorithm>
 #include <numeric>
@@ -13,9 +13,7 @@ void transposeGrad(GradientContext &c) {
   if (!dy.defined()) return;
   const Tensor &x = c.in(0);
   int64_t r = x.rank();
-  std::vector<int64_t> perm(r);
-  std::iota(perm.rbegin(), perm.rend(), 0);
-  perm = c.node.getInts("perm", perm);
+  std::vector<int64_t> perm = cpu::transposePerm(c.node, r);
   // dX[p] = dY[q] with q_i = p_perm[i]: X's dim perm[i] walks dY's dim i.
   auto sy = contiguousStrides(dy.shape());
   std::vector<int64_t> strides(r);

@@ -26,6 +26,10 @@ public:
 /// if a node reads a value nothing produces (or the graph has a cycle).
 std::vector<size_t> topologicalOrder(const Model &model);
 
+/// Whether `n` has a graph-valued attribute (If, Loop, Scan bodies): the
+/// executors run no subgraphs.
+bool hasSubgraphAttribute(const Node &n);
+
 class Executor {
 public:
   /// Orders the nodes topologically; throws if the graph has a cycle or

@@ -112,6 +112,33 @@ void forEachBroadcast2(const std::vector<int64_t> &outShape, const std::vector<i
   }
 }
 
+/// When `s` broadcast to `out` is out's trailing dims repeated (s, leading
+/// 1s aside, equals out's last dims): the element count of s (> 0); else 0.
+inline int64_t broadcastInner(const std::vector<int64_t> &s, const std::vector<int64_t> &out) {
+  size_t i = 0;
+  while (i < s.size() && s[i] == 1) ++i;
+  size_t k = s.size() - i;
+  if (k > out.size() || !std::equal(s.begin() + i, s.end(), out.end() - k)) return 0;
+  int64_t n = 1;
+  for (size_t j = i; j < s.size(); ++j) n *= s[j];
+  return n > 0 ? n : 0;
+}
+
+/// When `s` broadcast to `out` is one value per row (s right-aligned equals
+/// out's leading dims followed by 1s, at least one of them broadcast): the
+/// row length (> 1); else 0.
+inline int64_t broadcastRowInner(const std::vector<int64_t> &s, const std::vector<int64_t> &out) {
+  if (s.size() > out.size()) return 0;
+  size_t pad = out.size() - s.size(), k = out.size();
+  auto dimOf = [&](size_t d) { return d < pad ? int64_t(1) : s[d - pad]; };
+  while (k > 0 && dimOf(k - 1) == 1) --k; // trailing 1s of s
+  int64_t inner = 1;
+  for (size_t d = k; d < out.size(); ++d) inner *= out[d];
+  for (size_t d = 0; d < k; ++d)
+    if (dimOf(d) != out[d]) return 0;
+  return inner > 1 ? inner : 0;
+}
+
 /// out = f(a, b) with numpy broadcasting; A, B input element types, O output.
 template <typename A, typename B, typename O, typename F>
 Tensor binaryBroadcast(const Tensor &a, const Tensor &b, DType outType, F f) {
@@ -127,6 +154,32 @@ Tensor binaryBroadcast(const Tensor &a, const Tensor &b, DType outType, F f) {
     B vb = pb[0];
     parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) po[i] = f(pa[i], vb);
+    });
+  } else if (int64_t inner = 0; a.shape() == shape && (inner = broadcastInner(b.shape(), shape)) > 0) {
+    // b repeats along the leading dims (a bias) or is one value per row
+    // (a row statistic, inner < 0 below): rows in parallel.
+    parallelFor(n / inner, std::max<int64_t>(1, kElementwiseGrain / inner), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r)
+        for (int64_t j = 0; j < inner; ++j) po[r * inner + j] = f(pa[r * inner + j], pb[j]);
+    });
+  } else if (b.shape() == shape && (inner = broadcastInner(a.shape(), shape)) > 0) {
+    parallelFor(n / inner, std::max<int64_t>(1, kElementwiseGrain / inner), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r)
+        for (int64_t j = 0; j < inner; ++j) po[r * inner + j] = f(pa[j], pb[r * inner + j]);
+    });
+  } else if (a.shape() == shape && (inner = broadcastRowInner(b.shape(), shape)) > 0) {
+    parallelFor(n / inner, std::max<int64_t>(1, kElementwiseGrain / inner), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        B vb = pb[r];
+        for (int64_t j = 0; j < inner; ++j) po[r * inner + j] = f(pa[r * inner + j], vb);
+      }
+    });
+  } else if (b.shape() == shape && (inner = broadcastRowInner(a.shape(), shape)) > 0) {
+    parallelFor(n / inner, std::max<int64_t>(1, kElementwiseGrain / inner), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        A va = pa[r];
+        for (int64_t j = 0; j < inner; ++j) po[r * inner + j] = f(va, pb[r * inner + j]);
+      }
     });
   } else {
     forEachBroadcast2(shape, broadcastStrides(a.shape(), shape), broadcastStrides(b.shape(), shape),

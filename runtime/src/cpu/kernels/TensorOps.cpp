@@ -1,6 +1,6 @@
 //===- TensorOps.cpp - shape, data movement, reductions, softmax ----------===//
 #include "KernelUtil.h"
-#include "SliceParams.h"
+#include "ViewParams.h"
 
 #include <algorithm>
 #include <cmath>
@@ -66,9 +66,7 @@ void flatten(KernelContext &c) {
 void transpose(KernelContext &c) {
   const Tensor &x = c.in(0);
   int64_t r = x.rank();
-  std::vector<int64_t> perm(r);
-  std::iota(perm.rbegin(), perm.rend(), 0);
-  perm = c.node.getInts("perm", perm);
+  std::vector<int64_t> perm = transposePerm(c.node, r);
   auto st = stridesOf(x.shape());
   std::vector<int64_t> shape(r), strides(r);
   for (int64_t i = 0; i < r; ++i) { shape[i] = x.dim(perm[i]); strides[i] = st[perm[i]]; }

@@ -1,7 +1,8 @@
-//===- SliceParams.h - Slice's arguments as a strided view ------*- C++ -*-===//
+//===- ViewParams.h - Transpose's and Slice's arguments ---------*- C++ -*-===//
 //
-// Shared by the CPU Slice kernel, its backward (train/TensorOpsGrad.cpp) and
-// the CUDA executor's device Slice: one reading of starts/ends/axes/steps.
+// Shared by the CPU kernels, their backward (train/TensorOpsGrad.cpp) and the
+// CUDA executor's device ops: one reading of Transpose's perm and of Slice's
+// starts/ends/axes/steps.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -14,6 +15,13 @@
 #include <vector>
 
 namespace hetplan::runtime::cpu {
+
+/// Transpose's `perm` for a rank-`rank` input (default: the dims reversed).
+inline std::vector<int64_t> transposePerm(const Node &n, int64_t rank) {
+  std::vector<int64_t> perm(rank);
+  std::iota(perm.rbegin(), perm.rend(), 0);
+  return n.getInts("perm", perm);
+}
 
 /// Slice's arguments, with absent axes defaulting to 0, 1, ... and absent
 /// steps to 1 (one per start).
