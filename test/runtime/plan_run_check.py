@@ -34,6 +34,17 @@ CLUSTER = """nodes:
 """
 
 
+# --tp: two nodes of two CPUs (the second at half speed): one stage, two
+# data-parallel workers of 2 tensor-parallel ranks each, uneven 4+2 shares.
+CLUSTER_TP = """nodes:
+  - name: a
+    devices: [{type: CPU, count: 2}]
+  - name: b
+    devices: [{type: CPU, count: 2}]
+    speed_factors: {CPU: 0.5}
+"""
+
+
 def run(cmd, timeout=None):
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return r.returncode, r.stdout
@@ -43,7 +54,7 @@ def check_training(name, work, trained, mpi_prefix):
     """`hetplan run`'s losses and saved weights against the one-rank reference."""
     import onnx
     from onnx import numpy_helper
-    how = "mpirun -np 3 " if mpi_prefix else ""
+    how = f"mpirun -np {mpi_prefix[-1]} " if mpi_prefix else ""
     loss = np.load(os.path.join(work, "out", "loss.npy"))
     ref = np.load(os.path.join(work, "ref_loss.npy"))
     if loss.shape != ref.shape or not np.allclose(loss, ref, rtol=1e-4, atol=0):
@@ -80,6 +91,7 @@ def main():
     ap.add_argument("--generate", action="append", default=[], metavar="CONFIG",
                     help="gpt2 config of models/gen_transformer.py to generate and check")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--tp", action="store_true", help="tensor-parallel layout (4 ranks, see CLUSTER_TP)")
     ap.add_argument("models", nargs="*")
     a = ap.parse_args()
     mpi_prefix = []
@@ -90,7 +102,7 @@ def main():
             return 77
         # self,vader: in-process and shared memory; never a network interface.
         mpi_prefix = [mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader",
-                      "-np", "3"]
+                      "-np", "4" if a.tp else "3"]
 
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work, exist_ok=True)
@@ -122,7 +134,7 @@ def main():
 
     cluster = os.path.join(a.work, "cpus.yaml")
     with open(cluster, "w") as f:
-        f.write(CLUSTER)
+        f.write(CLUSTER_TP if a.tp else CLUSTER)
 
     failures = 0
     for model in models:
@@ -139,6 +151,8 @@ def main():
         fixed1 = any(l.strip().split(":")[-1].strip().startswith("1 x")
                      for l in summary.split("outputs:")[0].split("inputs:")[-1].splitlines()[1:])
         layout = ["--batch", "1", "--pin", "pp=3,mb=1"] if fixed1 else ["--batch", "14", "--pin", "pp=2,mb=2"]
+        if a.tp:
+            layout = ["--batch", "12", "--pin", "pp=1,mb=2,tp=2"]
         cmd = [a.hetplan, "compile", model, "--mode", a.mode, "--cluster", cluster,
                *layout, "--dtype", "fp32", "--quiet", "-o", plan]
         if "gpt2" in name or "bert" in name:
@@ -149,7 +163,11 @@ def main():
             failures += 1
             continue
         rc, explain = run([a.hetplan, "explain", plan])
-        if not fixed1 and "Stages (2" not in explain:
+        if a.tp and not any(l.split()[:1] == ["0"] and " 2  " in l for l in explain.split("Stages (")[1].splitlines()[1:3]):
+            print(f"FAIL {name}: expected a stage with tensor parallelism 2\n{explain}")
+            failures += 1
+            continue
+        if not fixed1 and not a.tp and "Stages (2" not in explain:
             print(f"FAIL {name}: expected 2 stages\n{explain}")
             failures += 1
             continue
@@ -169,7 +187,7 @@ def main():
 
         # input_names.txt: the real input names, in the order of in_*.npy
         inputs = sorted(glob.glob(os.path.join(work, "in_*.npy")))
-        args = mpi_prefix + [a.hetplan, "run", plan, "--output", os.path.join(work, "out"), "--ranks", "3", "--quiet"]
+        args = mpi_prefix + [a.hetplan, "run", plan, "--output", os.path.join(work, "out"), "--ranks", "4" if a.tp else "3", "--quiet"]
         trained = os.path.join(work, "trained.onnx")
         if a.mode == "train":
             # The equivalence check's settings: 2 steps, Adam eps 1e-4.
@@ -208,7 +226,8 @@ def main():
                 failures += 1
             rel = np.abs(got.astype(np.float64) - r) / np.maximum(np.abs(r), 1e-30)
             worst = max(worst, float(np.max(rel)) if rel.size else 0.0)
-        print(f"ok: {'mpirun -np 3 ' if mpi_prefix else ''}hetplan run {name}: max relative error {worst:.3g}")
+        how = f"mpirun -np {mpi_prefix[-1]} " if mpi_prefix else ""
+        print(f"ok: {how}hetplan run {name}: max relative error {worst:.3g}")
     print(f"{len(models) - failures}/{len(models)} models pass")
     return 1 if failures else 0
 

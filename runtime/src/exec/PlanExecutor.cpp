@@ -65,6 +65,42 @@ int64_t flagTag(uint32_t mb) { return kTrainTagBase + int64_t(mb) * kTrainTagsPe
 constexpr int64_t kSumTagBase = (int64_t(1) << 30) + (int64_t(1) << 29);
 int64_t sumTag(size_t group) { return kSumTagBase + 2 * int64_t(group); }
 
+// Tensor-parallel traffic inside a worker: per (micro-batch, node), the
+// forward all-gather and the backward sum. Above `hetplan run`'s MPI output
+// gather (2^29), below the training tags (2^30).
+constexpr int64_t kTpTagBase = (int64_t(1) << 29) + (int64_t(1) << 20);
+int64_t tpTag(uint32_t mb, size_t node, size_t nodes, int phase) {
+  int64_t tag = kTpTagBase + (int64_t(mb) * int64_t(nodes) + int64_t(node)) * 4 + phase;
+  if (tag >= kTrainTagBase) fail("too many micro-batches x nodes for tensor-parallel message tags");
+  return tag;
+}
+
+/// Columns [lo, hi) of the last axis (float32), copied.
+Tensor columns(const Tensor &t, int64_t lo, int64_t hi) {
+  std::vector<int64_t> shape = t.shape();
+  int64_t n = shape.back(), rows = n ? t.numel() / n : 0;
+  shape.back() = hi - lo;
+  Tensor out(t.dtype(), shape);
+  size_t e = dtypeSize(t.dtype());
+  const char *src = static_cast<const char *>(t.raw());
+  char *dst = static_cast<char *>(out.raw());
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + size_t(r * (hi - lo)) * e, src + size_t(r * n + lo) * e, size_t(hi - lo) * e);
+  return out;
+}
+
+/// Writes `part` into columns [lo, lo + part's width) of `dst`.
+void putColumns(Tensor &dst, const Tensor &part, int64_t lo) {
+  int64_t n = dst.shape().back(), w = part.shape().back(), rows = n ? dst.numel() / n : 0;
+  size_t e = dtypeSize(dst.dtype());
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char *>(dst.raw()) + size_t(r * n + lo) * e,
+                static_cast<const char *>(part.raw()) + size_t(r * w) * e, size_t(w) * e);
+}
+
+/// The columns of an N-wide weight that tensor-parallel rank k of t holds.
+std::pair<int64_t, int64_t> shardColumns(int64_t n, int64_t k, int64_t t) { return {n * k / t, n * (k + 1) / t}; }
+
 const char kDummy[16] = {};
 
 } // namespace
@@ -121,10 +157,6 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
   if (settings.mode() != "infer" && settings.mode() != "train")
     fail("unknown plan mode '" + settings.mode() + "'");
   bool train = settings.mode() == "train";
-  for (const auto &st : plan_.stages())
-    if (st.tensor_parallel() != 1)
-      fail("stage " + std::to_string(st.index()) + " uses tensor parallelism (tp=" +
-           std::to_string(st.tensor_parallel()) + "); executing tensor-parallel plans is not supported yet");
   for (const auto &r : plan_.ranks())
     for (const auto &ins : r.program())
       if (!train && ins.kind() != plan::Instruction::FORWARD && ins.kind() != plan::Instruction::SEND_ACTIVATION &&
@@ -234,13 +266,40 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
     io_[j - 1].shapes.assign(need.begin(), need.end());
   }
 
+  // Tensor parallelism: in a stage of tp > 1, every MatMul whose second
+  // input is a 2-D float32 weight read by no other node is split by
+  // columns over the worker's ranks (docs/runtime.md, "Tensor-parallel
+  // stages"); everything else runs replicated.
+  std::map<std::string, int> readers;
+  for (const auto &n : m.nodes)
+    for (const auto &in : n.inputs)
+      if (!in.empty()) readers[in]++;
+  shardedNodes_.assign(S, {});
+  for (size_t j = 0; j < S; ++j) {
+    const auto &st = plan_.stages(int(j));
+    if (st.tensor_parallel() <= 1) continue;
+    for (size_t i = st.first_node(); i <= st.last_node(); ++i) {
+      const Node &n = m.nodes[i];
+      if (n.opType != "MatMul" || n.inputs.size() != 2) continue;
+      auto w = m.initializers.find(n.inputs[1]);
+      if (w == m.initializers.end() || w->second.dtype() != DType::Float32 || w->second.rank() != 2 ||
+          w->second.dim(1) < int64_t(st.tensor_parallel()) || readers[n.inputs[1]] != 1)
+        continue;
+      shardedNodes_[j][i] = n.inputs[1];
+    }
+  }
+
   // Programs: one FORWARD per micro-batch over the stage's nodes, and the
-  // sends and receives the workers' sample ranges call for.
+  // sends and receives the workers' sample ranges call for. In a
+  // tensor-parallel worker every rank receives, the first one sends.
   for (const auto &r : plan_.ranks()) {
     if (isIdleRank(plan_, r.rank())) continue;
     const auto &st = plan_.stages(int(r.stage()));
     const auto &self = st.workers(int(r.worker()));
     std::string who = "rank " + std::to_string(r.rank()) + ": ";
+    int tpIndex = 0;
+    for (int k = 0; k < self.ranks_size(); ++k)
+      if (self.ranks(k) == r.rank()) tpIndex = k;
     std::vector<int> forwards(M, 0), backwards(M, 0);
     int allreduces = 0, optimizerSteps = 0;
     bool afterOptimizer = false;
@@ -262,7 +321,7 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
       case plan::Instruction::ALLREDUCE_GRADIENTS: {
         std::set<uint32_t> peers(ins.peers().begin(), ins.peers().end()), want;
         for (const auto &w : st.workers())
-          if (w.ranks(0) != r.rank()) want.insert(w.ranks(0));
+          if (&w != &self) want.insert(w.ranks(std::min(tpIndex, w.ranks_size() - 1)));
         if (peers != want) fail(who + "ALLREDUCE_GRADIENTS peers are not the other workers of its stage");
         allreduces++;
         break;
@@ -300,10 +359,14 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
       if (r.stage() > 0) overlap(plan_.stages(int(r.stage()) - 1), wantRecvs);
       if (r.stage() + 1 < S) overlap(plan_.stages(int(r.stage()) + 1), wantSends);
     }
-    if (sends != wantSends) fail(who + "its SEND_ACTIVATION instructions do not match the next stage's sample ranges");
+    // The worker's first rank sends for it; all of its ranks receive.
+    const std::set<std::pair<uint32_t, uint32_t>> none;
+    if (sends != (tpIndex == 0 ? wantSends : none))
+      fail(who + "its SEND_ACTIVATION instructions do not match the next stage's sample ranges");
     if (recvs != wantRecvs) fail(who + "its RECV_ACTIVATION instructions do not match the previous stage's sample ranges");
     if (train) {
-      if (gradSends != wantRecvs) fail(who + "its SEND_GRADIENT instructions do not match the previous stage's sample ranges");
+      if (gradSends != (tpIndex == 0 ? wantRecvs : none))
+        fail(who + "its SEND_GRADIENT instructions do not match the previous stage's sample ranges");
       if (gradRecvs != wantSends) fail(who + "its RECV_GRADIENT instructions do not match the next stage's sample ranges");
       if (optimizerSteps != 1) fail(who + "a training program needs one OPTIMIZER_STEP, it has " + std::to_string(optimizerSteps));
       if (st.workers_size() > 1 && allreduces != 1)
@@ -361,7 +424,8 @@ void PlanExecutor::checkTraining() {
                                                        " more problems)" : ""));
   stageNodes_.assign(S, {});
   stageParams_.assign(S, {});
-  std::map<std::string, std::set<int>> holders;
+  std::map<std::pair<std::string, uint32_t>, std::set<int>> holders; // (param, tp index)
+  std::map<std::string, uint32_t> tpOf;
   for (size_t j = 0; j < S; ++j) {
     const auto &st = plan_.stages(int(j));
     if (io_[j].received.size() >= size_t(kTrainTagsPerMicroBatch - 1))
@@ -372,11 +436,20 @@ void PlanExecutor::checkTraining() {
     for (size_t i : stageNodes_[j])
       for (const auto &in : m.nodes[i].inputs)
         if (trainable_.count(in)) stageParams_[j].insert(in);
-    for (const auto &p : stageParams_[j])
-      for (const auto &w : st.workers()) holders[p].insert(int(w.ranks(0)));
+    for (const auto &p : stageParams_[j]) {
+      auto [it, fresh] = tpOf.emplace(p, st.tensor_parallel());
+      if (!fresh && it->second != st.tensor_parallel())
+        fail("parameter '" + p + "' is read by stages of different tensor parallelism (" +
+             std::to_string(it->second) + " and " + std::to_string(st.tensor_parallel()) +
+             "); training such a plan is not supported");
+      // One sum per position in the tensor-parallel group: the ranks at
+      // position k hold the same shard (or the same replicated copy).
+      for (uint32_t k = 0; k < st.tensor_parallel(); ++k)
+        for (const auto &w : st.workers()) holders[{p, k}].insert(int(w.ranks(int(k))));
+    }
   }
   std::map<std::vector<int>, std::vector<std::string>> groups;
-  for (const auto &[p, ranks] : holders) groups[std::vector<int>(ranks.begin(), ranks.end())].push_back(p);
+  for (const auto &[key, ranks] : holders) groups[std::vector<int>(ranks.begin(), ranks.end())].push_back(key.first);
   sumGroups_.assign(groups.begin(), groups.end());
   if (plan_.settings().micro_batches() >= (1u << 16))
     fail("training supports fewer than 65536 micro-batches");
@@ -446,6 +519,12 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   std::string who = "rank " + std::to_string(me) + " (stage " + std::to_string(j) + "): ";
   const StageIO *in = j > 0 ? &io_[j] : nullptr;
   const StageIO *out = j + 1 < S ? &io_[j + 1] : nullptr;
+  int tp = self.ranks_size(), tpIndex = 0;
+  for (int k = 0; k < tp; ++k)
+    if (self.ranks(k) == me) tpIndex = k;
+  std::vector<int> tpRanks(self.ranks().begin(), self.ranks().end());
+  const auto &sharded = shardedNodes_[j];
+  size_t numNodes = model_->nodes.size();
 
   std::vector<size_t> nodes;
   for (size_t i = st.first_node(); i <= st.last_node(); ++i) nodes.push_back(i);
@@ -469,7 +548,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
 
   auto workerOf = [&](const plan::Stage &s, uint32_t r) -> const plan::Worker & {
     for (const auto &w : s.workers())
-      if (w.ranks(0) == r) return w;
+      for (uint32_t x : w.ranks())
+        if (x == r) return w;
     fail(who + "rank " + std::to_string(r) + " is no worker of stage " + std::to_string(s.index()));
   };
   struct Received { std::vector<Tensor> data, shapes; Tensor flags; };
@@ -554,16 +634,43 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       for (const auto &s : out->shapes) keepAll.insert(s);
     if (train)
       for (const auto &[k, v] : values) keepAll.insert(k); // received, re-run and parameters
+    // Split MatMuls: this rank's columns, then an all-gather in the worker.
+    Executor::NodeHook hook = [&](size_t node, KernelContext &ctx) {
+      auto it = sharded.find(node);
+      if (it == sharded.end()) return false;
+      const Tensor &w = ctx.in(1);
+      auto [lo, hi] = shardColumns(w.dim(1), tpIndex, tp);
+      Tensor mine = columns(w, lo, hi);
+      KernelContext part{ctx.node, ctx.opset, {ctx.inputs[0], &mine}, std::vector<Tensor>(1)};
+      findKernel("MatMul")->run(part);
+      int64_t tag = tpTag(mb, node, numNodes, 0);
+      for (int k = 0; k < tp; ++k)
+        if (k != tpIndex) comm.send(tpRanks[size_t(k)], tag, part.outputs[0]);
+      std::vector<int64_t> shape = part.outputs[0].shape();
+      shape.back() = w.dim(1);
+      Tensor full(part.outputs[0].dtype(), shape);
+      for (int k = 0; k < tp; ++k) {
+        Tensor piece = k == tpIndex ? part.outputs[0] : comm.recv(tpRanks[size_t(k)], tag);
+        auto [plo, phi] = shardColumns(w.dim(1), k, tp);
+        if (piece.shape().back() != phi - plo || piece.numel() / (phi - plo) != full.numel() / w.dim(1))
+          fail(who + "tensor-parallel piece " + piece.describe() + " from rank " +
+               std::to_string(tpRanks[size_t(k)]) + " does not fit " + full.describe());
+        putColumns(full, piece, plo);
+      }
+      ctx.outputs[0] = std::move(full);
+      return true;
+    };
+    const Executor::NodeHook *hookPtr = sharded.empty() || tp < 2 ? nullptr : &hook;
     std::map<std::string, Tensor> result;
     if (timing) {
       TimingObserver observer(*timing, n);
       auto t0 = std::chrono::steady_clock::now();
-      result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes, &observer);
+      result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes, &observer, hookPtr);
       auto t1 = std::chrono::steady_clock::now();
       if (mb < timing->forwardSeconds.size())
         timing->forwardSeconds[mb] += std::chrono::duration<double>(t1 - t0).count();
     } else {
-      result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes);
+      result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes, nullptr, hookPtr);
     }
     std::set<std::string> requires;
     if (train) {
@@ -606,8 +713,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       Tensor labels = sliceRows(train->labels, base, n);
       Tensor grad;
       try {
-        train->lossPiece += softmaxCrossEntropy(logits, labels, train->denominator,
-                                                train->options.ignoreIndex, &grad);
+        double piece = softmaxCrossEntropy(logits, labels, train->denominator, train->options.ignoreIndex, &grad);
+        if (tpIndex == 0) train->lossPiece += piece; // the worker's other ranks computed the same
       } catch (const std::exception &e) {
         fail("loss on output '" + lossOutput + "' " + logits.describe() + " with labels " +
              labels.describe() + ": " + e.what());
@@ -615,7 +722,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       if (!requires.count(lossOutput))
         fail("output '" + lossOutput + "' does not depend on any parameter: nothing to train");
       train->seeds[mb][lossOutput] = std::move(grad);
-    } else {
+    } else if (tpIndex == 0) {
       auto &mine = pieces[{mb, rank.worker()}];
       for (const auto &o : graphOutputs_) {
         auto it = result.find(o);
@@ -629,7 +736,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     }
   };
 
-  auto send = [&](uint32_t mb, uint32_t peer) {
+  auto send = [&](uint32_t mb, uint32_t peer) { // to one rank of a next-stage worker
     auto it = outbox.find(mb);
     if (it == outbox.end()) fail(who + "SEND_ACTIVATION for micro-batch " + std::to_string(mb) + " before its FORWARD");
     const auto &w = workerOf(plan_.stages(int(j + 1)), peer);
@@ -699,7 +806,33 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     std::set<std::string> requires = train::requiresGrad(*model_, stageNodes_[j], seedSet, lookup);
     std::map<std::string, Tensor> grads = std::move(seeds);
     train->seeds.erase(mb);
-    train::backward(*model_, stageNodes_[j], lookup, requires, grads);
+    // Split MatMuls: this rank's columns of dY give its weight columns'
+    // gradient and a partial dX, summed over the worker's ranks.
+    train::GradientHook hook = [&](size_t node, GradientContext &ctx) {
+      auto it = sharded.find(node);
+      if (it == sharded.end()) return false;
+      const Tensor &w = ctx.in(1);
+      auto [lo, hi] = shardColumns(w.dim(1), tpIndex, tp);
+      Tensor mine = columns(w, lo, hi);
+      GradientContext part{ctx.node, ctx.opset, {ctx.inputs[0], &mine}, {nullptr},
+                           {columns(ctx.outputGrads.at(0), lo, hi)}, ctx.wantGrad, std::vector<Tensor>(2)};
+      findGradient("MatMul")->run(part);
+      if (ctx.wantGrad[0]) {
+        Tensor dx = part.inputGrads[0].defined() ? part.inputGrads[0] : Tensor(DType::Float32, ctx.in(0).shape());
+        std::vector<int> group = tpRanks;
+        std::sort(group.begin(), group.end());
+        train::groupSum(comm, group, tpTag(mb, node, numNodes, 2), {&dx});
+        ctx.inputGrads[0] = std::move(dx);
+      }
+      if (ctx.wantGrad[1] && part.inputGrads[1].defined()) {
+        Tensor dw(DType::Float32, w.shape()); // zero outside this rank's columns
+        putColumns(dw, part.inputGrads[1], lo);
+        ctx.inputGrads[1] = std::move(dw);
+      }
+      return true;
+    };
+    train::backward(*model_, stageNodes_[j], lookup, requires, grads,
+                    sharded.empty() || tp < 2 ? nullptr : &hook);
     for (const auto &p : stageParams_[j]) {
       auto it = grads.find(p);
       if (it != grads.end() && it->second.defined()) train::accumulate(train->state.grads[p], it->second);
@@ -747,8 +880,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       train->summed.insert(g);
     }
   };
-  std::vector<int> stageRanks;
-  for (const auto &w : st.workers()) stageRanks.push_back(int(w.ranks(0)));
+  std::vector<int> stageRanks; // the stage's ranks at this rank's tensor-parallel position
+  for (const auto &w : st.workers()) stageRanks.push_back(int(w.ranks(tpIndex)));
   std::sort(stageRanks.begin(), stageRanks.end());
 
   for (const auto &ins : rank.program()) {
@@ -760,7 +893,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       forward(ins.micro_batch());
       break;
     case plan::Instruction::SEND_ACTIVATION:
-      send(ins.micro_batch(), ins.peers(0));
+      for (uint32_t peer : ins.peers()) send(ins.micro_batch(), peer); // every rank of a tp worker
       break;
     case plan::Instruction::RECV_GRADIENT:
       receiveGradient(ins.micro_batch(), ins.peers(0));
@@ -769,7 +902,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       backwardStep(ins.micro_batch());
       break;
     case plan::Instruction::SEND_GRADIENT:
-      sendGradient(ins.micro_batch(), ins.peers(0));
+      for (uint32_t peer : ins.peers()) sendGradient(ins.micro_batch(), peer);
       break;
     case plan::Instruction::ALLREDUCE_GRADIENTS:
       // The parameters only this stage reads, over its workers.
@@ -850,29 +983,72 @@ double PlanExecutor::train(const std::map<std::string, Tensor> &inputs, const Te
   return losses[0];
 }
 
-std::map<std::string, Tensor> PlanExecutor::collectParameters(const std::vector<RankTrainState> &states) const {
-  std::map<std::string, Tensor> out;
+/// Where the current value of each parameter lives: the ranks of the first
+/// worker of the first stage reading it, each with the columns it holds
+/// (all of them unless the stage splits the weight over its ranks).
+std::vector<PlanExecutor::ParamSource> PlanExecutor::parameterSources() const {
+  std::vector<ParamSource> out;
+  std::set<std::string> seen;
   for (const auto &st : plan_.stages())
     for (const auto &p : stageParams_[st.index()]) {
-      if (out.count(p)) continue;
-      uint32_t r = st.workers(0).ranks(0);
-      if (r < states.size() && states[r].params.count(p)) out[p] = states[r].params.at(p);
+      if (!seen.insert(p).second) continue;
+      const auto &w = st.workers(0);
+      bool split = false;
+      for (const auto &[node, param] : shardedNodes_[st.index()]) split |= param == p;
+      int64_t cols = model_->initializers.at(p).shape().back();
+      if (!split) {
+        out.push_back({p, w.ranks(0), 0, cols});
+        continue;
+      }
+      for (int k = 0; k < w.ranks_size(); ++k) {
+        auto [lo, hi] = shardColumns(cols, k, w.ranks_size());
+        out.push_back({p, w.ranks(k), lo, hi});
+      }
     }
   return out;
 }
 
+std::pair<int64_t, int64_t> PlanExecutor::heldColumns(uint32_t r, const std::string &param) const {
+  int64_t cols = model_->initializers.at(param).shape().back();
+  if (isIdleRank(plan_, r)) return {0, 0};
+  const auto &rank = plan_.ranks(int(r));
+  const auto &w = plan_.stages(int(rank.stage())).workers(int(rank.worker()));
+  for (const auto &[node, p] : shardedNodes_[rank.stage()])
+    if (p == param)
+      for (int k = 0; k < w.ranks_size(); ++k)
+        if (w.ranks(k) == r) return shardColumns(cols, k, w.ranks_size());
+  return {0, cols};
+}
+
+std::map<std::string, Tensor> PlanExecutor::collectParameters(const std::vector<RankTrainState> &states) const {
+  std::map<std::string, Tensor> out;
+  for (const auto &src : parameterSources()) {
+    if (src.rank >= states.size() || !states[src.rank].params.count(src.name)) continue;
+    const Tensor &t = states[src.rank].params.at(src.name);
+    if (src.lo == 0 && src.hi == t.shape().back()) {
+      out[src.name] = t;
+      continue;
+    }
+    auto [it, fresh] = out.try_emplace(src.name, t.dtype(), t.shape());
+    putColumns(it->second, columns(t, src.lo, src.hi), src.lo);
+  }
+  return out;
+}
+
 std::map<std::string, Tensor> PlanExecutor::gatherParameters(Communicator &comm, const RankTrainState &state) const {
-  // Each parameter comes from the first worker of the first stage reading
-  // it; tags count parameters in name order.
-  std::map<std::string, uint32_t> source;
-  for (const auto &st : plan_.stages())
-    for (const auto &p : stageParams_[st.index()]) source.emplace(p, st.workers(0).ranks(0));
+  // Rank 0 receives every piece; tags count the pieces in order.
   std::map<std::string, Tensor> out;
   int64_t k = 0;
-  for (const auto &[p, r] : source) {
+  for (const auto &src : parameterSources()) {
     int64_t tag = kSumTagBase - 1 - k++;
-    if (comm.rank() == 0) out[p] = r == 0 ? state.params.at(p) : comm.recv(int(r), tag);
-    else if (uint32_t(comm.rank()) == r) comm.send(0, tag, state.params.at(p));
+    if (comm.rank() == 0) {
+      Tensor piece = src.rank == 0 ? columns(state.params.at(src.name), src.lo, src.hi) : comm.recv(int(src.rank), tag);
+      const Tensor &init = model_->initializers.at(src.name);
+      auto [it, fresh] = out.try_emplace(src.name, init.dtype(), init.shape());
+      putColumns(it->second, piece, src.lo);
+    } else if (uint32_t(comm.rank()) == src.rank) {
+      comm.send(0, tag, columns(state.params.at(src.name), src.lo, src.hi));
+    }
   }
   return out;
 }

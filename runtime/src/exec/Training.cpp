@@ -123,7 +123,8 @@ void accumulate(Tensor &acc, const Tensor &g) {
 
 void backward(const Model &model, const std::vector<size_t> &nodes,
               const std::function<const Tensor *(const std::string &)> &value,
-              const std::set<std::string> &requires, std::map<std::string, Tensor> &grads) {
+              const std::set<std::string> &requires, std::map<std::string, Tensor> &grads,
+              const GradientHook *hook) {
   int64_t opset = model.opset("");
   // Gradients first stored as a kernel returned them may share bytes with
   // another (Add hands the same tensor to both inputs): copied before the
@@ -170,7 +171,7 @@ void backward(const Model &model, const std::vector<size_t> &nodes,
         ctx.outputGrads.push_back(it == grads.end() ? Tensor() : it->second);
       }
       try {
-        g->run(ctx);
+        if (!hook || !(*hook)(*step, ctx)) g->run(ctx);
       } catch (const std::exception &e) {
         throw std::runtime_error(where + e.what());
       }

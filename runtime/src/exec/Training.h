@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 #include "hetplan/runtime/Communicator.h"
+#include "hetplan/runtime/Gradients.h"
 #include "hetplan/runtime/Model.h"
 
 #include <functional>
@@ -43,9 +44,13 @@ std::set<std::string> requiresGrad(const Model &model, const std::vector<size_t>
 /// (the loss output's, received ones); on return it also holds the
 /// gradient of every value in `requires` that reaches them (summed over
 /// uses). Float32/float64 values only.
+/// `hook`, when given, is offered every node first (tensor-parallel
+/// MatMuls): true when it filled ctx.inputGrads itself.
+using GradientHook = std::function<bool(size_t node, GradientContext &ctx)>;
 void backward(const Model &model, const std::vector<size_t> &nodes,
               const std::function<const Tensor *(const std::string &)> &value,
-              const std::set<std::string> &requires, std::map<std::string, Tensor> &grads);
+              const std::set<std::string> &requires, std::map<std::string, Tensor> &grads,
+              const GradientHook *hook = nullptr);
 
 /// acc += g (same shape and type); an undefined `acc` becomes a copy of g.
 void accumulate(Tensor &acc, const Tensor &g);

@@ -235,7 +235,8 @@ const Tensor *findValue(const std::map<std::string, Tensor> &values,
 /// returns its outputs; errors name the model and the node.
 template <typename Lookup>
 std::vector<Tensor> executeNode(const Model &model, const Node &n, size_t index, int64_t opset,
-                                Lookup &&lookup, ExecutionObserver *observer) {
+                                Lookup &&lookup, ExecutionObserver *observer,
+                                const Executor::NodeHook *hook = nullptr) {
   const KernelInfo *k = findKernel(n.opType);
   if (!k) throw std::runtime_error(model.path + ": " + n.describe() + ": no CPU kernel");
   KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
@@ -246,7 +247,7 @@ std::vector<Tensor> executeNode(const Model &model, const Node &n, size_t index,
     ctx.inputs.push_back(t);
   }
   try {
-    runKernel(*k, ctx, index, observer);
+    if (!hook || !(*hook)(index, ctx)) runKernel(*k, ctx, index, observer);
   } catch (const std::exception &e) {
     throw std::runtime_error(model.path + ": " + n.describe() + ": " + e.what());
   }
@@ -308,7 +309,7 @@ std::map<std::string, Tensor>
 Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> values,
                    const std::set<std::string> &keep,
                    std::map<std::string, std::vector<int64_t>> *shapes,
-                   ExecutionObserver *observer) const {
+                   ExecutionObserver *observer, const NodeHook *hook) const {
   std::map<std::string, size_t> lastUse;
   for (size_t step = 0; step < nodes.size(); ++step)
     for (const auto &s : model_.nodes[nodes[step]].inputs)
@@ -326,7 +327,7 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
           if (!o.empty()) (*shapes)[o] = folded_.at(o).shape();
       continue;
     }
-    std::vector<Tensor> outs = executeNode(model_, n, nodes[step], opset, lookup, observer);
+    std::vector<Tensor> outs = executeNode(model_, n, nodes[step], opset, lookup, observer, hook);
     for (size_t i = 0; i < n.outputs.size(); ++i)
       if (!n.outputs[i].empty()) {
         if (shapes) (*shapes)[n.outputs[i]] = outs[i].shape();

@@ -1,7 +1,9 @@
 //===- Executor.h - runs an ONNX model's graph on the CPU -------*- C++ -*-===//
 #pragma once
 
+#include "hetplan/runtime/Kernels.h"
 #include "hetplan/runtime/Model.h"
+#include <functional>
 
 #include <map>
 #include <set>
@@ -50,11 +52,15 @@ public:
   /// their last use in the list. `shapes`, when given, receives the shape
   /// of every value the nodes produce. For the plan executor (a pipeline
   /// stage runs a node range on its samples).
+  /// `hook`, when given, is offered every node first (the plan executor's
+  /// tensor-parallel MatMuls): it returns true when it filled ctx.outputs
+  /// itself, false to let the kernel run.
+  using NodeHook = std::function<bool(size_t node, KernelContext &ctx)>;
   std::map<std::string, Tensor>
   runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> values,
            const std::set<std::string> &keep,
            std::map<std::string, std::vector<int64_t>> *shapes = nullptr,
-           ExecutionObserver *observer = nullptr) const;
+           ExecutionObserver *observer = nullptr, const NodeHook *hook = nullptr) const;
 
 private:
   const Model &model_;

@@ -30,7 +30,7 @@ class PlanExecutor {
 public:
   /// Loads the plan's model (`modelPath`, or the plan's model.path when
   /// empty) and checks, before anything runs, with one-line errors
-  /// (std::runtime_error): validatePlan; tensor_parallel 1; for training
+  /// (std::runtime_error): validatePlan; for training
   /// plans, a backward kernel on every path from a parameter to the outputs
   /// and a complete program (FORWARD and BACKWARD once per micro-batch,
   /// ALLREDUCE_GRADIENTS among the stage's workers, OPTIMIZER_STEP last); the model file's SHA-256 equals
@@ -145,6 +145,18 @@ public:
   /// one micro-batch (the single-device reference a step must agree with).
   static plan::Plan singleRankPlan(const plan::Plan &plan);
 
+  /// A piece of a parameter's current value: columns [lo, hi) of its last
+  /// axis held by `rank` (all columns unless a tensor-parallel stage splits it).
+  struct ParamSource {
+    std::string name;
+    uint32_t rank;
+    int64_t lo, hi;
+  };
+  std::vector<ParamSource> parameterSources() const;
+  /// The columns [lo, hi) of `param`'s last axis that `rank` computes and
+  /// updates (its gradient and values elsewhere are zero / stale).
+  std::pair<int64_t, int64_t> heldColumns(uint32_t rank, const std::string &param) const;
+
 private:
   struct TrainRun;
   OutputPieces runProgram(Communicator &comm, const std::map<std::string, Tensor> &inputs,
@@ -163,6 +175,9 @@ private:
   /// stage's workers, or for a parameter several stages read, such as tied
   /// embeddings, all of theirs), in a fixed order every rank agrees on.
   std::vector<std::pair<std::vector<int>, std::vector<std::string>>> sumGroups_;
+  /// Per stage: MatMul nodes split by columns over the tensor-parallel
+  /// ranks -> their weight.
+  std::vector<std::map<size_t, std::string>> shardedNodes_;
 };
 
 } // namespace hetplan::runtime
