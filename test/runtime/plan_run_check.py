@@ -14,7 +14,8 @@ process) and with `hetplan run` on .npy files (compared here with numpy).
   --labels ... --steps 2 --save-model` must reproduce the losses and the
   trained weights (read back from the saved ONNX file).
   --generate gpt2-small: write models/gen_transformer.py's GPT-2 small
-  (124M parameters, random weights, external data) into DIR and check it.
+  (124M parameters, random weights, external data) into DIR and check it;
+  --generate small-cnn: models/gen_cnn.py's residual convnet.
 """
 import argparse, glob, os, shutil, subprocess, sys
 
@@ -111,8 +112,11 @@ def main():
     for config in a.generate:
         family = config.split("-")[0]
         out = os.path.join(a.work, config + ".onnx")
-        rc, log = run([a.python, gen, "--family", family, "--config", config,
-                       "--weights", "external", "--no-check", "-o", out])
+        if config == "small-cnn":  # models/gen_cnn.py: a residual convnet
+            rc, log = run([a.python, os.path.join(os.path.dirname(gen), "gen_cnn.py"), "-o", out])
+        else:
+            rc, log = run([a.python, gen, "--family", family, "--config", config,
+                           "--weights", "external", "--no-check", "-o", out])
         if rc != 0:
             print(f"FAIL: generating {config}\n{log}")
             return 1

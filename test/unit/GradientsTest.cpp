@@ -426,6 +426,222 @@ TEST(Gradients, Reductions) {
   expectGradOk(GradCase{"ReduceMean", {{"keepdims", intAttr(0)}}, {rand64({2, 3, 4}), i64v({-1, 0})}, {0}, 18});
 }
 
+// ---------------------------------------------------------------- convnets
+
+namespace {
+using Attrs = std::map<std::string, Attribute>;
+GradCase conv(Tensor x, Tensor w, Tensor b, Attrs attrs) {
+  std::vector<size_t> wrt = b.defined() ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{0, 1};
+  std::vector<Tensor> ins = {std::move(x), std::move(w)};
+  if (b.defined()) ins.push_back(std::move(b));
+  return GradCase{"Conv", std::move(attrs), std::move(ins), wrt, 11};
+}
+} // namespace
+
+TEST(Gradients, Conv2D) {
+  // plain 3x3, bias
+  expectGradOk(conv(rand64({2, 3, 5, 5}), rand64({4, 3, 3, 3}), rand64({4}), {}));
+  // pads + strides + dilations (asymmetric pads)
+  expectGradOk(conv(rand64({2, 3, 7, 6}), rand64({4, 3, 3, 2}), rand64({4}),
+                    {{"pads", intsAttr({1, 0, 2, 1})}, {"strides", intsAttr({2, 1})}, {"dilations", intsAttr({2, 1})}}));
+  expectGradOk(conv(rand64({1, 2, 8, 7}), rand64({3, 2, 3, 3}), Tensor(),
+                    {{"pads", intsAttr({1, 1, 1, 1})}, {"strides", intsAttr({2, 3})}, {"dilations", intsAttr({1, 2})}}));
+  // auto_pad SAME_UPPER / SAME_LOWER / VALID with strides
+  expectGradOk(conv(rand64({1, 2, 6, 5}), rand64({3, 2, 3, 2}), rand64({3}),
+                    {{"auto_pad", strAttr("SAME_UPPER")}, {"strides", intsAttr({2, 2})}}));
+  expectGradOk(conv(rand64({1, 2, 6, 5}), rand64({3, 2, 2, 3}), Tensor(),
+                    {{"auto_pad", strAttr("SAME_LOWER")}, {"strides", intsAttr({1, 2})}}));
+  expectGradOk(conv(rand64({1, 2, 6, 5}), rand64({3, 2, 3, 3}), Tensor(),
+                    {{"auto_pad", strAttr("VALID")}, {"strides", intsAttr({2, 1})}}));
+  // 1x1 (pointwise: the GEMM on the input itself) and 1x1 with a stride
+  expectGradOk(conv(rand64({2, 4, 3, 3}), rand64({5, 4, 1, 1}), rand64({5}), {}));
+  expectGradOk(conv(rand64({2, 4, 5, 5}), rand64({3, 4, 1, 1}), Tensor(), {{"strides", intsAttr({2, 2})}}));
+  // explicit kernel_shape
+  expectGradOk(conv(rand64({1, 2, 5, 5}), rand64({2, 2, 3, 3}), Tensor(), {{"kernel_shape", intsAttr({3, 3})}}));
+}
+
+TEST(Gradients, ConvGroups) {
+  // group = 2 (the GEMM path per group)
+  expectGradOk(conv(rand64({2, 4, 5, 5}), rand64({6, 2, 3, 3}), rand64({6}),
+                    {{"group", intAttr(2)}, {"pads", intsAttr({1, 1, 1, 1})}, {"strides", intsAttr({2, 2})}}));
+  // depthwise (one input channel per group), stride + pads + dilation
+  expectGradOk(conv(rand64({2, 3, 6, 6}), rand64({3, 1, 3, 3}), rand64({3}),
+                    {{"group", intAttr(3)}, {"pads", intsAttr({1, 2, 1, 0})}, {"strides", intsAttr({2, 1})},
+                     {"dilations", intsAttr({1, 2})}}));
+  // depthwise with a channel multiplier of 2
+  expectGradOk(conv(rand64({2, 2, 5, 5}), rand64({4, 1, 3, 3}), Tensor(),
+                    {{"group", intAttr(2)}, {"pads", intsAttr({1, 1, 1, 1})}}));
+  // depthwise 1x1 (pointwise path with Cg = 1)
+  expectGradOk(conv(rand64({2, 3, 3, 3}), rand64({3, 1, 1, 1}), rand64({3}), {{"group", intAttr(3)}}));
+  // only the weight wanted / only the bias wanted
+  GradCase onlyW = conv(rand64({1, 4, 4, 4}), rand64({4, 2, 2, 2}), rand64({4}), {{"group", intAttr(2)}});
+  onlyW.wrt = {1};
+  expectGradOk(onlyW);
+  GradCase onlyB = conv(rand64({1, 3, 4, 4}), rand64({3, 1, 2, 2}), rand64({3}), {{"group", intAttr(3)}});
+  onlyB.wrt = {2};
+  expectGradOk(onlyB);
+}
+
+TEST(Gradients, Conv1DAnd3D) {
+  expectGradOk(conv(rand64({2, 3, 9}), rand64({4, 3, 3}), rand64({4}),
+                    {{"pads", intsAttr({2, 1})}, {"strides", intsAttr({2})}, {"dilations", intsAttr({2})}}));
+  expectGradOk(conv(rand64({2, 4, 7}), rand64({4, 1, 3}), Tensor(), {{"group", intAttr(4)}, {"pads", intsAttr({1, 1})}}));
+  expectGradOk(conv(rand64({1, 2, 4, 5, 4}), rand64({3, 2, 2, 3, 2}), rand64({3}),
+                    {{"pads", intsAttr({1, 0, 1, 0, 1, 1})}, {"strides", intsAttr({2, 1, 2})}}));
+}
+
+TEST(Gradients, MaxPool) {
+  expectGradOk(GradCase{"MaxPool", {{"kernel_shape", intsAttr({2, 2})}, {"strides", intsAttr({2, 2})}},
+                        {rand64({2, 3, 4, 6})}, {0}, 11});
+  // overlapping windows, pads (never the max: padding is -inf), strides
+  expectGradOk(GradCase{"MaxPool",
+                        {{"kernel_shape", intsAttr({3, 3})}, {"strides", intsAttr({2, 2})}, {"pads", intsAttr({1, 0, 1, 1})}},
+                        {rand64({2, 2, 7, 6})}, {0}, 11});
+  // ceil_mode: the last windows hang over the end
+  expectGradOk(GradCase{"MaxPool",
+                        {{"kernel_shape", intsAttr({3, 2})}, {"strides", intsAttr({2, 2})}, {"ceil_mode", intAttr(1)}},
+                        {rand64({1, 2, 6, 5})}, {0}, 11});
+  expectGradOk(GradCase{"MaxPool",
+                        {{"kernel_shape", intsAttr({2, 2})}, {"dilations", intsAttr({2, 1})}, {"auto_pad", strAttr("SAME_UPPER")},
+                         {"strides", intsAttr({2, 1})}},
+                        {rand64({1, 2, 5, 5})}, {0}, 11});
+  // 1-D; the Indices output (int64) gets no gradient
+  expectGradOk(GradCase{"MaxPool", {{"kernel_shape", intsAttr({3})}, {"strides", intsAttr({2})}, {"pads", intsAttr({1, 1})}},
+                        {rand64({2, 3, 8})}, {0}, 11, 2});
+  // ties: the first maximum of each window gets the whole gradient
+  GradCase tie{"MaxPool", {{"kernel_shape", intsAttr({2, 2})}, {"strides", intsAttr({2, 2})}},
+               {f64({1, 1, 2, 4}, {0.5, 0.5, 1.0, 0.0, 0.5, 0.5, 0.0, 1.0})}, {0}, 11};
+  Node n = tie.node();
+  auto outs = forward(tie, n, tie.inputs);
+  GradientContext ctx{n, 11, {&tie.inputs[0]}, {&outs[0]}, {f64({1, 1, 1, 2}, {3.0, 7.0})}, {true}, {}};
+  findGradient("MaxPool")->run(ctx);
+  ASSERT_EQ(ctx.inputGrads.size(), 1u);
+  std::vector<double> want = {3, 0, 7, 0, 0, 0, 0, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(ctx.inputGrads[0].data<double>()[i], want[i]) << i;
+}
+
+TEST(Gradients, AveragePool) {
+  for (int include = 0; include < 2; ++include) {
+    SCOPED_TRACE(include);
+    Attribute inc = intAttr(include);
+    expectGradOk(GradCase{"AveragePool",
+                          {{"kernel_shape", intsAttr({3, 3})}, {"strides", intsAttr({2, 2})}, {"pads", intsAttr({1, 1, 1, 0})},
+                           {"count_include_pad", inc}},
+                          {rand64({2, 2, 6, 5})}, {0}, 11});
+    expectGradOk(GradCase{"AveragePool",
+                          {{"kernel_shape", intsAttr({3, 2})}, {"strides", intsAttr({2, 2})}, {"pads", intsAttr({1, 0, 0, 1})},
+                           {"ceil_mode", intAttr(1)}, {"count_include_pad", inc}},
+                          {rand64({1, 2, 6, 6})}, {0}, 11});
+    // ceil_mode windows that hang past the end padding (not counted either way)
+    expectGradOk(GradCase{"AveragePool",
+                          {{"kernel_shape", intsAttr({2, 3})}, {"strides", intsAttr({2, 2})}, {"pads", intsAttr({0, 1, 0, 0})},
+                           {"ceil_mode", intAttr(1)}, {"count_include_pad", inc}},
+                          {rand64({1, 2, 5, 6})}, {0}, 11});
+    expectGradOk(GradCase{"AveragePool",
+                          {{"kernel_shape", intsAttr({3})}, {"auto_pad", strAttr("SAME_LOWER")}, {"count_include_pad", inc}},
+                          {rand64({2, 2, 7})}, {0}, 11});
+  }
+  // the two modes differ at the border (so the attribute is not ignored)
+  GradCase a{"AveragePool", {{"kernel_shape", intsAttr({3, 3})}, {"pads", intsAttr({1, 1, 1, 1})}}, {rand64({1, 1, 3, 3})}, {0}, 11};
+  GradCase b = a;
+  b.attrs["count_include_pad"] = intAttr(1);
+  GradResult ra = computeGrads(a), rb = computeGrads(b);
+  EXPECT_GT(std::fabs(valueAt(ra.analytic[0], 0) - valueAt(rb.analytic[0], 0)), 0.0);
+}
+
+TEST(Gradients, GlobalPools) {
+  expectGradOk(GradCase{"GlobalAveragePool", {}, {rand64({2, 3, 4, 5})}, {0}});
+  expectGradOk(GradCase{"GlobalAveragePool", {}, {rand64({2, 3, 7})}, {0}});
+  expectGradOk(GradCase{"GlobalMaxPool", {}, {rand64({2, 3, 4, 5})}, {0}});
+  expectGradOk(GradCase{"GlobalMaxPool", {}, {rand64({2, 3, 2, 2, 3})}, {0}});
+}
+
+TEST(Gradients, BatchNormalizationInference) {
+  expectGradOk(GradCase{"BatchNormalization", {{"epsilon", floatAttr(1e-3f)}},
+                        {rand64({2, 3, 4, 5}), rand64({3}), rand64({3}), rand64({3}), rand64({3}, 0.5, 2.0)},
+                        {0, 1, 2}, 9});
+  expectGradOk(GradCase{"BatchNormalization", {},
+                        {rand64({3, 4}), rand64({4}), rand64({4}), rand64({4}), rand64({4}, 0.5, 2.0)}, {0, 1, 2}, 15});
+  expectGradOk(GradCase{"BatchNormalization", {},
+                        {rand64({2, 2, 3}), rand64({2}), rand64({2}), rand64({2}), rand64({2}, 0.5, 2.0)}, {1}, 15});
+  EXPECT_EQ(findGradient("BatchNormalization")->nonDifferentiable, (std::vector<size_t>{3, 4}));
+  Node train;
+  train.opType = "BatchNormalization";
+  train.outputs = {"y"};
+  EXPECT_EQ(findGradient("BatchNormalization")->check(train, 15), "");
+  train.attrs["training_mode"] = intAttr(1);
+  EXPECT_NE(findGradient("BatchNormalization")->check(train, 15), "");
+  Node legacy;
+  legacy.opType = "BatchNormalization";
+  legacy.outputs = {"y", "mean", "var", "saved_mean", "saved_var"};
+  EXPECT_NE(findGradient("BatchNormalization")->check(legacy, 9), "");
+}
+
+TEST(Gradients, LRN) {
+  expectGradOk(GradCase{"LRN", {{"size", intAttr(3)}, {"alpha", floatAttr(0.5f)}, {"beta", floatAttr(0.75f)}, {"bias", floatAttr(1.5f)}},
+                        {rand64({2, 5, 3, 2}, -2, 2)}, {0}, 11});
+  expectGradOk(GradCase{"LRN", {{"size", intAttr(4)}, {"alpha", floatAttr(0.3f)}, {"beta", floatAttr(0.6f)}},
+                        {rand64({1, 6, 4}, -2, 2)}, {0}, 11});
+}
+
+TEST(Gradients, ConvAndPoolFloat32MatchFloat64) {
+  auto to32 = [](const Tensor &t) {
+    Tensor f(DType::Float32, t.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
+    return f;
+  };
+  std::vector<GradCase> cases = {
+      conv(rand64({2, 4, 6, 6}), rand64({4, 2, 3, 3}), rand64({4}),
+           {{"group", intAttr(2)}, {"pads", intsAttr({1, 1, 1, 1})}, {"strides", intsAttr({2, 1})}}),
+      conv(rand64({2, 3, 5, 5}), rand64({3, 1, 3, 3}), rand64({3}), {{"group", intAttr(3)}, {"pads", intsAttr({1, 1, 1, 1})}}),
+      GradCase{"MaxPool", {{"kernel_shape", intsAttr({3, 3})}, {"strides", intsAttr({2, 2})}, {"pads", intsAttr({1, 1, 1, 1})}},
+               {rand64({2, 3, 6, 6})}, {0}, 11},
+      GradCase{"AveragePool", {{"kernel_shape", intsAttr({3, 3})}, {"strides", intsAttr({2, 2})}, {"pads", intsAttr({1, 1, 1, 1})}},
+               {rand64({2, 3, 6, 6})}, {0}, 11},
+      GradCase{"BatchNormalization", {}, {rand64({2, 3, 4, 4}), rand64({3}), rand64({3}), rand64({3}), rand64({3}, 0.5, 2.0)},
+               {0, 1, 2}, 15},
+      GradCase{"LRN", {{"size", intAttr(3)}, {"alpha", floatAttr(0.5f)}}, {rand64({2, 5, 3})}, {0}, 11},
+  };
+  for (const GradCase &c64 : cases) {
+    SCOPED_TRACE(c64.op);
+    Node n = c64.node();
+    std::vector<Tensor> in32;
+    for (auto &t : c64.inputs) in32.push_back(to32(t));
+    GradCase c32 = c64;
+    c32.inputs = in32;
+    auto o64 = forward(c64, n, c64.inputs), o32 = forward(c32, n, in32);
+    ASSERT_EQ(o32[0].dtype(), DType::Float32);
+    ASSERT_EQ(o32[0].shape(), o64[0].shape());
+    Tensor r64 = rand64(o64[0].shape());
+    std::vector<bool> want(c64.inputs.size(), false);
+    for (size_t i : c64.wrt) want[i] = true;
+    GradientContext g64{n, c64.opset, {}, {&o64[0]}, {r64}, want, {}};
+    GradientContext g32{n, c64.opset, {}, {&o32[0]}, {to32(r64)}, want, {}};
+    for (auto &t : c64.inputs) g64.inputs.push_back(&t);
+    for (auto &t : in32) g32.inputs.push_back(&t);
+    findGradient(c64.op)->run(g64);
+    findGradient(c64.op)->run(g32);
+    for (size_t i : c64.wrt) {
+      ASSERT_EQ(g32.inputGrads[i].dtype(), DType::Float32);
+      ASSERT_EQ(g32.inputGrads[i].shape(), c64.inputs[i].shape());
+      for (int64_t j = 0; j < g64.inputGrads[i].numel(); ++j)
+        EXPECT_NEAR(g32.inputGrads[i].data<float>()[j], g64.inputGrads[i].data<double>()[j],
+                    1e-4 * (1 + std::fabs(g64.inputGrads[i].data<double>()[j])))
+            << "input " << i << " element " << j;
+    }
+  }
+}
+
+TEST(Gradients, ConvHarnessDetectsAWrongGradient) {
+  // a Conv gradient off by 0.1% fails the comparison (per input)
+  GradResult r = computeGrads(conv(rand64({1, 2, 5, 5}), rand64({3, 2, 3, 3}), rand64({3}),
+                                   {{"pads", intsAttr({1, 1, 1, 1})}, {"strides", intsAttr({2, 2})}}));
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(mismatches(r, i, 1e-6, 1e-6), 0) << i;
+    EXPECT_GT(mismatches(r, i, 1e-6, 1e-6, nullptr, 1.001), 0) << i;
+  }
+}
+
 // ---------------------------------------------------------------- float32
 
 TEST(Gradients, Float32MatchesFloat64) {
@@ -605,7 +821,8 @@ TEST(Gradients, Registry) {
        {"Add", "Sub", "Mul", "Div", "Neg", "Pow", "Sqrt", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Relu",
         "LeakyRelu", "Gelu", "Softmax", "LogSoftmax", "LayerNormalization", "MatMul", "Gemm", "Gather", "Reshape",
         "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Split", "Concat", "Slice", "Where", "Cast",
-        "ReduceMean", "ReduceSum", "Expand", "Tile", "Dropout", "Max", "Min"})
+        "ReduceMean", "ReduceSum", "Expand", "Tile", "Dropout", "Max", "Min", "Conv", "MaxPool", "AveragePool",
+        "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "LRN"})
     EXPECT_TRUE(have.count(op)) << op;
   EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
   for (const auto &op : ops) {

@@ -19,6 +19,7 @@ using cpu::parallelFor;
 void registerElementwiseGradients(); // ElementwiseGrad.cpp
 void registerLinalgGradients();      // LinalgGrad.cpp
 void registerTensorGradients();      // TensorOpsGrad.cpp
+void registerConvGradients();        // ConvGrad.cpp
 
 /// Registers an op whose backward is dX = dY reshaped to X's shape
 /// (Identity, Reshape, Squeeze, ...); inputs in `nonDiff` get no gradient.

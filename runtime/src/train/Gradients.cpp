@@ -21,6 +21,7 @@ void ensureRegistered() {
     train::registerElementwiseGradients();
     train::registerLinalgGradients();
     train::registerTensorGradients();
+    train::registerConvGradients();
   });
 }
 } // namespace
