@@ -7,6 +7,10 @@ scripts/setup.sh
 scripts/build.sh
 cd build
 rm -f conformance-*.txt
+# ctest runs tests side by side on few cores: OpenMP threads (oneDNN's, the
+# CPU kernels') that spin while they wait would steal the cores the other
+# tests need (docs/runtime.md, "Kernels"). libgomp reads this at start-up.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 set +e
 ctest --output-on-failure -j "$(nproc)" 2>&1 | tee ctest.log
 rc=${PIPESTATUS[0]}

@@ -150,7 +150,11 @@ bool conv(const ConvShape &s, const float *x, const float *w, const float *bias,
   // Weights in the primitive's layout: cached per (node, geometry) while the
   // sampled values match; reordered per call otherwise.
   std::shared_ptr<dnnl::memory> wMem;
-  if (e->wReorder) {
+  if (e->wReorder && !weightsKey) { // weights that may change: reorder every call
+    wMem = std::make_shared<dnnl::memory>(e->pd.weights_desc(), eng);
+    dnnl::memory wu(e->wUser, eng, const_cast<float *>(w));
+    e->wToPrim.execute(strm, wu, *wMem);
+  } else if (e->wReorder) {
     std::string wkey = std::to_string(reinterpret_cast<uintptr_t>(weightsKey)) + '|' + key;
     std::vector<float> sample = sampleOf(w, wn);
     {

@@ -21,9 +21,11 @@ struct ConvShape {
 
 /// y = conv(x, w) + bias (bias may be null), float32, plain NC... layouts.
 /// Returns false (and writes nothing) when oneDNN takes no such convolution.
-/// `weightsKey` identifies the weights across calls (the node): their
-/// reordered (blocked) copy is cached for it, and checked against a sample
-/// of the weight values on every call.
+/// `weightsKey` identifies immutable weights across calls (the node; the
+/// weights are a view of the model file): their reordered (blocked) copy is
+/// cached for it, and checked against a sample of the weight values on every
+/// call. Null for weights that may change in place (trained parameters):
+/// reordered on every call.
 bool conv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y, const void *weightsKey);
 
 /// Pooling geometry: x [N, C, spatial...] (spatial rank 1 to 3), y [N, C, out...].

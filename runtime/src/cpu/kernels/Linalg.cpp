@@ -128,7 +128,10 @@ void conv(KernelContext &c) {
   if (x.dtype() == DType::Float32 && N > 0 && outSize > 0 && Cg * G == C && Mg * G == M && r >= 1 && r <= 3) {
     onednn::ConvShape cs{x.shape(), wt.shape(), outShape, w.stride, w.dil, w.padBegin, w.padEnd, G};
     const float *bias = c.hasInput(2) ? c.in(2).data<float>() : nullptr;
-    if (onednn::conv(cs, x.data<float>(), wt.data<float>(), bias, out.data<float>(), &c.node)) {
+    // Only weights that are views of the model file are immutable: trained
+    // parameters (owned copies, updated in place) are reordered every call.
+    const void *weightsKey = wt.isView() ? static_cast<const void *>(&c.node) : nullptr;
+    if (onednn::conv(cs, x.data<float>(), wt.data<float>(), bias, out.data<float>(), weightsKey)) {
       c.outputs[0] = std::move(out);
       return;
     }
