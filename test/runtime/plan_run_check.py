@@ -159,7 +159,7 @@ def main():
             layout = ["--batch", "12", "--pin", "pp=1,mb=2,tp=2"]
         cmd = [a.hetplan, "compile", model, "--mode", a.mode, "--cluster", cluster,
                *layout, "--dtype", "fp32", "--quiet", "-o", plan]
-        if "gpt2" in name or "bert" in name:
+        if "gpt2" in name or "bert" in name or "llama" in name:
             cmd += ["--seq", "8"]
         rc, out = run(cmd)
         if rc != 0:

@@ -72,6 +72,10 @@ cl::opt<std::string> runLossOutput("loss-output",
                                    cl::desc("Training plans: the graph output the softmax "
                                             "cross-entropy is computed on (default: the first)"),
                                    cl::value_desc("NAME"), cl::sub(runCmd));
+cl::list<std::string> runFreeze("freeze",
+                                cl::desc("Training plans: do not update parameters whose name matches "
+                                         "this regular expression (e.g. rotary_emb); repeatable"),
+                                cl::value_desc("REGEX"), cl::sub(runCmd));
 cl::opt<std::string> runSaveModel("save-model",
                                   cl::desc("Training plans: write the trained model (ONNX, weights inline)"),
                                   cl::value_desc("OUT.onnx"), cl::sub(runCmd));
@@ -294,6 +298,7 @@ int trainSteps(const hetplan::runtime::PlanExecutor &exec,
   options.lr = runLr;
   options.weightDecay = runWeightDecay;
   options.eps = runAdamEps;
+  options.freeze.assign(runFreeze.begin(), runFreeze.end());
   options.lossOutput = runLossOutput;
   auto report = [&](int step, double loss) {
     if (!runQuiet)

@@ -6,6 +6,7 @@
 #include "Training.h"
 
 #include <algorithm>
+#include <regex>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -491,6 +492,12 @@ struct PlanExecutor::TrainRun {
   std::map<uint32_t, std::map<std::string, Tensor>> gradOut; // mb -> gradients of received values
   std::map<uint32_t, std::map<int64_t, std::vector<Tensor>>> gradIn; // mb -> sender offset -> pieces
   std::set<size_t> summed;                                   // sumGroups_ done
+  std::vector<std::regex> freeze;                            // options.freeze, compiled
+  bool frozen(const std::string &p) const {
+    for (const auto &re : freeze)
+      if (std::regex_search(p, re)) return true;
+    return false;
+  }
 };
 
 PlanExecutor::OutputPieces PlanExecutor::runRank(Communicator &comm,
@@ -917,6 +924,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       train::AdamSettings adam{train->options.lr, train->options.beta1, train->options.beta2,
                                train->options.eps, train->options.weightDecay};
       for (const auto &p : stageParams_[j]) {
+        if (train->frozen(p)) continue;
         Tensor &g = state.grads[p];
         if (!g.defined()) g = Tensor(DType::Float32, state.params.at(p).shape());
         train::adamUpdate(state.params.at(p), g, state.adamM[p], state.adamV[p], state.step, adam);
@@ -948,6 +956,13 @@ double PlanExecutor::trainRank(Communicator &comm, const std::map<std::string, T
   if (labels.dtype() != DType::Int64 && labels.dtype() != DType::Int32)
     fail(std::string("labels must be int64 or int32 class indices, not ") + dtypeName(labels.dtype()));
   TrainRun run{labels, state, options};
+  for (const auto &pattern : options.freeze) {
+    try {
+      run.freeze.emplace_back(pattern);
+    } catch (const std::regex_error &e) {
+      fail("--freeze '" + pattern + "' is not a regular expression: " + e.what());
+    }
+  }
   for (int64_t i = 0, e = labels.numel(); i < e; ++i)
     run.denominator += (labels.dtype() == DType::Int64 ? labels.data<int64_t>()[i]
                                                        : int64_t(labels.data<int32_t>()[i])) != options.ignoreIndex;

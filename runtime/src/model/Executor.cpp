@@ -4,6 +4,8 @@
 #include "OpRegistry.h"
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <chrono>
 #include <map>
 #include <set>
@@ -94,6 +96,7 @@ bool hasSubgraphAttribute(const Node &n) {
 
 Executor::Executor(const Model &model) : model_(model), order_(topologicalOrder(model)) {
   foldConstants();
+  fuseConvChains();
 }
 
 void Executor::foldConstants() {
@@ -106,7 +109,7 @@ void Executor::foldConstants() {
   for (const auto &in : model_.inputs) graphInputs.insert(in.name);
   int64_t opset = model_.opset("");
   // Initializers each folded value depends on (transitively).
-  std::map<std::string, std::set<std::string>> deps;
+  auto &deps = foldDepsOf_;
   for (size_t idx : order_) {
     const Node &n = model_.nodes[idx];
     if (!n.domain.empty() && n.domain != "ai.onnx") continue;
@@ -156,6 +159,171 @@ void Executor::foldConstants() {
         deps[n.outputs[i]] = d;
       }
   }
+  // Folded values never change after construction: hand them to kernels as
+  // views (Tensor::isView), which lets the Conv kernel cache its reordered
+  // weights for them as it does for the model file's initializers.
+  for (auto &[name, t] : folded_) {
+    if (t.isView() || !t.defined() || t.numel() == 0) continue;
+    auto owner = std::make_shared<Tensor>(std::move(t));
+    t = Tensor::view(owner->dtype(), owner->shape(), owner->raw(), std::shared_ptr<const void>(owner, owner->raw()));
+  }
+}
+
+namespace {
+Tensor immutableCopy(Tensor t) {
+  auto owner = std::make_shared<Tensor>(std::move(t));
+  return Tensor::view(owner->dtype(), owner->shape(), owner->raw(), std::shared_ptr<const void>(owner, owner->raw()));
+}
+} // namespace
+
+void Executor::fuseConvChains() {
+  fusionOf_.assign(model_.nodes.size(), -1);
+  for (size_t i = 0; i < model_.nodes.size(); ++i)
+    for (const auto &o : model_.nodes[i].outputs)
+      if (!o.empty()) producer_[o] = i;
+  std::map<std::string, std::vector<size_t>> readers;
+  for (size_t i = 0; i < model_.nodes.size(); ++i)
+    for (const auto &s : model_.nodes[i].inputs)
+      if (!s.empty()) readers[s].push_back(i);
+  std::set<std::string> graphIO;
+  for (const auto &v : model_.inputs) graphIO.insert(v.name);
+  for (const auto &v : model_.outputs) graphIO.insert(v.name);
+  std::vector<size_t> pos(model_.nodes.size(), 0);
+  for (size_t k = 0; k < order_.size(); ++k) pos[order_[k]] = k;
+  auto isDefault = [](const Node &n) { return n.domain.empty() || n.domain == "ai.onnx"; };
+  // A constant float32 value (folded or initializer, not a graph input).
+  auto constant = [&](const std::string &name, std::set<std::string> &deps) -> const Tensor * {
+    if (name.empty() || graphIO.count(name)) return nullptr;
+    const Tensor *t = nullptr;
+    if (auto it = folded_.find(name); it != folded_.end()) {
+      t = &it->second;
+      auto dt = foldDepsOf_.find(name);
+      if (dt != foldDepsOf_.end()) deps.insert(dt->second.begin(), dt->second.end());
+    } else if (auto jt = model_.initializers.find(name); jt != model_.initializers.end()) {
+      t = &jt->second;
+      deps.insert(name);
+    }
+    return t && t->dtype() == DType::Float32 ? t : nullptr;
+  };
+  // The single reader of `v` (default domain, not folded), if v is no graph output.
+  auto soleReader = [&](const std::string &v) -> const Node * {
+    auto it = readers.find(v);
+    if (graphIO.count(v) || it == readers.end() || it->second.size() != 1) return nullptr;
+    size_t r = it->second[0];
+    if (isFolded_[r] || fusionOf_[r] >= 0 || !isDefault(model_.nodes[r])) return nullptr;
+    return &model_.nodes[r];
+  };
+  for (size_t idx : order_) {
+    const Node &conv = model_.nodes[idx];
+    if (conv.opType != "Conv" || !isDefault(conv) || isFolded_[idx] || conv.outputs.size() != 1) continue;
+    if (conv.inputs.size() < 2 || conv.inputs[0].empty()) continue;
+    std::set<std::string> deps;
+    const Tensor *w = constant(conv.inputs[1], deps);
+    const Tensor *b = conv.inputs.size() > 2 && !conv.inputs[2].empty() ? constant(conv.inputs[2], deps) : nullptr;
+    if (!w || w->rank() < 3 || (conv.inputs.size() > 2 && !conv.inputs[2].empty() && !b)) continue;
+    int64_t M = w->dim(0);
+    if (b && b->numel() != M) continue;
+    const Node *bn = soleReader(conv.outputs[0]);
+    if (!bn || bn->opType != "BatchNormalization" || bn->inputs.size() != 5 || bn->inputs[0] != conv.outputs[0]) continue;
+    if (bn->getInt("training_mode", 0) || bn->getInt("spatial", 1) != 1) continue;
+    bool extraOut = false;
+    for (size_t o = 1; o < bn->outputs.size(); ++o) extraOut |= !bn->outputs[o].empty();
+    if (extraOut || bn->outputs.empty() || bn->outputs[0].empty()) continue;
+    const Tensor *p[4];
+    bool ok = true;
+    for (int k = 0; k < 4; ++k) {
+      p[k] = constant(bn->inputs[k + 1], deps);
+      ok = ok && p[k] && p[k]->numel() == M;
+    }
+    if (!ok) continue;
+    Fusion f;
+    f.head = idx;
+    f.members = {idx, producer_.at(bn->outputs[0])};
+    f.intermediates = {conv.outputs[0]};
+    std::string last = bn->outputs[0];
+    // Optional residual Sum/Add (same shape operands), whose other input is
+    // computed before the head Conv runs.
+    if (const Node *sum = soleReader(last);
+        sum && (sum->opType == "Sum" || sum->opType == "Add") && sum->inputs.size() == 2 &&
+        sum->outputs.size() == 1 && sum->inputs[0] != sum->inputs[1]) {
+      const std::string &other = sum->inputs[0] == last ? sum->inputs[1] : sum->inputs[0];
+      auto pr = producer_.find(other);
+      bool before = pr == producer_.end() ? !other.empty() : pos[pr->second] < pos[idx];
+      auto vt = model_.valueTypes.find(other);
+      bool isFloat = vt == model_.valueTypes.end() || vt->second == DType::Float32;
+      if (before && isFloat && !folded_.count(other) && !model_.initializers.count(other)) {
+        f.residual = other;
+        f.members.push_back(producer_.at(sum->outputs[0]));
+        f.intermediates.push_back(last);
+        last = sum->outputs[0];
+      }
+    }
+    bool relu = false;
+    if (const Node *r = soleReader(last); r && r->opType == "Relu" && r->outputs.size() == 1 && !r->outputs[0].empty()) {
+      relu = true;
+      f.members.push_back(producer_.at(r->outputs[0]));
+      f.intermediates.push_back(last);
+      last = r->outputs[0];
+    }
+    // W' = W * k[m], B' = (B - mean) * k + beta, k = scale / sqrt(var + eps).
+    double eps = bn->getFloat("epsilon", 1e-5f);
+    Tensor wf(DType::Float32, w->shape()), bf(DType::Float32, {M});
+    int64_t per = M ? w->numel() / M : 0;
+    const float *sc = p[0]->data<float>(), *beta = p[1]->data<float>(), *mean = p[2]->data<float>(),
+                *var = p[3]->data<float>();
+    for (int64_t m = 0; m < M; ++m) {
+      double k = sc[m] / std::sqrt(static_cast<double>(var[m]) + eps);
+      const float *src = w->data<float>() + m * per;
+      float *dst = wf.data<float>() + m * per;
+      for (int64_t j = 0; j < per; ++j) dst[j] = static_cast<float>(src[j] * k);
+      double b0 = b ? b->data<float>()[m] : 0.0;
+      bf.data<float>()[m] = static_cast<float>((b0 - mean[m]) * k + beta[m]);
+    }
+    std::string prefix = "\x01" "fused:" + std::to_string(idx) + ":";
+    folded_[prefix + "W"] = immutableCopy(std::move(wf));
+    folded_[prefix + "B"] = immutableCopy(std::move(bf));
+    f.node = conv;
+    f.node.name = conv.name + "+fused";
+    f.node.inputs = {conv.inputs[0], prefix + "W", prefix + "B"};
+    if (!f.residual.empty()) {
+      f.node.inputs.push_back(f.residual);
+      Attribute a; a.kind = Attribute::Int; a.i = 1;
+      f.node.attrs["__hetplan_post_sum"] = a;
+    }
+    if (relu) {
+      Attribute a; a.kind = Attribute::Int; a.i = 1;
+      f.node.attrs["__hetplan_post_relu"] = a;
+    }
+    f.node.outputs = {last};
+    fuseDeps_.insert(deps.begin(), deps.end());
+    for (size_t m : f.members) fusionOf_[m] = static_cast<int>(fusions_.size());
+    fusions_.push_back(std::move(f));
+  }
+}
+
+std::vector<char> Executor::activeFusions(const std::vector<size_t> &nodes, const std::map<std::string, Tensor> &given,
+                                          const std::set<std::string> &keep, bool useFold) const {
+  if (fusions_.empty() || !useFold) return {};
+  for (const auto &[name, t] : given)
+    if (fuseDeps_.count(name)) return {};
+  std::vector<int> pos(model_.nodes.size(), -1);
+  for (size_t k = 0; k < nodes.size(); ++k) pos[nodes[k]] = static_cast<int>(k);
+  std::vector<char> active(fusions_.size(), 0);
+  bool any = false;
+  for (size_t f = 0; f < fusions_.size(); ++f) {
+    const Fusion &fu = fusions_[f];
+    bool ok = true;
+    for (size_t m : fu.members) ok = ok && pos[m] >= pos[fu.head] && pos[m] >= 0;
+    for (const auto &v : fu.intermediates) ok = ok && !keep.count(v) && !given.count(v);
+    if (ok && !fu.residual.empty()) {
+      auto pr = producer_.find(fu.residual);
+      if (pr != producer_.end() && pos[pr->second] >= pos[fu.head]) ok = false;
+    }
+    active[f] = ok;
+    any = any || ok;
+  }
+  if (!any) return {};
+  return active;
 }
 
 std::vector<std::string> Executor::check() const {
@@ -286,9 +454,16 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
     return findValue(values, useFold ? &folded_ : nullptr, model_.initializers, s);
   };
   int64_t opset = model_.opset("");
+  const std::vector<char> fused = activeFusions(order_, inputs, keep, useFold);
   for (size_t step = 0; step < order_.size(); ++step) {
-    const Node &n = model_.nodes[order_[step]];
+    const Node *np = &model_.nodes[order_[step]];
     if (useFold && isFolded_[order_[step]]) continue; // outputs are in folded_
+    if (!fused.empty() && fusionOf_[order_[step]] >= 0 && fused[fusionOf_[order_[step]]]) {
+      const Fusion &f = fusions_[fusionOf_[order_[step]]];
+      if (f.head != order_[step]) continue; // absorbed into the fused Conv
+      np = &f.node;
+    }
+    const Node &n = *np;
     std::vector<Tensor> outs = executeNode(model_, n, order_[step], opset, lookup, observer);
     for (size_t i = 0; i < n.outputs.size(); ++i)
       if (!n.outputs[i].empty()) values[n.outputs[i]] = std::move(outs[i]);
@@ -319,18 +494,32 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
     return findValue(values, useFold ? &folded_ : nullptr, model_.initializers, s);
   };
   int64_t opset = model_.opset("");
+  const std::vector<char> fused = hook ? std::vector<char>() : activeFusions(nodes, values, keep, useFold);
   for (size_t step = 0; step < nodes.size(); ++step) {
-    const Node &n = model_.nodes[nodes[step]];
+    const Node *np = &model_.nodes[nodes[step]];
     if (useFold && isFolded_[nodes[step]]) { // outputs are in folded_
       if (shapes)
-        for (const auto &o : n.outputs)
+        for (const auto &o : np->outputs)
           if (!o.empty()) (*shapes)[o] = folded_.at(o).shape();
       continue;
     }
+    const Fusion *fu = nullptr;
+    if (!fused.empty() && fusionOf_[nodes[step]] >= 0 && fused[fusionOf_[nodes[step]]]) {
+      fu = &fusions_[fusionOf_[nodes[step]]];
+      if (fu->head != nodes[step]) continue; // absorbed into the fused Conv
+      np = &fu->node;
+    }
+    const Node &n = *np;
     std::vector<Tensor> outs = executeNode(model_, n, nodes[step], opset, lookup, observer, hook);
     for (size_t i = 0; i < n.outputs.size(); ++i)
       if (!n.outputs[i].empty()) {
-        if (shapes) (*shapes)[n.outputs[i]] = outs[i].shape();
+        if (shapes) {
+          (*shapes)[n.outputs[i]] = outs[i].shape();
+          // The skipped intermediates have the Conv's output shape; a
+          // broadcasting residual Sum may have widened the last one.
+          if (fu)
+            for (const auto &v : fu->intermediates) (*shapes)[v] = outs[i].shape();
+        }
         values[n.outputs[i]] = std::move(outs[i]);
       }
     for (const auto &s : n.inputs)

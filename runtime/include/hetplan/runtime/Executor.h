@@ -73,8 +73,39 @@ private:
   std::map<std::string, Tensor> folded_;
   std::vector<bool> isFolded_;
   std::set<std::string> foldDeps_;
+  /// Initializers each folded value was computed from (transitively).
+  std::map<std::string, std::set<std::string>> foldDepsOf_;
   void foldConstants();
   bool canFold(const std::map<std::string, Tensor> &given, bool intermediates) const;
+
+  /// Load-time fusions (computed once by the constructor, immutable and
+  /// shared by concurrent runs, like folding): a Conv whose weights and bias
+  /// are constants, followed by an inference BatchNormalization (folded into
+  /// a copy of the weights/bias), optionally a Sum/Add with another value
+  /// (a residual, oneDNN sum post-op) and optionally a Relu (eltwise
+  /// post-op), each intermediate read only by the next node and no graph
+  /// output. `node` is the fused Conv (inputs x, W', B'[, residual]; output
+  /// the chain's last output), run at the head Conv's place; the other
+  /// members are skipped. A run that overrides any initializer the fused
+  /// constants came from (`fuseDeps_`), that asks to keep an intermediate,
+  /// gives one, runs only part of the chain, or uses a NodeHook runs the
+  /// nodes unfused.
+  struct Fusion {
+    size_t head = 0;
+    std::vector<size_t> members;            // head first, in chain order
+    std::vector<std::string> intermediates; // values the fused node skips
+    std::string residual;                   // Sum's other input, or ""
+    Node node;
+  };
+  std::vector<Fusion> fusions_;
+  std::vector<int> fusionOf_; // per node: fusion index or -1
+  std::set<std::string> fuseDeps_;
+  std::map<std::string, size_t> producer_; // value -> producing node
+  void fuseConvChains();
+  /// Which fusions apply to running `nodes` (in that order) with `given`
+  /// values and `keep`; empty when none.
+  std::vector<char> activeFusions(const std::vector<size_t> &nodes, const std::map<std::string, Tensor> &given,
+                                  const std::set<std::string> &keep, bool useFold) const;
 };
 
 } // namespace hetplan::runtime

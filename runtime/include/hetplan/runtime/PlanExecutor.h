@@ -106,6 +106,10 @@ public:
     /// its other dims, mean over the labels that are not `ignoreIndex`.
     std::string lossOutput;
     int64_t ignoreIndex = -100;
+    /// Parameters whose name matches one of these (ECMAScript regex,
+    /// searched) are not updated: buffers that ONNX stores like weights,
+    /// such as Llama's rotary tables (`rotary_emb`).
+    std::vector<std::string> freeze;
   };
   /// A rank's training state: float32 copies of the parameters its stage
   /// reads (updated in place by OPTIMIZER_STEP), Adam's moments, the step
