@@ -28,7 +28,7 @@ struct ConvEntry {
   dnnl::convolution_forward prim;
   dnnl::memory::desc xUser, wUser, yUser;
   bool xReorder = false, wReorder = false, yReorder = false;
-  dnnl::reorder xToPrim, wToPrim, yToUser;
+  dnnl::reorder xToPrim, wToPrim, yToUser, sumToPrim;
 };
 
 /// The reordered weights of one node, and the sampled values they came from.
@@ -91,6 +91,12 @@ std::shared_ptr<ConvEntry> makeConv(const ConvShape &s, bool hasBias) {
                                                         strides, dilates, padL, padR);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (s.postSum || s.postRelu) {
+    dnnl::post_ops ops;
+    if (s.postSum) ops.append_sum(1.f);
+    if (s.postRelu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(ops);
+  }
   e->pd = dnnl::convolution_forward::primitive_desc(desc, attr, eng);
   e->prim = dnnl::convolution_forward(e->pd);
   if (e->pd.src_desc() != e->xUser) {
@@ -104,6 +110,8 @@ std::shared_ptr<ConvEntry> makeConv(const ConvShape &s, bool hasBias) {
   if (e->pd.dst_desc() != e->yUser) {
     e->yReorder = true;
     e->yToUser = dnnl::reorder(dnnl::reorder::primitive_desc(eng, e->pd.dst_desc(), eng, e->yUser));
+    if (s.postSum)
+      e->sumToPrim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, e->yUser, eng, e->pd.dst_desc()));
   }
   return e;
 }
@@ -118,14 +126,16 @@ std::vector<float> sampleOf(const float *w, int64_t n) {
 
 } // namespace
 
-bool conv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y, const void *weightsKey) {
+bool conv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y, const void *weightsKey,
+          const float *sum) {
   size_t r = s.x.size();
   if (r < 3 || r > 5 || s.w.size() != r || s.y.size() != r || s.group < 1) return false;
+  if (s.postSum != (sum != nullptr)) return false;
   std::string key;
   key.reserve(128);
   appendDims(key, s.x); appendDims(key, s.w); appendDims(key, s.y); appendDims(key, s.stride);
   appendDims(key, s.dil); appendDims(key, s.padBegin); appendDims(key, s.padEnd);
-  key += std::to_string(s.group) + (bias ? "b" : "n");
+  key += std::to_string(s.group) + (bias ? "b" : "n") + (s.postSum ? "s" : "") + (s.postRelu ? "r" : "");
   std::shared_ptr<ConvEntry> e;
   {
     std::lock_guard<std::mutex> lock(gMutex);
@@ -189,6 +199,15 @@ bool conv(const ConvShape &s, const float *x, const float *w, const float *bias,
     e->xToPrim.execute(strm, xu, xp);
   }
   if (e->yReorder) yp = dnnl::memory(e->pd.dst_desc(), eng);
+  if (sum) { // the sum post-op adds what dst holds
+    dnnl::memory su(e->yUser, eng, const_cast<float *>(sum));
+    if (e->yReorder) e->sumToPrim.execute(strm, su, yp);
+    else if (sum != y) {
+      int64_t yn = 1;
+      for (int64_t d : s.y) yn *= d;
+      std::memcpy(y, sum, static_cast<size_t>(yn) * sizeof(float));
+    }
+  }
   dnnl::memory scratch(e->pd.scratchpad_desc(), eng);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, xp}, {DNNL_ARG_WEIGHTS, *wMem},
                                              {DNNL_ARG_DST, yp}, {DNNL_ARG_SCRATCHPAD, scratch}};

@@ -17,16 +17,21 @@ namespace hetplan::runtime::cpu::onednn {
 struct ConvShape {
   std::vector<int64_t> x, w, y, stride, dil, padBegin, padEnd;
   int64_t group = 1;
+  /// Post-ops (load-time fusion, Executor): y = relu?(conv + bias (+ sum)).
+  bool postSum = false, postRelu = false;
 };
 
-/// y = conv(x, w) + bias (bias may be null), float32, plain NC... layouts.
+/// y = conv(x, w) + bias (bias may be null), float32, plain NC... layouts;
+/// with s.postSum, + sum (same shape and layout as y); with s.postRelu,
+/// max(0, .) last.
 /// Returns false (and writes nothing) when oneDNN takes no such convolution.
 /// `weightsKey` identifies immutable weights across calls (the node; the
 /// weights are a view of the model file): their reordered (blocked) copy is
 /// cached for it, and checked against a sample of the weight values on every
 /// call. Null for weights that may change in place (trained parameters):
 /// reordered on every call.
-bool conv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y, const void *weightsKey);
+bool conv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y, const void *weightsKey,
+          const float *sum = nullptr);
 
 /// Pooling geometry: x [N, C, spatial...] (spatial rank 1 to 3), y [N, C, out...].
 struct PoolShape {

@@ -1,8 +1,161 @@
 //===- Elementwise.cpp - unary, binary, variadic elementwise kernels ------===//
+#include "FastMath.h"
 #include "KernelUtil.h"
 
 #include <cmath>
 #include <limits>
+
+namespace hetplan::runtime::cpu::fastmath {
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && defined(__ELF__) && !defined(__SANITIZE_ADDRESS__)
+#define HP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HP_CLONES
+#endif
+#if defined(__GNUC__)
+#define HP_INLINE inline __attribute__((always_inline))
+#else
+#define HP_INLINE inline
+#endif
+#ifdef _OPENMP
+#define HP_SIMD _Pragma("omp simd")
+#define HP_SIMD_MAX_MX _Pragma("omp simd reduction(max : mx)")
+#define HP_SIMD_SUM_SUM _Pragma("omp simd reduction(+ : sum)")
+#else
+#define HP_SIMD
+#define HP_SIMD_MAX_MX
+#define HP_SIMD_SUM_SUM
+#endif
+
+namespace {
+HP_INLINE float asFloat(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
+HP_INLINE int32_t asInt(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; }
+
+/// Cephes expf: x = n ln2 + r, |r| <= ln2/2, degree-7 polynomial, times 2^n.
+HP_INLINE float expOne(float x) {
+  float xc = x < -87.5f ? -87.5f : (x > 88.72283935546875f ? 88.72283935546875f : x);
+  float t = xc * 1.44269504088896341f + 12582912.f; // round to nearest
+  int32_t n = asInt(t) - 0x4B400000;
+  float fx = t - 12582912.f;
+  float r = xc - fx * 0.693359375f;
+  r = r - fx * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * (r * r) + r + 1.0f;
+  int32_t n1 = n > 127 ? 127 : n; // n in [-126, 128]: 2^n = 2^n1 (* 2)
+  y = y * asFloat((n1 + 127) << 23) * (n > 127 ? 2.0f : 1.0f);
+  y = x > 88.72283935546875f ? __builtin_inff() : y;
+  y = x < -87.5f ? 0.0f : y;
+  return x != x ? x : y;
+}
+
+/// Rational tanh (Eigen's generic_fast_tanh_float), |x| clamped to 7.9053.
+HP_INLINE float tanhOne(float x) {
+  float xc = x < -7.90531110763549805f ? -7.90531110763549805f : (x > 7.90531110763549805f ? 7.90531110763549805f : x);
+  float x2 = xc * xc;
+  float p = -2.76076847742355e-16f;
+  p = p * x2 + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  p = p * xc;
+  float q = 1.19825839466702e-06f;
+  q = q * x2 + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  float y = p / q;
+  y = (x < 0.0004f && x > -0.0004f) ? x : y;
+  return x != x ? x : y;
+}
+
+/// Rational erf (as in Eigen/XLA), x clamped to [-4, 4].
+HP_INLINE float erfOne(float x) {
+  float xc = x < -4.f ? -4.f : (x > 4.f ? 4.f : x);
+  float x2 = xc * xc;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 + -2.10102402082508e-06f;
+  p = p * x2 + -5.69250639462346e-05f;
+  p = p * x2 + -7.34990630326855e-04f;
+  p = p * x2 + -2.95459980854025e-03f;
+  p = p * x2 + -1.60960333262415e-02f;
+  p = p * xc;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 + -2.13374055278905e-04f;
+  q = q * x2 + -1.68282697438203e-03f;
+  q = q * x2 + -7.37332916720468e-03f;
+  q = q * x2 + -1.42647390514189e-02f;
+  float y = p / q;
+  return x != x ? x : y;
+}
+} // namespace
+
+HP_CLONES void exp(const float *x, float *y, int64_t n) {
+  HP_SIMD for (int64_t i = 0; i < n; ++i) y[i] = expOne(x[i]);
+}
+HP_CLONES void erf(const float *x, float *y, int64_t n) {
+  HP_SIMD for (int64_t i = 0; i < n; ++i) y[i] = erfOne(x[i]);
+}
+HP_CLONES void tanh(const float *x, float *y, int64_t n) {
+  HP_SIMD for (int64_t i = 0; i < n; ++i) y[i] = tanhOne(x[i]);
+}
+HP_CLONES void sigmoid(const float *x, float *y, int64_t n) {
+  HP_SIMD for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + expOne(-x[i]));
+}
+HP_CLONES static void geluErfFast(const float *x, float *y, int64_t n) {
+  HP_SIMD for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    y[i] = 0.5f * v * (1.0f + erfOne(v * 0.70710678118654752f));
+  }
+}
+void geluErf(const float *x, float *y, int64_t n) {
+  geluErfFast(x, y, n);
+  // 1 + erf(v / sqrt 2) cancels for v << 0: those few again in double.
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] < -3.0f) {
+      double v = x[i];
+      y[i] = static_cast<float>(0.5 * v * std::erfc(-v / std::sqrt(2.0)));
+    }
+}
+HP_CLONES void geluTanh(const float *x, float *y, int64_t n) {
+  HP_SIMD for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhOne(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+  }
+}
+HP_CLONES void softmaxRow(const float *x, float *y, int64_t n, bool log) {
+  float mx = -__builtin_inff();
+  HP_SIMD_MAX_MX for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  if (mx == -__builtin_inff() || mx != mx) { // all -inf, or NaN: the exact formula
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - mx;
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(y[i]);
+    for (int64_t i = 0; i < n; ++i) y[i] = log ? y[i] - std::log(sum) : std::exp(y[i]) / sum;
+    return;
+  }
+  float sum = 0;
+  if (log) {
+    HP_SIMD_SUM_SUM for (int64_t i = 0; i < n; ++i) sum += expOne(x[i] - mx);
+    float ls = std::log(sum);
+    HP_SIMD for (int64_t i = 0; i < n; ++i) y[i] = x[i] - mx - ls;
+    return;
+  }
+  HP_SIMD_SUM_SUM for (int64_t i = 0; i < n; ++i) {
+    float e = expOne(x[i] - mx);
+    y[i] = e;
+    sum += e;
+  }
+  float inv = 1.0f / sum;
+  HP_SIMD for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+}
+
+} // namespace hetplan::runtime::cpu::fastmath
 
 namespace hetplan::runtime::cpu {
 
@@ -65,12 +218,22 @@ namespace {
 const std::vector<DType> kSignedAndFloat = {DType::Float32, DType::Float64, DType::Int8, DType::Int16,
                                             DType::Int32, DType::Int64};
 
-/// A float unary op: makeFn(node) returns the per-element function.
-template <typename Make> void regFloatUnary(const std::string &name, Make makeFn) {
-  registerKernel(name, {[makeFn](KernelContext &c) {
+using FastFn = void (*)(const float *, float *, int64_t);
+using FastSel = FastFn (*)(const Node &);
+
+/// A float unary op: makeFn(node) returns the per-element function; `fast`,
+/// when given, returns a vectorised float32 loop for the node (or null).
+template <typename Make> void regFloatUnary(const std::string &name, Make makeFn, FastSel fast = nullptr) {
+  registerKernel(name, {[makeFn, fast](KernelContext &c) {
                           const Tensor &x = c.in(0);
-                          auto fn = makeFn(c.node);
                           Tensor out(x.dtype(), x.shape());
+                          if (FastFn ff = fast && x.dtype() == DType::Float32 ? fast(c.node) : nullptr) {
+                            const float *px = x.data<float>(); float *po = out.data<float>();
+                            parallelFor(x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) { ff(px + lo, po + lo, hi - lo); });
+                            c.outputs[0] = std::move(out);
+                            return;
+                          }
+                          auto fn = makeFn(c.node);
                           HP_DISPATCH_FLOAT(x.dtype(), {
                             const T *px = x.data<T>(); T *po = out.data<T>();
                             parallelFor(x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
@@ -157,11 +320,11 @@ double erfGelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)))
 void registerElementwiseKernels() {
   auto plain = [](double (*f)(double)) { return [f](const Node &) { return [f](double x) { return f(x); }; }; };
   regFloatUnary("Sqrt", plain([](double x) { return std::sqrt(x); }));
-  regFloatUnary("Exp", plain([](double x) { return std::exp(x); }));
+  regFloatUnary("Exp", plain([](double x) { return std::exp(x); }), [](const Node &) -> FastFn { return fastmath::exp; });
   regFloatUnary("Log", plain([](double x) { return std::log(x); }));
-  regFloatUnary("Erf", plain([](double x) { return std::erf(x); }));
-  regFloatUnary("Tanh", plain([](double x) { return std::tanh(x); }));
-  regFloatUnary("Sigmoid", plain([](double x) { return 1.0 / (1.0 + std::exp(-x)); }));
+  regFloatUnary("Erf", plain([](double x) { return std::erf(x); }), [](const Node &) -> FastFn { return fastmath::erf; });
+  regFloatUnary("Tanh", plain([](double x) { return std::tanh(x); }), [](const Node &) -> FastFn { return fastmath::tanh; });
+  regFloatUnary("Sigmoid", plain([](double x) { return 1.0 / (1.0 + std::exp(-x)); }), [](const Node &) -> FastFn { return fastmath::sigmoid; });
   regFloatUnary("Floor", plain([](double x) { return std::floor(x); }));
   regFloatUnary("Ceil", plain([](double x) { return std::ceil(x); }));
   regFloatUnary("Round", plain([](double x) { return std::nearbyint(x); }));
@@ -187,7 +350,7 @@ void registerElementwiseKernels() {
       if (!tanhApprox) return erfGelu(x);
       return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     };
-  });
+  }, [](const Node &n) -> FastFn { return n.getString("approximate", "none") == "tanh" ? fastmath::geluTanh : fastmath::geluErf; });
   regFloatUnary("LeakyRelu", [](const Node &n) { double a = n.getFloat("alpha", 0.01f); return [a](double x) { return x < 0 ? a * x : x; }; });
   regFloatUnary("Elu", [](const Node &n) { double a = n.getFloat("alpha", 1.0f); return [a](double x) { return x < 0 ? a * (std::exp(x) - 1) : x; }; });
   regFloatUnary("Celu", [](const Node &n) { double a = n.getFloat("alpha", 1.0f); return [a](double x) { return std::max(0.0, x) + std::min(0.0, a * (std::exp(x / a) - 1)); }; });
@@ -275,6 +438,42 @@ void registerElementwiseKernels() {
                                   sy = broadcastStrides(y.shape(), shape);
                              size_t es = dtypeSize(x.dtype());
                              int64_t r = shape.size(), n = out.numel();
+                             // Fast path: every operand the full shape, one value, or out's
+                             // trailing dims repeated (a mask); rows of the shortest repeat.
+                             {
+                               int64_t L = n, ks[3];
+                               bool ok = n > 0 && (es == 1 || es == 2 || es == 4 || es == 8);
+                               const Tensor *ops[3] = {&cond, &x, &y};
+                               for (int k = 0; k < 3 && ok; ++k) {
+                                 int64_t m = ops[k]->numel();
+                                 ks[k] = m == 1 ? 0 : m == n && ops[k]->shape() == shape ? n : broadcastInner(ops[k]->shape(), shape);
+                                 if (m != 1 && ks[k] <= 0) ok = false;
+                                 else if (ks[k] > 0) L = std::min(L, ks[k]);
+                               }
+                               for (int k = 0; k < 3 && ok; ++k) ok = ks[k] == 0 || ks[k] % L == 0;
+                               if (ok) {
+                                 auto body = [&](auto tag) {
+                                   using E = decltype(tag);
+                                   const E *px = static_cast<const E *>(x.raw()), *py = static_cast<const E *>(y.raw());
+                                   const bool *pc = cond.data<bool>();
+                                   E *po = static_cast<E *>(out.raw());
+                                   parallelFor(n / L, std::max<int64_t>(1, kElementwiseGrain / L), [&](int64_t lo, int64_t hi) {
+                                     for (int64_t row = lo; row < hi; ++row) {
+                                       int64_t o = row * L;
+                                       const bool *c0 = pc + (ks[0] ? o % ks[0] : 0);
+                                       const E *x0 = px + (ks[1] ? o % ks[1] : 0), *y0 = py + (ks[2] ? o % ks[2] : 0);
+                                       int64_t ic = ks[0] ? 1 : 0, ix = ks[1] ? 1 : 0, iy = ks[2] ? 1 : 0;
+                                       E *d = po + o;
+                                       for (int64_t j = 0; j < L; ++j) d[j] = c0[j * ic] ? x0[j * ix] : y0[j * iy];
+                                     }
+                                   });
+                                 };
+                                 if (es == 1) body(uint8_t()); else if (es == 2) body(uint16_t());
+                                 else if (es == 4) body(uint32_t()); else body(uint64_t());
+                                 c.outputs[0] = std::move(out);
+                                 return;
+                               }
+                             }
                              std::vector<int64_t> idx(r, 0);
                              const bool *pc = cond.data<bool>();
                              const char *px = static_cast<const char *>(x.raw()), *py = static_cast<const char *>(y.raw());

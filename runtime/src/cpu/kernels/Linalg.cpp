@@ -119,6 +119,22 @@ void conv(KernelContext &c) {
   std::vector<int64_t> outShape = {N, M};
   outShape.insert(outShape.end(), w.out.begin(), w.out.end());
   Tensor out(x.dtype(), outShape);
+  // Load-time fusion (Executor): + residual (input 3) and/or Relu after.
+  const bool postSum = c.node.getInt("__hetplan_post_sum", 0) != 0 && c.hasInput(3);
+  const bool postRelu = c.node.getInt("__hetplan_post_relu", 0) != 0;
+  auto finish = [&](Tensor y) {
+    if (postSum) {
+      const Tensor &res = c.in(3);
+      if (res.dtype() != y.dtype()) throw std::runtime_error("fused Sum: mixed element types");
+      HP_DISPATCH_FLOAT(y.dtype(), y = binaryBroadcast<T, T, T>(y, res, y.dtype(), [](T a, T b) { return a + b; }));
+    }
+    if (postRelu)
+      HP_DISPATCH_FLOAT(y.dtype(), {
+        T *p = y.data<T>();
+        for (int64_t i = 0; i < y.numel(); ++i) p[i] = p[i] < T(0) ? T(0) : p[i];
+      });
+    c.outputs[0] = std::move(y);
+  };
   // 1x1 kernel, stride 1, no padding: the im2col matrix is the input itself.
   bool pointwise = kSize == 1;
   for (size_t d = 0; d < r; ++d)
@@ -128,11 +144,17 @@ void conv(KernelContext &c) {
   if (x.dtype() == DType::Float32 && N > 0 && outSize > 0 && Cg * G == C && Mg * G == M && r >= 1 && r <= 3) {
     onednn::ConvShape cs{x.shape(), wt.shape(), outShape, w.stride, w.dil, w.padBegin, w.padEnd, G};
     const float *bias = c.hasInput(2) ? c.in(2).data<float>() : nullptr;
-    // Only weights that are views of the model file are immutable: trained
-    // parameters (owned copies, updated in place) are reordered every call.
+    // Only weights that are views (of the model file, or folded/fused
+    // constants) are immutable: trained parameters (owned copies, updated
+    // in place) are reordered every call.
     const void *weightsKey = wt.isView() ? static_cast<const void *>(&c.node) : nullptr;
-    if (onednn::conv(cs, x.data<float>(), wt.data<float>(), bias, out.data<float>(), weightsKey)) {
-      c.outputs[0] = std::move(out);
+    bool sumInPrim = postSum && c.in(3).shape() == outShape && c.in(3).dtype() == DType::Float32;
+    cs.postSum = sumInPrim;
+    cs.postRelu = postRelu && (sumInPrim || !postSum);
+    if (onednn::conv(cs, x.data<float>(), wt.data<float>(), bias, out.data<float>(), weightsKey,
+                     sumInPrim ? c.in(3).data<float>() : nullptr)) {
+      if ((!postSum || sumInPrim) && (!postRelu || cs.postRelu)) c.outputs[0] = std::move(out);
+      else finish(std::move(out));
       return;
     }
   }
@@ -203,7 +225,7 @@ void conv(KernelContext &c) {
           }
       }
   });
-  c.outputs[0] = std::move(out);
+  finish(std::move(out));
 }
 
 void convTranspose(KernelContext &c) {

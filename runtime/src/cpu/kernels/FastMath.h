@@ -1,0 +1,26 @@
+//===- FastMath.h - vectorised float32 transcendental loops -----*- C++ -*-===//
+//
+// Branch-free float polynomial/rational approximations the compiler
+// vectorises (defined in Elementwise.cpp, compiled as target clones for
+// AVX-512F, AVX2 and baseline x86-64 where the compiler supports it).
+// Accuracy against libm on float32: exp ~1-2 ulp; tanh/erf a few ulp
+// (absolute error < 1e-6); results that would be subnormal are flushed to 0.
+// y may alias x (not for geluErf).
+#pragma once
+
+#include <cstdint>
+
+namespace hetplan::runtime::cpu::fastmath {
+
+void exp(const float *x, float *y, int64_t n);
+void erf(const float *x, float *y, int64_t n);
+void tanh(const float *x, float *y, int64_t n);
+void sigmoid(const float *x, float *y, int64_t n);
+/// 0.5 x (1 + erf(x / sqrt 2)); elements below -3 in double (precision of 1 + erf).
+void geluErf(const float *x, float *y, int64_t n);
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void geluTanh(const float *x, float *y, int64_t n);
+/// One softmax row: y = exp(x - max) / sum (log: x - max - log(sum)).
+void softmaxRow(const float *x, float *y, int64_t n, bool log);
+
+} // namespace hetplan::runtime::cpu::fastmath
