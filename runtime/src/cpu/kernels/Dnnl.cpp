@@ -3,6 +3,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -21,21 +22,63 @@ dnnl::engine &cpuEngine() {
   return eng;
 }
 
-/// A convolution primitive for one geometry, with the reorders between the
-/// caller's plain layout and the layouts the primitive chose.
-struct ConvEntry {
-  dnnl::convolution_forward::primitive_desc pd;
-  dnnl::convolution_forward prim;
+/// The reorders between the caller's plain layouts (x, w, y) and the
+/// layouts a primitive chose.
+struct Reorders {
   dnnl::memory::desc xUser, wUser, yUser;
   bool xReorder = false, wReorder = false, yReorder = false;
-  dnnl::reorder xToPrim, wToPrim, yToUser, sumToPrim;
+  dnnl::reorder xToPrim, wToPrim, yToUser;
+  /// The caller's x and y, and the primitive's src (x reordered in when
+  /// the layouts differ) and dst (a temporary then: see finish()).
+  struct Io {
+    dnnl::memory xu, yu, xp, yp;
+  };
+  template <typename PD> Io io(const PD &pd, dnnl::engine &eng, const float *x, float *y, dnnl::stream &strm) const {
+    Io m{dnnl::memory(xUser, eng, const_cast<float *>(x)), dnnl::memory(yUser, eng, y), {}, {}};
+    m.xp = m.xu;
+    m.yp = m.yu;
+    if (xReorder) {
+      m.xp = dnnl::memory(pd.src_desc(), eng);
+      xToPrim.execute(strm, m.xu, m.xp);
+    }
+    if (yReorder) m.yp = dnnl::memory(pd.dst_desc(), eng);
+    return m;
+  }
+  /// Copies dst back to the caller's y when they differ.
+  void finish(Io &m, dnnl::stream &strm) const {
+    if (yReorder) yToUser.execute(strm, m.yp, m.yu);
+  }
+  template <typename PD> void plan(const PD &pd, dnnl::engine &eng) {
+    if (pd.src_desc() != xUser) {
+      xReorder = true;
+      xToPrim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, xUser, eng, pd.src_desc()));
+    }
+    if (pd.weights_desc() != wUser) {
+      wReorder = true;
+      wToPrim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, wUser, eng, pd.weights_desc()));
+    }
+    if (pd.dst_desc() != yUser) {
+      yReorder = true;
+      yToUser = dnnl::reorder(dnnl::reorder::primitive_desc(eng, pd.dst_desc(), eng, yUser));
+    }
+  }
 };
 
-/// The reordered weights of one node, and the sampled values they came from.
+/// A convolution primitive for one geometry.
+struct ConvEntry : Reorders {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+  dnnl::reorder sumToPrim;
+};
+
+/// The reordered weights of one node, the layout they are in, and the
+/// sampled values they came from.
 struct WeightsEntry {
+  dnnl::memory::desc md;
   std::vector<float> sample;
   const float *src = nullptr;
   std::shared_ptr<dnnl::memory> mem;
+  size_t bytes = 0;
 };
 
 std::mutex gMutex;
@@ -48,6 +91,28 @@ constexpr size_t kMaxWeightBytes = size_t(2) << 30;
 void appendDims(std::string &k, const std::vector<int64_t> &v) {
   for (int64_t d : v) k += std::to_string(d) + ',';
   k += ';';
+}
+
+/// The entry cached under `key` in `cache`, made by `make` on first use;
+/// null when oneDNN refuses the geometry (dnnl::error).
+template <typename Entry, typename Make>
+std::shared_ptr<Entry> cachedEntry(std::unordered_map<std::string, std::shared_ptr<Entry>> &cache,
+                                   const std::string &key, Make &&make) {
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  std::shared_ptr<Entry> e;
+  try {
+    e = make();
+  } catch (const dnnl::error &) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(gMutex);
+  if (cache.size() >= kMaxConvs) cache.clear();
+  cache.emplace(key, e);
+  return e;
 }
 
 dnnl::memory::dims dims(const std::vector<int64_t> &v) { return dnnl::memory::dims(v.begin(), v.end()); }
@@ -99,20 +164,9 @@ std::shared_ptr<ConvEntry> makeConv(const ConvShape &s, bool hasBias) {
   }
   e->pd = dnnl::convolution_forward::primitive_desc(desc, attr, eng);
   e->prim = dnnl::convolution_forward(e->pd);
-  if (e->pd.src_desc() != e->xUser) {
-    e->xReorder = true;
-    e->xToPrim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, e->xUser, eng, e->pd.src_desc()));
-  }
-  if (e->pd.weights_desc() != e->wUser) {
-    e->wReorder = true;
-    e->wToPrim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, e->wUser, eng, e->pd.weights_desc()));
-  }
-  if (e->pd.dst_desc() != e->yUser) {
-    e->yReorder = true;
-    e->yToUser = dnnl::reorder(dnnl::reorder::primitive_desc(eng, e->pd.dst_desc(), eng, e->yUser));
-    if (s.postSum)
-      e->sumToPrim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, e->yUser, eng, e->pd.dst_desc()));
-  }
+  e->plan(e->pd, eng);
+  if (e->yReorder && s.postSum)
+    e->sumToPrim = dnnl::reorder(dnnl::reorder::primitive_desc(eng, e->yUser, eng, e->pd.dst_desc()));
   return e;
 }
 
@@ -122,6 +176,49 @@ std::vector<float> sampleOf(const float *w, int64_t n) {
   std::vector<float> s(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) s[i] = w[k > 1 ? i * (n - 1) / (k - 1) : 0];
   return s;
+}
+
+/// The weights `w` (n floats, plain layout) in the primitive's layout
+/// `primDesc`. Immutable weights (`key` set: the node) are reordered once and
+/// cached per (key, geometry) while the address and sampled values match;
+/// others (key null: trained parameters) are reordered on every call.
+std::shared_ptr<dnnl::memory> primitiveWeights(const Reorders &e, const dnnl::memory::desc &primDesc,
+                                               const float *w, int64_t n, const void *key,
+                                               const std::string &geometry, dnnl::stream &strm) {
+  auto &eng = cpuEngine();
+  if (!e.wReorder) return std::make_shared<dnnl::memory>(e.wUser, eng, const_cast<float *>(w));
+  auto reorder = [&] {
+    auto mem = std::make_shared<dnnl::memory>(primDesc, eng);
+    dnnl::memory wu(e.wUser, eng, const_cast<float *>(w));
+    e.wToPrim.execute(strm, wu, *mem);
+    return mem;
+  };
+  if (!key) return reorder();
+  std::string wkey = std::to_string(reinterpret_cast<uintptr_t>(key)) + '|' + geometry;
+  std::vector<float> sample = sampleOf(w, n);
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    auto it = gWeights.find(wkey);
+    if (it != gWeights.end() && it->second->src == w && it->second->md == primDesc && it->second->sample == sample)
+      return it->second->mem;
+  }
+  auto we = std::make_shared<WeightsEntry>();
+  we->mem = reorder();
+  strm.wait();
+  we->md = primDesc;
+  we->sample = std::move(sample);
+  we->src = w;
+  we->bytes = primDesc.get_size();
+  std::lock_guard<std::mutex> lock(gMutex);
+  auto it = gWeights.find(wkey);
+  if (it != gWeights.end()) gWeightBytes -= std::min(gWeightBytes, it->second->bytes);
+  if (gWeightBytes + we->bytes > kMaxWeightBytes) {
+    gWeights.clear();
+    gWeightBytes = 0;
+  }
+  gWeightBytes += we->bytes;
+  gWeights.insert_or_assign(wkey, we);
+  return we->mem;
 }
 
 } // namespace
@@ -136,72 +233,19 @@ bool conv(const ConvShape &s, const float *x, const float *w, const float *bias,
   appendDims(key, s.x); appendDims(key, s.w); appendDims(key, s.y); appendDims(key, s.stride);
   appendDims(key, s.dil); appendDims(key, s.padBegin); appendDims(key, s.padEnd);
   key += std::to_string(s.group) + (bias ? "b" : "n") + (s.postSum ? "s" : "") + (s.postRelu ? "r" : "");
-  std::shared_ptr<ConvEntry> e;
-  {
-    std::lock_guard<std::mutex> lock(gMutex);
-    auto it = gConvs.find(key);
-    if (it != gConvs.end()) e = it->second;
-  }
-  if (!e) {
-    try {
-      e = makeConv(s, bias != nullptr);
-    } catch (const dnnl::error &) {
-      return false;
-    }
-    std::lock_guard<std::mutex> lock(gMutex);
-    if (gConvs.size() >= kMaxConvs) gConvs.clear();
-    gConvs.emplace(key, e);
-  }
+  std::shared_ptr<ConvEntry> e = cachedEntry(gConvs, key, [&] { return makeConv(s, bias != nullptr); });
+  if (!e) return false;
   auto &eng = cpuEngine();
   dnnl::stream strm(eng);
   int64_t wn = 1;
   for (int64_t d : s.w) wn *= d;
 
-  // Weights in the primitive's layout: cached per (node, geometry) while the
-  // sampled values match; reordered per call otherwise.
-  std::shared_ptr<dnnl::memory> wMem;
-  if (e->wReorder && !weightsKey) { // weights that may change: reorder every call
-    wMem = std::make_shared<dnnl::memory>(e->pd.weights_desc(), eng);
-    dnnl::memory wu(e->wUser, eng, const_cast<float *>(w));
-    e->wToPrim.execute(strm, wu, *wMem);
-  } else if (e->wReorder) {
-    std::string wkey = std::to_string(reinterpret_cast<uintptr_t>(weightsKey)) + '|' + key;
-    std::vector<float> sample = sampleOf(w, wn);
-    {
-      std::lock_guard<std::mutex> lock(gMutex);
-      auto it = gWeights.find(wkey);
-      if (it != gWeights.end() && it->second->src == w && it->second->sample == sample) wMem = it->second->mem;
-    }
-    if (!wMem) {
-      wMem = std::make_shared<dnnl::memory>(e->pd.weights_desc(), eng);
-      dnnl::memory wu(e->wUser, eng, const_cast<float *>(w));
-      e->wToPrim.execute(strm, wu, *wMem);
-      strm.wait();
-      auto we = std::make_shared<WeightsEntry>();
-      we->sample = std::move(sample);
-      we->src = w;
-      we->mem = wMem;
-      size_t bytes = e->pd.weights_desc().get_size();
-      std::lock_guard<std::mutex> lock(gMutex);
-      if (gWeightBytes + bytes > kMaxWeightBytes) { gWeights.clear(); gWeightBytes = 0; }
-      auto [it, fresh] = gWeights.insert_or_assign(wkey, we);
-      (void)it; (void)fresh;
-      gWeightBytes += bytes;
-    }
-  } else {
-    wMem = std::make_shared<dnnl::memory>(e->wUser, eng, const_cast<float *>(w));
-  }
+  std::shared_ptr<dnnl::memory> wMem = primitiveWeights(*e, e->pd.weights_desc(), w, wn, weightsKey, key, strm);
 
-  dnnl::memory xu(e->xUser, eng, const_cast<float *>(x)), yu(e->yUser, eng, y);
-  dnnl::memory xp = xu, yp = yu;
-  if (e->xReorder) {
-    xp = dnnl::memory(e->pd.src_desc(), eng);
-    e->xToPrim.execute(strm, xu, xp);
-  }
-  if (e->yReorder) yp = dnnl::memory(e->pd.dst_desc(), eng);
+  Reorders::Io m = e->io(e->pd, eng, x, y, strm);
   if (sum) { // the sum post-op adds what dst holds
     dnnl::memory su(e->yUser, eng, const_cast<float *>(sum));
-    if (e->yReorder) e->sumToPrim.execute(strm, su, yp);
+    if (e->yReorder) e->sumToPrim.execute(strm, su, m.yp);
     else if (sum != y) {
       int64_t yn = 1;
       for (int64_t d : s.y) yn *= d;
@@ -209,11 +253,50 @@ bool conv(const ConvShape &s, const float *x, const float *w, const float *bias,
     }
   }
   dnnl::memory scratch(e->pd.scratchpad_desc(), eng);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, xp}, {DNNL_ARG_WEIGHTS, *wMem},
-                                             {DNNL_ARG_DST, yp}, {DNNL_ARG_SCRATCHPAD, scratch}};
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, m.xp}, {DNNL_ARG_WEIGHTS, *wMem},
+                                             {DNNL_ARG_DST, m.yp}, {DNNL_ARG_SCRATCHPAD, scratch}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory({{s.w[0]}, dt::f32, tag::a}, eng, const_cast<float *>(bias)));
   e->prim.execute(strm, args);
-  if (e->yReorder) e->yToUser.execute(strm, yp, yu);
+  e->finish(m, strm);
+  strm.wait();
+  return true;
+}
+
+namespace {
+struct MatMulEntry : Reorders {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+};
+std::unordered_map<std::string, std::shared_ptr<MatMulEntry>> gMatMuls;
+} // namespace
+
+bool matmulConstWeights(int64_t M, int64_t K, int64_t N, const float *x, const float *w, float *y,
+                        const void *weightsKey) {
+  if (M <= 0 || K <= 0 || N <= 0 || !weightsKey) return false;
+  std::string key = std::to_string(M) + ',' + std::to_string(K) + ',' + std::to_string(N);
+  auto &eng = cpuEngine();
+  std::shared_ptr<MatMulEntry> e = cachedEntry(gMatMuls, key, [&] {
+      auto e = std::make_shared<MatMulEntry>();
+      e->xUser = dnnl::memory::desc({M, K}, dt::f32, tag::ab);
+      e->wUser = dnnl::memory::desc({K, N}, dt::f32, tag::ab);
+      e->yUser = dnnl::memory::desc({M, N}, dt::f32, tag::ab);
+      dnnl::memory::desc wAny({K, N}, dt::f32, tag::any);
+      dnnl::matmul::desc desc(e->xUser, wAny, e->yUser);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      e->pd = dnnl::matmul::primitive_desc(desc, attr, eng);
+      e->prim = dnnl::matmul(e->pd);
+      e->plan(e->pd, eng);
+      return e;
+  });
+  if (!e) return false;
+  dnnl::stream strm(eng);
+  std::shared_ptr<dnnl::memory> wMem =
+      primitiveWeights(*e, e->pd.weights_desc(), w, K * N, weightsKey, "mm" + std::to_string(K) + ',' + std::to_string(N), strm);
+  Reorders::Io m = e->io(e->pd, eng, x, y, strm);
+  dnnl::memory scratch(e->pd.scratchpad_desc(), eng);
+  e->prim.execute(strm, {{DNNL_ARG_SRC, m.xp}, {DNNL_ARG_WEIGHTS, *wMem}, {DNNL_ARG_DST, m.yp}, {DNNL_ARG_SCRATCHPAD, scratch}});
+  e->finish(m, strm);
   strm.wait();
   return true;
 }
@@ -234,16 +317,9 @@ bool pool(const PoolShape &s, PoolKind kind, const float *x, float *y) {
   appendDims(key, s.x); appendDims(key, s.y); appendDims(key, s.kernel); appendDims(key, s.stride);
   appendDims(key, s.padBegin); appendDims(key, s.padEnd);
   key += std::to_string(static_cast<int>(kind));
-  std::shared_ptr<PoolEntry> e;
-  {
-    std::lock_guard<std::mutex> lock(gMutex);
-    auto it = gPools.find(key);
-    if (it != gPools.end()) e = it->second;
-  }
   auto &eng = cpuEngine();
-  if (!e) {
-    try {
-      e = std::make_shared<PoolEntry>();
+  std::shared_ptr<PoolEntry> e = cachedEntry(gPools, key, [&] {
+      auto e = std::make_shared<PoolEntry>();
       e->xUser = dnnl::memory::desc(dims(s.x), dt::f32, plainTag(r));
       e->yUser = dnnl::memory::desc(dims(s.y), dt::f32, plainTag(r));
       dnnl::algorithm alg = kind == PoolKind::Max             ? dnnl::algorithm::pooling_max
@@ -255,13 +331,9 @@ bool pool(const PoolShape &s, PoolKind kind, const float *x, float *y) {
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       e->pd = dnnl::pooling_forward::primitive_desc(desc, attr, eng);
       e->prim = dnnl::pooling_forward(e->pd);
-    } catch (const dnnl::error &) {
-      return false;
-    }
-    std::lock_guard<std::mutex> lock(gMutex);
-    if (gPools.size() >= kMaxConvs) gPools.clear();
-    gPools.emplace(key, e);
-  }
+      return e;
+  });
+  if (!e) return false;
   dnnl::stream strm(eng);
   dnnl::memory xu(e->xUser, eng, const_cast<float *>(x)), yu(e->yUser, eng, y);
   dnnl::memory scratch(e->pd.scratchpad_desc(), eng);

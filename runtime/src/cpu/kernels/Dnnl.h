@@ -33,6 +33,15 @@ struct ConvShape {
 bool conv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y, const void *weightsKey,
           const float *sum = nullptr);
 
+/// y[M, N] = x[M, K] * w[K, N], float32, row-major, for immutable weights
+/// (a view of the model file): a matmul primitive cached by (M, K, N), and w
+/// reordered once into the primitive's preferred (packed) layout, cached per
+/// `weightsKey` (the node) and checked against w's address and a sample of
+/// its values on every call. Returns false (and writes nothing) when oneDNN
+/// takes no such matmul.
+bool matmulConstWeights(int64_t M, int64_t K, int64_t N, const float *x, const float *w, float *y,
+                        const void *weightsKey);
+
 /// Pooling geometry: x [N, C, spatial...] (spatial rank 1 to 3), y [N, C, out...].
 struct PoolShape {
   std::vector<int64_t> x, y, kernel, stride, padBegin, padEnd;

@@ -2,6 +2,8 @@
 #include "FastMath.h"
 #include "KernelUtil.h"
 
+#include <type_traits>
+
 #include <cmath>
 #include <limits>
 
@@ -21,10 +23,12 @@ namespace hetplan::runtime::cpu::fastmath {
 #define HP_SIMD _Pragma("omp simd")
 #define HP_SIMD_MAX_MX _Pragma("omp simd reduction(max : mx)")
 #define HP_SIMD_SUM_SUM _Pragma("omp simd reduction(+ : sum)")
+#define HP_SIMD_SUM_VAR _Pragma("omp simd reduction(+ : var)")
 #else
 #define HP_SIMD
 #define HP_SIMD_MAX_MX
 #define HP_SIMD_SUM_SUM
+#define HP_SIMD_SUM_VAR
 #endif
 
 namespace {
@@ -153,6 +157,27 @@ HP_CLONES void softmaxRow(const float *x, float *y, int64_t n, bool log) {
   }
   float inv = 1.0f / sum;
   HP_SIMD for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+}
+
+HP_CLONES void layerNormRow(const float *x, float *y, int64_t n, const float *scale, const float *bias, float eps,
+                            float *meanOut, float *invOut) {
+  float sum = 0;
+  HP_SIMD_SUM_SUM for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const float mean = sum / static_cast<float>(n);
+  float var = 0;
+  HP_SIMD_SUM_VAR for (int64_t i = 0; i < n; ++i) {
+    float d = x[i] - mean;
+    var += d * d;
+  }
+  var /= static_cast<float>(n);
+  const float inv = 1.0f / std::sqrt(var + eps);
+  if (bias) {
+    HP_SIMD for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * scale[i] + bias[i];
+  } else {
+    HP_SIMD for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * scale[i];
+  }
+  *meanOut = mean;
+  *invOut = inv;
 }
 
 } // namespace hetplan::runtime::cpu::fastmath
@@ -464,7 +489,29 @@ void registerElementwiseKernels() {
                                        const E *x0 = px + (ks[1] ? o % ks[1] : 0), *y0 = py + (ks[2] ? o % ks[2] : 0);
                                        int64_t ic = ks[0] ? 1 : 0, ix = ks[1] ? 1 : 0, iy = ks[2] ? 1 : 0;
                                        E *d = po + o;
-                                       for (int64_t j = 0; j < L; ++j) d[j] = c0[j * ic] ? x0[j * ix] : y0[j * iy];
+                                       // Unit or zero steps as constants, both values loaded: the
+                                       // compiler vectorises the select.
+                                       auto loop = [c0, x0, y0, d, L](auto IC, auto IX, auto IY) {
+                                         const bool *__restrict cc = c0;
+                                         const E *__restrict xx = x0, *__restrict yy = y0;
+                                         E *__restrict dd = d;
+                                         for (int64_t j = 0; j < L; ++j) {
+                                           E xv = xx[IX ? j : 0], yv = yy[IY ? j : 0];
+                                           E m = static_cast<E>(E(0) - static_cast<E>(cc[IC ? j : 0]));
+                                           dd[j] = static_cast<E>((xv & m) | (yv & static_cast<E>(~m)));
+                                         }
+                                       };
+                                       using B1 = std::true_type; using B0 = std::false_type;
+                                       switch (ic * 4 + ix * 2 + iy) {
+                                       case 7: loop(B1(), B1(), B1()); break;
+                                       case 6: loop(B1(), B1(), B0()); break;
+                                       case 5: loop(B1(), B0(), B1()); break;
+                                       case 4: loop(B1(), B0(), B0()); break;
+                                       case 3: loop(B0(), B1(), B1()); break;
+                                       case 2: loop(B0(), B1(), B0()); break;
+                                       case 1: loop(B0(), B0(), B1()); break;
+                                       default: loop(B0(), B0(), B0()); break;
+                                       }
                                      }
                                    });
                                  };

@@ -22,5 +22,10 @@ void geluErf(const float *x, float *y, int64_t n);
 void geluTanh(const float *x, float *y, int64_t n);
 /// One softmax row: y = exp(x - max) / sum (log: x - max - log(sum)).
 void softmaxRow(const float *x, float *y, int64_t n, bool log);
+/// One LayerNormalization row in float: mean, then variance around it (two
+/// passes over x), then y = (x - mean) * inv * scale (+ bias; bias may be
+/// null), inv = 1 / sqrt(var + eps). Writes the statistics to *mean, *inv.
+void layerNormRow(const float *x, float *y, int64_t n, const float *scale, const float *bias, float eps,
+                  float *mean, float *inv);
 
 } // namespace hetplan::runtime::cpu::fastmath

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "FastMath.h"
 #include "Gemm.h"
 #ifdef HETPLAN_HAVE_DNNL
 #include "Dnnl.h"
@@ -31,6 +32,15 @@ void matmul(KernelContext &c) {
   Tensor out(a.dtype(), outShape);
   int64_t nb = shapeNumel(batch);
   auto sa = broadcastStrides(ab, batch), sb = broadcastStrides(bb, batch);
+#ifdef HETPLAN_HAVE_DNNL
+  // Constant 2-D weights (a view of the model file, immutable): oneDNN matmul
+  // with the weights packed once per node; [B, S, K] activations as [B*S, K].
+  if (a.dtype() == DType::Float32 && bs.size() == 2 && !bVec && b.isView() && bb.empty() &&
+      onednn::matmulConstWeights(M * nb, K, N, a.data<float>(), b.data<float>(), out.data<float>(), &c.node)) {
+    c.outputs[0] = std::move(out);
+    return;
+  }
+#endif
   HP_DISPATCH_FLOAT(a.dtype(), {
     const T *pa = a.data<T>(); const T *pb = b.data<T>(); T *po = out.data<T>();
     if (nb == 1) gemm<T>(false, false, M, N, K, T(1), pa, K, pb, N, T(0), po, N);
@@ -411,12 +421,25 @@ void layerNorm(KernelContext &c) {
   for (int64_t i = axis; i < x.rank(); ++i) statShape[i] = 1;
   DType statType = static_cast<DType>(c.node.getInt("stash_type", 1));
   Tensor meanT(statType == DType::Float64 ? DType::Float64 : x.dtype(), statShape), invT(meanT.dtype(), statShape);
+  bool floatDone = false;
   HP_DISPATCH_FLOAT(x.dtype(), {
     Tensor scale = c.in(1);
     Tensor sb = binaryBroadcast<T, T, T>(Tensor(x.dtype(), std::vector<int64_t>(x.shape().begin() + axis, x.shape().end())), scale, x.dtype(), [](T, T y) { return y; });
     Tensor bb;
     if (c.hasInput(2)) bb = binaryBroadcast<T, T, T>(Tensor(x.dtype(), sb.shape()), c.in(2), x.dtype(), [](T, T y) { return y; });
-    parallelFor(outer, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1)), [&](int64_t lo, int64_t hi) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (meanT.dtype() == DType::Float32 && inner > 0) { // float statistics: vectorised rows
+        const float *ps = sb.data<float>(), *pbias = bb.defined() ? bb.data<float>() : nullptr;
+        float *pm = meanT.data<float>(), *pi = invT.data<float>();
+        parallelFor(outer, std::max<int64_t>(1, kElementwiseGrain / inner), [&](int64_t lo, int64_t hi) {
+          for (int64_t o = lo; o < hi; ++o)
+            fastmath::layerNormRow(x.data<float>() + o * inner, out.data<float>() + o * inner, inner, ps, pbias,
+                                   static_cast<float>(eps), pm + o, pi + o);
+        });
+        floatDone = true;
+      }
+    }
+    if (!floatDone) parallelFor(outer, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1)), [&](int64_t lo, int64_t hi) {
     for (int64_t o = lo; o < hi; ++o) {
       const T *px = x.data<T>() + o * inner; T *po = out.data<T>() + o * inner;
       double mean = 0, var = 0;
