@@ -19,6 +19,7 @@
 #include "hetplan/runtime/Kernels.h"
 
 #include "CudaKernels.h"
+#include "../cpu/kernels/Geometry.h"
 #include "../cpu/kernels/ViewParams.h"
 
 #include <cublas_v2.h>
@@ -251,42 +252,20 @@ Strided makeStrided(const std::vector<int64_t> &shape, const std::vector<int64_t
   return v;
 }
 
-/// The convolution/pooling window (the CPU kernels' makeWindow).
+/// The convolution/pooling window (the CPU kernels' makeWindow) in the
+/// device kernels' fixed-size form.
 cudak::Window makeWindow(const Node &n, const std::vector<int64_t> &in, std::vector<int64_t> kernel, bool pool,
                          std::vector<int64_t> &outSpatial) {
   size_t r = in.size();
   if (r < 1 || r > 3) throw std::runtime_error(std::to_string(r) + "-D windows are not supported on the CUDA device (1-3)");
-  auto stride = n.getInts("strides", std::vector<int64_t>(r, 1));
-  auto dil = n.getInts("dilations", std::vector<int64_t>(r, 1));
-  auto pads = n.getInts("pads", std::vector<int64_t>(2 * r, 0));
-  if (kernel.size() != r || stride.size() != r || dil.size() != r || pads.size() != 2 * r)
-    throw std::runtime_error("kernel_shape/strides/dilations/pads do not match the input rank");
-  std::string autoPad = n.getString("auto_pad", "NOTSET");
-  bool ceilMode = pool && n.getInt("ceil_mode", 0);
+  cpu::Window cw = cpu::makeWindow(n, in, std::move(kernel), pool);
   cudak::Window w;
   w.r = static_cast<int>(r);
-  outSpatial.assign(r, 0);
   for (size_t i = 0; i < r; ++i) {
-    int64_t pb = pads[i], pe = pads[i + r], o;
-    int64_t ek = (kernel[i] - 1) * dil[i] + 1;
-    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      o = (in[i] + stride[i] - 1) / stride[i];
-      int64_t total = std::max<int64_t>(0, (o - 1) * stride[i] + ek - in[i]);
-      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      pe = total - pb;
-    } else {
-      if (autoPad == "VALID") pb = pe = 0;
-      int64_t span = in[i] + pb + pe - ek;
-      if (ceilMode) {
-        o = (span + stride[i] - 1) / stride[i] + 1;
-        if ((o - 1) * stride[i] >= in[i] + pb) --o;
-      } else o = span / stride[i] + 1;
-      if (o < 0) o = 0;
-    }
-    w.in[i] = in[i]; w.out[i] = o; w.k[i] = kernel[i]; w.s[i] = stride[i]; w.d[i] = dil[i];
-    w.pb[i] = pb; w.pe[i] = pe;
-    outSpatial[i] = o;
+    w.in[i] = cw.in[i]; w.out[i] = cw.out[i]; w.k[i] = cw.kernel[i]; w.s[i] = cw.stride[i]; w.d[i] = cw.dil[i];
+    w.pb[i] = cw.padBegin[i]; w.pe[i] = cw.padEnd[i];
   }
+  outSpatial = cw.out;
   return w;
 }
 
@@ -583,20 +562,10 @@ void CudaExecutor::Impl::runHost(const Node &n, std::vector<Val *> &ins, std::ve
 }
 
 void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
-  auto as = a.shape(), bs = b.shape();
-  bool aVec = as.size() == 1, bVec = bs.size() == 1;
-  if (aVec) as.insert(as.begin(), 1);
-  if (bVec) bs.push_back(1);
-  if (as.size() < 2 || bs.size() < 2) throw std::runtime_error("MatMul of scalars");
-  int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
-  if (bs[bs.size() - 2] != K)
-    throw std::runtime_error("MatMul shapes " + shapeString(a.shape()) + " and " + shapeString(b.shape()) + " do not match");
-  std::vector<int64_t> ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
-  auto batch = broadcastShapes(ab, bb);
-  std::vector<int64_t> outShape = batch;
-  if (!aVec) outShape.push_back(M);
-  if (!bVec) outShape.push_back(N);
-  Tensor o = alloc(DType::Float32, outShape);
+  cpu::MatMulShape ms = cpu::matmulShape(a.shape(), b.shape());
+  int64_t M = ms.M, K = ms.K, N = ms.N;
+  const auto &ab = ms.aBatch, &bb = ms.bBatch, &batch = ms.batch;
+  Tensor o = alloc(DType::Float32, ms.out);
   int64_t nb = shapeNumel(batch);
   if (o.numel() == 0) { out.dev = o; return; }
   if (K == 0) {

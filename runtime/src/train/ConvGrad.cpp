@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "GradUtil.h"
 #include "../cpu/kernels/Gemm.h"
+#include "../cpu/kernels/Geometry.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,19 +26,13 @@ struct Geo {
   int64_t inSize, kSize, outSize;
 };
 
-/// The forward kernels' makeWindow (Linalg.cpp), padded to 3-D.
+/// The forward kernels' window (Geometry.h), padded to 3-D.
 Geo makeGeo(const Node &n, const std::vector<int64_t> &inSpatial, std::vector<int64_t> kernel, bool pool) {
   size_t r = inSpatial.size();
   if (r < 1 || r > 3)
     throw std::runtime_error(n.describe() + ": backward supports 1-D, 2-D and 3-D spatial inputs, not " +
                              std::to_string(r) + "-D");
-  auto stride = n.getInts("strides", std::vector<int64_t>(r, 1));
-  auto dil = n.getInts("dilations", std::vector<int64_t>(r, 1));
-  auto pads = n.getInts("pads", std::vector<int64_t>(2 * r, 0));
-  if (kernel.size() != r || stride.size() != r || dil.size() != r || pads.size() != 2 * r)
-    throw std::runtime_error(n.describe() + ": kernel_shape/strides/dilations/pads do not match the input rank");
-  std::string autoPad = n.getString("auto_pad", "NOTSET");
-  bool ceilMode = pool && n.getInt("ceil_mode", 0);
+  cpu::Window w = cpu::makeWindow(n, inSpatial, std::move(kernel), pool);
   Geo g;
   size_t off = 3 - r;
   for (size_t i = 0; i < 3; ++i) {
@@ -46,33 +41,14 @@ Geo makeGeo(const Node &n, const std::vector<int64_t> &inSpatial, std::vector<in
   }
   for (size_t i = 0; i < r; ++i) {
     size_t j = off + i;
-    g.in[j] = inSpatial[i]; g.k[j] = kernel[i]; g.s[j] = stride[i]; g.d[j] = dil[i];
-    g.pb[j] = pads[i]; g.pe[j] = pads[r + i];
-    int64_t ek = (g.k[j] - 1) * g.d[j] + 1;
-    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      int64_t o = (g.in[j] + g.s[j] - 1) / g.s[j];
-      int64_t total = std::max<int64_t>(0, (o - 1) * g.s[j] + ek - g.in[j]);
-      g.pb[j] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      g.pe[j] = total - g.pb[j];
-      g.out[j] = o;
-      continue;
-    }
-    if (autoPad == "VALID") g.pb[j] = g.pe[j] = 0;
-    int64_t span = g.in[j] + g.pb[j] + g.pe[j] - ek;
-    if (ceilMode) {
-      int64_t o = (span + g.s[j] - 1) / g.s[j] + 1;
-      if ((o - 1) * g.s[j] >= g.in[j] + g.pb[j]) --o;
-      g.out[j] = o;
-    } else g.out[j] = span / g.s[j] + 1;
-    if (g.out[j] < 0) g.out[j] = 0;
+    g.in[j] = w.in[i]; g.k[j] = w.kernel[i]; g.s[j] = w.stride[i]; g.d[j] = w.dil[i];
+    g.pb[j] = w.padBegin[i]; g.pe[j] = w.padEnd[i]; g.out[j] = w.out[i];
   }
   g.inSize = g.in[0] * g.in[1] * g.in[2];
   g.kSize = g.k[0] * g.k[1] * g.k[2];
   g.outSize = g.out[0] * g.out[1] * g.out[2];
   return g;
 }
-
-std::vector<int64_t> spatialOf(const Tensor &t) { return std::vector<int64_t>(t.shape().begin() + 2, t.shape().end()); }
 
 void checkOutShape(const GradientContext &c, const Tensor &dy, const Geo &g, int64_t N, int64_t C) {
   bool ok = dy.rank() >= 3 && dy.dim(0) == N && dy.dim(1) == C && dy.numel() == N * C * g.outSize;
@@ -165,7 +141,7 @@ void convGrad(GradientContext &c) {
                              " differ in element type");
   int64_t N = x.dim(0), C = x.dim(1), M = wt.dim(0), G = c.node.getInt("group", 1);
   auto ks = c.node.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + 2, wt.shape().end()));
-  Geo g = makeGeo(c.node, spatialOf(x), ks, false);
+  Geo g = makeGeo(c.node, cpu::spatialOf(x), ks, false);
   if (G < 1 || C % G || M % G || wt.dim(1) != C / G)
     throw std::runtime_error(c.node.describe() + ": backward: weight " + wt.describe() + " does not match input " +
                              x.describe() + " with group " + std::to_string(G));
@@ -278,7 +254,7 @@ void poolGrad(GradientContext &c, bool isMax) {
   if (!dy.defined()) return;
   const Tensor &x = c.in(0);
   const Node &nd = c.node;
-  Geo g = makeGeo(nd, spatialOf(x), nd.getInts("kernel_shape"), true);
+  Geo g = makeGeo(nd, cpu::spatialOf(x), nd.getInts("kernel_shape"), true);
   int64_t N = x.dim(0), C = x.dim(1), inSize = g.inSize, outSize = g.outSize;
   checkOutShape(c, dy, g, N, C);
   bool includePad = nd.getInt("count_include_pad", 0);

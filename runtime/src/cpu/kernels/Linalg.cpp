@@ -6,6 +6,7 @@
 
 #include "FastMath.h"
 #include "Gemm.h"
+#include "Geometry.h"
 #ifdef HETPLAN_HAVE_DNNL
 #include "Dnnl.h"
 #endif
@@ -16,26 +17,16 @@ namespace {
 
 void matmul(KernelContext &c) {
   const Tensor &a = c.in(0), &b = c.in(1);
-  auto as = a.shape(), bs = b.shape();
-  bool aVec = as.size() == 1, bVec = bs.size() == 1;
-  if (aVec) as.insert(as.begin(), 1);
-  if (bVec) bs.push_back(1);
-  if (as.size() < 2 || bs.size() < 2) throw std::runtime_error("MatMul of scalars");
-  int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
-  if (bs[bs.size() - 2] != K)
-    throw std::runtime_error("MatMul shapes " + shapeString(a.shape()) + " and " + shapeString(b.shape()) + " do not match");
-  std::vector<int64_t> ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
-  auto batch = broadcastShapes(ab, bb);
-  std::vector<int64_t> outShape = batch;
-  if (!aVec) outShape.push_back(M);
-  if (!bVec) outShape.push_back(N);
-  Tensor out(a.dtype(), outShape);
+  MatMulShape ms = matmulShape(a.shape(), b.shape());
+  int64_t M = ms.M, K = ms.K, N = ms.N;
+  const auto &ab = ms.aBatch, &bb = ms.bBatch, &batch = ms.batch;
+  Tensor out(a.dtype(), ms.out);
   int64_t nb = shapeNumel(batch);
   auto sa = broadcastStrides(ab, batch), sb = broadcastStrides(bb, batch);
 #ifdef HETPLAN_HAVE_DNNL
   // Constant 2-D weights (a view of the model file, immutable): oneDNN matmul
   // with the weights packed once per node; [B, S, K] activations as [B*S, K].
-  if (a.dtype() == DType::Float32 && bs.size() == 2 && !bVec && b.isView() && bb.empty() &&
+  if (a.dtype() == DType::Float32 && b.rank() == 2 && b.isView() &&
       onednn::matmulConstWeights(M * nb, K, N, a.data<float>(), b.data<float>(), out.data<float>(), &c.node)) {
     c.outputs[0] = std::move(out);
     return;
@@ -74,49 +65,6 @@ void gemmKernel(KernelContext &c) {
   c.outputs[0] = std::move(out);
 }
 
-/// Geometry of a convolution or pooling window over the spatial dims.
-struct Window {
-  std::vector<int64_t> in, kernel, stride, dil, padBegin, padEnd, out;
-};
-
-Window makeWindow(const Node &n, const std::vector<int64_t> &inSpatial, std::vector<int64_t> kernel, bool pool) {
-  size_t r = inSpatial.size();
-  Window w;
-  w.in = inSpatial;
-  w.kernel = std::move(kernel);
-  w.stride = n.getInts("strides", std::vector<int64_t>(r, 1));
-  w.dil = n.getInts("dilations", std::vector<int64_t>(r, 1));
-  auto pads = n.getInts("pads", std::vector<int64_t>(2 * r, 0));
-  if (w.kernel.size() != r || w.stride.size() != r || w.dil.size() != r || pads.size() != 2 * r)
-    throw std::runtime_error("kernel_shape/strides/dilations/pads do not match the input rank");
-  w.padBegin.assign(pads.begin(), pads.begin() + r);
-  w.padEnd.assign(pads.begin() + r, pads.end());
-  std::string autoPad = n.getString("auto_pad", "NOTSET");
-  bool ceilMode = pool && n.getInt("ceil_mode", 0);
-  w.out.resize(r);
-  for (size_t i = 0; i < r; ++i) {
-    int64_t ek = (w.kernel[i] - 1) * w.dil[i] + 1;
-    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      int64_t o = (w.in[i] + w.stride[i] - 1) / w.stride[i];
-      int64_t total = std::max<int64_t>(0, (o - 1) * w.stride[i] + ek - w.in[i]);
-      w.padBegin[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      w.padEnd[i] = total - w.padBegin[i];
-      w.out[i] = o;
-      continue;
-    }
-    if (autoPad == "VALID") w.padBegin[i] = w.padEnd[i] = 0;
-    int64_t span = w.in[i] + w.padBegin[i] + w.padEnd[i] - ek;
-    if (ceilMode) {
-      int64_t o = (span + w.stride[i] - 1) / w.stride[i] + 1;
-      if ((o - 1) * w.stride[i] >= w.in[i] + w.padBegin[i]) --o;
-      w.out[i] = o;
-    } else w.out[i] = span / w.stride[i] + 1;
-    if (w.out[i] < 0) w.out[i] = 0;
-  }
-  return w;
-}
-
-std::vector<int64_t> spatialOf(const Tensor &t) { return std::vector<int64_t>(t.shape().begin() + 2, t.shape().end()); }
 
 void conv(KernelContext &c) {
   const Tensor &x = c.in(0), &wt = c.in(1);
