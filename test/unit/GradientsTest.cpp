@@ -203,6 +203,42 @@ GradCase binary(const std::string &op, Tensor a, Tensor b, std::vector<size_t> w
   return GradCase{op, {}, {std::move(a), std::move(b)}, std::move(wrt)};
 }
 
+/// The float32 kernels (forward and backward) of `c64`, run on its inputs
+/// rounded to float32, give the float64 gradients within 1e-4 (1 + |g|).
+void expectFloat32MatchesFloat64(const GradCase &c64) {
+  auto to32 = [](const Tensor &t) {
+    Tensor f(DType::Float32, t.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
+    return f;
+  };
+  SCOPED_TRACE(c64.op);
+  Node n = c64.node();
+  std::vector<Tensor> in32;
+  for (auto &t : c64.inputs) in32.push_back(to32(t));
+  GradCase c32 = c64;
+  c32.inputs = in32;
+  auto o64 = forward(c64, n, c64.inputs), o32 = forward(c32, n, in32);
+  ASSERT_EQ(o32[0].dtype(), DType::Float32);
+  ASSERT_EQ(o32[0].shape(), o64[0].shape());
+  Tensor r64 = rand64(o64[0].shape());
+  std::vector<bool> want(c64.inputs.size(), false);
+  for (size_t i : c64.wrt) want[i] = true;
+  GradientContext g64{n, c64.opset, {}, {&o64[0]}, {r64}, want, {}};
+  GradientContext g32{n, c64.opset, {}, {&o32[0]}, {to32(r64)}, want, {}};
+  for (auto &t : c64.inputs) g64.inputs.push_back(&t);
+  for (auto &t : in32) g32.inputs.push_back(&t);
+  findGradient(c64.op)->run(g64);
+  findGradient(c64.op)->run(g32);
+  for (size_t i : c64.wrt) {
+    ASSERT_EQ(g32.inputGrads[i].dtype(), DType::Float32);
+    ASSERT_EQ(g32.inputGrads[i].shape(), c64.inputs[i].shape());
+    for (int64_t j = 0; j < g64.inputGrads[i].numel(); ++j)
+      EXPECT_NEAR(g32.inputGrads[i].data<float>()[j], g64.inputGrads[i].data<double>()[j],
+                  1e-4 * (1 + std::fabs(g64.inputGrads[i].data<double>()[j])))
+          << "input " << i << " element " << j;
+  }
+}
+
 } // namespace
 
 // ---------------------------------------------------------------- elementwise
@@ -585,11 +621,6 @@ TEST(Gradients, LRN) {
 }
 
 TEST(Gradients, ConvAndPoolFloat32MatchFloat64) {
-  auto to32 = [](const Tensor &t) {
-    Tensor f(DType::Float32, t.shape());
-    for (int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
-    return f;
-  };
   std::vector<GradCase> cases = {
       conv(rand64({2, 4, 6, 6}), rand64({4, 2, 3, 3}), rand64({4}),
            {{"group", intAttr(2)}, {"pads", intsAttr({1, 1, 1, 1})}, {"strides", intsAttr({2, 1})}}),
@@ -602,34 +633,7 @@ TEST(Gradients, ConvAndPoolFloat32MatchFloat64) {
                {0, 1, 2}, 15},
       GradCase{"LRN", {{"size", intAttr(3)}, {"alpha", floatAttr(0.5f)}}, {rand64({2, 5, 3})}, {0}, 11},
   };
-  for (const GradCase &c64 : cases) {
-    SCOPED_TRACE(c64.op);
-    Node n = c64.node();
-    std::vector<Tensor> in32;
-    for (auto &t : c64.inputs) in32.push_back(to32(t));
-    GradCase c32 = c64;
-    c32.inputs = in32;
-    auto o64 = forward(c64, n, c64.inputs), o32 = forward(c32, n, in32);
-    ASSERT_EQ(o32[0].dtype(), DType::Float32);
-    ASSERT_EQ(o32[0].shape(), o64[0].shape());
-    Tensor r64 = rand64(o64[0].shape());
-    std::vector<bool> want(c64.inputs.size(), false);
-    for (size_t i : c64.wrt) want[i] = true;
-    GradientContext g64{n, c64.opset, {}, {&o64[0]}, {r64}, want, {}};
-    GradientContext g32{n, c64.opset, {}, {&o32[0]}, {to32(r64)}, want, {}};
-    for (auto &t : c64.inputs) g64.inputs.push_back(&t);
-    for (auto &t : in32) g32.inputs.push_back(&t);
-    findGradient(c64.op)->run(g64);
-    findGradient(c64.op)->run(g32);
-    for (size_t i : c64.wrt) {
-      ASSERT_EQ(g32.inputGrads[i].dtype(), DType::Float32);
-      ASSERT_EQ(g32.inputGrads[i].shape(), c64.inputs[i].shape());
-      for (int64_t j = 0; j < g64.inputGrads[i].numel(); ++j)
-        EXPECT_NEAR(g32.inputGrads[i].data<float>()[j], g64.inputGrads[i].data<double>()[j],
-                    1e-4 * (1 + std::fabs(g64.inputGrads[i].data<double>()[j])))
-            << "input " << i << " element " << j;
-    }
-  }
+  for (const GradCase &c64 : cases) expectFloat32MatchesFloat64(c64);
 }
 
 TEST(Gradients, ConvHarnessDetectsAWrongGradient) {
@@ -645,39 +649,9 @@ TEST(Gradients, ConvHarnessDetectsAWrongGradient) {
 // ---------------------------------------------------------------- float32
 
 TEST(Gradients, Float32MatchesFloat64) {
-  auto to32 = [](const Tensor &t) {
-    Tensor f(DType::Float32, t.shape());
-    for (int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
-    return f;
-  };
-  for (int which = 0; which < 3; ++which) {
-    GradCase c64 = which == 0   ? binary("MatMul", rand64({2, 3, 4}), rand64({4, 5}))
-                   : which == 1 ? binary("MatMul", rand64({2, 3, 4}), rand64({2, 4, 5}))
-                                : GradCase{"LayerNormalization", {}, {rand64({4, 6}), rand64({6}), rand64({6})}, {0, 1, 2}};
-    SCOPED_TRACE(c64.op);
-    Node n = c64.node();
-    std::vector<Tensor> in32;
-    for (auto &t : c64.inputs) in32.push_back(to32(t));
-    GradCase c32 = c64;
-    c32.inputs = in32;
-    auto o64 = forward(c64, n, c64.inputs), o32 = forward(c32, n, in32);
-    ASSERT_EQ(o32[0].dtype(), DType::Float32);
-    Tensor r64 = rand64(o64[0].shape());
-    GradientContext g64{n, 17, {}, {&o64[0]}, {r64}, std::vector<bool>(c64.inputs.size(), true), {}};
-    GradientContext g32{n, 17, {}, {&o32[0]}, {to32(r64)}, std::vector<bool>(c64.inputs.size(), true), {}};
-    for (auto &t : c64.inputs) g64.inputs.push_back(&t);
-    for (auto &t : in32) g32.inputs.push_back(&t);
-    findGradient(c64.op)->run(g64);
-    findGradient(c64.op)->run(g32);
-    for (size_t i = 0; i < c64.inputs.size(); ++i) {
-      ASSERT_EQ(g32.inputGrads[i].dtype(), DType::Float32);
-      ASSERT_EQ(g32.inputGrads[i].shape(), c64.inputs[i].shape());
-      for (int64_t j = 0; j < g64.inputGrads[i].numel(); ++j)
-        EXPECT_NEAR(g32.inputGrads[i].data<float>()[j], g64.inputGrads[i].data<double>()[j],
-                    1e-4 * (1 + std::fabs(g64.inputGrads[i].data<double>()[j])))
-            << "input " << i << " element " << j;
-    }
-  }
+  expectFloat32MatchesFloat64(binary("MatMul", rand64({2, 3, 4}), rand64({4, 5})));
+  expectFloat32MatchesFloat64(binary("MatMul", rand64({2, 3, 4}), rand64({2, 4, 5})));
+  expectFloat32MatchesFloat64(GradCase{"LayerNormalization", {}, {rand64({4, 6}), rand64({6}), rand64({6})}, {0, 1, 2}});
 }
 
 // ---------------------------------------------------------------- the harness

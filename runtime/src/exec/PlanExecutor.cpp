@@ -486,6 +486,7 @@ struct PlanExecutor::TrainRun {
   double denominator = 0;
   double lossPiece = 0;
   std::map<uint32_t, std::map<std::string, Tensor>> stash;  // mb -> forward values
+  std::map<uint32_t, std::set<std::string>> requires;       // mb -> values carrying gradients
   std::map<uint32_t, std::map<std::string, Tensor>> seeds;  // mb -> loss/received gradients
   std::map<uint32_t, std::vector<bool>> inFlags;            // mb -> received values carrying gradients
   std::map<uint32_t, std::vector<bool>> outFlags;           // mb -> sent values carrying gradients
@@ -740,6 +741,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     if (train) {
       result.erase(""); // never a value
       train->stash[mb] = std::move(result);
+      train->requires[mb] = std::move(requires);
     }
   };
 
@@ -798,19 +800,14 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       train->gradIn.erase(mb);
       outbox.erase(mb);
     }
-    std::set<std::string> seedSet = stageParams_[j];
-    if (in) {
-      const auto &flags = train->inFlags.at(mb);
-      for (size_t i = 0; i < flags.size(); ++i)
-        if (flags[i]) seedSet.insert(in->received[i]);
-    }
     auto lookup = [&](const std::string &v) -> const Tensor * {
       auto it = stash.find(v);
       if (it != stash.end()) return &it->second;
       auto jt = model_->initializers.find(v);
       return jt == model_->initializers.end() ? nullptr : &jt->second;
     };
-    std::set<std::string> requires = train::requiresGrad(*model_, stageNodes_[j], seedSet, lookup);
+    std::set<std::string> requires = std::move(train->requires.at(mb)); // found by the FORWARD
+    train->requires.erase(mb);
     std::map<std::string, Tensor> grads = std::move(seeds);
     train->seeds.erase(mb);
     // Split MatMuls: this rank's columns of dY give its weight columns'
