@@ -23,6 +23,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
@@ -38,6 +39,34 @@ cl::SubCommand compileCmd("compile",
 cl::SubCommand explainCmd("explain", "Describe a plan file for people");
 
 namespace {
+
+/// The model's path as the plan records it: relative to the plan file's
+/// folder, so a plan and its model move together and `hetplan run` finds the
+/// model from any working directory (the runtime resolves it the same way).
+/// Absolute when there is no plan file or the two share no folder.
+std::string modelPathFromPlan(llvm::StringRef model, llvm::StringRef planFile) {
+  llvm::SmallString<256> m(model), dir(planFile.empty() ? "." : planFile);
+  if (llvm::sys::fs::make_absolute(m) || llvm::sys::fs::make_absolute(dir))
+    return model.str();
+  llvm::sys::path::remove_dots(m, true);
+  llvm::sys::path::remove_dots(dir, true);
+  if (planFile.empty())
+    return std::string(m);
+  dir = llvm::sys::path::parent_path(dir);
+  llvm::SmallVector<llvm::StringRef> mc(llvm::sys::path::begin(m), llvm::sys::path::end(m));
+  llvm::SmallVector<llvm::StringRef> dc(llvm::sys::path::begin(dir), llvm::sys::path::end(dir));
+  size_t common = 0;
+  while (common < mc.size() && common < dc.size() && mc[common] == dc[common])
+    ++common;
+  if (common <= 1) // only the root in common
+    return std::string(m);
+  llvm::SmallString<256> rel;
+  for (size_t i = common; i < dc.size(); ++i)
+    llvm::sys::path::append(rel, "..");
+  for (size_t i = common; i < mc.size(); ++i)
+    llvm::sys::path::append(rel, mc[i]);
+  return std::string(rel);
+}
 
 cl::opt<std::string> model(cl::Positional, cl::Required,
                            cl::desc("<model.onnx|.onnxtext|.mlir>"), cl::sub(compileCmd));
@@ -294,7 +323,7 @@ int runCompile() {
     return fail(model + " on " + clusterArg + ": " + llvm::toString(result.takeError()));
 
   planner::ExportInfo info;
-  info.modelPath = model;
+  info.modelPath = modelPathFromPlan(model, outputArg);
   info.modelSha256 = fileSha256(model, info.modelBytes);
   info.clusterSpec = clusterArg;
   info.sequence = seqArg;

@@ -144,6 +144,13 @@ std::unique_ptr<PlanExecutor> PlanExecutor::load(const std::string &planPath,
   plan::Plan p;
   std::string error;
   if (!readPlan(planPath, p, error)) fail(error);
+  // A relative model path is relative to the plan file's folder (compile
+  // writes it so), not to the working directory.
+  const std::string &mp = p.model().path();
+  if (modelPath.empty() && !mp.empty() && mp[0] != '/') {
+    auto slash = planPath.find_last_of('/');
+    if (slash != std::string::npos) p.mutable_model()->set_path(planPath.substr(0, slash + 1) + mp);
+  }
   try {
     return std::make_unique<PlanExecutor>(std::move(p), modelPath);
   } catch (const std::exception &e) {

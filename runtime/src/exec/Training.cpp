@@ -49,8 +49,10 @@ std::set<std::string> trainableParameters(const Model &model) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (!diff[i]) continue;
       auto it = model.initializers.find(n.inputs[i]);
+      // Constant nodes' values stay constants (masks, scales; Paddle's
+      // weights are trained where they were made, not here).
       if (it != model.initializers.end() && it->second.dtype() == DType::Float32 &&
-          it->second.numel() >= 2)
+          it->second.numel() >= 2 && !model.constants.count(it->first))
         out.insert(it->first);
     }
   }

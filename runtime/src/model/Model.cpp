@@ -131,6 +131,31 @@ ValueInfo convertValueInfo(const onnx::ValueInfoProto &vi) {
   return v;
 }
 
+/// The value of a Constant node (value, value_float(s), value_int(s)).
+Tensor constantValue(const onnx::NodeProto &np, const std::string &where,
+                     const std::shared_ptr<const void> &holder, const std::string &baseDir, Storage *storage) {
+  if (np.attribute_size() != 1) fail(where + ": needs exactly one value attribute");
+  const auto &a = np.attribute(0);
+  const std::string &k = a.name();
+  if (k == "value") {
+    if (a.type() != onnx::AttributeProto::TENSOR) fail(where + ": 'value' is not a tensor");
+    return convertTensor(a.t(), where + " value", holder, baseDir, storage);
+  }
+  if (k == "value_float") { Tensor t(DType::Float32, {}); *t.data<float>() = a.f(); return t; }
+  if (k == "value_int") { Tensor t(DType::Int64, {}); *t.data<int64_t>() = a.i(); return t; }
+  if (k == "value_floats") {
+    Tensor t(DType::Float32, {int64_t(a.floats_size())});
+    std::copy(a.floats().begin(), a.floats().end(), t.data<float>());
+    return t;
+  }
+  if (k == "value_ints") {
+    Tensor t(DType::Int64, {int64_t(a.ints_size())});
+    std::copy(a.ints().begin(), a.ints().end(), t.data<int64_t>());
+    return t;
+  }
+  fail(where + ": value attribute '" + k + "' is not supported (string and sparse constants)");
+}
+
 } // namespace
 
 int64_t Node::getInt(const std::string &a, int64_t def) const {
@@ -199,6 +224,20 @@ Model loadModel(const std::string &path) {
   for (const auto &[name, t] : m.initializers) m.valueTypes[name] = t.dtype();
   int index = 0;
   for (const auto &np : g.node()) {
+    // One rule with the compiler (the importer makes top-level Constant
+    // nodes het.constant values, not nodes): a Constant is a value of the
+    // model like an initializer, so node indices in plans agree.
+    if (np.op_type() == "Constant" && (np.domain().empty() || np.domain() == "ai.onnx")) {
+      ++index;
+      std::string where = path + ": node '" + np.name() + "' (Constant)";
+      if (np.output_size() != 1 || np.output(0).empty()) fail(where + ": needs exactly one output");
+      const std::string &out = np.output(0);
+      if (m.initializers.count(out)) fail(where + ": its output '" + out + "' is already defined");
+      m.initializers[out] = constantValue(np, where, holder, base, storage.get());
+      m.constants.insert(out);
+      m.valueTypes[out] = m.initializers[out].dtype();
+      continue;
+    }
     Node n;
     n.name = np.name().empty() ? np.op_type() + "_" + std::to_string(index) : np.name();
     ++index;

@@ -11,6 +11,7 @@
 #include "hetplan/runtime/Tensor.h"
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,7 +58,12 @@ struct Model {
   std::string path;
   std::map<std::string, int64_t> opsets; // domain ("" = ai.onnx) -> version
   std::vector<Node> nodes;
+  /// Initializers and the values of top-level Constant nodes (which are
+  /// not nodes here, as in the compiler's het IR).
   std::map<std::string, Tensor> initializers;
+  /// The names in `initializers` that Constant nodes define: constants of the
+  /// graph, never trained and not written back as initializers.
+  std::set<std::string> constants;
   std::vector<ValueInfo> inputs;  // graph inputs that are not initializers
   std::vector<ValueInfo> outputs;
   std::map<std::string, DType> valueTypes; // every typed value (inputs, outputs, value_info)
