@@ -180,4 +180,34 @@ def HetPlan : Pass<"het-plan", "::mlir::ModuleOp"> {
   ];
 }
 
+def HetCheckSamples : Pass<"het-check-samples", "::mlir::ModuleOp"> {
+  let summary = "Decide whether the batch may be split, and on which axis";
+  let description = [{
+    Splitting a batch across data-parallel workers or micro-batches is only
+    right when the graph keeps samples apart: CLIP's image x text logits, a
+    batch-wide mean or a Gather that picks samples combine them. Run on a
+    graph whose batch dim is bound to an unusual size `batch` (a prime no
+    model uses, e.g. 9973), every dim that size divides carries the batch.
+    A node combines samples when an output holds the batch twice (an outer
+    product), when a batch-carrying input leads to outputs without it (a
+    reduction or a pick; Shape and Size excepted), when Softmax, CumSum or a
+    normalization works along a batch-carrying axis, when a Reshape moves the
+    batch off its place in row-major order, or when Concat joins batches.
+
+    Each graph gets `het.batch_axes = {inputs = [...], outputs = [...]}`
+    (the axis of each graph input and output that carries the batch, -1 for
+    none) and, when some node combines samples, `het.samples_mixed`, a string
+    naming the first such node and why. The planner never splits the batch of
+    such a graph, nor of one whose batch is not on dim 0 everywhere.
+
+    ```
+    hetplan-opt m.mlir --het-bind-shapes="dims=batch=9973" --het-check-samples="batch=9973"
+    ```
+  }];
+  let options = [
+    Option<"batch", "batch", "int64_t", /*default=*/"9973",
+           "The size the batch dim was bound to">
+  ];
+}
+
 #endif // HET_PASSES
