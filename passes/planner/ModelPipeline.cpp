@@ -47,6 +47,99 @@ bool looksLikeSequence(llvm::StringRef name) {
          l == "t" || l.contains("time");
 }
 
+constexpr int64_t kProbeBatch = 9973; // a prime no model uses as a size
+
+std::vector<IoShape> ioShapes(TypeRange types, ArrayAttr attrs, DenseI64ArrayAttr axes) {
+  std::vector<IoShape> out;
+  for (auto [i, type] : llvm::enumerate(types)) {
+    IoShape io;
+    io.name = "#" + std::to_string(i);
+    if (attrs && i < attrs.size())
+      if (auto d = dyn_cast<DictionaryAttr>(attrs[i]))
+        if (auto n = d.getAs<StringAttr>("het.name"))
+          io.name = n.str();
+    if (auto ranked = dyn_cast<RankedTensorType>(type))
+      io.dims.assign(ranked.getShape().begin(), ranked.getShape().end());
+    io.batchAxis = axes && i < size_t(axes.size()) ? axes[i] : -1;
+    out.push_back(std::move(io));
+  }
+  return out;
+}
+
+/// Binds `probe` (the unbound module) with the batch at kProbeBatch, runs
+/// het-check-samples and records the inputs' and outputs' batch axes and
+/// whether the batch may be split. `bound` is the graph bound at one sample.
+void checkSamples(ModuleOp probe, het::GraphOp bound,
+                                        const std::vector<std::string> &dims,
+                                        const std::vector<std::string> &inputShapes,
+                                        CostedModel &result) {
+  std::string batchName;
+  for (auto &[name, value] : result.boundDims)
+    if (llvm::is_contained(dims, name + "=1"))
+      batchName = name;
+  std::vector<std::string> probeDims, probeShapes;
+  for (const std::string &d : dims)
+    probeDims.push_back(!batchName.empty() && d == batchName + "=1"
+                            ? batchName + "=" + std::to_string(kProbeBatch)
+                            : d);
+  for (const std::string &s : inputShapes) {
+    auto [name, value] = llvm::StringRef(s).split('=');
+    auto [lead, rest] = value.split('x');
+    probeShapes.push_back((name + "=" + std::to_string(kProbeBatch) +
+                           (rest.empty() ? "" : "x" + rest)).str());
+  }
+  PassManager pm(probe.getContext());
+  het::HetBindShapesOptions bindOptions;
+  bindOptions.dims.assign(probeDims.begin(), probeDims.end());
+  bindOptions.inputShapes.assign(probeShapes.begin(), probeShapes.end());
+  pm.addPass(het::createHetBindShapes(bindOptions));
+  het::HetCheckSamplesOptions checkOptions;
+  checkOptions.batch = kProbeBatch;
+  pm.addPass(het::createHetCheckSamples(checkOptions));
+  std::string diag;
+  ScopedDiagnosticHandler handler(probe.getContext(), [&](Diagnostic &d) {
+    if (diag.empty())
+      diag = d.str();
+    return success();
+  });
+  auto graphs = llvm::to_vector(probe.getOps<het::GraphOp>());
+  DenseI64ArrayAttr inAxes, outAxes;
+  if (failed(pm.run(probe)) || graphs.size() != 1) {
+    // The graph does not bind at another batch size (a Reshape to a fixed
+    // batch of one, say): whatever it does, it cannot be split.
+    result.wholeBatchReason =
+        "the graph does not bind with another batch size (" + diag + ")";
+  } else {
+    het::GraphOp g = graphs.front();
+    if (auto axes = g->getAttrOfType<DictionaryAttr>("het.batch_axes")) {
+      inAxes = axes.getAs<DenseI64ArrayAttr>("inputs");
+      outAxes = axes.getAs<DenseI64ArrayAttr>("outputs");
+    }
+    if (auto mixed = g->getAttrOfType<StringAttr>("het.samples_mixed"))
+      result.wholeBatchReason = "samples are combined at " + mixed.str();
+  }
+  result.inputs = ioShapes(bound.getArgumentTypes(), bound.getArgAttrsAttr(), inAxes);
+  result.outputs = ioShapes(bound.getResultTypes(), bound.getResAttrsAttr(), outAxes);
+  if (result.wholeBatchReason.empty())
+    for (const auto *list : {&result.inputs, &result.outputs})
+      for (const IoShape &io : *list)
+        if (io.batchAxis > 0 && result.wholeBatchReason.empty()) {
+          result.wholeBatchReason = "'" + io.name + "' carries the batch on axis " +
+                                    std::to_string(io.batchAxis) + ", not 0";
+          break;
+        }
+  if (result.wholeBatchReason.empty()) {
+    bool anyBatched = false;
+    for (const IoShape &io : result.inputs)
+      anyBatched |= io.batchAxis == 0;
+    for (const IoShape &io : result.outputs)
+      if (anyBatched && io.batchAxis < 0) {
+        result.wholeBatchReason = "output '" + io.name + "' has no batch dim";
+        break;
+      }
+  }
+}
+
 } // namespace
 
 llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
@@ -118,6 +211,10 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
                 " need sizes: give --seq L for a sequence dim or --shape NAME=D0xD1x... "
                 "with a leading 1 for the batch");
 
+  // The same binding with the batch at an unusual size tells whether the
+  // batch may be split and where each input and output carries it.
+  OwningOpRef<ModuleOp> probe = module->clone();
+
   PassManager pm(&context);
   het::HetBindShapesOptions bindOptions;
   bindOptions.dims.assign(dims.begin(), dims.end());
@@ -137,6 +234,8 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
     if (failed(pm.run(*module)))
       return err(path + ": " + diag);
   }
+  checkSamples(*probe, graph, dims, inputShapes, result);
+
   cost::ExtractOptions extract;
   extract.dtype = o.dtype;
   extract.samples = 1;  // the batch dim was bound to one sample

@@ -9,6 +9,7 @@
 #define HETPLAN_PASSES_PLANNER_MODELPIPELINE_H
 
 #include "passes/cost/CostModel.h"
+#include "passes/planner/PlanExport.h"
 
 #include "llvm/Support/Error.h"
 
@@ -30,6 +31,10 @@ struct PipelineOptions {
 struct CostedModel {
   cost::ModelCost cost;
   std::map<std::string, int64_t> boundDims;  // as the plan records them
+  std::vector<IoShape> inputs, outputs;
+  /// Empty when the batch may be split (samples stay apart and the batch is
+  /// on dim 0 of every input and output); else why it may not.
+  std::string wholeBatchReason;
 };
 
 /// One-line errors name the file (and node, for shape errors).

@@ -2,6 +2,8 @@
 
 #include "passes/planner/PlanExport.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <algorithm>
 
 namespace hetplan::planner {
@@ -78,6 +80,18 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
   settings->set_dtype(cluster::dtypeName(options.dtype).str());
   settings->set_micro_batches(result.microBatches);
   settings->set_schedule(scheduleName(result.schedule));
+  settings->set_whole_batch(!info.wholeBatchReason.empty());
+  settings->set_whole_batch_reason(info.wholeBatchReason);
+  for (auto [list, ios] : {std::pair{&info.inputs, settings->mutable_inputs()},
+                           std::pair{&info.outputs, settings->mutable_outputs()}})
+    for (const IoShape &io : *list) {
+      auto *o = ios->Add();
+      o->set_name(io.name);
+      for (auto [d, size] : llvm::enumerate(io.dims))
+        o->add_dims(int64_t(d) == io.batchAxis ? options.globalBatch
+                                               : size < 0 ? -1 : size);
+      o->set_batch_axis(int32_t(io.batchAxis));
+    }
   settings->set_strategy(strategyName(result.strategy));
   for (const auto &[k, v] : info.boundDims)
     (*settings->mutable_bound_dims())[k] = v;

@@ -12,10 +12,20 @@
 #include "hetplan/runtime/Plan.h"
 #include "passes/planner/Planner.h"
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace hetplan::planner {
+
+/// A graph input or output as compiled: its shape with the batch dim at one
+/// sample, and the axis that carries the batch (-1: none).
+struct IoShape {
+  std::string name;
+  std::vector<int64_t> dims;
+  int64_t batchAxis = -1;
+};
 
 struct ExportInfo {
   std::string modelPath;
@@ -25,6 +35,10 @@ struct ExportInfo {
   int64_t sequence = 0;
   std::map<std::string, int64_t> boundDims;
   std::string costModel = "roofline";
+  /// Graph inputs and outputs at one sample with their batch axes, and why
+  /// the batch may not be split ("" when it may).
+  std::vector<IoShape> inputs, outputs;
+  std::string wholeBatchReason;
 };
 
 plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,

@@ -1092,7 +1092,9 @@ llvm::Expected<Plan> Search::run() {
 
     // Stage boundaries: equal device counts and equal compute always; on
     // small clusters (up to 12 devices) every split of the sequence.
-    bool allSplits = N <= 12 && !even && opt.strategy != Strategy::Pinned;
+    bool allSplits = N <= 12 && !even && opt.strategy != Strategy::Pinned && opt.splitBatch;
+    // Without a batch split every stage is one worker: use tp x P devices.
+    int workersPerStage = !opt.splitBatch ? 1 : opt.strategy == Strategy::Pinned ? opt.pin.dp : 0;
     for (int tp : tps)
       for (int P : Ps)
         for (int variant = 0;; ++variant) {
@@ -1112,8 +1114,8 @@ llvm::Expected<Plan> Search::run() {
             bool byCompute = variant == 1;
             if (byCompute && (even || classOrder.size() == 1))
               continue;
-            if (opt.strategy == Strategy::Pinned && opt.pin.dp) {
-              int want = opt.pin.dp * tp * P;
+            if (workersPerStage) {
+              int want = workersPerStage * tp * P;
               if (want > N)
                 continue;
               seq.resize(want);
@@ -1123,16 +1125,17 @@ llvm::Expected<Plan> Search::run() {
           if (!stages)
             continue;
           auto stagesShared = std::make_shared<const std::vector<StageDevices>>(*stages);
-          if (opt.strategy == Strategy::Pinned && opt.pin.dp &&
-              llvm::any_of(*stages, [&](const StageDevices &s) {
-                return s.workers() != opt.pin.dp;
+          if (workersPerStage && llvm::any_of(*stages, [&](const StageDevices &s) {
+                return s.workers() != workersPerStage;
               }))
             continue;
           // Micro-batch counts divide the batch, so every micro-batch has
           // the same size: powers of two, and small multiples of the depth.
           std::vector<int> Ms;
           auto divides = [&](int64_t m) { return m >= 1 && opt.globalBatch % m == 0; };
-          if (opt.strategy == Strategy::Pinned && opt.pin.mb) {
+          if (!opt.splitBatch) {
+            Ms = {1};
+          } else if (opt.strategy == Strategy::Pinned && opt.pin.mb) {
             Ms = {opt.pin.mb};
           } else {
             for (int64_t m = 1; m <= opt.globalBatch; m *= 2)
@@ -1269,6 +1272,10 @@ llvm::Expected<Plan> makePlan(const cost::ModelCost &model,
                               const Options &options) {
   if (options.globalBatch <= 0)
     return llvm::createStringError("the batch must be at least 1");
+  if (!options.splitBatch && options.strategy == Strategy::Pinned &&
+      (options.pin.dp > 1 || options.pin.mb > 1))
+    return llvm::createStringError(
+        "--pin dp or mb above 1 splits the batch, which this model does not allow");
   if (options.strategy == Strategy::Pinned) {
     const Pin &pin = options.pin;
     if (pin.mb && options.globalBatch % pin.mb)

@@ -66,6 +66,9 @@ struct Options {
   /// Share of each device's memory kept free for the framework, workspace
   /// and fragmentation.
   double reservedMemoryFraction = 0.08;
+  /// False when the batch may not be split (samples are combined, or the
+  /// batch is off dim 0): one worker per stage and one micro-batch.
+  bool splitBatch = true;
   int maxPipelineStages = 64;
   int maxTensorParallel = 8;
   /// Measured op times that replace the roofline on their device type.

@@ -225,6 +225,14 @@ void explainSettings(const plan::Plan &p, std::ostream &os) {
     batch += ", " + std::to_string(s.micro_batches()) + " micro-batches of " +
              std::to_string(s.global_batch() / s.micro_batches());
   field(os, "batch", batch);
+  if (s.whole_batch())
+    field(os, "batch split", "none (" + s.whole_batch_reason() + ")");
+  for (const auto &io : s.inputs()) {
+    std::string dims;
+    for (int64_t d : io.dims()) dims += (dims.empty() ? "" : "x") + (d < 0 ? std::string("?") : std::to_string(d));
+    field(os, "input", io.name() + " [" + dims + "]" +
+                           (io.batch_axis() >= 0 ? ", batch on axis " + std::to_string(io.batch_axis()) : ""));
+  }
   field(os, "sequence", s.sequence() > 0 ? std::to_string(s.sequence()) : "-");
   field(os, "dtype", s.dtype().empty() ? "?" : s.dtype());
   field(os, "micro-batches", std::to_string(s.micro_batches()));

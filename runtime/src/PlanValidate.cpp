@@ -97,6 +97,22 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
                 ", but the model has " + to_string(numNodes) +
                 " nodes (layers must cover every node)");
 
+  // A whole-batch plan never splits the batch.
+  if (p.settings().whole_batch()) {
+    if (p.settings().micro_batches() != 1)
+      return fail("the plan keeps the batch whole but has " +
+                  to_string(p.settings().micro_batches()) + " micro-batches");
+    for (const auto &stage : p.stages())
+      if (stage.workers_size() != 1)
+        return fail("the plan keeps the batch whole but stage " + to_string(stage.index()) +
+                    " has " + to_string(stage.workers_size()) + " workers");
+  }
+  for (const auto *ios : {&p.settings().inputs(), &p.settings().outputs()})
+    for (const auto &io : *ios)
+      if (io.batch_axis() < -1 || io.batch_axis() >= io.dims_size())
+        return fail("'" + io.name() + "' has batch axis " + std::to_string(io.batch_axis()) +
+                    " but rank " + to_string(io.dims_size()));
+
   // The cluster: devices and ranks numbered 0..n-1.
   const auto &cluster = p.cluster();
   const uint32_t numRanks = uint32_t(cluster.devices_size());

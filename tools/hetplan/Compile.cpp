@@ -307,6 +307,10 @@ int runCompile() {
   cost::ModelCost *modelCost = &costed->cost;
   std::map<std::string, int64_t> &bound = costed->boundDims;
   std::string error;
+  options.splitBatch = costed->wholeBatchReason.empty();
+  if (!options.splitBatch && !quietArg)
+    llvm::errs() << "hetplan: note: the batch is not split (one worker per stage, one "
+                    "micro-batch): " << costed->wholeBatchReason << "\n";
 
   bool progressShown = false;
   if (!quietArg)
@@ -328,6 +332,9 @@ int runCompile() {
   info.clusterSpec = clusterArg;
   info.sequence = seqArg;
   info.boundDims = bound;
+  info.inputs = costed->inputs;
+  info.outputs = costed->outputs;
+  info.wholeBatchReason = costed->wholeBatchReason;
   if (!profileArgs.empty())
     info.costModel = "roofline + profile:" + llvm::join(profileArgs, ",");
   plan::Plan out = planner::exportPlan(*result, *modelCost, *cl, options, info);

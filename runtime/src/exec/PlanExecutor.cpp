@@ -176,6 +176,7 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
     fail("global batch " + std::to_string(settings.global_batch()) + " does not split into " +
          std::to_string(M) + " micro-batches");
   microBatch_ = settings.global_batch() / M;
+  whole_ = settings.whole_batch();
   if (plan_.stages_size() == 0) fail("the plan has no stages");
 
   // The model, and that it is the file the plan was compiled from.
@@ -397,6 +398,24 @@ void PlanExecutor::checkInputs(const std::map<std::string, Tensor> &inputs) cons
     const Tensor &t = it->second;
     if (in.dtype != DType::Undefined && t.dtype() != in.dtype)
       fail("input '" + in.name + "' is " + dtypeName(t.dtype()) + ", the model wants " + dtypeName(in.dtype));
+    // The shape the plan was compiled for, when it records one: the whole
+    // shape must match (a plan priced for 16 tokens does not run 4096).
+    const plan::IoShape *compiled = nullptr;
+    for (const auto &io : plan_.settings().inputs())
+      if (io.name() == in.name) compiled = &io;
+    if (compiled) {
+      std::vector<int64_t> want(compiled->dims().begin(), compiled->dims().end());
+      bool ok = want.size() == t.shape().size();
+      for (size_t d = 0; ok && d < want.size(); ++d) ok = want[d] < 0 || want[d] == t.shape()[d];
+      if (!ok)
+        fail("input '" + in.name + "' has shape " + shapeString(t.shape()) + ", the plan was compiled for " +
+             shapeString(want) + (compiled->batch_axis() >= 0
+                                      ? " (batch " + std::to_string(B) + " on axis " +
+                                            std::to_string(compiled->batch_axis()) + ")"
+                                      : std::string()) +
+             "; recompile the plan for other shapes");
+      continue;
+    }
     if (t.rank() < 1 || t.dim(0) != B)
       fail("input '" + in.name + "' has shape " + shapeString(t.shape()) + "; dim 0 must be the plan's global batch " +
            std::to_string(B));
@@ -587,7 +606,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   auto forward = [&](uint32_t mb) {
     std::map<std::string, Tensor> values;
     int64_t base = int64_t(mb) * microBatch_ + off;
-    for (const auto &gi : model_->inputs) values[gi.name] = sliceRows(inputs.at(gi.name), base, n);
+    for (const auto &gi : model_->inputs)
+      values[gi.name] = whole_ ? inputs.at(gi.name) : sliceRows(inputs.at(gi.name), base, n);
     if (train)
       for (const auto &p : stageParams_[j]) values[p] = train->state.params.at(p);
     std::map<std::string, std::vector<int64_t>> perSample;
@@ -604,7 +624,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
         std::vector<Tensor> parts;
         for (auto &[o, r] : got) parts.push_back(std::move(r.data[i]));
         Tensor t = concatRows(parts);
-        if (t.rank() < 1 || t.dim(0) != n)
+        if (!whole_ && (t.rank() < 1 || t.dim(0) != n))
           fail(who + "received '" + in->received[i] + "' " + t.describe() + ", expected " + std::to_string(n) + " samples");
         values[in->received[i]] = std::move(t);
       }
@@ -624,6 +644,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
         perSample[in->shapes[i]] = s;
         if (!values.count(in->shapes[i])) {
           std::vector<int64_t> full = {n};
+          if (whole_) full.clear(); // whole plans pass whole shapes
           full.insert(full.end(), s.begin(), s.end());
           // Read only by Shape/Size (of the nodes re-run below): a shape
           // without bytes.
@@ -704,6 +725,10 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
         else if (perSample.count(s)) { full = {n}; full.insert(full.end(), perSample[s].begin(), perSample[s].end()); }
         else if (result.count(s)) full = result[s].shape();
         else fail(who + "does not know the shape of '" + s + "'");
+        if (whole_) {
+          p.perSample[s] = full;
+          continue;
+        }
         if (full.empty() || full[0] != n)
           fail(who + "value '" + s + "' has shape " + shapeString(full) + ": dim 0 is not the batch (" +
                std::to_string(n) + " samples); plans cannot cut the graph there");
@@ -713,7 +738,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       for (const auto &v : out->received) {
         auto it = result.find(v);
         if (it == result.end()) fail(who + "value '" + v + "' was not produced");
-        if (it->second.rank() < 1 || it->second.dim(0) != n)
+        if (!whole_ && (it->second.rank() < 1 || it->second.dim(0) != n))
           fail(who + "value '" + v + "' is " + it->second.describe() + ": dim 0 is not the batch (" +
                std::to_string(n) + " samples); plans cannot cut the graph there");
         p.values[v] = it->second;
@@ -725,7 +750,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       // The loss on this worker's samples; its gradient seeds BACKWARD.
       const Tensor &logits = result.at(lossOutput);
       if (train->labels.rank() < 1) fail("the labels must have a batch dim");
-      Tensor labels = sliceRows(train->labels, base, n);
+      Tensor labels = whole_ ? train->labels : sliceRows(train->labels, base, n);
       Tensor grad;
       try {
         double piece = softmaxCrossEntropy(logits, labels, train->denominator, train->options.ignoreIndex, &grad);
@@ -759,7 +784,9 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     int64_t lo = std::max(off, w.sample_offset());
     int64_t hi = std::min(off + n, w.sample_offset() + w.samples());
     for (size_t i = 0; i < out->received.size(); ++i)
-      comm.send(int(peer), dataTag(mb, i), sliceRows(it->second.values.at(out->received[i]), lo - off, hi - lo));
+      comm.send(int(peer), dataTag(mb, i),
+                whole_ ? it->second.values.at(out->received[i])
+                       : sliceRows(it->second.values.at(out->received[i]), lo - off, hi - lo));
     for (size_t i = 0; i < out->shapes.size(); ++i) {
       const auto &s = it->second.perSample.at(out->shapes[i]);
       Tensor t(DType::Int64, {int64_t(s.size())});
@@ -871,7 +898,10 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     int64_t hi = std::min(off + n, w.sample_offset() + w.samples());
     const auto &flags = train->inFlags.at(mb);
     for (size_t i = 0; i < flags.size(); ++i)
-      if (flags[i]) comm.send(int(peer), gradTag(mb, i), sliceRows(it->second.at(in->received[i]), lo - off, hi - lo));
+      if (flags[i])
+        comm.send(int(peer), gradTag(mb, i),
+                  whole_ ? it->second.at(in->received[i])
+                         : sliceRows(it->second.at(in->received[i]), lo - off, hi - lo));
   };
 
   // Sums every group of parameter gradients this rank belongs to that
@@ -1139,7 +1169,7 @@ std::map<std::string, Tensor> PlanExecutor::gatherOutputs(const std::vector<Outp
           if (it != p.end() && it->second.count(name)) t = &it->second.at(name);
         }
         if (!t) fail("output '" + name + "' of micro-batch " + std::to_string(mb) + " worker " + std::to_string(w) + " is missing");
-        if (t->rank() < 1 || t->dim(0) != last.workers(int(w)).samples())
+        if (!whole_ && (t->rank() < 1 || t->dim(0) != last.workers(int(w)).samples()))
           fail("output '" + name + "' is " + t->describe() + ": dim 0 is not the batch; outputs without a batch dim are not supported");
         parts.push_back(*t);
       }

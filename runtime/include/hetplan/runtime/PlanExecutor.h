@@ -172,6 +172,9 @@ private:
   std::vector<StageIO> io_;                // per stage; io_[0] empty
   std::set<std::string> graphOutputs_;
   int64_t microBatch_ = 0;
+  /// The plan keeps the batch whole (Settings.whole_batch): values pass
+  /// between stages unsliced and need no batch on dim 0.
+  bool whole_ = false;
   std::set<std::string> trainable_;
   std::vector<std::set<std::string>> stageParams_;   // per stage
   std::vector<std::vector<size_t>> stageNodes_;      // per stage: re-run nodes, then its range
