@@ -434,24 +434,24 @@ class Lstm(torch.nn.Module):
         return self.out(y), h, c
 
 
+@torch.jit.script
+def branch(x):
+    if bool(x.sum() > 0):
+        return torch.relu(x) * 2.0
+    return torch.tanh(x) - 1.0
+
+
 class CondTs(torch.nn.Module):
-    """Data-dependent branch kept as an ONNX If by torch.jit.script."""
+    """Data-dependent branch kept as an ONNX If: a torch.jit.script function
+    called from the traced module."""
 
     def __init__(self):
         super().__init__()
         self.a = torch.nn.Linear(16, 16)
         self.b = torch.nn.Linear(16, 16)
-        self.branch = torch.jit.script(Branch())
 
     def forward(self, x):
-        return self.b(self.branch(self.a(x)))
-
-
-class Branch(torch.nn.Module):
-    def forward(self, x):
-        if bool(x.sum() > 0):
-            return torch.relu(x) * 2.0
-        return torch.tanh(x) - 1.0
+        return self.b(branch(self.a(x)))
 
 
 class CondDyn(torch.nn.Module):
@@ -501,10 +501,11 @@ EXPORTS = {
     "llama-kv-ts": (llama_kv("eager"), "ts"),
     "llama-kv-dyn": (llama_kv("sdpa"), "dynamo"),
     "mixtral-ts": (moe("MixtralForCausalLM", "MixtralConfig", "mixtral", num_local_experts=4,
-                       num_experts_per_tok=2), "ts"),
+                       num_experts_per_tok=2, experts_implementation="batched_mm"), "ts"),
     "qwen2moe-dyn": (moe("Qwen2MoeForCausalLM", "Qwen2MoeConfig", "qwen2-moe", attn="sdpa",
                          num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                         shared_expert_intermediate_size=32), "dynamo"),
+                         shared_expert_intermediate_size=32,
+                         experts_implementation="batched_mm"), "dynamo"),
     "t5-ts": (t5, "ts"),
     "bart-dyn": (bart, "dynamo"),
     "whisper-ts": (whisper, "ts"),
@@ -517,7 +518,8 @@ EXPORTS = {
                         num_heads=[1, 2], window_size=4), "dynamo"),
     "convnext-ts": (vision("ConvNextModel", "ConvNextConfig", "convnext",
                            ["last_hidden_state", "pooler_output"], num_channels=3,
-                           hidden_sizes=[8, 16], depths=[1, 1], image_size=32), "ts"),
+                           num_stages=2, hidden_sizes=[8, 16], depths=[1, 1],
+                           image_size=32), "ts"),
     "clip-ts": (clip, "ts"),
     "cnn-ts": (plain(Cnn, IMG, BATCH0, ["y"], "vision", "cnn"), "ts"),
     "cnn-dyn": (plain(Cnn, IMG, BATCH0, ["y"], "vision", "cnn"), "dynamo"),
@@ -589,7 +591,7 @@ def export(name, out_dir):
         with torch.no_grad():
             program = torch.onnx.export(wrapper, args, dynamo=True, opset_version=opset,
                                         input_names=input_names, output_names=output_names,
-                                        dynamic_shapes=dyn, external_data=False)
+                                        dynamic_shapes={"args": dyn}, external_data=False)
         m = program.model_proto
         rename_dims(m, spec, input_names)
         onnx.save(m, path)
@@ -764,7 +766,18 @@ def to_fp16(m):
     """float32 -> float16 everywhere, inputs and outputs included
     (onnxconverter_common's convert_float_to_float16, keep_io_types=False)."""
     from onnxconverter_common import float16
-    return float16.convert_float_to_float16(m, keep_io_types=False)
+    m = float16.convert_float_to_float16(m, keep_io_types=False)
+    # The converter leaves Cast(to=FLOAT) nodes (the TorchScript exporter's
+    # mask arithmetic) as they are; make them cast to float16 too.
+    def walk(g):
+        for node in g.node:
+            for a in node.attribute:
+                if node.op_type == "Cast" and a.name == "to" and a.i == onnx.TensorProto.FLOAT:
+                    a.i = onnx.TensorProto.FLOAT16
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+    walk(m.graph)
+    return m
 
 
 class Reader:

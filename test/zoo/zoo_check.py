@@ -77,19 +77,29 @@ def file_name_for(name):
     return "_" + out if not out or out[0] == "." else out
 
 
-def short(text, limit=90):
-    """The most telling line of a tool's output."""
+def short(text, limit=60):
+    """The most telling line of a tool's output, without paths, file names
+    and MLIR locations: 'no CPU kernel for If', 'no shape rule: OneHot x2'."""
     lines = [l.strip() for l in text.splitlines() if l.strip()]
-    pick = None
-    for l in lines:
-        if re.search(r"error|unsupported|not supported|no kernel|fail|cannot|unknown|expected|"
-                     r"differ|mismatch|missing|invalid", l, re.I):
-            pick = l
-            break
-    pick = pick or (lines[-1] if lines else "no output")
-    pick = re.sub(r"^(hetplan(-translate)?: )?(error: )?", "", pick)
-    pick = re.sub(r"/\S+/", "", pick)  # paths
-    return pick[:limit]
+    pick = next((l for l in lines if "error" in l.lower()), None)
+    if pick is None:
+        pick = next((l for l in lines if re.search(
+            r"unsupported|not supported|no kernel|fail|cannot|unknown|expected|differ|"
+            r"mismatch|missing|invalid", l, re.I)), lines[-1] if lines else "no output")
+    pick = re.sub(r"^.*?error: ", "", pick)
+    at = re.search(r'loc\("([^"]*)"', pick)
+    at = at.group(1).split("/")[-1] if at else "?"
+    pick = re.sub(r'loc\("[^"]*"(\("[^"]*":\d+:\d+\))?\): ', "", pick)  # MLIR locations
+    pick = re.sub(r"/\S+/", "", pick)                                   # paths
+    pick = re.sub(r"^(\S+\.(plan|onnx|mlir): )+", "", pick)            # file names
+    pick = re.sub(r"node '[^']*' \(\w+\): ", "", pick)
+    m = re.search(r"\(ops without a shape rule: ([^)]*)\)", pick)
+    if m:
+        pick = "no shape rule: " + m.group(1)
+    elif pick.startswith("shape of this value is still not known"):
+        pick = f"shape unknown at {at}: " + pick.split(": ", 1)[1]
+    pick = re.sub(r"\(and (\d+) more problems\)", r"(+\1)", pick)
+    return pick if len(pick) <= limit else pick[:limit - 2] + ".."
 
 
 class Stage(Exception):
@@ -310,7 +320,7 @@ def main():
         results = dict(pool.map(lambda r: check_model(r, a), rows))
 
     width = max(len(r["name"]) for r in rows)
-    limit = None if a.verbose else 38
+    limit = None if a.verbose else 48
     print(f"{'model':<{width}}  " + "  ".join(STAGES))
     for r in rows:
         cells = []
@@ -347,8 +357,12 @@ def main():
                             + "\n")
         print(f"wrote {a.expected}")
         return 0
+    by_model = {}
     for p in promote:
-        print(f"PROMOTE {p} (passes now; add it to {os.path.basename(a.expected)})")
+        n, st = p.split(": ")
+        by_model.setdefault(n, []).append(st)
+    for n, sts in by_model.items():
+        print(f"PROMOTE {n}: {' '.join(sts)} (pass now, not in {os.path.basename(a.expected)})")
     for g in regressions:
         print(f"REGRESSION {g}")
     print(f"zoo: {len(regressions)} regressions, {len(promote)} stages to promote")
