@@ -556,6 +556,7 @@ DERIVED = {
     "paddle-cnn": ("cnn-ts", "paddle"),
     "qdq-resnet": ("resnet-ts", "qdq"),
     "qop-cnn": ("cnn-ts", "qoperator"),
+    "qop-bert": ("bert-ts", "qoperator"),
     "dynq-bert": ("bert-ts", "dynamic-quant"),
     "fp16-deit": ("deit-ts", "fp16"),
     "fp16-resnet": ("resnet-ts", "fp16"),

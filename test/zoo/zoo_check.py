@@ -77,7 +77,10 @@ def file_name_for(name):
     return "_" + out if not out or out[0] == "." else out
 
 
-def short(text, limit=60):
+LIMIT = [60]
+
+
+def short(text, limit=None):
     """The most telling line of a tool's output, without paths, file names
     and MLIR locations: 'no CPU kernel for If', 'no shape rule: OneHot x2'."""
     lines = [l.strip() for l in text.splitlines() if l.strip()]
@@ -99,6 +102,7 @@ def short(text, limit=60):
     elif pick.startswith("shape of this value is still not known"):
         pick = f"shape unknown at {at}: " + pick.split(": ", 1)[1]
     pick = re.sub(r"\(and (\d+) more problems\)", r"(+\1)", pick)
+    limit = limit or LIMIT[0]
     return pick if len(pick) <= limit else pick[:limit - 2] + ".."
 
 
@@ -307,6 +311,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=60, help="seconds per command")
     ap.add_argument("-v", "--verbose", action="store_true", help="full reasons")
     a = ap.parse_args()
+    if a.verbose:
+        LIMIT[0] = 400
     manifest = json.load(open(os.path.join(a.zoo, "manifest.json")))
     rows = [r for r in manifest["models"] if not a.only or r["name"] in a.only]
     os.makedirs(a.work, exist_ok=True)
