@@ -587,8 +587,8 @@ void registerElementwiseKernels() {
                             DType to = static_cast<DType>(c.node.getInt("to", 0));
                             DType from = c.in(0);
                             auto ok = [](DType t) { return t == DType::Bool || isFloatType(t) || isIntegerType(t); };
-                            if (!ok(to)) return std::string("Cast to ") + dtypeName(to) + " is not supported";
-                            if (from != DType::Undefined && !ok(from)) return std::string("Cast from ") + dtypeName(from) + " is not supported";
+                            if (!ok(to)) return "Cast to " + typeLabel(to) + " is not supported";
+                            if (from != DType::Undefined && !ok(from)) return "Cast from " + typeLabel(from) + " is not supported";
                             return "";
                           },
                           {}, HalfPolicy::Native});
@@ -596,8 +596,8 @@ void registerElementwiseKernels() {
   registerKernel("CastLike", {[](KernelContext &c) { c.outputs[0] = castTensor(c.in(0), c.in(1).dtype()); },
                               [](const CheckContext &c) -> std::string {
                                 auto ok = [](DType t) { return t == DType::Undefined || t == DType::Bool || isFloatType(t) || isIntegerType(t); };
-                                if (!ok(c.in(0))) return std::string("CastLike from ") + dtypeName(c.in(0)) + " is not supported";
-                                if (!ok(c.in(1))) return std::string("CastLike to ") + dtypeName(c.in(1)) + " is not supported";
+                                if (!ok(c.in(0))) return "CastLike from " + typeLabel(c.in(0)) + " is not supported";
+                                if (!ok(c.in(1))) return "CastLike to " + typeLabel(c.in(1)) + " is not supported";
                                 return "";
                               },
                               {}, HalfPolicy::Native});

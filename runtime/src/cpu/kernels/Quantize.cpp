@@ -126,7 +126,7 @@ std::string quantizeCheck(const CheckContext &c) {
   int64_t od = c.node.getInt("output_dtype", 0);
   DType ot = zp != DType::Undefined ? zp : (od ? static_cast<DType>(od) : (c.node.inputs.size() > 2 && !c.node.inputs[2].empty() ? DType::Undefined : DType::UInt8));
   if (ot != DType::Undefined && !isQuantType(ot))
-    return std::string("QuantizeLinear to element type ") + (static_cast<int>(ot) > 16 ? "float8/int4 (ONNX type " + std::to_string(static_cast<int>(ot)) + ")" : dtypeName(ot)) +
+    return std::string("QuantizeLinear to element type ") + typeLabel(ot) +
            " is not supported (int8/uint8/int16/uint16)";
   return "";
 }
@@ -173,7 +173,7 @@ void dequantizeLinear(KernelContext &c) {
 std::string dequantizeCheck(const CheckContext &c) {
   DType x = c.in(0), s = c.in(1);
   if (x != DType::Undefined && !isQuantType(x) && x != DType::Int32)
-    return std::string("DequantizeLinear of element type ") + (static_cast<int>(x) > 16 ? "float8/int4 (ONNX type " + std::to_string(static_cast<int>(x)) + ")" : dtypeName(x)) +
+    return std::string("DequantizeLinear of element type ") + typeLabel(x) +
            " is not supported (int8/uint8/int16/uint16/int32)";
   if (s != DType::Undefined && !isFloatType(s)) return std::string("DequantizeLinear scale of element type ") + dtypeName(s) + " is not supported";
   int64_t od = c.node.getInt("output_dtype", 0);
