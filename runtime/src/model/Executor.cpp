@@ -17,6 +17,9 @@ namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
 void registerTensorKernels();
+void registerIndexingKernels();
+void registerQuantKernels();
+KernelInfo applyHalfPolicy(KernelInfo info); // HalfPrecision.cpp
 } // namespace cpu
 
 namespace {
@@ -29,6 +32,8 @@ void ensureRegistered() {
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerTensorKernels();
+    cpu::registerIndexingKernels();
+    cpu::registerQuantKernels();
     return true;
   }();
   (void)done;
@@ -43,7 +48,9 @@ const std::vector<DType> kAllTypes = {DType::Float32, DType::Float64, DType::Int
                                       DType::Int16, DType::UInt16, DType::Int32, DType::UInt32,
                                       DType::Int64, DType::UInt64, DType::Bool};
 
-void registerKernel(const std::string &opType, KernelInfo info) { registry().add(opType, std::move(info)); }
+void registerKernel(const std::string &opType, KernelInfo info) {
+  registry().add(opType, cpu::applyHalfPolicy(std::move(info))); // float16/bfloat16 (Kernels.h, HalfPolicy)
+}
 
 const KernelInfo *findKernel(const std::string &opType) {
   ensureRegistered();

@@ -1,6 +1,7 @@
 //===- Tensor.cpp ---------------------------------------------------------===//
 #include "hetplan/runtime/Tensor.h"
 
+#include <cmath>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -73,6 +74,31 @@ uint16_t floatToHalf(float f) {
   return half;
 }
 
+uint16_t doubleToHalf(double d) {
+  uint16_t sign = std::signbit(d) ? 0x8000u : 0;
+  if (std::isnan(d)) return sign | 0x7e00u;
+  double a = std::fabs(d);
+  if (a >= 65520.0) return sign | 0x7c00u; // rounds to infinity
+  if (a < 6.103515625e-05) // subnormal: units of 2^-24 (1024 rounds up to the smallest normal)
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0));
+  int e = 0;
+  std::frexp(a, &e); // a in [2^(e-1), 2^e)
+  uint32_t q = static_cast<uint32_t>(std::nearbyint(std::ldexp(a, 11 - e))); // [1024, 2048]
+  return sign | static_cast<uint16_t>((uint32_t(e - 1 + 15) << 10) + (q - 1024));
+}
+
+float bfloat16ToFloat(uint16_t b) {
+  uint32_t bits = uint32_t(b) << 16;
+  float f; std::memcpy(&f, &bits, 4); return f;
+}
+
+uint16_t floatToBfloat16(float f) {
+  uint32_t x; std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u); // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
 int64_t shapeNumel(const std::vector<int64_t> &shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -117,6 +143,7 @@ template <typename F> static auto visitNumber(const Tensor &t, int64_t i, F f) {
   case DType::Float32: return f(t.data<float>()[i]);
   case DType::Float64: return f(t.data<double>()[i]);
   case DType::Float16: return f(halfToFloat(t.data<uint16_t>()[i]));
+  case DType::BFloat16: return f(bfloat16ToFloat(t.data<uint16_t>()[i]));
   case DType::Int8: return f(t.data<int8_t>()[i]);
   case DType::UInt8: return f(t.data<uint8_t>()[i]);
   case DType::Int16: return f(t.data<int16_t>()[i]);

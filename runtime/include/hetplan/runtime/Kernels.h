@@ -34,12 +34,24 @@ struct CheckContext {
   DType in(size_t i) const { return i < inputTypes.size() ? inputTypes[i] : DType::Undefined; }
 };
 
+/// How a kernel meets float16/bfloat16 tensors (the one mechanism for
+/// half-precision models, applied by registerKernel):
+///   Auto    Upcast when `types` lists float32, else Native.
+///   Upcast  the kernel computes in float32: float16/bfloat16 inputs are
+///           converted to float32, the float32 kernel runs, and its float32
+///           outputs are converted back to the (first) half input type;
+///           float16 and bfloat16 join `types`.
+///   Native  the kernel sees half tensors as they are (byte movers such as
+///           Reshape/Gather, Cast, or kernels that read half scales).
+enum class HalfPolicy { Auto, Upcast, Native };
+
 struct KernelInfo {
   std::function<void(KernelContext &)> run;
   /// Returns "" when the node is supported, else why not.
   std::function<std::string(const CheckContext &)> check;
   /// Element types accepted for input 0 (empty: any); checked when known.
   std::vector<DType> types;
+  HalfPolicy half = HalfPolicy::Auto;
 };
 
 void registerKernel(const std::string &opType, KernelInfo info);

@@ -31,6 +31,11 @@ bool isIntegerType(DType t); // signed or unsigned integers (not bool)
 
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);
+/// float16 from double in one rounding (round half to even), as numpy does.
+uint16_t doubleToHalf(double d);
+float bfloat16ToFloat(uint16_t b);
+/// Round half to even; NaN stays NaN.
+uint16_t floatToBfloat16(float f);
 
 class Tensor {
 public:

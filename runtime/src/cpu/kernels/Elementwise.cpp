@@ -217,7 +217,12 @@ template <typename S> void castFrom(const S *s, Tensor &out) {
   case DType::Bool: CastTo<bool>::run(s, out.data<bool>(), n); break;
   case DType::Float16: {
     uint16_t *d = out.data<uint16_t>();
-    for (int64_t i = 0; i < n; ++i) d[i] = floatToHalf(static_cast<float>(s[i]));
+    for (int64_t i = 0; i < n; ++i) d[i] = doubleToHalf(static_cast<double>(s[i]));
+    break;
+  }
+  case DType::BFloat16: {
+    uint16_t *d = out.data<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) d[i] = floatToBfloat16(static_cast<float>(s[i]));
     break;
   }
   default: throw std::runtime_error(std::string("cannot cast to ") + dtypeName(out.dtype()));
@@ -228,10 +233,29 @@ template <typename S> void castFrom(const S *s, Tensor &out) {
 Tensor castTensor(const Tensor &t, DType to) {
   if (t.dtype() == to) return t;
   Tensor out(to, t.shape());
-  if (t.dtype() == DType::Float16) {
-    std::vector<float> tmp(t.numel());
-    for (int64_t i = 0; i < t.numel(); ++i) tmp[i] = halfToFloat(t.data<uint16_t>()[i]);
+  if (t.dtype() == DType::Float16 || t.dtype() == DType::BFloat16) {
+    const uint16_t *h = t.data<uint16_t>();
+    int64_t n = t.numel();
+    if (to == DType::Float32) { // the common up-cast: straight into the output
+      float *d = out.data<float>();
+      if (t.dtype() == DType::Float16)
+        parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = halfToFloat(h[i]); });
+      else
+        parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = bfloat16ToFloat(h[i]); });
+      return out;
+    }
+    std::vector<float> tmp(n);
+    for (int64_t i = 0; i < n; ++i) tmp[i] = t.dtype() == DType::Float16 ? halfToFloat(h[i]) : bfloat16ToFloat(h[i]);
     castFrom(tmp.data(), out);
+    return out;
+  }
+  if (t.dtype() == DType::Float32 && (to == DType::Float16 || to == DType::BFloat16)) { // the common down-cast
+    const float *s = t.data<float>();
+    uint16_t *d = out.data<uint16_t>();
+    if (to == DType::Float16)
+      parallelFor(t.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = floatToHalf(s[i]); });
+    else
+      parallelFor(t.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = floatToBfloat16(s[i]); });
     return out;
   }
   HP_DISPATCH_ALL(t.dtype(), castFrom(t.data<T>(), out));
@@ -562,12 +586,21 @@ void registerElementwiseKernels() {
                           [](const CheckContext &c) -> std::string {
                             DType to = static_cast<DType>(c.node.getInt("to", 0));
                             DType from = c.in(0);
-                            auto ok = [](DType t) { return t == DType::Float16 || t == DType::Bool || isFloatType(t) && t != DType::BFloat16 || isIntegerType(t); };
-                            if (!ok(to)) return std::string("Cast to ") + dtypeName(to) + " is not supported";
-                            if (from != DType::Undefined && !ok(from)) return std::string("Cast from ") + dtypeName(from) + " is not supported";
+                            auto ok = [](DType t) { return t == DType::Bool || isFloatType(t) || isIntegerType(t); };
+                            if (!ok(to)) return "Cast to " + typeLabel(to) + " is not supported";
+                            if (from != DType::Undefined && !ok(from)) return "Cast from " + typeLabel(from) + " is not supported";
                             return "";
                           },
-                          {}});
+                          {}, HalfPolicy::Native});
+  // CastLike (opset 15): Cast to the element type of input 1.
+  registerKernel("CastLike", {[](KernelContext &c) { c.outputs[0] = castTensor(c.in(0), c.in(1).dtype()); },
+                              [](const CheckContext &c) -> std::string {
+                                auto ok = [](DType t) { return t == DType::Undefined || t == DType::Bool || isFloatType(t) || isIntegerType(t); };
+                                if (!ok(c.in(0))) return "CastLike from " + typeLabel(c.in(0)) + " is not supported";
+                                if (!ok(c.in(1))) return "CastLike to " + typeLabel(c.in(1)) + " is not supported";
+                                return "";
+                              },
+                              {}, HalfPolicy::Native});
   auto identity = [](KernelContext &c) {
     c.outputs[0] = c.in(0);
     if (c.numOutputs() > 1) { // Dropout's mask: all true at inference

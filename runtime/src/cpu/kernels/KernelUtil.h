@@ -195,6 +195,19 @@ inline int64_t normAxis(int64_t axis, int64_t rank) {
   return a;
 }
 
+/// dtypeName, or the ONNX name of a type the runtime has no DType for
+/// (float8, int4, complex...), for load-time messages.
+inline std::string typeLabel(DType t) {
+  static const char *kOnnx[] = {"", "", "", "", "", "", "", "", "string", "", "", "", "", "", "complex64", "complex128",
+                                "", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4",
+                                "float4e2m1", "float8e8m0", "uint2", "int2"};
+  std::string n = dtypeName(t);
+  if (n != "undefined") return n;
+  int v = static_cast<int>(t);
+  if (v > 0 && v < static_cast<int>(sizeof(kOnnx) / sizeof(kOnnx[0])) && kOnnx[v][0]) return kOnnx[v];
+  return "ONNX type " + std::to_string(v);
+}
+
 /// Converts any numeric tensor to another element type (Cast semantics).
 Tensor castTensor(const Tensor &t, DType to);
 
