@@ -205,12 +205,13 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
   for (size_t i = 0; i < N; ++i) {
     const Node &n = m.nodes[i];
     bool anyBatched = false;
-    for (const auto &s : n.inputs) {
-      if (s.empty()) continue;
+    // Values read inside the node's subgraphs (If/Loop/Scan) count as its
+    // inputs: a subgraph reading a batched value makes the outputs batched.
+    n.forEachRead([&](const std::string &s) {
       if (!producer.count(s) && !graphInputs.count(s) && !m.initializers.count(s))
         fail(path + ": " + n.describe() + " reads '" + s + "' before it is produced (the nodes are not in topological order)");
       anyBatched |= batched.count(s) != 0;
-    }
+    });
     bool shapeOnly = n.opType == "Shape" || n.opType == "Size";
     for (const auto &o : n.outputs) {
       if (o.empty()) continue;
@@ -220,8 +221,7 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
   }
   std::map<std::string, size_t> lastConsumer;
   for (size_t i = 0; i < N; ++i)
-    for (const auto &s : m.nodes[i].inputs)
-      if (!s.empty()) lastConsumer[s] = i;
+    m.nodes[i].forEachRead([&](const std::string &s) { lastConsumer[s] = i; });
 
   // What crosses each stage boundary.
   size_t S = size_t(plan_.stages_size());
@@ -247,11 +247,11 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
       work.pop_back();
       size_t p = producer.at(v);
       if (!nodes.insert(p).second) continue;
-      for (const auto &u : m.nodes[p].inputs) {
-        if (u.empty() || m.initializers.count(u) || graphInputs.count(u)) continue;
+      m.nodes[p].forEachRead([&](const std::string &u) {
+        if (m.initializers.count(u) || graphInputs.count(u)) return;
         if (batched.count(u)) shapes.insert(u); // read by Shape/Size only
         else work.push_back(u);
-      }
+      });
     }
     io_[j].metaNodes.assign(nodes.begin(), nodes.end());
     io_[j].shapes.assign(shapes.begin(), shapes.end());
@@ -273,8 +273,7 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
   // stages"); everything else runs replicated.
   std::map<std::string, int> readers;
   for (const auto &n : m.nodes)
-    for (const auto &in : n.inputs)
-      if (!in.empty()) readers[in]++;
+    n.forEachRead([&](const std::string &in) { readers[in]++; });
   shardedNodes_.assign(S, {});
   for (size_t j = 0; j < S; ++j) {
     const auto &st = plan_.stages(int(j));
@@ -435,8 +434,9 @@ void PlanExecutor::checkTraining() {
     stageNodes_[j] = io_[j].metaNodes;
     for (size_t i = st.first_node(); i <= st.last_node(); ++i) stageNodes_[j].push_back(i);
     for (size_t i : stageNodes_[j])
-      for (const auto &in : m.nodes[i].inputs)
+      m.nodes[i].forEachRead([&](const std::string &in) {
         if (trainable_.count(in)) stageParams_[j].insert(in);
+      });
     for (const auto &p : stageParams_[j]) {
       auto [it, fresh] = tpOf.emplace(p, st.tensor_parallel());
       if (!fresh && it->second != st.tensor_parallel())
@@ -542,8 +542,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   if (train) {
     // Backward reads every value the stage's nodes read or wrote.
     for (size_t i : stageNodes_[j]) {
-      for (const auto &v : model_->nodes[i].inputs)
-        if (!v.empty()) keep.insert(v);
+      model_->nodes[i].forEachRead([&](const std::string &v) { keep.insert(v); });
       for (const auto &v : model_->nodes[i].outputs)
         if (!v.empty()) keep.insert(v);
     }
