@@ -130,7 +130,13 @@ def build(rng):
         [helper.make_tensor_value_info("probs", f32, ["batch", "sequence"]),
          helper.make_tensor_value_info("h", f32, ["batch", H]),
          helper.make_tensor_value_info("energy", f32, ["batch", "sequence"])],
-        inits)
+        inits,
+        # Shapes of the control-flow results, for planners whose shape rules
+        # do not see into subgraphs (ONNX inference leaves the Loop's trip
+        # count dim unknown).
+        value_info=[helper.make_tensor_value_info("h_init", f32, ["batch", H]),
+                    helper.make_tensor_value_info("ps", f32, ["sequence", "batch"]),
+                    helper.make_tensor_value_info("e_final", f32, ["batch"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)],
                               producer_name="hetplan models/gen_vad.py")
     model.ir_version = 7

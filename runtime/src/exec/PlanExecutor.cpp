@@ -31,6 +31,10 @@ Tensor sliceRows(const Tensor &t, int64_t lo, int64_t count) {
   return Tensor::view(t.dtype(), shape, base ? base + row * size_t(lo) : nullptr, holder);
 }
 
+/// A graph input declared as a scalar (rank 0: a flag, a sample rate) has
+/// no batch dim: every rank gets all of it, and it is not batched.
+bool isScalarInput(const ValueInfo &in) { return in.hasShape && in.shape.empty(); }
+
 Tensor concatRows(const std::vector<Tensor> &parts) {
   if (parts.size() == 1) return parts[0];
   std::vector<int64_t> shape = parts.at(0).shape();
@@ -201,7 +205,9 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
   for (const auto &in : m.inputs) graphInputs.insert(in.name);
   for (const auto &o : m.outputs) graphOutputs_.insert(o.name);
   std::map<std::string, size_t> producer;
-  std::set<std::string> batched = graphInputs;
+  std::set<std::string> batched;
+  for (const auto &in : m.inputs)
+    if (!isScalarInput(in)) batched.insert(in.name);
   for (size_t i = 0; i < N; ++i) {
     const Node &n = m.nodes[i];
     bool anyBatched = false;
@@ -389,6 +395,11 @@ void PlanExecutor::checkInputs(const std::map<std::string, Tensor> &inputs) cons
     const Tensor &t = it->second;
     if (in.dtype != DType::Undefined && t.dtype() != in.dtype)
       fail("input '" + in.name + "' is " + dtypeName(t.dtype()) + ", the model wants " + dtypeName(in.dtype));
+    if (isScalarInput(in)) {
+      if (t.rank() != 0)
+        fail("input '" + in.name + "' has shape " + shapeString(t.shape()) + ", the model wants a scalar");
+      continue;
+    }
     if (t.rank() < 1 || t.dim(0) != B)
       fail("input '" + in.name + "' has shape " + shapeString(t.shape()) + "; dim 0 must be the plan's global batch " +
            std::to_string(B));
@@ -579,7 +590,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   auto forward = [&](uint32_t mb) {
     std::map<std::string, Tensor> values;
     int64_t base = int64_t(mb) * microBatch_ + off;
-    for (const auto &gi : model_->inputs) values[gi.name] = sliceRows(inputs.at(gi.name), base, n);
+    for (const auto &gi : model_->inputs)
+      values[gi.name] = isScalarInput(gi) ? inputs.at(gi.name) : sliceRows(inputs.at(gi.name), base, n);
     if (train)
       for (const auto &p : stageParams_[j]) values[p] = train->state.params.at(p);
     std::map<std::string, std::vector<int64_t>> perSample;
