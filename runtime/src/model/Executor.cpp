@@ -83,8 +83,10 @@ std::vector<size_t> topologicalOrder(const Model &model) {
           n.forEachRead([&](const std::string &s) {
             if (!ready.count(s))
               throw std::runtime_error(model.path + ": " + n.describe() + ": " +
-                                       (std::count(n.inputs.begin(), n.inputs.end(), s) ? "input '" : "value '") + s +
-                                       "' (read by a subgraph) is never produced (or the graph has a cycle)");
+                                       (std::count(n.inputs.begin(), n.inputs.end(), s)
+                                            ? "input '" + s + "'"
+                                            : "value '" + s + "' (read by a subgraph)") +
+                                       " is never produced (or the graph has a cycle)");
           });
         }
     }
