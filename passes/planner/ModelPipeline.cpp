@@ -366,6 +366,8 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
       hint = "give them with --dim NAME=VALUE[,NAME=VALUE] (e.g. --dim " + unboundNames[0] +
              "=" + (qualifiedLength(unboundNames[0]) ? "0" : "128") + ")";
     hint += ", or --shape INPUT=D0xD1x... for a whole input (its batch axis holds --batch)";
+    if (batchNames.empty())
+      hint += "; no dim was taken as the batch: name its axis with --batch-axis INPUT=AXIS";
     if (!sequenceName.empty())
       hint += "; --seq bound only '" + sequenceName + "' (of input '" + sequenceInput + "')";
     return err(path + ": symbolic dims " + llvm::join(unbound, ", ") + " need sizes: " + hint);
@@ -406,7 +408,10 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
   for (const cost::LayerCost &layer : modelCost->layers)
     for (const cost::OpCost &op : layer.ops)
       if (!op.note.empty())
-        result.warnings.push_back("node '" + op.name + "' (" + op.opType + "): " + op.note);
+        result.warnings.push_back((op.name == op.opType ? "a " + op.opType + " node"
+                                                        : "node '" + op.name + "' (" +
+                                                              op.opType + ")") +
+                                  ": " + op.note);
 
   result.cost = std::move(*modelCost);
   return result;
