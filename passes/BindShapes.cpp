@@ -186,13 +186,16 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
         Type type = declared;
         if (out[i].type) {
           type = mergeTypes(out[i].type, declared);
-          if (!type && !out[i].upperBound.empty()) // a bound, not the size
-            type = isFullyStatic(declared) ? declared : out[i].type;
+          bool boundUsed = !out[i].upperBound.empty();
+          if (!type && boundUsed) { // a bound, not the size: a static declaration wins
+            boundUsed = !isFullyStatic(declared);
+            type = boundUsed ? out[i].type : declared;
+          }
           if (!type)
             return node.emitError()
                    << node.getOpType() << " output #" << i << " is " << out[i].type
                    << " by het's shape rules but the model declares " << declared;
-          if (!out[i].upperBound.empty() && upperBound.empty())
+          if (boundUsed && upperBound.empty())
             upperBound = out[i].upperBound;
         } else if (!haveRule && !isa<NoneType>(declared) && !isFullyStatic(declared)) {
           ++noRule[node.getOpType()];
