@@ -58,8 +58,9 @@ cl::opt<int64_t> seqArg("seq",
                         cl::init(0), cl::sub(compileCmd));
 cl::list<std::string> shapeArgs("shape",
                                 cl::desc("Bind an input's whole shape, INPUT=D0xD1x...; its "
-                                         "batch axis (dim 0 unless --batch-axis or a dim "
-                                         "named like batch says otherwise) holds --batch"),
+                                         "batch axis (where the batch dim sits, the axis "
+                                         "--batch-axis gives, or a dynamic unnamed dim 0) "
+                                         "holds --batch"),
                                 cl::value_desc("INPUT=DIMS"), cl::sub(compileCmd));
 cl::list<std::string> dimArgs("dim",
                               cl::desc("Bind symbolic dims by name, NAME=VALUE[,NAME=VALUE] "
