@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """hetplan over the model zoo (models/zoo, written by models/export_zoo.py).
 
-For each model of models/zoo/manifest.json, six stages:
+For each model of models/zoo/manifest.json and models/hf/manifest.json, six
+stages:
 
   import       hetplan-translate --import-onnx M -o M.mlir
   compile-gpu  hetplan compile M --cluster 2xA100-80G,2xT4 --mode infer
@@ -190,7 +191,7 @@ def compare(row, ref, out_dir):
 
 def check_model(row, a):
     name = row["name"]
-    model = os.path.join(a.zoo, row["file"])
+    model = os.path.join(row["dir"], row["file"])
     work = os.path.join(a.work, name)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -205,7 +206,7 @@ def check_model(row, a):
             raise Stage(short(out) if rc >= 0 else out)
         return out
 
-    with np.load(os.path.join(a.zoo, row["ref"])) as z:
+    with np.load(os.path.join(row["dir"], row["ref"])) as z:
         feeds = {k[3:]: z[k] for k in z.files if k.startswith("in:")}
         ref = {k[4:]: z[k] for k in z.files if k.startswith("out:")}
     inputs = []
@@ -306,7 +307,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hetplan", default=os.path.join(ROOT, "build", "bin", "hetplan"))
     ap.add_argument("--translate", default=os.path.join(ROOT, "build", "bin", "hetplan-translate"))
-    ap.add_argument("--zoo", default=os.path.join(ROOT, "models", "zoo"))
+    ap.add_argument("--zoo", action="append",
+                    help="a folder with manifest.json (repeatable; default models/zoo and models/hf)")
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "test", "zoo"))
     ap.add_argument("--expected", default=os.path.join(HERE, "expected.txt"))
     ap.add_argument("--update-expected", action="store_true")
@@ -317,7 +319,11 @@ def main():
     a = ap.parse_args()
     if a.verbose:
         LIMIT[0] = 400
-    manifest = json.load(open(os.path.join(a.zoo, "manifest.json")))
+    manifest = {"models": []}
+    for z in a.zoo or [os.path.join(ROOT, "models", "zoo"), os.path.join(ROOT, "models", "hf")]:
+        for r in json.load(open(os.path.join(z, "manifest.json")))["models"]:
+            r["dir"] = z
+            manifest["models"].append(r)
     rows = [r for r in manifest["models"] if not a.only or r["name"] in a.only]
     os.makedirs(a.work, exist_ok=True)
     a.cluster3 = os.path.join(a.work, "cpu3.yaml")
