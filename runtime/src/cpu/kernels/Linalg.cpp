@@ -26,7 +26,7 @@ void matmul(KernelContext &c) {
 #ifdef HETPLAN_HAVE_DNNL
   // Constant 2-D weights (a view of the model file, immutable): oneDNN matmul
   // with the weights packed once per node; [B, S, K] activations as [B*S, K].
-  if (a.dtype() == DType::Float32 && b.rank() == 2 && b.isView() &&
+  if (a.dtype() == DType::Float32 && b.rank() == 2 && b.isView() && !isSmallGemm(M * nb, N, K) &&
       onednn::matmulConstWeights(M * nb, K, N, a.data<float>(), b.data<float>(), out.data<float>(), &c.node)) {
     c.outputs[0] = std::move(out);
     return;
