@@ -263,6 +263,97 @@ bool conv(const ConvShape &s, const float *x, const float *w, const float *bias,
 }
 
 namespace {
+/// A deconvolution (ConvTranspose) primitive for one geometry.
+struct DeconvEntry : Reorders {
+  dnnl::deconvolution_forward::primitive_desc pd;
+  dnnl::deconvolution_forward prim;
+};
+std::unordered_map<std::string, std::shared_ptr<DeconvEntry>> gDeconvs;
+
+/// Plain layouts of ONNX ConvTranspose weights [C, M/G, k...] as oneDNN's
+/// deconvolution weights (logical [OC, IC, k...], or [G, OC/G, IC/G, k...]).
+tag ioTag(size_t rank, bool grouped) {
+  if (!grouped) {
+    switch (rank) {
+    case 3: return tag::bac;
+    case 4: return tag::bacd;
+    case 5: return tag::bacde;
+    default: return tag::undef;
+    }
+  }
+  switch (rank) { // rank counts the group dim
+  case 4: return tag::acbd;
+  case 5: return tag::acbde;
+  case 6: return tag::acbdef;
+  default: return tag::undef;
+  }
+}
+
+std::shared_ptr<DeconvEntry> makeDeconv(const ConvShape &s, bool hasBias) {
+  auto &eng = cpuEngine();
+  size_t r = s.x.size() - 2;
+  auto e = std::make_shared<DeconvEntry>();
+  e->xUser = dnnl::memory::desc(dims(s.x), dt::f32, plainTag(s.x.size()));
+  e->yUser = dnnl::memory::desc(dims(s.y), dt::f32, plainTag(s.y.size()));
+  int64_t C = s.w[0], Mg = s.w[1], G = s.group;
+  std::vector<int64_t> wd = {Mg * G, C};
+  if (G > 1) wd = {G, Mg, C / G};
+  wd.insert(wd.end(), s.w.begin() + 2, s.w.end());
+  e->wUser = dnnl::memory::desc(dims(wd), dt::f32, ioTag(wd.size(), G > 1));
+  dnnl::memory::dims strides(r), dilates(r), padL(r), padR(r);
+  for (size_t i = 0; i < r; ++i) {
+    strides[i] = s.stride[i];
+    dilates[i] = s.dil[i] - 1;
+    padL[i] = s.padBegin[i];
+    padR[i] = s.padEnd[i];
+  }
+  dnnl::memory::desc xAny(dims(s.x), dt::f32, tag::any), yAny(dims(s.y), dt::f32, tag::any),
+      wAny(dims(wd), dt::f32, tag::any), bMd({Mg * G}, dt::f32, tag::a);
+  auto desc = hasBias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                          dnnl::algorithm::deconvolution_direct, xAny, wAny, bMd,
+                                                          yAny, strides, dilates, padL, padR)
+                      : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                          dnnl::algorithm::deconvolution_direct, xAny, wAny, yAny,
+                                                          strides, dilates, padL, padR);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  e->pd = dnnl::deconvolution_forward::primitive_desc(desc, attr, eng);
+  e->prim = dnnl::deconvolution_forward(e->pd);
+  e->plan(e->pd, eng);
+  return e;
+}
+} // namespace
+
+bool deconv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y,
+            const void *weightsKey) {
+  size_t r = s.x.size();
+  if (r < 3 || r > 5 || s.w.size() != r || s.y.size() != r || s.group < 1 || s.w[0] % s.group) return false;
+  for (size_t i = 0; i + 2 < r; ++i)
+    if (s.padBegin[i] < 0 || s.padEnd[i] < 0) return false;
+  std::string key = "d";
+  key.reserve(128);
+  appendDims(key, s.x); appendDims(key, s.w); appendDims(key, s.y); appendDims(key, s.stride);
+  appendDims(key, s.dil); appendDims(key, s.padBegin); appendDims(key, s.padEnd);
+  key += std::to_string(s.group) + (bias ? "b" : "n");
+  std::shared_ptr<DeconvEntry> e = cachedEntry(gDeconvs, key, [&] { return makeDeconv(s, bias != nullptr); });
+  if (!e) return false;
+  auto &eng = cpuEngine();
+  dnnl::stream strm(eng);
+  int64_t wn = 1;
+  for (int64_t d : s.w) wn *= d;
+  std::shared_ptr<dnnl::memory> wMem = primitiveWeights(*e, e->pd.weights_desc(), w, wn, weightsKey, key, strm);
+  Reorders::Io m = e->io(e->pd, eng, x, y, strm);
+  dnnl::memory scratch(e->pd.scratchpad_desc(), eng);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, m.xp}, {DNNL_ARG_WEIGHTS, *wMem},
+                                             {DNNL_ARG_DST, m.yp}, {DNNL_ARG_SCRATCHPAD, scratch}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory({{s.w[1] * s.group}, dt::f32, tag::a}, eng, const_cast<float *>(bias)));
+  e->prim.execute(strm, args);
+  e->finish(m, strm);
+  strm.wait();
+  return true;
+}
+
+namespace {
 struct MatMulEntry : Reorders {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;

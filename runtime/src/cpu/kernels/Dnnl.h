@@ -33,6 +33,16 @@ struct ConvShape {
 bool conv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y, const void *weightsKey,
           const float *sum = nullptr);
 
+/// ConvTranspose: y = deconv(x, w) + bias (bias may be null), float32, plain
+/// layouts. s.w is ONNX's ConvTranspose weight shape [C, M/group, k...];
+/// s.padBegin/padEnd are what oneDNN takes: y's spatial size is
+/// stride*(x-1) + (k-1)*dil + 1 - padBegin - padEnd (ONNX's output_padding
+/// and output_shape folded into padEnd by the caller; negative pads are
+/// refused). Weights cached per `weightsKey` as for conv(). Returns false
+/// (and writes nothing) when oneDNN takes no such deconvolution.
+bool deconv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y,
+            const void *weightsKey);
+
 /// y[M, N] = x[M, K] * w[K, N], float32, row-major, for immutable weights
 /// (a view of the model file): a matmul primitive cached by (M, K, N), and w
 /// reordered once into the primitive's preferred (packed) layout, cached per

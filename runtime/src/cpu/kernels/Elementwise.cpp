@@ -2,6 +2,10 @@
 #include "FastMath.h"
 #include "KernelUtil.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <type_traits>
 
 #include <cmath>
@@ -230,6 +234,35 @@ template <typename S> void castFrom(const S *s, Tensor &out) {
 }
 } // namespace
 
+namespace {
+// float16 <-> float32 with the F16C instructions when the CPU has them
+// (x86-64; checked once): exact up-cast, round-to-nearest-even down-cast,
+// as halfToFloat/floatToHalf (NaN payloads aside).
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx,f16c"))) void halfToFloatF16c(const uint16_t *h, float *d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + i))));
+  for (; i < n; ++i) d[i] = halfToFloat(h[i]);
+}
+__attribute__((target("avx,f16c"))) void floatToHalfF16c(const float *s, uint16_t *d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) d[i] = floatToHalf(s[i]);
+}
+bool haveF16c() {
+  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return yes;
+}
+#else
+void halfToFloatF16c(const uint16_t *h, float *d, int64_t n) { for (int64_t i = 0; i < n; ++i) d[i] = halfToFloat(h[i]); }
+void floatToHalfF16c(const float *s, uint16_t *d, int64_t n) { for (int64_t i = 0; i < n; ++i) d[i] = floatToHalf(s[i]); }
+bool haveF16c() { return false; }
+#endif
+} // namespace
+
 Tensor castTensor(const Tensor &t, DType to) {
   if (t.dtype() == to) return t;
   Tensor out(to, t.shape());
@@ -238,7 +271,9 @@ Tensor castTensor(const Tensor &t, DType to) {
     int64_t n = t.numel();
     if (to == DType::Float32) { // the common up-cast: straight into the output
       float *d = out.data<float>();
-      if (t.dtype() == DType::Float16)
+      if (t.dtype() == DType::Float16 && haveF16c())
+        parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) { halfToFloatF16c(h + lo, d + lo, hi - lo); });
+      else if (t.dtype() == DType::Float16)
         parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = halfToFloat(h[i]); });
       else
         parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = bfloat16ToFloat(h[i]); });
@@ -252,7 +287,9 @@ Tensor castTensor(const Tensor &t, DType to) {
   if (t.dtype() == DType::Float32 && (to == DType::Float16 || to == DType::BFloat16)) { // the common down-cast
     const float *s = t.data<float>();
     uint16_t *d = out.data<uint16_t>();
-    if (to == DType::Float16)
+    if (to == DType::Float16 && haveF16c())
+      parallelFor(t.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) { floatToHalfF16c(s + lo, d + lo, hi - lo); });
+    else if (to == DType::Float16)
       parallelFor(t.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = floatToHalf(s[i]); });
     else
       parallelFor(t.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) { for (int64_t i = lo; i < hi; ++i) d[i] = floatToBfloat16(s[i]); });
@@ -438,6 +475,16 @@ void registerElementwiseKernels() {
   registerKernel("Pow", {[](KernelContext &c) {
                            const Tensor &a = c.in(0);
                            Tensor b = castTensor(c.in(1), a.dtype());
+                           // x^2 (RMSNorm/T5 LayerNorm, variance): x * x is
+                           // the same correctly rounded square as pow.
+                           if ((a.dtype() == DType::Float32 || a.dtype() == DType::Float64) && b.numel() == 1 &&
+                               b.rank() <= a.rank()) {
+                             bool square = a.dtype() == DType::Float32 ? b.data<float>()[0] == 2.f : b.data<double>()[0] == 2.0;
+                             if (square) {
+                               HP_DISPATCH_FLOAT(a.dtype(), c.outputs[0] = binaryBroadcast<T, T, T>(a, b, a.dtype(), [](T x, T) { return x * x; }));
+                               return;
+                             }
+                           }
                            HP_DISPATCH_NUMERIC(a.dtype(), c.outputs[0] = binaryBroadcast<T, T, T>(a, b, a.dtype(), [](T x, T y) {
                              return static_cast<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));
                            }));

@@ -21,6 +21,10 @@ extern template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, c
 extern template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double *, int64_t,
                                   const double *, int64_t, double, double *, int64_t);
 
+/// Whether gemm<float> runs an M x N x K product with its own small
+/// single-threaded loop (no library call; tiny products of small models).
+bool isSmallGemm(int64_t M, int64_t N, int64_t K);
+
 /// Which library runs float32 GEMM: "oneDNN", "OpenBLAS" or "naive".
 const char *gemmBackend();
 

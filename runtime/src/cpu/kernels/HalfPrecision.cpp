@@ -11,10 +11,62 @@
 //===----------------------------------------------------------------------===//
 #include "KernelUtil.h"
 
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
 namespace hetplan::runtime::cpu {
 
 namespace {
 bool isHalf(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+/// float32 copies of half inputs that are views (weights in the model file,
+/// folded constants; also graph inputs handed over as views of the caller's
+/// memory), made once per (node, input) and reused while the source bytes
+/// are the same (a full compare against a copy of them: a view is not
+/// guaranteed immutable). The copy is handed to the kernel as a view, so
+/// the kernel's own caches (reordered Conv/MatMul weights) hit too; when the
+/// bytes changed, the kernel gets a fresh owned copy (no caching) and the
+/// entry is replaced. At most 1 GiB of copies; the cache is dropped when
+/// it would exceed.
+struct Widened {
+  DType dtype = DType::Undefined;
+  std::vector<int64_t> shape;
+  std::vector<char> bytes;
+  std::shared_ptr<Tensor> wide;
+};
+std::mutex gWideMutex;
+std::map<std::pair<const void *, size_t>, Widened> gWide;
+size_t gWideBytes = 0;
+constexpr size_t kMaxWideBytes = size_t(1) << 30;
+
+Tensor widenConstant(const Node &node, size_t input, const Tensor &t) {
+  auto key = std::make_pair(static_cast<const void *>(&node), input);
+  {
+    std::lock_guard<std::mutex> lock(gWideMutex);
+    auto it = gWide.find(key);
+    if (it != gWide.end() && it->second.dtype == t.dtype() && it->second.shape == t.shape() &&
+        it->second.bytes.size() == t.nbytes() && std::memcmp(it->second.bytes.data(), t.raw(), t.nbytes()) == 0) {
+      auto w = it->second.wide;
+      return Tensor::view(DType::Float32, w->shape(), w->raw(), w);
+    }
+  }
+  Tensor wide = castTensor(t, DType::Float32);
+  auto w = std::make_shared<Tensor>(wide.clone());
+  const char *src = static_cast<const char *>(t.raw());
+  std::lock_guard<std::mutex> lock(gWideMutex);
+  auto it = gWide.find(key);
+  if (it != gWide.end()) gWideBytes -= std::min(gWideBytes, it->second.wide->nbytes() + it->second.bytes.size());
+  size_t add = w->nbytes() + t.nbytes();
+  if (gWideBytes + add > kMaxWideBytes) {
+    gWide.clear();
+    gWideBytes = 0;
+  }
+  gWideBytes += add;
+  gWide[key] = Widened{t.dtype(), t.shape(), std::vector<char>(src, src + t.nbytes()), w};
+  return wide;
+}
 } // namespace
 
 KernelInfo applyHalfPolicy(KernelInfo info) {
@@ -38,7 +90,8 @@ KernelInfo applyHalfPolicy(KernelInfo info) {
     KernelContext inner{c.node, c.opset, c.inputs, std::vector<Tensor>(c.outputs.size())};
     for (size_t i = 0; i < c.inputs.size(); ++i)
       if (c.hasInput(i) && isHalf(c.inputs[i]->dtype())) {
-        wide[i] = castTensor(*c.inputs[i], DType::Float32);
+        const Tensor &t = *c.inputs[i];
+        wide[i] = t.isView() && t.numel() >= 64 ? widenConstant(c.node, i, t) : castTensor(t, DType::Float32);
         inner.inputs[i] = &wide[i];
       }
     run(inner);

@@ -26,7 +26,7 @@ void matmul(KernelContext &c) {
 #ifdef HETPLAN_HAVE_DNNL
   // Constant 2-D weights (a view of the model file, immutable): oneDNN matmul
   // with the weights packed once per node; [B, S, K] activations as [B*S, K].
-  if (a.dtype() == DType::Float32 && b.rank() == 2 && b.isView() &&
+  if (a.dtype() == DType::Float32 && b.rank() == 2 && b.isView() && !isSmallGemm(M * nb, N, K) &&
       onednn::matmulConstWeights(M * nb, K, N, a.data<float>(), b.data<float>(), out.data<float>(), &c.node)) {
     c.outputs[0] = std::move(out);
     return;
@@ -219,6 +219,26 @@ void convTranspose(KernelContext &c) {
   outShape.insert(outShape.end(), outSp.begin(), outSp.end());
   Tensor out(x.dtype(), outShape);
   int64_t inSize = shapeNumel(in), outSize = shapeNumel(outSp), kSize = shapeNumel(ks);
+#ifdef HETPLAN_HAVE_DNNL
+  // float32: oneDNN's deconvolution. Its output size has no output_padding
+  // term: the ONNX output (output_padding, output_shape) is expressed as the
+  // end padding full - out - padBegin (refused by onednn::deconv if < 0).
+  if (x.dtype() == DType::Float32 && N > 0 && outSize > 0 && inSize > 0 && r >= 1 && r <= 3 && Cg * G == C &&
+      wt.rank() == r + 2 && wt.dim(0) == C) {
+    std::vector<int64_t> padE(r);
+    for (size_t i = 0; i < r; ++i) padE[i] = stride[i] * (in[i] - 1) + (ks[i] - 1) * dil[i] + 1 - outSp[i] - padB[i];
+    bool kernelMatches = true;
+    for (size_t i = 0; i < r; ++i) kernelMatches = kernelMatches && wt.dim(2 + i) == ks[i];
+    onednn::ConvShape cs{x.shape(), wt.shape(), outShape, stride, dil, padB, padE, G};
+    const void *weightsKey = wt.isView() ? static_cast<const void *>(&c.node) : nullptr;
+    if (kernelMatches && onednn::deconv(cs, x.data<float>(), wt.data<float>(),
+                                        c.hasInput(2) ? c.in(2).data<float>() : nullptr, out.data<float>(),
+                                        weightsKey)) {
+      c.outputs[0] = std::move(out);
+      return;
+    }
+  }
+#endif
   HP_DISPATCH_FLOAT(x.dtype(), {
     std::vector<int64_t> iidx(r), kidx(r);
     for (int64_t n = 0; n < N; ++n)

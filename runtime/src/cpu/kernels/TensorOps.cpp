@@ -326,23 +326,56 @@ void pad(KernelContext &c) {
     HP_DISPATCH_ALL(x.dtype(), *value.data<T>() = static_cast<T>(v));
   } else if (c.hasInput(2)) std::memcpy(value.raw(), c.in(2).raw(), es);
   auto sx = stridesOf(x.shape());
-  std::vector<int64_t> idx(r, 0);
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    int64_t off = 0; bool inside = true;
-    for (int64_t d = 0; d < r; ++d) {
-      int64_t p = idx[d] - pads[d], n = x.dim(d);
+  // Per dim, the source offset of each output index (-1: the constant).
+  std::vector<std::vector<int64_t>> tab(r);
+  for (int64_t d = 0; d < r; ++d) {
+    tab[d].resize(shape[d]);
+    for (int64_t o = 0; o < shape[d]; ++o) {
+      int64_t p = o - pads[d], n = x.dim(d);
       if (p < 0 || p >= n) {
-        if (mode == "constant") { inside = false; break; }
+        if (mode == "constant") { tab[d][o] = -1; continue; }
         if (mode == "edge") p = std::clamp<int64_t>(p, 0, n - 1);
         else { // reflect
           if (n == 1) p = 0;
           else { int64_t period = 2 * (n - 1); p = ((p % period) + period) % period; if (p >= n) p = period - p; }
         }
       }
-      off += p * sx[d];
+      tab[d][o] = p * sx[d];
     }
-    std::memcpy(static_cast<char *>(out.raw()) + i * es, inside ? static_cast<const char *>(x.raw()) + off * es : static_cast<const char *>(value.raw()), es);
-    for (int64_t d = r - 1; d >= 0; --d) { if (++idx[d] < shape[d]) break; idx[d] = 0; }
+  }
+  // Rows (every dim but the last) in parallel, elements moved as unsigned
+  // integers of the element's size.
+  auto run = [&](auto tag) {
+    using U = decltype(tag);
+    const U *px = static_cast<const U *>(x.raw());
+    U *po = static_cast<U *>(out.raw());
+    U v;
+    std::memcpy(&v, value.raw(), sizeof(U));
+    int64_t W = r ? shape[r - 1] : 1, rows = W ? out.numel() / W : 0;
+    parallelFor(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, W)), [&](int64_t rlo, int64_t rhi) {
+      for (int64_t row = rlo; row < rhi; ++row) {
+        U *dst = po + row * W;
+        if (r == 0) { dst[0] = px[0]; continue; }
+        int64_t f = row, base = 0;
+        bool inside = true;
+        for (int64_t d = r - 2; d >= 0; --d) {
+          int64_t t = tab[d][f % shape[d]];
+          f /= shape[d];
+          if (t < 0) inside = false;
+          base += t;
+        }
+        if (!inside) { std::fill(dst, dst + W, v); continue; }
+        const int64_t *tl = tab[r - 1].data();
+        for (int64_t j = 0; j < W; ++j) dst[j] = tl[j] < 0 ? v : px[base + tl[j]];
+      }
+    });
+  };
+  switch (es) {
+  case 1: run(uint8_t()); break;
+  case 2: run(uint16_t()); break;
+  case 4: run(uint32_t()); break;
+  case 8: run(uint64_t()); break;
+  default: throw std::runtime_error("Pad: unsupported element size");
   }
   c.outputs[0] = std::move(out);
 }
@@ -571,42 +604,91 @@ void resize(KernelContext &c) {
   };
   Tensor out(x.dtype(), outShape);
   auto sx = stridesOf(x.shape());
-  HP_DISPATCH_FLOAT(x.dtype(), {
-    std::vector<int64_t> idx(r, 0);
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      if (mode == "nearest") {
-        int64_t off = 0;
-        for (int64_t d = 0; d < r; ++d) {
-          double p = src(d, idx[d]);
-          int64_t q;
-          if (nearestMode == "floor") q = (int64_t)std::floor(p);
-          else if (nearestMode == "ceil") q = (int64_t)std::ceil(p);
-          else if (nearestMode == "round_prefer_ceil") q = (int64_t)std::floor(p + 0.5);
-          else q = (p - std::floor(p) == 0.5) ? (int64_t)std::floor(p) : (int64_t)std::round(p);
-          off += std::clamp<int64_t>(q, 0, x.dim(d) - 1) * sx[d];
-        }
-        out.data<T>()[i] = x.data<T>()[off];
-      } else { // linear over every resized dim
-        std::vector<int64_t> lo(r), hi(r); std::vector<double> fr(r);
-        for (int64_t d = 0; d < r; ++d) {
-          double p = x.dim(d) == outShape[d] && scales[d] == 1.0 ? idx[d] : src(d, idx[d]);
-          p = std::clamp<double>(p, 0, x.dim(d) - 1);
-          lo[d] = (int64_t)std::floor(p); hi[d] = std::min(lo[d] + 1, x.dim(d) - 1); fr[d] = p - lo[d];
-        }
-        double acc = 0;
-        for (int64_t m = 0; m < (int64_t(1) << r); ++m) {
-          double wgt = 1; int64_t off = 0;
-          for (int64_t d = 0; d < r; ++d) {
-            bool h = (m >> d) & 1;
-            wgt *= h ? fr[d] : 1 - fr[d];
-            off += (h ? hi[d] : lo[d]) * sx[d];
-          }
-          if (wgt != 0) acc += wgt * x.data<T>()[off];
-        }
-        out.data<T>()[i] = static_cast<T>(acc);
+  // Per-dim tables, computed once (the coordinate transformation and the
+  // rounding as ONNX defines them, in double): nearest, the source index of
+  // each output index; linear, the two neighbours and the fraction.
+  const bool nearest = mode == "nearest";
+  std::vector<std::vector<int64_t>> lo(r), hi(r);
+  std::vector<std::vector<double>> fr(r);
+  for (int64_t d = 0; d < r; ++d) {
+    lo[d].resize(outShape[d]);
+    if (!nearest) hi[d].resize(outShape[d]), fr[d].resize(outShape[d]);
+    for (int64_t o = 0; o < outShape[d]; ++o) {
+      if (nearest) {
+        double p = src(d, o);
+        int64_t q;
+        if (nearestMode == "floor") q = (int64_t)std::floor(p);
+        else if (nearestMode == "ceil") q = (int64_t)std::ceil(p);
+        else if (nearestMode == "round_prefer_ceil") q = (int64_t)std::floor(p + 0.5);
+        else q = (p - std::floor(p) == 0.5) ? (int64_t)std::floor(p) : (int64_t)std::round(p);
+        lo[d][o] = std::clamp<int64_t>(q, 0, x.dim(d) - 1) * sx[d];
+      } else {
+        double p = x.dim(d) == outShape[d] && scales[d] == 1.0 ? o : src(d, o);
+        p = std::clamp<double>(p, 0, x.dim(d) - 1);
+        int64_t l = (int64_t)std::floor(p);
+        lo[d][o] = l * sx[d];
+        hi[d][o] = std::min(l + 1, x.dim(d) - 1) * sx[d];
+        fr[d][o] = p - l;
       }
-      for (int64_t d = r - 1; d >= 0; --d) { if (++idx[d] < outShape[d]) break; idx[d] = 0; }
     }
+  }
+  // Output rows (every dim but the last) in parallel; within a row, the
+  // leading dims give a base offset (nearest) or up to 2^(r-1) weighted
+  // source rows (linear, zero weights dropped), the last dim its table.
+  int64_t W = r ? outShape[r - 1] : 1, rows = W ? out.numel() / W : 0;
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *px = x.data<T>();
+    T *po = out.data<T>();
+    parallelFor(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, W)), [&](int64_t rlo, int64_t rhi) {
+      std::vector<int64_t> idx(r > 0 ? r - 1 : 0);
+      std::vector<std::pair<int64_t, double>> corners, next;
+      for (int64_t row = rlo; row < rhi; ++row) {
+        int64_t f = row;
+        for (int64_t d = r - 2; d >= 0; --d) { idx[d] = f % outShape[d]; f /= outShape[d]; }
+        T *dst = po + row * W;
+        if (r == 0) { dst[0] = px[0]; continue; }
+        if (nearest) {
+          int64_t base = 0;
+          for (int64_t d = 0; d + 1 < r; ++d) base += lo[d][idx[d]];
+          const int64_t *tab = lo[r - 1].data();
+          for (int64_t j = 0; j < W; ++j) dst[j] = px[base + tab[j]];
+          continue;
+        }
+        corners.assign(1, {0, 1.0});
+        for (int64_t d = 0; d + 1 < r; ++d) {
+          double fd = fr[d][idx[d]];
+          next.clear();
+          for (auto [off, wgt] : corners) {
+            if (wgt * (1 - fd) != 0) next.push_back({off + lo[d][idx[d]], wgt * (1 - fd)});
+            if (wgt * fd != 0) next.push_back({off + hi[d][idx[d]], wgt * fd});
+          }
+          corners.swap(next);
+        }
+        const int64_t *tl = lo[r - 1].data(), *th = hi[r - 1].data();
+        const double *tf = fr[r - 1].data();
+        if (corners.size() == 1) {
+          const T *s0 = px + corners[0].first;
+          double w0 = corners[0].second;
+          for (int64_t j = 0; j < W; ++j) {
+            double a = s0[tl[j]], b = s0[th[j]];
+            dst[j] = static_cast<T>(w0 * ((1 - tf[j]) * a + tf[j] * b));
+          }
+        } else if (corners.size() == 2) {
+          const T *s0 = px + corners[0].first, *s1 = px + corners[1].first;
+          double w0 = corners[0].second, w1 = corners[1].second;
+          for (int64_t j = 0; j < W; ++j) {
+            double f1 = tf[j], f0 = 1 - f1;
+            dst[j] = static_cast<T>(w0 * (f0 * s0[tl[j]] + f1 * s0[th[j]]) + w1 * (f0 * s1[tl[j]] + f1 * s1[th[j]]));
+          }
+        } else {
+          for (int64_t j = 0; j < W; ++j) {
+            double f1 = tf[j], f0 = 1 - f1, acc = 0;
+            for (auto [off, wgt] : corners) acc += wgt * (f0 * px[off + tl[j]] + f1 * px[off + th[j]]);
+            dst[j] = static_cast<T>(acc);
+          }
+        }
+      }
+    });
   });
   c.outputs[0] = std::move(out);
 }
