@@ -18,23 +18,11 @@ import argparse, glob, os, shutil, subprocess, sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import cpu_clusters  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLUSTERS = {
-    3: """nodes:
-  - name: a
-    devices: [{type: CPU, count: 1}]
-  - name: b
-    devices: [{type: CPU, count: 1}]
-    speed_factors: {CPU: 0.5}
-  - name: c
-    devices: [{type: CPU, count: 1}]
-    speed_factors: {CPU: 0.25}
-""",
-    1: """nodes:
-  - name: a
-    devices: [{type: CPU, count: 1}]
-""",
-}
+CLUSTERS = {3: cpu_clusters.CPU3, 1: cpu_clusters.CPU1}
 SEEDS = {1: "reset false", 3: "reset true"}
 
 

@@ -21,18 +21,10 @@ import argparse, glob, os, shutil, subprocess, sys
 
 import numpy as np
 
-# Node a: one CPU at full speed; nodes b and c: slower CPUs. With pp=2 one
-# stage gets two workers of different speed, so their shares differ.
-CLUSTER = """nodes:
-  - name: a
-    devices: [{type: CPU, count: 1}]
-  - name: b
-    devices: [{type: CPU, count: 1}]
-    speed_factors: {CPU: 0.5}
-  - name: c
-    devices: [{type: CPU, count: 1}]
-    speed_factors: {CPU: 0.25}
-"""
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import cpu_clusters  # noqa: E402
+
+CLUSTER = cpu_clusters.CPU3
 
 
 # --tp: two nodes of two CPUs (the second at half speed): one stage, two

@@ -46,22 +46,13 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import cpu_clusters  # noqa: E402
+
 STAGES = ["import", "compile-gpu", "compile-cpu", "run-1", "run-3", "train"]
 GPU_CLUSTER = "2xA100-80G,2xT4"
-CLUSTER3 = """nodes:
-  - name: a
-    devices: [{type: CPU, count: 1}]
-  - name: b
-    devices: [{type: CPU, count: 1}]
-    speed_factors: {CPU: 0.5}
-  - name: c
-    devices: [{type: CPU, count: 1}]
-    speed_factors: {CPU: 0.25}
-"""
-CLUSTER1 = """nodes:
-  - name: a
-    devices: [{type: CPU, count: 1}]
-"""
+CLUSTER3 = cpu_clusters.CPU3
+CLUSTER1 = cpu_clusters.CPU1
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 

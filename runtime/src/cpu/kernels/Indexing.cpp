@@ -15,11 +15,6 @@
 namespace hetplan::runtime::cpu {
 namespace {
 
-std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
-  return s;
-}
 
 int64_t wrapIndex(int64_t i, int64_t n, const char *op) {
   int64_t k = i < 0 ? i + n : i;

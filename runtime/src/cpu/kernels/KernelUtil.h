@@ -208,6 +208,13 @@ inline std::string typeLabel(DType t) {
   return "ONNX type " + std::to_string(v);
 }
 
+/// Row-major element strides of `shape`.
+inline std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
 /// Converts any numeric tensor to another element type (Cast semantics).
 Tensor castTensor(const Tensor &t, DType to);
 

@@ -11,11 +11,6 @@
 namespace hetplan::runtime::cpu {
 namespace {
 
-std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
-  return s;
-}
 
 /// Copies a strided view of `src` (element offsets) into a dense tensor of `shape`.
 Tensor gatherStrided(const Tensor &src, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int64_t base) {
