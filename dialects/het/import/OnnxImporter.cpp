@@ -414,6 +414,15 @@ private:
       auto loc = ext.find("location");
       if (loc == ext.end() || loc->second.empty())
         failHere(what.str() + " is stored externally but names no location");
+      // ONNX's rule: a relative path that stays inside the model's folder
+      // (a model must not make the tools read /etc/passwd).
+      if (llvm::sys::path::is_absolute(loc->second) ||
+          llvm::is_contained(llvm::make_range(llvm::sys::path::begin(loc->second),
+                                              llvm::sys::path::end(loc->second)),
+                             ".."))
+        failHere("external data of " + what.str() + " is at '" + loc->second +
+                 "', outside the model's folder (locations must be relative and "
+                 "must not contain '..')");
       llvm::SmallString<256> file(modelDir);
       llvm::sys::path::append(file, loc->second);
       uint64_t fileSize;
@@ -435,7 +444,8 @@ private:
                  "' for " + what.str() + ": " + ec.message());
       int64_t offset = toInt("offset", 0);
       int64_t length = toInt("length", int64_t(fileSize) - offset);
-      if (offset + length > int64_t(fileSize))
+      if (offset < 0 || length < 0 || uint64_t(offset) > fileSize ||
+          uint64_t(length) > fileSize - uint64_t(offset))
         failHere("external data of " + what.str() + " (offset " +
                  std::to_string(offset) + ", length " + std::to_string(length) +
                  ") runs past the end of '" + std::string(file) + "' (" +

@@ -3,7 +3,9 @@
 
 #include "onnx/onnx_pb.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <fcntl.h>
@@ -64,11 +66,29 @@ Tensor convertTensor(const onnx::TensorProto &tp, const std::string &where,
     std::string location; int64_t offset = 0, length = -1;
     for (const auto &e : tp.external_data()) {
       if (e.key() == "location") location = e.value();
-      else if (e.key() == "offset") offset = std::stoll(e.value());
-      else if (e.key() == "length") length = std::stoll(e.value());
+      else if (e.key() == "offset" || e.key() == "length") {
+        const std::string &v = e.value();
+        char *end = nullptr;
+        errno = 0;
+        long long x = v.empty() ? -1 : std::strtoll(v.c_str(), &end, 10);
+        if (v.empty() || errno || *end || x < 0)
+          fail(where + ": external data " + e.key() + " '" + v + "' is not a size in bytes");
+        (e.key() == "offset" ? offset : length) = x;
+      }
     }
     if (location.empty()) fail(where + ": external data without a location");
-    std::string file = location[0] == '/' ? location : baseDir + "/" + location;
+    // ONNX's rule: relative, inside the model's folder.
+    bool up = location[0] == '/';
+    for (size_t b = 0; !up && b <= location.size();) {
+      size_t e = location.find('/', b);
+      if (e == std::string::npos) e = location.size();
+      up = location.compare(b, e - b, "..") == 0;
+      b = e + 1;
+    }
+    if (up)
+      fail(where + ": external data at '" + location +
+           "' is outside the model's folder (locations must be relative and must not contain '..')");
+    std::string file = baseDir + "/" + location;
     std::shared_ptr<const void> map; size_t size = 0;
     if (storage && storage->maps.count(file)) { map = storage->maps[file]; size = storage->mapSizes[file]; }
     else {
@@ -76,7 +96,8 @@ Tensor convertTensor(const onnx::TensorProto &tp, const std::string &where,
       if (storage) { storage->maps[file] = map; storage->mapSizes[file] = size; }
     }
     if (length < 0) length = static_cast<int64_t>(size) - offset;
-    if (offset < 0 || static_cast<size_t>(offset) + bytes > size || static_cast<size_t>(length) < bytes)
+    if (offset < 0 || static_cast<size_t>(offset) > size || bytes > size - static_cast<size_t>(offset) ||
+        static_cast<size_t>(length) < bytes)
       fail(where + ": external data " + file + " is too short (offset " + std::to_string(offset) +
            ", needs " + std::to_string(bytes) + " bytes, file has " + std::to_string(size) + ")");
     return Tensor::view(dt, shape, static_cast<const char *>(map.get()) + offset, map);

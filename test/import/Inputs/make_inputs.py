@@ -38,6 +38,21 @@ for e in bad.graph.initializer[0].external_data:
         e.value = "4096"
 onnx.save(bad, "add_external_past_end.onnx")
 
+# External data outside the model's folder (ONNX: a relative path that stays
+# inside it), and an offset that would overflow a size check.
+for name, location in (("add_external_abs.onnx", "/etc/passwd"),
+                       ("add_external_up.onnx", "../Inputs/add_external.bin")):
+    bad = onnx.load("add_external.onnx", load_external_data=False)
+    for e in bad.graph.initializer[0].external_data:
+        if e.key == "location":
+            e.value = location
+    onnx.save(bad, name)
+bad = onnx.load("add_external.onnx", load_external_data=False)
+for e in bad.graph.initializer[0].external_data:
+    if e.key == "offset":
+        e.value = "9223372036854775000"
+onnx.save(bad, "add_external_huge_offset.onnx")
+
 # A sparse initializer.
 values = numpy_helper.from_array(np.ones(2, dtype=np.float32), "s")
 indices = numpy_helper.from_array(np.array([0, 5], dtype=np.int64), "s_idx")
