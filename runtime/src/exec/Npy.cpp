@@ -2,6 +2,7 @@
 #include "hetplan/runtime/Npy.h"
 
 #include <cerrno>
+#include <sys/stat.h>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -51,6 +52,10 @@ std::string dictValue(const std::string &header, const std::string &key, const s
 } // namespace
 
 Tensor readNpy(const std::string &path) {
+  // Regular files only: /dev/zero or a FIFO would be read forever.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -96,17 +101,23 @@ Tensor readNpy(const std::string &path) {
     std::string tok;
     while (ss >> tok) {
       char *end = nullptr;
+      errno = 0;
       long long v = std::strtoll(tok.c_str(), &end, 10);
-      if (*end != 0 && *end != 'L') fail(path, "bad shape " + shapeText);
-      if (v < 0) fail(path, "bad shape " + shapeText);
+      if ((*end != 0 && *end != 'L') || errno == ERANGE || v < 0) fail(path, "bad shape " + shapeText);
       shape.push_back(v);
     }
   }
-  Tensor t(type, shape);
+  // The size the header claims, in checked arithmetic, against the bytes the
+  // file has: before anything is allocated.
   size_t dataStart = start + headerLen;
-  if (bytes.size() - dataStart != t.nbytes())
-    fail(path, "holds " + std::to_string(bytes.size() - dataStart) + " bytes of data, expected " +
-                   std::to_string(t.nbytes()) + " for " + t.describe());
+  uint64_t need = dtypeSize(type);
+  for (int64_t dim : shape)
+    if (__builtin_mul_overflow(need, uint64_t(dim), &need))
+      fail(path, "shape " + shapeText + " overflows the size of a tensor");
+  if (bytes.size() - dataStart != need)
+    fail(path, "holds " + std::to_string(bytes.size() - dataStart) + " bytes of data, shape " + shapeText +
+                   " of " + dtypeName(type) + " needs " + std::to_string(need));
+  Tensor t(type, shape);
   if (t.nbytes()) std::memcpy(t.raw(), bytes.data() + dataStart, t.nbytes());
   return t;
 }

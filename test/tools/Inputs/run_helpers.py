@@ -5,6 +5,7 @@
   run_helpers.py touch FILE                append one byte to a file
   run_helpers.py two-tower DIR             CLIP-like and recurrent-state models, inputs, references
   run_helpers.py close GOT REF             outputs agree with a reference (.npy)
+  run_helpers.py npy-header FILE SHAPE     an int64 .npy whose header claims SHAPE over 16 bytes
 """
 import struct, sys, zlib
 
@@ -79,3 +80,9 @@ elif cmd == "close":
     diff = float(np.abs(got.astype(np.float64) - ref).max())
     assert diff <= 1e-5 * float(np.abs(ref).max()) + 1e-6, diff
     print("close", got.shape, diff)
+elif cmd == "npy-header":
+    # A hostile header: the shape text as given, 16 bytes of data.
+    d = "{'descr': '<i8', 'fortran_order': False, 'shape': " + sys.argv[3] + ", }"
+    d += " " * (63 - (10 + len(d)) % 64) + "\n"
+    with open(sys.argv[2], "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode() + b"\0" * 16)
