@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <sys/stat.h>
 #include <stdexcept>
 #include <vector>
 #include <algorithm>
@@ -85,6 +86,10 @@ std::string sha256Hex(const std::string &bytes) {
 }
 
 std::string fileSha256(const std::string &path) {
+  // Regular files only: /dev/zero would be hashed forever.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error(path + ": not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
   Sha256 h;

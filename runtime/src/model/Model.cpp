@@ -21,10 +21,13 @@ namespace {
 
 /// A read-only memory map of a whole file; the shared_ptr unmaps it.
 std::shared_ptr<const void> mapFile(const std::string &path, size_t &size) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail(path + ": cannot open: " + std::strerror(errno));
+  // Regular files only (a FIFO would block open, a device read forever).
   struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) fail(path + ": not a regular file");
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+  if (fd < 0) fail(path + ": cannot open: " + std::strerror(errno));
   if (::fstat(fd, &st) != 0) { ::close(fd); fail(path + ": cannot stat"); }
+  if (!S_ISREG(st.st_mode)) { ::close(fd); fail(path + ": not a regular file"); }
   size = static_cast<size_t>(st.st_size);
   if (size == 0) { ::close(fd); return std::shared_ptr<const void>(new char[1], std::default_delete<char[]>()); }
   void *p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
