@@ -188,3 +188,48 @@ het.graph @control_flow(%c: tensor<i1>, %x: tensor<?x8xf32, #het.dims<"batch", "
   }
   het.return
 }
+
+// -----
+
+// Integer and QOperator ops (onnxruntime's quantizer, com.microsoft contrib
+// ops among them): the data operands among scales and zero points, the
+// element type of the output zero point.
+// CHECK-LABEL: het.graph @quantized
+het.graph @quantized(%x: tensor<?x16xf32, #het.dims<"batch", "">>,
+                     %q: tensor<?x16xui8, #het.dims<"batch", "">>,
+                     %img: tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>) -> () {
+  %s = het.constant(dense<0.1> : tensor<f32>) : tensor<f32>
+  %z = het.constant(dense<3> : tensor<ui8>) : tensor<ui8>
+  %zi = het.constant(dense<0> : tensor<i8>) : tensor<i8>
+  %w = het.weight @w at <file = "", offset = 0, length = 128, encoding = "raw"> : tensor<16x8xi8>
+  %cw = het.weight @cw at <file = "", offset = 0, length = 108, encoding = "raw"> : tensor<4x3x3x3xi8>
+  // CHECK: het.node "DynamicQuantizeLinear" {{.*}} -> (tensor<2x16xui8>, tensor<f32>, tensor<ui8>)
+  %dq:3 = het.node "DynamicQuantizeLinear" opset 11 (%x) : (tensor<?x16xf32, #het.dims<"batch", "">>) -> (!het.unknown, !het.unknown, !het.unknown)
+  // CHECK: het.node "MatMulInteger" {{.*}} -> tensor<2x8xi32>
+  %mi = het.node "MatMulInteger" opset 10 (%q, %w, %z, %zi) : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<16x8xi8>, tensor<ui8>, tensor<i8>) -> !het.unknown
+  // CHECK: het.node "QLinearMatMul" {{.*}} -> tensor<2x8xi8>
+  %qm = het.node "QLinearMatMul" opset 10 (%q, %s, %z, %w, %s, %zi, %s, %zi) : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<16x8xi8>, tensor<f32>, tensor<i8>, tensor<f32>, tensor<i8>) -> !het.unknown
+  // CHECK: het.node "QLinearConv" {{.*}} -> tensor<2x4x8x8xui8>
+  %qc = het.node "QLinearConv" opset 10 (%img, %s, %z, %cw, %s, %zi, %s, %z) attrs {pads = array<i64: 1, 1, 1, 1>} : (tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>, tensor<f32>, tensor<ui8>, tensor<4x3x3x3xi8>, tensor<f32>, tensor<i8>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // CHECK: het.node "ConvInteger" {{.*}} -> tensor<2x4x6x6xi32>
+  %ci = het.node "ConvInteger" opset 10 (%img, %cw, %z, %zi) : (tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>, tensor<4x3x3x3xi8>, tensor<ui8>, tensor<i8>) -> !het.unknown
+  // CHECK: het.node "QLinearAdd" domain "com.microsoft" {{.*}} -> tensor<2x16xui8>
+  %qa = het.node "QLinearAdd" domain "com.microsoft" opset 1 (%q, %s, %z, %q, %s, %z, %s, %z) : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // CHECK: het.node "QLinearMul" domain "com.microsoft" {{.*}} -> tensor<2x16xui8>
+  %qu = het.node "QLinearMul" domain "com.microsoft" opset 1 (%q, %s, %z, %s, %s, %z, %s, %z) : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<f32>, tensor<f32>, tensor<ui8>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // CHECK: het.node "QLinearSoftmax" domain "com.microsoft" {{.*}} -> tensor<2x16xui8>
+  %qs = het.node "QLinearSoftmax" domain "com.microsoft" opset 1 (%q, %s, %z, %s, %z) attrs {axis = -1 : i64, opset = 13 : i64} : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // QGemm with transB and an output scale: [2, 16] x [8, 16]^T -> [2, 8]
+  %gw = het.weight @gw at <file = "", offset = 0, length = 128, encoding = "raw"> : tensor<8x16xi8>
+  %none = het.none
+  // CHECK: het.node "QGemm" domain "com.microsoft" {{.*}} -> tensor<2x8xui8>
+  %qg = het.node "QGemm" domain "com.microsoft" opset 1 (%q, %s, %z, %gw, %s, %zi, %none, %s, %z) attrs {transB = 1 : i64} : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<8x16xi8>, tensor<f32>, tensor<i8>, none, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // without y_scale the output is float32
+  // CHECK: het.node "QGemm" domain "com.microsoft" {{.*}} -> tensor<2x8xf32>
+  %qf = het.node "QGemm" domain "com.microsoft" opset 1 (%q, %s, %z, %gw, %s, %zi) attrs {transB = 1 : i64} : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<8x16xi8>, tensor<f32>, tensor<i8>) -> !het.unknown
+  // CHECK: het.node "QLinearGlobalAveragePool" domain "com.microsoft" {{.*}} -> tensor<2x3x1x1xui8>
+  %qp = het.node "QLinearGlobalAveragePool" domain "com.microsoft" opset 1 (%img, %s, %z, %s, %z) : (tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>, tensor<f32>, tensor<ui8>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // CHECK: het.node "QLinearConcat" domain "com.microsoft" {{.*}} -> tensor<2x6x8x8xui8>
+  %qn = het.node "QLinearConcat" domain "com.microsoft" opset 1 (%s, %z, %img, %s, %z, %img, %s, %z) attrs {axis = 1 : i64} : (tensor<f32>, tensor<ui8>, tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>, tensor<f32>, tensor<ui8>, tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  het.return
+}
