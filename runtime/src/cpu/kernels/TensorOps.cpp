@@ -571,7 +571,8 @@ void resize(KernelContext &c) {
   };
   Tensor out(x.dtype(), outShape);
   auto sx = stridesOf(x.shape());
-  HP_DISPATCH_FLOAT(x.dtype(), {
+  auto body = [&](auto tag) {
+    using T = decltype(tag);
     std::vector<int64_t> idx(r, 0);
     for (int64_t i = 0; i < out.numel(); ++i) {
       if (mode == "nearest") {
@@ -603,11 +604,22 @@ void resize(KernelContext &c) {
           }
           if (wgt != 0) acc += wgt * x.data<T>()[off];
         }
-        out.data<T>()[i] = static_cast<T>(acc);
+        if constexpr (std::is_integral_v<T>) // quantized (int8/uint8) images: round, saturate
+          out.data<T>()[i] = static_cast<T>(std::clamp<double>(std::nearbyint(acc), std::numeric_limits<T>::lowest(),
+                                                               std::numeric_limits<T>::max()));
+        else
+          out.data<T>()[i] = static_cast<T>(acc);
       }
       for (int64_t d = r - 1; d >= 0; --d) { if (++idx[d] < outShape[d]) break; idx[d] = 0; }
     }
-  });
+  };
+  switch (x.dtype()) {
+  case DType::Float32: body(float()); break;
+  case DType::Float64: body(double()); break;
+  case DType::UInt8: body(uint8_t()); break;
+  case DType::Int8: body(int8_t()); break;
+  default: throw std::runtime_error(std::string("Resize of ") + dtypeName(x.dtype()) + " is not supported");
+  }
   c.outputs[0] = std::move(out);
 }
 
@@ -701,7 +713,7 @@ void registerTensorKernels() {
   registerKernel("TopK", {topk, nullptr, kNumericTypes});
   registerKernel("CumSum", {cumsum, nullptr, kNumericTypes});
   registerKernel("Trilu", {trilu, nullptr, {}});
-  registerKernel("Resize", {resize, resizeCheck, kFloatTypes});
+  registerKernel("Resize", {resize, resizeCheck, {DType::Float32, DType::Float64, DType::UInt8, DType::Int8}, HalfPolicy::Upcast});
   registerKernel("Upsample", {resize, resizeCheck, kFloatTypes});
   registerKernel("DepthToSpace", {[](KernelContext &c) { depthSpace(c, true); }, nullptr, {}});
   registerKernel("SpaceToDepth", {[](KernelContext &c) { depthSpace(c, false); }, nullptr, {}});
