@@ -84,6 +84,39 @@ Type mergeTypes(Type inferred, Type declared) {
   return RankedTensorType::get(shape, a.getElementType());
 }
 
+/// When the rule contradicts the declaration only in dims the model leaves
+/// symbolic (exporters name dims by guesswork: TorchScript names a reflect
+/// Pad's output dim "batch"), the rule's sizes win there: the type with
+/// them, and `note` says which dims. Null on a contradiction of a static
+/// size of the model.
+Type overrideSymbolicDims(Type inferred, Type original, Type declared, std::string &note) {
+  auto a = dyn_cast<RankedTensorType>(inferred);
+  auto o = dyn_cast<RankedTensorType>(original);
+  auto b = dyn_cast<RankedTensorType>(declared);
+  if (!a || !o || !b || a.getRank() != o.getRank() || a.getRank() != b.getRank() ||
+      a.getElementType() != b.getElementType())
+    return {};
+  SmallVector<int64_t> shape;
+  llvm::raw_string_ostream os(note);
+  for (auto [i, dims] : llvm::enumerate(llvm::zip(a.getShape(), o.getShape(), b.getShape()))) {
+    auto [x, orig, y] = dims;
+    if (!ShapedType::isDynamic(orig)) {
+      if (!ShapedType::isDynamic(x) && x != orig)
+        return {};
+      shape.push_back(orig);
+      continue;
+    }
+    if (ShapedType::isDynamic(x)) {
+      shape.push_back(y);
+      continue;
+    }
+    if (!ShapedType::isDynamic(y) && x != y)
+      os << (note.empty() ? "" : ", ") << "dim " << i << " is " << x << ", not " << y;
+    shape.push_back(x);
+  }
+  return RankedTensorType::get(shape, a.getElementType());
+}
+
 bool isFullyStatic(Type type) {
   auto ranked = dyn_cast<RankedTensorType>(type);
   return ranked && ranked.hasStaticShape();
@@ -190,6 +223,14 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
           if (!type && boundUsed) { // a bound, not the size: a static declaration wins
             boundUsed = !isFullyStatic(declared);
             type = boundUsed ? out[i].type : declared;
+          }
+          if (!type) { // wrong names of symbolic dims: the rule's sizes win
+            std::string note;
+            type = overrideSymbolicDims(out[i].type, result.getType(), declared, note);
+            if (type && !note.empty())
+              node.emitWarning() << node.getOpType() << " output #" << i << ": " << note
+                                 << " by het's shape rules; the model's name for that dim "
+                                    "does not hold here";
           }
           if (!type)
             return node.emitError()
