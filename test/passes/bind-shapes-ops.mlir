@@ -241,7 +241,7 @@ het.graph @quantized(%x: tensor<?x16xf32, #het.dims<"batch", "">>,
 // a warning; static sizes of the model still must agree.
 // CHECK-LABEL: het.graph @misnamed_dim
 het.graph @misnamed_dim(%x: tensor<?x3x8x8xf32, #het.dims<"batch", "", "", "">>) -> () {
-  %w = het.weight @w at <file = "", offset = 0, length = 1728, encoding = "raw"> : tensor<4x3x3x3xf32>
+  %w = het.weight @w at <file = "", offset = 0, length = 432, encoding = "raw"> : tensor<4x3x3x3xf32>
   // expected-warning @+2 {{Conv output #0: dim 2 is 6, not 2 by het's shape rules; the model's name for that dim does not hold here}}
   // CHECK: het.node "Conv" {{.*}} -> tensor<2x4x6x6xf32>
   %c = het.node "Conv" opset 17 (%x, %w) : (tensor<?x3x8x8xf32, #het.dims<"batch", "", "", "">>, tensor<4x3x3x3xf32>) -> tensor<?x4x?x?xf32, #het.dims<"batch", "", "batch", "y_dim_3">>
