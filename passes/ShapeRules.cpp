@@ -219,8 +219,26 @@ LogicalResult castOp(NodeOp n, ArrayRef<ValueFacts> in,
   if (!element)
     return success();
   out[0] = tensor(x, element);
-  if (in[0].ints && element.isInteger())
+  // Values pass through casts between integers and floats (yolo: a Range's
+  // limit is Cast(Gather(Shape(x))) to float).
+  bool toInt = element.isInteger(), toFloat = isa<FloatType>(element);
+  if (in[0].ints && toInt) {
     out[0].ints = in[0].ints;
+    if (element.isInteger(1))
+      for (auto &v : *out[0].ints) v = v != 0;
+  } else if (in[0].ints && toFloat) {
+    out[0].floats = SmallVector<double>(in[0].ints->begin(), in[0].ints->end());
+  } else if (in[0].floats && toFloat) {
+    out[0].floats = in[0].floats;
+  } else if (in[0].floats && toInt) {
+    Shape v;
+    for (double d : *in[0].floats) {
+      if (!std::isfinite(d))
+        return success();
+      v.push_back(element.isInteger(1) ? d != 0 : int64_t(d)); // toward zero
+    }
+    out[0].ints = v;
+  }
   return success();
 }
 
@@ -812,6 +830,12 @@ LogicalResult rangeOp(NodeOp n, ArrayRef<ValueFacts> in,
     return success();
   }
   out[0] = tensor({count}, element);
+  if (isa<FloatType>(element) && count <= int64_t(kMaxFoldedElements)) {
+    SmallVector<double> values;
+    for (int64_t i = 0; i < count; ++i)
+      values.push_back(*start + double(i) * *delta);
+    out[0].floats = values;
+  }
   return success();
 }
 

@@ -247,3 +247,27 @@ het.graph @misnamed_dim(%x: tensor<?x3x8x8xf32, #het.dims<"batch", "", "", "">>)
   %c = het.node "Conv" opset 17 (%x, %w) : (tensor<?x3x8x8xf32, #het.dims<"batch", "", "", "">>, tensor<4x3x3x3xf32>) -> tensor<?x4x?x?xf32, #het.dims<"batch", "", "batch", "y_dim_3">>
   het.return
 }
+
+// -----
+
+// Values through Cast to float and a float Range (yolo's grid: the limit is
+// Cast(Gather(Shape(x))) in float).
+// CHECK-LABEL: het.graph @float_range
+het.graph @float_range(%x: tensor<?x3x8x12xf32, #het.dims<"batch", "", "", "">>) -> () {
+  %s = het.node "Shape" opset 17 (%x) : (tensor<?x3x8x12xf32, #het.dims<"batch", "", "", "">>) -> !het.unknown
+  %i = het.constant(dense<3> : tensor<i64>) : tensor<i64>
+  %w = het.node "Gather" opset 17 (%s, %i) : (!het.unknown, tensor<i64>) -> !het.unknown
+  %f = het.node "Cast" opset 17 (%w) attrs {to = 1 : i64} : (!het.unknown) -> !het.unknown
+  %zero = het.constant(dense<0.0> : tensor<f32>) : tensor<f32>
+  %one = het.constant(dense<1.0> : tensor<f32>) : tensor<f32>
+  // CHECK: het.node "Range" {{.*}} -> tensor<12xf32>
+  %r = het.node "Range" opset 17 (%zero, %f, %one) : (tensor<f32>, !het.unknown, tensor<f32>) -> !het.unknown
+  // back to integers: a float Range's values are known too
+  %ri = het.node "Cast" opset 17 (%r) attrs {to = 7 : i64} : (!het.unknown) -> !het.unknown
+  %two = het.constant(dense<[2]> : tensor<1xi64>) : tensor<1xi64>
+  %four = het.constant(dense<[4]> : tensor<1xi64>) : tensor<1xi64>
+  %sl = het.node "Slice" opset 17 (%ri, %two, %four) : (!het.unknown, tensor<1xi64>, tensor<1xi64>) -> !het.unknown
+  // CHECK: het.node "ConstantOfShape" {{.*}} -> tensor<2x3xf32>
+  %c = het.node "ConstantOfShape" opset 17 (%sl) : (!het.unknown) -> !het.unknown
+  het.return
+}
