@@ -1216,6 +1216,28 @@ LogicalResult oneHotOp(NodeOp n, ArrayRef<ValueFacts> in,
   Type element = in[2].elementType();
   if (element)
     out[0] = tensor(result, element);
+  // Known indices, depth and integer values: the values (Mixtral's expert
+  // loop tiles by a OneHot of a TopK's k).
+  int64_t total = numElements(result);
+  if (element && element.isInteger() && in[0].ints && in[2].ints && in[2].ints->size() == 2 &&
+      !isDyn(depth) && !isDyn(total) && total <= int64_t(kMaxFoldedElements)) {
+    int64_t off = (*in[2].ints)[0], on = (*in[2].ints)[1];
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d)
+      outer *= result[d];
+    for (int64_t d = axis + 1; d < rank; ++d)
+      inner *= result[d];
+    Shape values(total, off);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        int64_t k = (*in[0].ints)[o * inner + i];
+        if (k < 0)
+          k += depth;
+        if (k >= 0 && k < depth)
+          values[(o * depth + k) * inner + i] = on;
+      }
+    out[0].ints = values;
+  }
   return success();
 }
 

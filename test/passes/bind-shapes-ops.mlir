@@ -271,3 +271,21 @@ het.graph @float_range(%x: tensor<?x3x8x12xf32, #het.dims<"batch", "", "", "">>)
   %c = het.node "ConstantOfShape" opset 17 (%sl) : (!het.unknown) -> !het.unknown
   het.return
 }
+
+// -----
+
+// OneHot's values when indices, depth and values are known (Mixtral's
+// expert loop: Tile repeats = Reshape(OneHot([1], 3, [1, k]), [-1])).
+// CHECK-LABEL: het.graph @onehot_values
+het.graph @onehot_values(%x: tensor<?x1x32xf32, #het.dims<"batch", "", "">>) -> () {
+  %idx = het.constant(dense<1> : tensor<1xi64>) : tensor<1xi64>
+  %depth = het.constant(dense<3> : tensor<i64>) : tensor<i64>
+  %vals = het.constant(dense<[1, 2]> : tensor<2xi64>) : tensor<2xi64>
+  %oh = het.node "OneHot" opset 11 (%idx, %depth, %vals) : (tensor<1xi64>, tensor<i64>, tensor<2xi64>) -> !het.unknown
+  %flat = het.constant(dense<[-1]> : tensor<1xi64>) : tensor<1xi64>
+  %rep = het.node "Reshape" opset 17 (%oh, %flat) : (!het.unknown, tensor<1xi64>) -> !het.unknown
+  // repeats [1, 2, 1]
+  // CHECK: het.node "Tile" {{.*}} -> tensor<2x2x32xf32>
+  %t = het.node "Tile" opset 17 (%x, %rep) : (tensor<?x1x32xf32, #het.dims<"batch", "", "">>, !het.unknown) -> tensor<?x?x?xf32, #het.dims<"a", "b", "c">>
+  het.return
+}
