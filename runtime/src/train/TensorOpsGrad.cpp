@@ -159,6 +159,31 @@ void expandGrad(GradientContext &c) {
   c.inputGrads[0] = reduceGradToShape(dy, x.shape());
 }
 
+/// TopK: the values' gradient goes back to the positions the indices output
+/// selected (along `axis`); the other inputs get none.
+void topKGrad(GradientContext &c) {
+  Tensor dy = firstOutGrad(c);
+  if (!dy.defined()) return;
+  const Tensor &x = c.in(0), &ind = c.out(1);
+  int64_t axis = normAxis(c.node.getInt("axis", -1), x.rank());
+  int64_t outer, inner, d = x.dim(axis), k = ind.dim(axis);
+  aroundAxis(x.shape(), axis, outer, inner);
+  auto idx = ind.toInt64Vector();
+  Tensor dx(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *pg = dy.data<T>();
+    T *pd = dx.data<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < k; ++j)
+        for (int64_t e = 0; e < inner; ++e) {
+          int64_t at = (o * k + j) * inner + e, v = idx[at];
+          if (v < 0 || v >= d) throw std::runtime_error("TopK index " + std::to_string(v) + " out of range");
+          pd[(o * d + v) * inner + e] += pg[at];
+        }
+  });
+  c.inputGrads[0] = std::move(dx);
+}
+
 void tileGrad(GradientContext &c) {
   Tensor dy = firstOutGrad(c);
   if (!dy.defined()) return;
@@ -215,6 +240,7 @@ void registerTensorGradients() {
   registerGradient("Gather", {gatherGrad, nullptr, {1}});
   registerGradient("Expand", {expandGrad, nullptr, {1}});
   registerGradient("Tile", {tileGrad, nullptr, {1}});
+  registerGradient("TopK", {topKGrad, nullptr, {1}});
   registerGradient("ReduceSum", {[](GradientContext &c) { reduceGrad(c, false); }, nullptr, {1}});
   registerGradient("ReduceMean", {[](GradientContext &c) { reduceGrad(c, true); }, nullptr, {1}});
 }
