@@ -84,11 +84,13 @@ Type mergeTypes(Type inferred, Type declared) {
   return RankedTensorType::get(shape, a.getElementType());
 }
 
-/// When the rule contradicts the declaration only in dims the model leaves
-/// symbolic (exporters name dims by guesswork: TorchScript names a reflect
-/// Pad's output dim "batch"), the rule's sizes win there: the type with
-/// them, and `note` says which dims. Null on a contradiction of a static
-/// size of the model.
+/// Exporters name dims by guesswork: TorchScript and Paddle2ONNX name the
+/// height of a reflect-padded conv's output after the batch, beside the real
+/// batch dim of the same type. Where the rule contradicts the declaration
+/// only in such dims (a name the type also gives a dim that agrees with the
+/// rule), the rule's sizes win: the type with them, and `note` says which
+/// dims. Null on any other contradiction (a static size of the model, or a
+/// binding the user chose that does not hold).
 Type overrideSymbolicDims(Type inferred, Type original, Type declared, std::string &note) {
   auto a = dyn_cast<RankedTensorType>(inferred);
   auto o = dyn_cast<RankedTensorType>(original);
@@ -96,6 +98,22 @@ Type overrideSymbolicDims(Type inferred, Type original, Type declared, std::stri
   if (!a || !o || !b || a.getRank() != o.getRank() || a.getRank() != b.getRank() ||
       a.getElementType() != b.getElementType())
     return {};
+  auto names = dyn_cast_or_null<DimsAttr>(o.getEncoding());
+  if (!names || names.getNames().size() != size_t(a.getRank()))
+    return {};
+  auto agrees = [&](size_t i) {
+    return !ShapedType::isDynamic(a.getShape()[i]) && a.getShape()[i] == b.getShape()[i];
+  };
+  // A name is misused when one of its dims agrees with the rule and another not.
+  auto misnamed = [&](size_t i) {
+    StringRef name = names.getNames()[i].getValue();
+    if (name.empty())
+      return false;
+    for (auto [j, other] : llvm::enumerate(names.getNames()))
+      if (j != i && other.getValue() == name && agrees(j))
+        return true;
+    return false;
+  };
   SmallVector<int64_t> shape;
   llvm::raw_string_ostream os(note);
   for (auto [i, dims] : llvm::enumerate(llvm::zip(a.getShape(), o.getShape(), b.getShape()))) {
@@ -110,8 +128,11 @@ Type overrideSymbolicDims(Type inferred, Type original, Type declared, std::stri
       shape.push_back(y);
       continue;
     }
-    if (!ShapedType::isDynamic(y) && x != y)
+    if (!ShapedType::isDynamic(y) && x != y) {
+      if (!misnamed(i))
+        return {};
       os << (note.empty() ? "" : ", ") << "dim " << i << " is " << x << ", not " << y;
+    }
     shape.push_back(x);
   }
   return RankedTensorType::get(shape, a.getElementType());
