@@ -84,6 +84,60 @@ Type mergeTypes(Type inferred, Type declared) {
   return RankedTensorType::get(shape, a.getElementType());
 }
 
+/// Exporters name dims by guesswork: TorchScript and Paddle2ONNX name the
+/// height of a reflect-padded conv's output after the batch, beside the real
+/// batch dim of the same type. Where the rule contradicts the declaration
+/// only in such dims (a name the type also gives a dim that agrees with the
+/// rule), the rule's sizes win: the type with them, and `note` says which
+/// dims. Null on any other contradiction (a static size of the model, or a
+/// binding the user chose that does not hold).
+Type overrideSymbolicDims(Type inferred, Type original, Type declared, std::string &note) {
+  auto a = dyn_cast<RankedTensorType>(inferred);
+  auto o = dyn_cast<RankedTensorType>(original);
+  auto b = dyn_cast<RankedTensorType>(declared);
+  if (!a || !o || !b || a.getRank() != o.getRank() || a.getRank() != b.getRank() ||
+      a.getElementType() != b.getElementType())
+    return {};
+  auto names = dyn_cast_or_null<DimsAttr>(o.getEncoding());
+  if (!names || names.getNames().size() != size_t(a.getRank()))
+    return {};
+  auto agrees = [&](size_t i) {
+    return !ShapedType::isDynamic(a.getShape()[i]) && a.getShape()[i] == b.getShape()[i];
+  };
+  // A name is misused when one of its dims agrees with the rule and another not.
+  auto misnamed = [&](size_t i) {
+    StringRef name = names.getNames()[i].getValue();
+    if (name.empty())
+      return false;
+    for (auto [j, other] : llvm::enumerate(names.getNames()))
+      if (j != i && other.getValue() == name && agrees(j))
+        return true;
+    return false;
+  };
+  SmallVector<int64_t> shape;
+  llvm::raw_string_ostream os(note);
+  for (auto [i, dims] : llvm::enumerate(llvm::zip(a.getShape(), o.getShape(), b.getShape()))) {
+    auto [x, orig, y] = dims;
+    if (!ShapedType::isDynamic(orig)) {
+      if (!ShapedType::isDynamic(x) && x != orig)
+        return {};
+      shape.push_back(orig);
+      continue;
+    }
+    if (ShapedType::isDynamic(x)) {
+      shape.push_back(y);
+      continue;
+    }
+    if (!ShapedType::isDynamic(y) && x != y) {
+      if (!misnamed(i))
+        return {};
+      os << (note.empty() ? "" : ", ") << "dim " << i << " is " << x << ", not " << y;
+    }
+    shape.push_back(x);
+  }
+  return RankedTensorType::get(shape, a.getElementType());
+}
+
 bool isFullyStatic(Type type) {
   auto ranked = dyn_cast<RankedTensorType>(type);
   return ranked && ranked.hasStaticShape();
@@ -190,6 +244,14 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
           if (!type && boundUsed) { // a bound, not the size: a static declaration wins
             boundUsed = !isFullyStatic(declared);
             type = boundUsed ? out[i].type : declared;
+          }
+          if (!type) { // wrong names of symbolic dims: the rule's sizes win
+            std::string note;
+            type = overrideSymbolicDims(out[i].type, result.getType(), declared, note);
+            if (type && !note.empty())
+              node.emitWarning() << node.getOpType() << " output #" << i << ": " << note
+                                 << " by het's shape rules; the model's name for that dim "
+                                    "does not hold here";
           }
           if (!type)
             return node.emitError()

@@ -219,8 +219,26 @@ LogicalResult castOp(NodeOp n, ArrayRef<ValueFacts> in,
   if (!element)
     return success();
   out[0] = tensor(x, element);
-  if (in[0].ints && element.isInteger())
+  // Values pass through casts between integers and floats (yolo: a Range's
+  // limit is Cast(Gather(Shape(x))) to float).
+  bool toInt = element.isInteger(), toFloat = isa<FloatType>(element);
+  if (in[0].ints && toInt) {
     out[0].ints = in[0].ints;
+    if (element.isInteger(1))
+      for (auto &v : *out[0].ints) v = v != 0;
+  } else if (in[0].ints && toFloat) {
+    out[0].floats = SmallVector<double>(in[0].ints->begin(), in[0].ints->end());
+  } else if (in[0].floats && toFloat) {
+    out[0].floats = in[0].floats;
+  } else if (in[0].floats && toInt) {
+    Shape v;
+    for (double d : *in[0].floats) {
+      if (!std::isfinite(d))
+        return success();
+      v.push_back(element.isInteger(1) ? d != 0 : int64_t(d)); // toward zero
+    }
+    out[0].ints = v;
+  }
   return success();
 }
 
@@ -812,6 +830,12 @@ LogicalResult rangeOp(NodeOp n, ArrayRef<ValueFacts> in,
     return success();
   }
   out[0] = tensor({count}, element);
+  if (isa<FloatType>(element) && count <= int64_t(kMaxFoldedElements)) {
+    SmallVector<double> values;
+    for (int64_t i = 0; i < count; ++i)
+      values.push_back(*start + double(i) * *delta);
+    out[0].floats = values;
+  }
   return success();
 }
 
@@ -1016,6 +1040,128 @@ LogicalResult quantizeOp(NodeOp n, ArrayRef<ValueFacts> in,
   return success();
 }
 
+/// Runs `rule` on the inputs at `pick` (the QOperator ops' data operands
+/// among their scales and zero points).
+LogicalResult onPicked(ShapeRule rule, NodeOp n, ArrayRef<ValueFacts> in,
+                       ArrayRef<unsigned> pick, SmallVectorImpl<ValueFacts> &out,
+                       std::string &why) {
+  SmallVector<ValueFacts> sub;
+  for (unsigned i : pick) {
+    if (i >= in.size())
+      return (why = "needs input #" + std::to_string(i), failure());
+    sub.push_back(in[i]);
+  }
+  SmallVector<ValueFacts> o(1);
+  if (failed(rule(n, sub, o, why)))
+    return failure();
+  if (o[0].type && !out.empty())
+    out[0] = o[0];
+  return success();
+}
+
+/// Sets out[0]'s element type to `element` (kept as computed when null).
+void retype(SmallVectorImpl<ValueFacts> &out, Type element) {
+  if (out.empty() || !element)
+    return;
+  if (auto s = out[0].shape())
+    out[0] = tensor(*s, element);
+}
+
+/// The integer and QOperator ops: ONNX's MatMulInteger, ConvInteger,
+/// QLinearMatMul, QLinearConv, DynamicQuantizeLinear, and the com.microsoft
+/// contrib ops onnxruntime's quantizer emits (QLinearAdd/Mul, QGemm,
+/// QLinearSoftmax, QLinearConcat, QLinearGlobalAveragePool, QLinear
+/// activations; onnxruntime/docs/ContribOperators.md). Quantized outputs take
+/// the element type of the output zero point, else of the quantized input.
+LogicalResult quantizedOp(NodeOp n, ArrayRef<ValueFacts> in,
+                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  StringRef op = n.getOpType();
+  MLIRContext *c = n.getContext();
+  auto zpType = [&](unsigned zp, unsigned x) -> Type {
+    if (present(in, zp) && in[zp].elementType())
+      return in[zp].elementType();
+    return x < in.size() ? in[x].elementType() : Type();
+  };
+  Type i32 = IntegerType::get(c, 32);
+  if (op == "MatMulInteger") {
+    if (failed(onPicked(matMulOp, n, in, {0, 1}, out, why)))
+      return failure();
+    retype(out, i32);
+    return success();
+  }
+  if (op == "ConvInteger") {
+    if (failed(onPicked(convOp, n, in, {0, 1}, out, why)))
+      return failure();
+    retype(out, i32);
+    return success();
+  }
+  if (op == "QLinearMatMul") {
+    if (failed(onPicked(matMulOp, n, in, {0, 3}, out, why)))
+      return failure();
+    retype(out, zpType(7, 0));
+    return success();
+  }
+  if (op == "QLinearConv") {
+    if (failed(onPicked(convOp, n, in, {0, 3}, out, why)))
+      return failure();
+    retype(out, zpType(7, 0));
+    return success();
+  }
+  if (op == "QGemm") {
+    // A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp: float32 output
+    // without y_scale.
+    if (failed(onPicked(gemmOp, n, in, {0, 3}, out, why)))
+      return failure();
+    retype(out, present(in, 7) ? zpType(8, 0) : Float32Type::get(c));
+    return success();
+  }
+  if (op == "QLinearAdd" || op == "QLinearMul") {
+    if (failed(onPicked(broadcastOp, n, in, {0, 3}, out, why)))
+      return failure();
+    retype(out, zpType(7, 0));
+    return success();
+  }
+  if (op == "QLinearSoftmax" || op == "QLinearLeakyRelu" || op == "QLinearSigmoid") {
+    // X, X_scale, X_zp, Y_scale, Y_zp
+    REQUIRE_SHAPE(x, 0);
+    out[0] = tensor(x, zpType(4, 0));
+    return success();
+  }
+  if (op == "QLinearGlobalAveragePool") {
+    REQUIRE_SHAPE(x, 0);
+    if (x.size() < 3)
+      return (why = "pooling needs rank >= 3", failure());
+    Shape result(x);
+    if (attrInt(n, "channels_last", 0))
+      std::fill(result.begin() + 1, result.end() - 1, 1);
+    else
+      std::fill(result.begin() + 2, result.end(), 1);
+    out[0] = tensor(result, zpType(4, 0));
+    return success();
+  }
+  if (op == "QLinearConcat") {
+    // Y_scale, Y_zp, then (X, X_scale, X_zp) per operand.
+    SmallVector<unsigned> pick;
+    for (unsigned i = 2; i < in.size(); i += 3)
+      pick.push_back(i);
+    if (failed(onPicked(concatOp, n, in, pick, out, why)))
+      return failure();
+    retype(out, zpType(1, 2));
+    return success();
+  }
+  if (op == "DynamicQuantizeLinear") {
+    REQUIRE_SHAPE(x, 0);
+    Type u8 = IntegerType::get(c, 8, IntegerType::Unsigned);
+    out[0] = tensor(x, u8);
+    if (out.size() > 1)
+      out[1] = tensor({}, Float32Type::get(c));
+    if (out.size() > 2)
+      out[2] = tensor({}, u8);
+    return success();
+  }
+  return (why = "no quantized shape rule for " + op.str(), failure());
+}
+
 //===----------------------------------------------------------------------===//
 // Indexing, scatter, one-hot, einsum
 //===----------------------------------------------------------------------===//
@@ -1070,6 +1216,28 @@ LogicalResult oneHotOp(NodeOp n, ArrayRef<ValueFacts> in,
   Type element = in[2].elementType();
   if (element)
     out[0] = tensor(result, element);
+  // Known indices, depth and integer values: the values (Mixtral's expert
+  // loop tiles by a OneHot of a TopK's k).
+  int64_t total = numElements(result);
+  if (element && element.isInteger() && in[0].ints && in[2].ints && in[2].ints->size() == 2 &&
+      !isDyn(depth) && !isDyn(total) && total <= int64_t(kMaxFoldedElements)) {
+    int64_t off = (*in[2].ints)[0], on = (*in[2].ints)[1];
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d)
+      outer *= result[d];
+    for (int64_t d = axis + 1; d < rank; ++d)
+      inner *= result[d];
+    Shape values(total, off);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        int64_t k = (*in[0].ints)[o * inner + i];
+        if (k < 0)
+          k += depth;
+        if (k >= 0 && k < depth)
+          values[(o * depth + k) * inner + i] = on;
+      }
+    out[0].ints = values;
+  }
   return success();
 }
 
@@ -1343,6 +1511,9 @@ const llvm::StringMap<ShapeRule> &rules() {
     t["Einsum"] = einsumOp;
     t["QuantizeLinear"] = quantizeOp;
     t["DequantizeLinear"] = quantizeOp;
+    for (const char *op : {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv",
+                           "DynamicQuantizeLinear"})
+      t[op] = quantizedOp;
     return t;
   }();
   return table;
@@ -1392,6 +1563,13 @@ ShapeRule lookupShapeRule(StringRef domain, StringRef opType) {
       (opType == "Gelu" || opType == "FastGelu" || opType == "BiasGelu" ||
        opType == "SkipLayerNormalization" || opType == "SimplifiedLayerNormalization"))
     return sameAsInput;
+  if (domain == "com.microsoft" &&
+      llvm::is_contained(ArrayRef<StringRef>{"QLinearAdd", "QLinearMul", "QGemm", "QLinearSoftmax",
+                                             "QLinearConcat", "QLinearGlobalAveragePool",
+                                             "QLinearLeakyRelu", "QLinearSigmoid", "QLinearConv",
+                                             "QLinearMatMul"},
+                         opType))
+    return quantizedOp;
   if (!domain.empty())
     return nullptr;
   auto it = rules().find(opType);

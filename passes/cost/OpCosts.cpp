@@ -542,6 +542,33 @@ Raw rawRule(NodeOp n) {
     if (op == "SkipLayerNormalization" || op == "SimplifiedLayerNormalization" ||
         op == "SkipSimplifiedLayerNormalization")
       return normRule(n);
+    // QOperator contrib ops (onnxruntime's quantizer): the integer products
+    // priced as MatMul/Gemm/Conv (their int8 operands make the bytes), the
+    // elementwise ones as dequantize both operands, the op, requantize.
+    if (op == "QLinearMatMul")
+      return matMulRule(n);
+    if (op == "QLinearConv")
+      return convRule(n, 3, 8);
+    if (op == "QGemm") {
+      Raw g;
+      g.matrix = true;
+      auto a = staticShape(n.getInputs()[0]);
+      if (a && a->size() == 2) {
+        double k = double(attrInt(n, "transA", 0) ? (*a)[0] : (*a)[1]);
+        double out = outputElems(n);
+        g.flops = 2 * out * k + (present(n, 6) ? out : 0) + 2 * out; // + bias, requantize
+      }
+      return g;
+    }
+    static const llvm::StringMap<double> qlinear = {
+        {"QLinearAdd", 7}, {"QLinearMul", 7}, {"QLinearLeakyRelu", 6},
+        {"QLinearSigmoid", kTranscendental + 5}, {"QLinearSoftmax", kTranscendental + 8},
+        {"QLinearConcat", 4}, {"QLinearGlobalAveragePool", 0}};
+    if (auto it = qlinear.find(op); it != qlinear.end()) {
+      r.flops = it->second * outputElems(n) +
+                (op == "QLinearGlobalAveragePool" ? inputElems(n) + 4 * outputElems(n) : 0);
+      return r;
+    }
     r.estimated = true;
     r.flops = outputElems(n);
     return r;

@@ -188,3 +188,104 @@ het.graph @control_flow(%c: tensor<i1>, %x: tensor<?x8xf32, #het.dims<"batch", "
   }
   het.return
 }
+
+// -----
+
+// Integer and QOperator ops (onnxruntime's quantizer, com.microsoft contrib
+// ops among them): the data operands among scales and zero points, the
+// element type of the output zero point.
+// CHECK-LABEL: het.graph @quantized
+het.graph @quantized(%x: tensor<?x16xf32, #het.dims<"batch", "">>,
+                     %q: tensor<?x16xui8, #het.dims<"batch", "">>,
+                     %img: tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>) -> () {
+  %s = het.constant(dense<0.1> : tensor<f32>) : tensor<f32>
+  %z = het.constant(dense<3> : tensor<ui8>) : tensor<ui8>
+  %zi = het.constant(dense<0> : tensor<i8>) : tensor<i8>
+  %w = het.weight @w at <file = "", offset = 0, length = 128, encoding = "raw"> : tensor<16x8xi8>
+  %cw = het.weight @cw at <file = "", offset = 0, length = 108, encoding = "raw"> : tensor<4x3x3x3xi8>
+  // CHECK: het.node "DynamicQuantizeLinear" {{.*}} -> (tensor<2x16xui8>, tensor<f32>, tensor<ui8>)
+  %dq:3 = het.node "DynamicQuantizeLinear" opset 11 (%x) : (tensor<?x16xf32, #het.dims<"batch", "">>) -> (!het.unknown, !het.unknown, !het.unknown)
+  // CHECK: het.node "MatMulInteger" {{.*}} -> tensor<2x8xi32>
+  %mi = het.node "MatMulInteger" opset 10 (%q, %w, %z, %zi) : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<16x8xi8>, tensor<ui8>, tensor<i8>) -> !het.unknown
+  // CHECK: het.node "QLinearMatMul" {{.*}} -> tensor<2x8xi8>
+  %qm = het.node "QLinearMatMul" opset 10 (%q, %s, %z, %w, %s, %zi, %s, %zi) : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<16x8xi8>, tensor<f32>, tensor<i8>, tensor<f32>, tensor<i8>) -> !het.unknown
+  // CHECK: het.node "QLinearConv" {{.*}} -> tensor<2x4x8x8xui8>
+  %qc = het.node "QLinearConv" opset 10 (%img, %s, %z, %cw, %s, %zi, %s, %z) attrs {pads = array<i64: 1, 1, 1, 1>} : (tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>, tensor<f32>, tensor<ui8>, tensor<4x3x3x3xi8>, tensor<f32>, tensor<i8>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // CHECK: het.node "ConvInteger" {{.*}} -> tensor<2x4x6x6xi32>
+  %ci = het.node "ConvInteger" opset 10 (%img, %cw, %z, %zi) : (tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>, tensor<4x3x3x3xi8>, tensor<ui8>, tensor<i8>) -> !het.unknown
+  // CHECK: het.node "QLinearAdd" domain "com.microsoft" {{.*}} -> tensor<2x16xui8>
+  %qa = het.node "QLinearAdd" domain "com.microsoft" opset 1 (%q, %s, %z, %q, %s, %z, %s, %z) : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // CHECK: het.node "QLinearMul" domain "com.microsoft" {{.*}} -> tensor<2x16xui8>
+  %qu = het.node "QLinearMul" domain "com.microsoft" opset 1 (%q, %s, %z, %s, %s, %z, %s, %z) : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<f32>, tensor<f32>, tensor<ui8>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // CHECK: het.node "QLinearSoftmax" domain "com.microsoft" {{.*}} -> tensor<2x16xui8>
+  %qs = het.node "QLinearSoftmax" domain "com.microsoft" opset 1 (%q, %s, %z, %s, %z) attrs {axis = -1 : i64, opset = 13 : i64} : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // QGemm with transB and an output scale: [2, 16] x [8, 16]^T -> [2, 8]
+  %gw = het.weight @gw at <file = "", offset = 0, length = 128, encoding = "raw"> : tensor<8x16xi8>
+  %none = het.none
+  // CHECK: het.node "QGemm" domain "com.microsoft" {{.*}} -> tensor<2x8xui8>
+  %qg = het.node "QGemm" domain "com.microsoft" opset 1 (%q, %s, %z, %gw, %s, %zi, %none, %s, %z) attrs {transB = 1 : i64} : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<8x16xi8>, tensor<f32>, tensor<i8>, none, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // without y_scale the output is float32
+  // CHECK: het.node "QGemm" domain "com.microsoft" {{.*}} -> tensor<2x8xf32>
+  %qf = het.node "QGemm" domain "com.microsoft" opset 1 (%q, %s, %z, %gw, %s, %zi) attrs {transB = 1 : i64} : (tensor<?x16xui8, #het.dims<"batch", "">>, tensor<f32>, tensor<ui8>, tensor<8x16xi8>, tensor<f32>, tensor<i8>) -> !het.unknown
+  // CHECK: het.node "QLinearGlobalAveragePool" domain "com.microsoft" {{.*}} -> tensor<2x3x1x1xui8>
+  %qp = het.node "QLinearGlobalAveragePool" domain "com.microsoft" opset 1 (%img, %s, %z, %s, %z) : (tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>, tensor<f32>, tensor<ui8>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  // CHECK: het.node "QLinearConcat" domain "com.microsoft" {{.*}} -> tensor<2x6x8x8xui8>
+  %qn = het.node "QLinearConcat" domain "com.microsoft" opset 1 (%s, %z, %img, %s, %z, %img, %s, %z) attrs {axis = 1 : i64} : (tensor<f32>, tensor<ui8>, tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>, tensor<f32>, tensor<ui8>, tensor<?x3x8x8xui8, #het.dims<"batch", "", "", "">>, tensor<f32>, tensor<ui8>) -> !het.unknown
+  het.return
+}
+
+// -----
+
+// An exporter's wrong name for a symbolic dim (TorchScript names the height
+// of a reflect-padded conv output "batch"): the rule's size wins there, with
+// a warning; static sizes of the model still must agree.
+// CHECK-LABEL: het.graph @misnamed_dim
+het.graph @misnamed_dim(%x: tensor<?x3x8x8xf32, #het.dims<"batch", "", "", "">>) -> () {
+  %w = het.weight @w at <file = "", offset = 0, length = 432, encoding = "raw"> : tensor<4x3x3x3xf32>
+  // expected-warning @+2 {{Conv output #0: dim 2 is 6, not 2 by het's shape rules; the model's name for that dim does not hold here}}
+  // CHECK: het.node "Conv" {{.*}} -> tensor<2x4x6x6xf32>
+  %c = het.node "Conv" opset 17 (%x, %w) : (tensor<?x3x8x8xf32, #het.dims<"batch", "", "", "">>, tensor<4x3x3x3xf32>) -> tensor<?x4x?x?xf32, #het.dims<"batch", "", "batch", "y_dim_3">>
+  het.return
+}
+
+// -----
+
+// Values through Cast to float and a float Range (yolo's grid: the limit is
+// Cast(Gather(Shape(x))) in float).
+// CHECK-LABEL: het.graph @float_range
+het.graph @float_range(%x: tensor<?x3x8x12xf32, #het.dims<"batch", "", "", "">>) -> () {
+  %s = het.node "Shape" opset 17 (%x) : (tensor<?x3x8x12xf32, #het.dims<"batch", "", "", "">>) -> !het.unknown
+  %i = het.constant(dense<3> : tensor<i64>) : tensor<i64>
+  %w = het.node "Gather" opset 17 (%s, %i) : (!het.unknown, tensor<i64>) -> !het.unknown
+  %f = het.node "Cast" opset 17 (%w) attrs {to = 1 : i64} : (!het.unknown) -> !het.unknown
+  %zero = het.constant(dense<0.0> : tensor<f32>) : tensor<f32>
+  %one = het.constant(dense<1.0> : tensor<f32>) : tensor<f32>
+  // CHECK: het.node "Range" {{.*}} -> tensor<12xf32>
+  %r = het.node "Range" opset 17 (%zero, %f, %one) : (tensor<f32>, !het.unknown, tensor<f32>) -> !het.unknown
+  // back to integers: a float Range's values are known too
+  %ri = het.node "Cast" opset 17 (%r) attrs {to = 7 : i64} : (!het.unknown) -> !het.unknown
+  %two = het.constant(dense<[2]> : tensor<1xi64>) : tensor<1xi64>
+  %four = het.constant(dense<[4]> : tensor<1xi64>) : tensor<1xi64>
+  %sl = het.node "Slice" opset 17 (%ri, %two, %four) : (!het.unknown, tensor<1xi64>, tensor<1xi64>) -> !het.unknown
+  // CHECK: het.node "ConstantOfShape" {{.*}} -> tensor<2x3xf32>
+  %c = het.node "ConstantOfShape" opset 17 (%sl) : (!het.unknown) -> !het.unknown
+  het.return
+}
+
+// -----
+
+// OneHot's values when indices, depth and values are known (Mixtral's
+// expert loop: Tile repeats = Reshape(OneHot([1], 3, [1, k]), [-1])).
+// CHECK-LABEL: het.graph @onehot_values
+het.graph @onehot_values(%x: tensor<?x1x32xf32, #het.dims<"batch", "", "">>) -> () {
+  %idx = het.constant(dense<1> : tensor<1xi64>) : tensor<1xi64>
+  %depth = het.constant(dense<3> : tensor<i64>) : tensor<i64>
+  %vals = het.constant(dense<[1, 2]> : tensor<2xi64>) : tensor<2xi64>
+  %oh = het.node "OneHot" opset 11 (%idx, %depth, %vals) : (tensor<1xi64>, tensor<i64>, tensor<2xi64>) -> !het.unknown
+  %flat = het.constant(dense<[-1]> : tensor<1xi64>) : tensor<1xi64>
+  %rep = het.node "Reshape" opset 17 (%oh, %flat) : (!het.unknown, tensor<1xi64>) -> !het.unknown
+  // repeats [1, 2, 1]
+  // CHECK: het.node "Tile" {{.*}} -> tensor<2x2x32xf32>
+  %t = het.node "Tile" opset 17 (%x, %rep) : (tensor<?x1x32xf32, #het.dims<"batch", "", "">>, !het.unknown) -> tensor<?x?x?xf32, #het.dims<"a", "b", "c">>
+  het.return
+}

@@ -406,6 +406,21 @@ TEST(Gradients, SoftmaxAndLogSoftmax) {
 
 // ---------------------------------------------------------------- tensor ops
 
+TEST(Gradients, TopK) {
+  // values scatter back to the selected positions (random values: no ties)
+  expectGradOk(GradCase{"TopK", {}, {rand64({3, 5}), i64v({2})}, {0}, 17, 2});
+  expectGradOk(GradCase{"TopK", {{"axis", intAttr(0)}, {"largest", intAttr(0)}}, {rand64({4, 2, 3}), i64v({3})}, {0}, 17, 2});
+  EXPECT_EQ(findGradient("TopK")->nonDifferentiable, (std::vector<size_t>{1}));
+}
+
+TEST(Gradients, GatherND) {
+  // repeated and negative indices add up; batch_dims = 1 indexes within each batch
+  expectGradOk(GradCase{"GatherND", {}, {rand64({3, 4, 2}), i64({3, 2}, {0, 1, 2, -1, 0, 1})}, {0}});
+  expectGradOk(GradCase{"GatherND", {}, {rand64({3, 4}), i64({2, 1}, {2, 2})}, {0}});
+  expectGradOk(GradCase{"GatherND", {{"batch_dims", intAttr(1)}}, {rand64({2, 4, 3}), i64({2, 2, 1}, {3, 0, 1, 1})}, {0}});
+  EXPECT_EQ(findGradient("GatherND")->nonDifferentiable, (std::vector<size_t>{1}));
+}
+
 TEST(Gradients, Gather) {
   expectGradOk(GradCase{"Gather", {}, {rand64({5, 3}), i64({2, 3}, {0, 2, 0, 4, -1, 1})}, {0}});
   expectGradOk(GradCase{"Gather", {{"axis", intAttr(1)}}, {rand64({2, 4, 3}), i64v({3, -4, 1, 0})}, {0}});

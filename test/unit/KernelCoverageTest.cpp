@@ -190,6 +190,79 @@ TEST(QuantKernels, QLinearMatMulSaturatesInt8) {
   EXPECT_EQ(vals<uint8_t>(y[0]), (std::vector<uint8_t>{2}));
 }
 
+/// Runs a com.microsoft contrib kernel (found by the node's domain).
+std::vector<Tensor> runMs(const std::string &op, std::vector<Tensor> ins, std::map<std::string, Attribute> attrs = {}) {
+  Node node;
+  node.opType = op;
+  node.domain = "com.microsoft";
+  node.attrs = std::move(attrs);
+  node.outputs = {"y"};
+  const KernelInfo *k = findKernel(node);
+  EXPECT_NE(k, nullptr) << op;
+  if (!k) return {};
+  KernelContext c{node, 17, {}, std::vector<Tensor>(1)};
+  for (auto &t : ins) c.inputs.push_back(t.defined() ? &t : nullptr);
+  k->run(c);
+  return c.outputs;
+}
+Tensor f32s(float v) { return f32({}, {v}); }
+Tensor u8s(uint8_t v) { return u8({}, {v}); }
+
+TEST(QuantKernels, ContribOpsAreFoundByDomain) {
+  Node n;
+  n.opType = "QLinearAdd";
+  EXPECT_EQ(findKernel(n), nullptr); // not an ONNX op
+  n.domain = "com.microsoft";
+  EXPECT_NE(findKernel(n), nullptr);
+  n.opType = "Relu"; // an ONNX op is not a contrib op
+  EXPECT_EQ(findKernel(n), nullptr);
+  n.domain = "ai.onnx";
+  EXPECT_NE(findKernel(n), nullptr);
+}
+
+TEST(QuantKernels, QLinearAddMulBroadcastAndRequantize) {
+  // A = ({10, 20} - 10) * 0.5 = {0, 5}; B = 4 * 0.25 = 1; C: scale 0.5, zero point 2.
+  auto add = runMs("QLinearAdd", {u8({2}, {10, 20}), f32s(0.5f), u8s(10), u8({1}, {4}), f32s(0.25f), u8s(0), f32s(0.5f), u8s(2)});
+  EXPECT_EQ(vals<uint8_t>(add[0]), (std::vector<uint8_t>{4, 14}));
+  auto mul = runMs("QLinearMul", {u8({2}, {10, 20}), f32s(0.5f), u8s(10), u8({1}, {4}), f32s(0.25f), u8s(0), f32s(0.5f), u8s(2)});
+  EXPECT_EQ(vals<uint8_t>(mul[0]), (std::vector<uint8_t>{2, 12}));
+  // int8 saturates: 100 * 1 + 100 * 1 = 200 > 127
+  auto sat = runMs("QLinearAdd", {i8({1}, {100}), f32s(1), i8({}, {0}), i8({1}, {100}), f32s(1), i8({}, {0}), f32s(1), i8({}, {0})});
+  EXPECT_EQ(vals<int8_t>(sat[0]), (std::vector<int8_t>{127}));
+}
+
+TEST(QuantKernels, QLinearSoftmaxRowsAndHugeScales) {
+  // (q - max) * ln(3) / 2 = {-ln 3, 0}: softmax {1/4, 3/4} at scale 1/256.
+  auto y = runMs("QLinearSoftmax", {u8({1, 2}, {0, 2}), f32s(std::log(3.f) / 2), u8s(7), f32s(1 / 256.f), u8s(0)},
+                 {{"axis", intAttr(-1)}, {"opset", intAttr(13)}});
+  EXPECT_EQ(vals<uint8_t>(y[0]), (std::vector<uint8_t>{64, 192}));
+  // A mask's scale (1e36): only the largest values share the mass.
+  auto m = runMs("QLinearSoftmax", {u8({3}, {0, 255, 255}), f32s(1e36f), u8s(255), f32s(1 / 256.f), u8s(0)},
+                 {{"axis", intAttr(-1)}, {"opset", intAttr(13)}});
+  EXPECT_EQ(vals<uint8_t>(m[0]), (std::vector<uint8_t>{0, 128, 128}));
+}
+
+TEST(QuantKernels, QGemmBiasPerColumnScaleAndFloatOutput) {
+  // A - 1 = {2, 4}; B^T columns {1, 2}, {3, -1}: products {10, 2}; C {10, 2}: {20, 4}.
+  Tensor a = u8({1, 2}, {3, 5}), b = i8({2, 2}, {1, 2, 3, -1});
+  Tensor bias = make<int32_t>(DType::Int32, {2}, {10, 2});
+  std::map<std::string, Attribute> tb = {{"transB", intAttr(1)}};
+  auto fl = runMs("QGemm", {a, f32s(0.5f), u8s(1), b, f32({2}, {0.1f, 0.2f}), i8({}, {0}), bias}, tb);
+  ASSERT_EQ(fl[0].dtype(), DType::Float32);
+  EXPECT_NEAR(fl[0].data<float>()[0], 1.0f, 1e-6);
+  EXPECT_NEAR(fl[0].data<float>()[1], 0.4f, 1e-6);
+  // Requantized: {1.0, 0.4} / 0.2 + 128
+  auto q = runMs("QGemm", {a, f32s(0.5f), u8s(1), b, f32({2}, {0.1f, 0.2f}), i8({}, {0}), bias, f32s(0.2f), u8s(128)}, tb);
+  EXPECT_EQ(vals<uint8_t>(q[0]), (std::vector<uint8_t>{133, 130}));
+}
+
+TEST(QuantKernels, ResizeOfUint8RoundsLinear) {
+  // asymmetric x2: positions 0, 0.5, 1, 1.5 -> 0, 1.5 (rounds to 2), 3, 3
+  auto y = runOp("Resize", {u8({1, 1, 1, 2}, {0, 3}), Tensor(), f32({4}, {1, 1, 1, 2})},
+                 {{"mode", strAttr("linear")}, {"coordinate_transformation_mode", strAttr("asymmetric")}}, 13);
+  EXPECT_EQ(vals<uint8_t>(y[0]), (std::vector<uint8_t>{0, 2, 3, 3}));
+}
+
 TEST(HalfPrecision, FloatKernelsRunOnFloat16AndBfloat16) {
   for (DType dt : {DType::Float16, DType::BFloat16}) {
     auto y = runOp("Add", {half(dt, {2}, {1.5f, 2}), half(dt, {2}, {0.25f, 4})});

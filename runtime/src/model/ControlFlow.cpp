@@ -54,9 +54,9 @@ std::vector<Tensor> runGraph(const Graph &g, const std::vector<Tensor> &args, co
     return outer && *outer ? (*outer)(s) : nullptr;
   };
   for (const Node &n : g.nodes) {
-    if (!n.domain.empty() && n.domain != "ai.onnx") fail(where + n.describe() + ": domain '" + n.domain + "' is not supported");
-    const KernelInfo *k = findKernel(n.opType);
-    if (!k) fail(where + n.describe() + ": no CPU kernel for " + n.opType);
+    const KernelInfo *k = findKernel(n);
+    if (!k) fail(where + n.describe() + ": no CPU kernel for " + n.opType +
+                 (n.domain.empty() || n.domain == "ai.onnx" ? "" : " of domain '" + n.domain + "'"));
     KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
     for (const auto &s : n.inputs) {
       if (s.empty()) { ctx.inputs.push_back(nullptr); continue; }

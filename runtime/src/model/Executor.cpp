@@ -54,9 +54,24 @@ void registerKernel(const std::string &opType, KernelInfo info) {
   registry().add(opType, cpu::applyHalfPolicy(std::move(info))); // float16/bfloat16 (Kernels.h, HalfPolicy)
 }
 
+namespace {
+std::string registryKey(const std::string &domain, const std::string &opType) {
+  return domain.empty() || domain == "ai.onnx" ? opType : domain + ":" + opType;
+}
+} // namespace
+
+void registerKernel(const std::string &domain, const std::string &opType, KernelInfo info) {
+  registry().add(registryKey(domain, opType), cpu::applyHalfPolicy(std::move(info)));
+}
+
 const KernelInfo *findKernel(const std::string &opType) {
   ensureRegistered();
   return registry().find(opType);
+}
+
+const KernelInfo *findKernel(const Node &n) {
+  ensureRegistered();
+  return registry().find(registryKey(n.domain, n.opType));
 }
 
 std::vector<std::string> registeredOpTypes() {
@@ -125,10 +140,9 @@ void Executor::foldConstants() {
   auto &deps = foldDepsOf_;
   for (size_t idx : order_) {
     const Node &n = model_.nodes[idx];
-    if (!n.domain.empty() && n.domain != "ai.onnx") continue;
     if (kNondeterministic.count(n.opType)) continue;
     if (hasSubgraphAttribute(n)) continue;
-    const KernelInfo *k = findKernel(n.opType);
+    const KernelInfo *k = findKernel(n);
     if (!k) continue;
     bool allConst = true;
     std::set<std::string> d;
@@ -344,13 +358,12 @@ namespace {
 /// (its path through the enclosing control-flow nodes and attributes).
 void checkNode(const Node &n, int64_t opset, const std::map<std::string, DType> &types, const std::string &where,
                std::vector<std::string> &problems) {
-  if (!n.domain.empty() && n.domain != "ai.onnx") {
-    problems.push_back(where + "domain '" + n.domain + "' is not supported");
-    return;
-  }
-  const KernelInfo *k = findKernel(n.opType);
+  const KernelInfo *k = findKernel(n);
   if (!k) {
-    problems.push_back(where + "no CPU kernel for " + n.opType);
+    if (!n.domain.empty() && n.domain != "ai.onnx")
+      problems.push_back(where + "no CPU kernel for " + n.opType + " of domain '" + n.domain + "'");
+    else
+      problems.push_back(where + "no CPU kernel for " + n.opType);
     return;
   }
   CheckContext cc{n, opset, {}};
@@ -442,7 +455,7 @@ template <typename Lookup>
 std::vector<Tensor> executeNode(const Model &model, const Node &n, size_t index, int64_t opset,
                                 Lookup &&lookup, ExecutionObserver *observer,
                                 const Executor::NodeHook *hook = nullptr) {
-  const KernelInfo *k = findKernel(n.opType);
+  const KernelInfo *k = findKernel(n);
   if (!k) throw std::runtime_error(model.path + ": " + n.describe() + ": no CPU kernel");
   KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
   for (const auto &s : n.inputs) {

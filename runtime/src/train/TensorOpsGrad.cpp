@@ -159,6 +159,69 @@ void expandGrad(GradientContext &c) {
   c.inputGrads[0] = reduceGradToShape(dy, x.shape());
 }
 
+/// TopK: the values' gradient goes back to the positions the indices output
+/// selected (along `axis`); the other inputs get none.
+void topKGrad(GradientContext &c) {
+  Tensor dy = firstOutGrad(c);
+  if (!dy.defined()) return;
+  const Tensor &x = c.in(0), &ind = c.out(1);
+  int64_t axis = normAxis(c.node.getInt("axis", -1), x.rank());
+  int64_t outer, inner, d = x.dim(axis), k = ind.dim(axis);
+  aroundAxis(x.shape(), axis, outer, inner);
+  auto idx = ind.toInt64Vector();
+  Tensor dx(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *pg = dy.data<T>();
+    T *pd = dx.data<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < k; ++j)
+        for (int64_t e = 0; e < inner; ++e) {
+          int64_t at = (o * k + j) * inner + e, v = idx[at];
+          if (v < 0 || v >= d) throw std::runtime_error("TopK index " + std::to_string(v) + " out of range");
+          pd[(o * d + v) * inner + e] += pg[at];
+        }
+  });
+  c.inputGrads[0] = std::move(dx);
+}
+
+/// GatherND: each gathered slice's gradient adds back where it came from
+/// (indices may repeat). batch_dims as in the forward (Indexing.cpp).
+void gatherNDGrad(GradientContext &c) {
+  Tensor dy = firstOutGrad(c);
+  if (!dy.defined()) return;
+  const Tensor &x = c.in(0), &it = c.in(1);
+  int64_t b = c.node.getInt("batch_dims", 0), r = x.rank(), q = it.rank();
+  int64_t k = it.dim(-1);
+  if (q < 1 || b < 0 || b >= std::min(r, q) || k < 1 || k > r - b)
+    throw std::runtime_error("GatherND: batch_dims/indices do not fit the data");
+  int64_t batch = 1, slice = 1, outer = 1, perBatch = 1;
+  for (int64_t d = 0; d < b; ++d) batch *= x.dim(d);
+  for (int64_t d = b + k; d < r; ++d) slice *= x.dim(d);
+  for (int64_t d = b; d < q - 1; ++d) outer *= it.dim(d);
+  for (int64_t d = b; d < r; ++d) perBatch *= x.dim(d);
+  std::vector<int64_t> st(k);
+  for (int64_t t = k; t-- > 0;) st[t] = t == k - 1 ? slice : st[t + 1] * x.dim(b + t + 1);
+  auto idx = it.toInt64Vector();
+  Tensor dx(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *pg = dy.data<T>();
+    T *pd = dx.data<T>();
+    for (int64_t bi = 0; bi < batch; ++bi)
+      for (int64_t j = 0; j < outer; ++j) {
+        const int64_t *ix = idx.data() + (bi * outer + j) * k;
+        int64_t off = bi * perBatch;
+        for (int64_t t = 0; t < k; ++t) {
+          int64_t dim = x.dim(b + t), v = ix[t] < 0 ? ix[t] + dim : ix[t];
+          if (v < 0 || v >= dim) throw std::runtime_error("GatherND index " + std::to_string(ix[t]) + " out of range");
+          off += v * st[t];
+        }
+        const T *src = pg + (bi * outer + j) * slice;
+        for (int64_t e = 0; e < slice; ++e) pd[off + e] += src[e];
+      }
+  });
+  c.inputGrads[0] = std::move(dx);
+}
+
 void tileGrad(GradientContext &c) {
   Tensor dy = firstOutGrad(c);
   if (!dy.defined()) return;
@@ -215,6 +278,8 @@ void registerTensorGradients() {
   registerGradient("Gather", {gatherGrad, nullptr, {1}});
   registerGradient("Expand", {expandGrad, nullptr, {1}});
   registerGradient("Tile", {tileGrad, nullptr, {1}});
+  registerGradient("TopK", {topKGrad, nullptr, {1}});
+  registerGradient("GatherND", {gatherNDGrad, nullptr, {1}});
   registerGradient("ReduceSum", {[](GradientContext &c) { reduceGrad(c, false); }, nullptr, {1}});
   registerGradient("ReduceMean", {[](GradientContext &c) { reduceGrad(c, true); }, nullptr, {1}});
 }

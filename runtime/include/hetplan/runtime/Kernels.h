@@ -59,8 +59,14 @@ struct KernelInfo {
 };
 
 void registerKernel(const std::string &opType, KernelInfo info);
+/// A kernel of another domain than ONNX's (com.microsoft contrib ops).
+void registerKernel(const std::string &domain, const std::string &opType, KernelInfo info);
 /// nullptr when no kernel exists for the op type (default domain).
 const KernelInfo *findKernel(const std::string &opType);
+/// The kernel of the node's op type in the node's domain ("" and "ai.onnx"
+/// are ONNX's); nullptr when there is none.
+const KernelInfo *findKernel(const Node &n);
+/// Registered op types; those of other domains as "domain:OpType".
 std::vector<std::string> registeredOpTypes();
 
 /// Common type sets.

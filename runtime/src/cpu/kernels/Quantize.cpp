@@ -361,6 +361,192 @@ std::string convAttrCheck(const CheckContext &c) {
   return "";
 }
 
+// ---- com.microsoft QOperator contrib ops (onnxruntime's quantizer) ---------
+//
+// Semantics of onnxruntime/docs/ContribOperators.md: every quantized operand
+// is per tensor (one scale, one zero point) unless stated; the elementwise
+// ops dequantize, compute in float32 and requantize with the output's scale
+// and zero point (whose type, else the first operand's, is the output type).
+
+float scalarScale(const Tensor &s, const char *what) {
+  if (s.numel() != 1) throw std::runtime_error(std::string(what) + " must be one value (per tensor), got " + s.describe());
+  return static_cast<float>(s.scalarAsDouble(0));
+}
+
+/// (q - zp) * scale as float32; zp absent: 0.
+Tensor dequantPerTensor(const Tensor &q, const Tensor &scale, const Tensor *zp) {
+  float s = scalarScale(scale, "scale");
+  if (zp && zp->numel() != 1) throw std::runtime_error("zero point must be one value (per tensor), got " + zp->describe());
+  float z = zp ? static_cast<float>(zp->scalarAsDouble(0)) : 0.f;
+  Tensor out(DType::Float32, q.shape());
+  float *po = out.data<float>();
+  int64_t n = q.numel();
+  HP_DISPATCH_QUANT(q.dtype(), {
+    const T *pq = q.data<T>();
+    for (int64_t i = 0; i < n; ++i) po[i] = (static_cast<float>(pq[i]) - z) * s;
+  });
+  return out;
+}
+
+/// saturate(rint(v / scale) + zp) as `ot` (zp's type when given).
+Tensor quantPerTensor(const Tensor &v, const Tensor &scale, const Tensor *zp, DType ot) {
+  float s = scalarScale(scale, "output scale");
+  if (zp && zp->numel() != 1) throw std::runtime_error("output zero point must be one value (per tensor), got " + zp->describe());
+  if (zp) ot = zp->dtype();
+  double z = zp ? zp->scalarAsDouble(0) : 0.0;
+  Tensor vf = castTensor(v, DType::Float32);
+  const float *pv = vf.data<float>();
+  Tensor out(ot, v.shape());
+  int64_t n = v.numel();
+  HP_DISPATCH_QUANT(ot, {
+    T *po = out.data<T>();
+    parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) po[i] = saturateRound<T>(static_cast<double>(std::nearbyint(pv[i] / s)) + z);
+    });
+  });
+  return out;
+}
+
+/// Dequantizes the (x, scale, zp) triples starting at `firsts`, runs the float
+/// kernel `op` (the node's attributes, opset `opset`) on them and quantizes its
+/// output with (inputs[ys], inputs[yzp]).
+void dequantRunQuant(KernelContext &c, const char *op, std::vector<size_t> firsts, size_t ys, size_t yzp, int64_t opset) {
+  std::vector<Tensor> deq;
+  deq.reserve(firsts.size());
+  for (size_t f : firsts) deq.push_back(dequantPerTensor(c.in(f), c.in(f + 1), opt(c, f + 2)));
+  std::vector<const Tensor *> ins;
+  for (const auto &t : deq) ins.push_back(&t);
+  const KernelInfo *k = findKernel(op);
+  if (!k) throw std::runtime_error(std::string("no ") + op + " kernel");
+  KernelContext inner{c.node, opset, std::move(ins), std::vector<Tensor>(1)};
+  k->run(inner);
+  c.outputs[0] = quantPerTensor(inner.outputs[0], c.in(ys), opt(c, yzp), c.in(firsts[0]).dtype());
+}
+
+void qlinearAdd(KernelContext &c) { dequantRunQuant(c, "Add", {0, 3}, 6, 7, 14); }
+void qlinearMul(KernelContext &c) { dequantRunQuant(c, "Mul", {0, 3}, 6, 7, 14); }
+void qlinearLeakyRelu(KernelContext &c) { dequantRunQuant(c, "LeakyRelu", {0}, 3, 4, 16); }
+void qlinearSigmoid(KernelContext &c) { dequantRunQuant(c, "Sigmoid", {0}, 3, 4, 13); }
+
+void qlinearGlobalAveragePool(KernelContext &c) {
+  if (c.node.getInt("channels_last", 0)) throw std::runtime_error("QLinearGlobalAveragePool with channels_last = 1 is not supported");
+  dequantRunQuant(c, "GlobalAveragePool", {0}, 3, 4, 13);
+}
+
+void qlinearConcat(KernelContext &c) {
+  // Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per operand.
+  std::vector<size_t> firsts;
+  for (size_t i = 2; i + 2 < c.inputs.size() + 1 && i < c.inputs.size(); i += 3) firsts.push_back(i);
+  if (firsts.empty()) throw std::runtime_error("QLinearConcat needs at least one operand");
+  dequantRunQuant(c, "Concat", firsts, 0, 1, 13);
+}
+
+/// Softmax of the dequantized values, quantized: the input's zero point
+/// cancels (softmax is shift invariant), so each row is exp((q - max q) *
+/// x_scale) / sum, in double (x_scale may be huge: masks).
+void qlinearSoftmax(KernelContext &c) {
+  // X, X_scale, X_zero_point, Y_scale, Y_zero_point; attributes axis, opset.
+  const Tensor &x = c.in(0);
+  double xs = scalarScale(c.in(1), "X_scale");
+  const Tensor &ysT = c.in(3);
+  double ys = scalarScale(ysT, "Y_scale");
+  const Tensor *yzp = opt(c, 4);
+  if (yzp && yzp->numel() != 1) throw std::runtime_error("Y_zero_point must be one value (per tensor)");
+  double z = yzp ? yzp->scalarAsDouble(0) : 0.0;
+  DType ot = yzp ? yzp->dtype() : x.dtype();
+  int64_t rank = x.rank();
+  int64_t semantics = c.node.getInt("opset", 1);
+  int64_t axis = normAxis(c.node.getInt("axis", semantics >= 13 ? -1 : 1), std::max<int64_t>(rank, 1));
+  int64_t outer = 1, len = 1, inner = 1;
+  if (semantics >= 13) {
+    for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+    len = rank ? x.dim(axis) : 1;
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= x.dim(d);
+  } else { // the dims from `axis` on form one row
+    for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+    for (int64_t d = axis; d < rank; ++d) len *= x.dim(d);
+  }
+  std::vector<double> qv = asDoubles(x);
+  Tensor out(ot, x.shape());
+  HP_DISPATCH_QUANT(ot, {
+    T *po = out.data<T>();
+    parallelFor(outer * inner, 1, [&](int64_t lo, int64_t hi) {
+      std::vector<double> e(len);
+      for (int64_t r = lo; r < hi; ++r) {
+        int64_t o = r / inner, in = r % inner, base = o * len * inner + in;
+        double mx = qv[base];
+        for (int64_t j = 1; j < len; ++j) mx = std::max(mx, qv[base + j * inner]);
+        double sum = 0;
+        for (int64_t j = 0; j < len; ++j) sum += (e[j] = std::exp((qv[base + j * inner] - mx) * xs));
+        for (int64_t j = 0; j < len; ++j) po[base + j * inner] = saturateRound<T>(std::nearbyint(e[j] / sum / ys) + z);
+      }
+    });
+  });
+  c.outputs[0] = std::move(out);
+}
+
+/// QGemm: Y = alpha * a_scale * b_scale[n] * ((A - a_zp)' (B - b_zp[n])' + C),
+/// C int32 (scale alpha * a_scale * b_scale, zero point 0), broadcast to
+/// [M, N]; b_scale and b_zp per tensor or per column. Float32 output without
+/// y_scale, else requantized with (y_scale, y_zp).
+void qgemm(KernelContext &c) {
+  const Tensor &a = c.in(0), &b = c.in(3);
+  if (a.rank() != 2 || b.rank() != 2) throw std::runtime_error("QGemm operands must be matrices");
+  bool transA = c.node.getInt("transA", 0), transB = c.node.getInt("transB", 0);
+  double alpha = c.node.getFloat("alpha", 1.f);
+  double sa = scalarScale(c.in(1), "a_scale");
+  const Tensor *azp = opt(c, 2);
+  if (azp && azp->numel() != 1) throw std::runtime_error("a_zero_point must be one value (per tensor)");
+  int64_t K = transA ? a.dim(0) : a.dim(1);
+  int64_t N = transB ? b.dim(0) : b.dim(1);
+  double ma = 0, mb = 0;
+  Tensor af = shifted(a, azp, -1, DType::Float64, ma);
+  Tensor bf = shifted(b, opt(c, 5), transB ? 0 : 1, DType::Float64, mb);
+  if (exactType(K, ma, mb) == DType::Float32) { af = castTensor(af, DType::Float32); bf = castTensor(bf, DType::Float32); }
+  // The float Gemm on the shifted operands, without alpha (kept exact).
+  Node plain = c.node;
+  plain.attrs.erase("alpha");
+  plain.attrs.erase("beta");
+  const KernelInfo *k = findKernel("Gemm");
+  if (!k) throw std::runtime_error("no Gemm kernel");
+  KernelContext inner{plain, 13, {&af, &bf}, std::vector<Tensor>(1)};
+  k->run(inner);
+  Tensor acc = castTensor(inner.outputs[0], DType::Float64);
+  int64_t M = acc.dim(0);
+  if (acc.dim(1) != N) throw std::runtime_error("QGemm: unexpected product shape " + acc.describe());
+  const Tensor &sbT = c.in(4);
+  int64_t nsb = sbT.numel();
+  if (nsb != 1 && nsb != N) throw std::runtime_error("b_scale " + sbT.describe() + " is neither one value nor one per column");
+  std::vector<double> sb = asDoubles(sbT);
+  const Tensor *bias = opt(c, 6);
+  std::vector<double> cv = bias ? asDoubles(*bias) : std::vector<double>();
+  auto biasAt = [&](int64_t m, int64_t n) -> double {
+    if (!bias) return 0.0;
+    int64_t cn = bias->numel();
+    if (cn == 1) return cv[0];
+    if (cn == N && (bias->rank() == 1 || bias->dim(0) == 1)) return cv[n];
+    if (cn == M && bias->rank() == 2 && bias->dim(1) == 1) return cv[m];
+    if (cn == M * N) return cv[m * N + n];
+    throw std::runtime_error("QGemm: C " + bias->describe() + " does not broadcast to [" + std::to_string(M) + ", " + std::to_string(N) + "]");
+  };
+  const double *pa = acc.data<double>();
+  Tensor y(DType::Float32, {M, N});
+  float *py = y.data<float>();
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n)
+      py[m * N + n] = static_cast<float>(alpha * sa * sb[nsb > 1 ? n : 0] * (pa[m * N + n] + biasAt(m, n)));
+  if (!c.hasInput(7)) {
+    c.outputs[0] = std::move(y);
+    return;
+  }
+  c.outputs[0] = quantPerTensor(y, c.in(7), opt(c, 8), a.dtype());
+}
+
+std::string qlinearCheck(const CheckContext &c, std::initializer_list<size_t> quantized, std::initializer_list<size_t> scales) {
+  std::string why = int8Inputs(c, quantized);
+  return why.empty() ? scaleInputs(c, scales) : why;
+}
+
 } // namespace
 
 void registerQuantKernels() {
@@ -379,19 +565,52 @@ void registerQuantKernels() {
                                    return why.empty() ? convAttrCheck(c) : why;
                                  },
                                  {}, HalfPolicy::Native});
-  registerKernel("QLinearMatMul", {qlinearMatMul, [](const CheckContext &c) {
-                                     std::string why = int8Inputs(c, {0, 2, 3, 5, 7});
-                                     return why.empty() ? scaleInputs(c, {1, 4, 6}) : why;
-                                   },
-                                   {}, HalfPolicy::Native});
-  registerKernel("QLinearConv", {qlinearConv, [](const CheckContext &c) {
-                                   std::string why = int8Inputs(c, {0, 2, 3, 5, 7});
-                                   if (why.empty()) why = scaleInputs(c, {1, 4, 6});
-                                   if (why.empty() && c.in(8) != DType::Undefined && c.in(8) != DType::Int32)
-                                     why = std::string("QLinearConv bias of element type ") + dtypeName(c.in(8)) + " is not supported (int32)";
-                                   return why.empty() ? convAttrCheck(c) : why;
-                                 },
-                                 {}, HalfPolicy::Native});
+  KernelInfo qMatMul{qlinearMatMul, [](const CheckContext &c) {
+                        std::string why = int8Inputs(c, {0, 2, 3, 5, 7});
+                        return why.empty() ? scaleInputs(c, {1, 4, 6}) : why;
+                      },
+                      {}, HalfPolicy::Native};
+  KernelInfo qConv{qlinearConv, [](const CheckContext &c) {
+                     std::string why = int8Inputs(c, {0, 2, 3, 5, 7});
+                     if (why.empty()) why = scaleInputs(c, {1, 4, 6});
+                     if (why.empty() && c.in(8) != DType::Undefined && c.in(8) != DType::Int32)
+                       why = std::string("QLinearConv bias of element type ") + dtypeName(c.in(8)) + " is not supported (int32)";
+                     return why.empty() ? convAttrCheck(c) : why;
+                   },
+                   {}, HalfPolicy::Native};
+  registerKernel("QLinearMatMul", qMatMul);
+  registerKernel("QLinearConv", qConv);
+
+  // com.microsoft contrib ops of onnxruntime's QOperator quantizer.
+  const std::string ms = "com.microsoft";
+  registerKernel(ms, "QLinearAdd", {qlinearAdd, [](const CheckContext &c) { return qlinearCheck(c, {0, 2, 3, 5, 7}, {1, 4, 6}); }, {}, HalfPolicy::Native});
+  registerKernel(ms, "QLinearMul", {qlinearMul, [](const CheckContext &c) { return qlinearCheck(c, {0, 2, 3, 5, 7}, {1, 4, 6}); }, {}, HalfPolicy::Native});
+  registerKernel(ms, "QLinearSoftmax", {qlinearSoftmax, [](const CheckContext &c) { return qlinearCheck(c, {0, 2, 4}, {1, 3}); }, {}, HalfPolicy::Native});
+  registerKernel(ms, "QLinearLeakyRelu", {qlinearLeakyRelu, [](const CheckContext &c) { return qlinearCheck(c, {0, 2, 4}, {1, 3}); }, {}, HalfPolicy::Native});
+  registerKernel(ms, "QLinearSigmoid", {qlinearSigmoid, [](const CheckContext &c) { return qlinearCheck(c, {0, 2, 4}, {1, 3}); }, {}, HalfPolicy::Native});
+  registerKernel(ms, "QLinearGlobalAveragePool", {qlinearGlobalAveragePool, [](const CheckContext &c) -> std::string {
+                                                   if (c.node.getInt("channels_last", 0)) return "QLinearGlobalAveragePool with channels_last = 1 is not supported";
+                                                   return qlinearCheck(c, {0, 2, 4}, {1, 3});
+                                                 },
+                                                 {}, HalfPolicy::Native});
+  registerKernel(ms, "QLinearConcat", {qlinearConcat, [](const CheckContext &c) -> std::string {
+                                         for (size_t i = 2; i < c.inputTypes.size(); i += 3) {
+                                           std::string why = qlinearCheck(c, {i, i + 2}, {i + 1});
+                                           if (!why.empty()) return why;
+                                         }
+                                         return qlinearCheck(c, {1}, {0});
+                                       },
+                                       {}, HalfPolicy::Native});
+  registerKernel(ms, "QGemm", {qgemm, [](const CheckContext &c) -> std::string {
+                                 std::string why = qlinearCheck(c, {0, 2, 3, 5, 8}, {1, 4, 7});
+                                 if (why.empty() && c.in(6) != DType::Undefined && c.in(6) != DType::Int32)
+                                   why = std::string("QGemm C of element type ") + dtypeName(c.in(6)) + " is not supported (int32)";
+                                 return why;
+                               },
+                               {}, HalfPolicy::Native});
+  // The ONNX-domain integer ops, as onnxruntime also registers them there.
+  registerKernel(ms, "QLinearConv", qConv);
+  registerKernel(ms, "QLinearMatMul", qMatMul);
 }
 
 } // namespace hetplan::runtime::cpu

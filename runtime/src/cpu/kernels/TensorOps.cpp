@@ -631,7 +631,16 @@ void resize(KernelContext &c) {
   // leading dims give a base offset (nearest) or up to 2^(r-1) weighted
   // source rows (linear, zero weights dropped), the last dim its table.
   int64_t W = r ? outShape[r - 1] : 1, rows = W ? out.numel() / W : 0;
-  HP_DISPATCH_FLOAT(x.dtype(), {
+  // Quantized (int8/uint8) images round and saturate; floats store as is.
+  auto body = [&](auto tag) {
+    using T = decltype(tag);
+    auto store = [](double v) -> T {
+      if constexpr (std::is_integral_v<T>)
+        return static_cast<T>(std::clamp<double>(std::nearbyint(v), std::numeric_limits<T>::lowest(),
+                                                 std::numeric_limits<T>::max()));
+      else
+        return static_cast<T>(v);
+    };
     const T *px = x.data<T>();
     T *po = out.data<T>();
     parallelFor(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, W)), [&](int64_t rlo, int64_t rhi) {
@@ -666,25 +675,32 @@ void resize(KernelContext &c) {
           double w0 = corners[0].second;
           for (int64_t j = 0; j < W; ++j) {
             double a = s0[tl[j]], b = s0[th[j]];
-            dst[j] = static_cast<T>(w0 * ((1 - tf[j]) * a + tf[j] * b));
+            dst[j] = store(w0 * ((1 - tf[j]) * a + tf[j] * b));
           }
         } else if (corners.size() == 2) {
           const T *s0 = px + corners[0].first, *s1 = px + corners[1].first;
           double w0 = corners[0].second, w1 = corners[1].second;
           for (int64_t j = 0; j < W; ++j) {
             double f1 = tf[j], f0 = 1 - f1;
-            dst[j] = static_cast<T>(w0 * (f0 * s0[tl[j]] + f1 * s0[th[j]]) + w1 * (f0 * s1[tl[j]] + f1 * s1[th[j]]));
+            dst[j] = store(w0 * (f0 * s0[tl[j]] + f1 * s0[th[j]]) + w1 * (f0 * s1[tl[j]] + f1 * s1[th[j]]));
           }
         } else {
           for (int64_t j = 0; j < W; ++j) {
             double f1 = tf[j], f0 = 1 - f1, acc = 0;
             for (auto [off, wgt] : corners) acc += wgt * (f0 * px[off + tl[j]] + f1 * px[off + th[j]]);
-            dst[j] = static_cast<T>(acc);
+            dst[j] = store(acc);
           }
         }
       }
     });
-  });
+  };
+  switch (x.dtype()) {
+  case DType::Float32: body(float()); break;
+  case DType::Float64: body(double()); break;
+  case DType::UInt8: body(uint8_t()); break;
+  case DType::Int8: body(int8_t()); break;
+  default: throw std::runtime_error(std::string("Resize of ") + dtypeName(x.dtype()) + " is not supported");
+  }
   c.outputs[0] = std::move(out);
 }
 
@@ -778,7 +794,7 @@ void registerTensorKernels() {
   registerKernel("TopK", {topk, nullptr, kNumericTypes});
   registerKernel("CumSum", {cumsum, nullptr, kNumericTypes});
   registerKernel("Trilu", {trilu, nullptr, {}});
-  registerKernel("Resize", {resize, resizeCheck, kFloatTypes});
+  registerKernel("Resize", {resize, resizeCheck, {DType::Float32, DType::Float64, DType::UInt8, DType::Int8}, HalfPolicy::Upcast});
   registerKernel("Upsample", {resize, resizeCheck, kFloatTypes});
   registerKernel("DepthToSpace", {[](KernelContext &c) { depthSpace(c, true); }, nullptr, {}});
   registerKernel("SpaceToDepth", {[](KernelContext &c) { depthSpace(c, false); }, nullptr, {}});
