@@ -203,13 +203,17 @@ void convTranspose(KernelContext &c) {
     int64_t full = stride[i] * (in[i] - 1) + outPad[i] + (ks[i] - 1) * dil[i] + 1;
     if (!outShapeAttr.empty()) {
       outSp[i] = outShapeAttr[outShapeAttr.size() - r + i];
+      // ONNX's total_padding rule (pads ignored); the halves round down
+      // (Python's //), so a negative total (an output_shape larger than the
+      // full output) pads at the end: the extra cells stay zero (+ bias).
       int64_t total = full - outSp[i];
-      padB[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      if (autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER") padB[i] = total - total / 2 ;
+      int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      padB[i] = autoPad == "SAME_UPPER" ? half : total - half;
     } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
       outSp[i] = in[i] * stride[i];
       int64_t total = full - outSp[i];
-      padB[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      padB[i] = autoPad == "SAME_UPPER" ? half : total - half;
     } else {
       padB[i] = pads[i];
       outSp[i] = full - pads[i] - pads[i + r];
