@@ -19,6 +19,7 @@ void registerLinalgKernels();
 void registerTensorKernels();
 void registerIndexingKernels();
 void registerQuantKernels();
+void registerSamplingKernels(); // Sampling.cpp (GridSample), Numerics.cpp (Det, DFT, MVN)
 KernelInfo applyHalfPolicy(KernelInfo info); // HalfPrecision.cpp
 } // namespace cpu
 void registerControlFlowKernels(); // ControlFlow.cpp: If, Loop, Scan
@@ -35,6 +36,7 @@ void ensureRegistered() {
     cpu::registerTensorKernels();
     cpu::registerIndexingKernels();
     cpu::registerQuantKernels();
+    cpu::registerSamplingKernels();
     registerControlFlowKernels();
     return true;
   }();

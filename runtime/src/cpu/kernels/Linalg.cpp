@@ -203,13 +203,17 @@ void convTranspose(KernelContext &c) {
     int64_t full = stride[i] * (in[i] - 1) + outPad[i] + (ks[i] - 1) * dil[i] + 1;
     if (!outShapeAttr.empty()) {
       outSp[i] = outShapeAttr[outShapeAttr.size() - r + i];
+      // ONNX's total_padding rule (pads ignored); the halves round down
+      // (Python's //), so a negative total (an output_shape larger than the
+      // full output) pads at the end: the extra cells stay zero (+ bias).
       int64_t total = full - outSp[i];
-      padB[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      if (autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER") padB[i] = total - total / 2 ;
+      int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      padB[i] = autoPad == "SAME_UPPER" ? half : total - half;
     } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
       outSp[i] = in[i] * stride[i];
       int64_t total = full - outSp[i];
-      padB[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      padB[i] = autoPad == "SAME_UPPER" ? half : total - half;
     } else {
       padB[i] = pads[i];
       outSp[i] = full - pads[i] - pads[i + r];
@@ -361,8 +365,42 @@ void batchNorm(KernelContext &c) {
   int64_t N = x.dim(0), C = x.rank() > 1 ? x.dim(1) : 1, S = x.numel() / std::max<int64_t>(N * C, 1);
   double eps = c.node.getFloat("epsilon", 1e-5f);
   Tensor out(x.dtype(), x.shape());
+  const bool training = c.opset >= 14 && c.node.getInt("training_mode", 0);
   HP_DISPATCH_FLOAT(x.dtype(), {
     const T *sc = c.in(1).data<T>(), *b = c.in(2).data<T>(), *mean = c.in(3).data<T>(), *var = c.in(4).data<T>();
+    // training_mode (opset 14+): normalize with the batch statistics (mean
+    // and population variance over every dim but 1, in double); outputs 1
+    // and 2, when asked for, are the running statistics updated with
+    // momentum: running * momentum + batch * (1 - momentum).
+    std::vector<T> batchMean, batchVar;
+    if (training) {
+      batchMean.resize(C), batchVar.resize(C);
+      double mom = c.node.getFloat("momentum", 0.9f);
+      std::vector<T> newMean(C), newVar(C);
+      for (int64_t ch = 0; ch < C; ++ch) {
+        double sum = 0, sq = 0, cnt = double(N * S);
+        for (int64_t n = 0; n < N; ++n) {
+          const T *px = x.data<T>() + (n * C + ch) * S;
+          for (int64_t s = 0; s < S; ++s) sum += px[s];
+        }
+        double m = cnt > 0 ? sum / cnt : 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const T *px = x.data<T>() + (n * C + ch) * S;
+          for (int64_t s = 0; s < S; ++s) sq += (px[s] - m) * (px[s] - m);
+        }
+        double v = cnt > 0 ? sq / cnt : 0;
+        batchMean[ch] = static_cast<T>(m), batchVar[ch] = static_cast<T>(v);
+        newMean[ch] = static_cast<T>(mean[ch] * mom + m * (1 - mom));
+        newVar[ch] = static_cast<T>(var[ch] * mom + v * (1 - mom));
+      }
+      for (size_t o = 1; o < 3 && o < c.numOutputs(); ++o) {
+        if (c.node.outputs[o].empty()) continue;
+        Tensor t(x.dtype(), {C});
+        std::copy_n((o == 1 ? newMean : newVar).data(), C, t.data<T>());
+        c.outputs[o] = std::move(t);
+      }
+      mean = batchMean.data(), var = batchVar.data();
+    }
     // Per channel (x - mean) * k + b in T (vectorizes); k in double first.
     std::vector<T> ks(static_cast<size_t>(C));
     for (int64_t ch = 0; ch < C; ++ch) ks[ch] = static_cast<T>(sc[ch] / std::sqrt(static_cast<double>(var[ch]) + eps));
@@ -487,8 +525,10 @@ void registerLinalgKernels() {
   registerKernel("GlobalMaxPool", {[](KernelContext &c) { globalPool(c, true); }, nullptr, kFloatTypes});
   registerKernel("GlobalAveragePool", {[](KernelContext &c) { globalPool(c, false); }, nullptr, kFloatTypes});
   registerKernel("BatchNormalization", {batchNorm, [](const CheckContext &c) -> std::string {
-                                          if (c.node.getInt("training_mode", 0) || (c.opset < 14 && c.node.outputs.size() > 1))
-                                            return "training mode is not supported (inference only)";
+                                          if (c.opset < 14 && c.node.outputs.size() > 1)
+                                            return "training mode before opset 14 (saved mean/variance outputs) is not supported";
+                                          if (c.opset >= 14 && c.node.outputs.size() > 1 && !c.node.getInt("training_mode", 0))
+                                            return "running mean/variance outputs need training_mode=1";
                                           return "";
                                         },
                                         kFloatTypes});

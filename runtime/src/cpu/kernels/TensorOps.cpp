@@ -4,6 +4,7 @@
 #include "ViewParams.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -573,7 +574,7 @@ void resize(KernelContext &c) {
   std::string nearestMode = c.node.getString("nearest_mode", "round_prefer_floor");
   std::vector<double> scales(r, 1.0);
   std::vector<int64_t> outShape = x.shape();
-  bool upsample = c.node.opType == "Upsample";
+  bool upsample = c.node.opType == "Upsample", sizesGiven = false;
   if (upsample) {
     ctm = "asymmetric"; nearestMode = "floor";
     std::vector<float> s = c.opset < 9 ? c.node.getFloats("scales") : std::vector<float>{};
@@ -582,6 +583,7 @@ void resize(KernelContext &c) {
   } else {
     size_t scalesIdx = c.opset >= 11 ? 2 : 1, sizesIdx = 3;
     if (c.hasInput(sizesIdx) && c.in(sizesIdx).numel() > 0) {
+      sizesGiven = true;
       auto sz = c.in(sizesIdx).toInt64Vector();
       for (int64_t i = 0; i < r; ++i) { outShape[i] = sz[i]; scales[i] = double(sz[i]) / x.dim(i); }
     } else if (c.hasInput(scalesIdx) && c.in(scalesIdx).numel() > 0) {
@@ -590,26 +592,89 @@ void resize(KernelContext &c) {
     }
   }
   if (mode == "linear" && ctm == "half_pixel" && c.opset < 11 && !upsample) ctm = "asymmetric";
+  // The resized length as ONNX's reference defines it: scale * length, not
+  // necessarily an integer (it matters to align_corners, pytorch_half_pixel
+  // and tf_crop_and_resize); the given size when sizes are given.
+  std::vector<double> outLen(r);
+  for (int64_t d = 0; d < r; ++d) outLen[d] = sizesGiven ? double(outShape[d]) : scales[d] * double(x.dim(d));
+  const bool crop = ctm == "tf_crop_and_resize";
+  std::vector<double> roi;
+  if (crop) {
+    if (c.hasInput(1) && c.in(1).numel() == 2 * r) {
+      Tensor rt = castTensor(c.in(1), DType::Float64);
+      roi.assign(rt.data<double>(), rt.data<double>() + 2 * r);
+    } else {
+      roi.assign(2 * r, 0.0);
+      for (int64_t d = 0; d < r; ++d) roi[r + d] = 1.0;
+    }
+  }
   auto src = [&](int64_t d, int64_t o) -> double {
-    double s = scales[d];
+    double s = scales[d], L = outLen[d], in = double(x.dim(d));
     if (ctm == "asymmetric") return o / s;
-    if (ctm == "align_corners") return outShape[d] == 1 ? 0.0 : o * double(x.dim(d) - 1) / (outShape[d] - 1);
-    if (ctm == "pytorch_half_pixel") return outShape[d] > 1 ? (o + 0.5) / s - 0.5 : 0.0;
+    if (ctm == "tf_half_pixel_for_nn") return (o + 0.5) / s;
+    if (ctm == "align_corners") return L == 1 ? 0.0 : o * (in - 1) / (L - 1);
+    if (ctm == "pytorch_half_pixel") return L == 1 ? -0.5 : (o + 0.5) / s - 0.5;
+    if (crop) {
+      double a = roi[d], b = roi[r + d];
+      return (L == 1 ? (b - a) * (in - 1) / 2 : o * (b - a) * (in - 1) / (L - 1)) + a * (in - 1);
+    }
     return (o + 0.5) / s - 0.5; // half_pixel
   };
   Tensor out(x.dtype(), outShape);
   auto sx = stridesOf(x.shape());
   // Per-dim tables, computed once (the coordinate transformation and the
   // rounding as ONNX defines them, in double): nearest, the source index of
-  // each output index; linear, the two neighbours and the fraction.
-  const bool nearest = mode == "nearest";
+  // each output index; linear, the two neighbours and the fraction; cubic,
+  // four taps and their weights. tf_crop_and_resize: which output indices
+  // fall outside the input (extrapolation_value there).
+  const bool nearest = mode == "nearest", cubic = mode == "cubic";
   std::vector<std::vector<int64_t>> lo(r), hi(r);
   std::vector<std::vector<double>> fr(r);
+  std::vector<std::vector<char>> outside(r);
+  std::vector<std::vector<std::array<int64_t, 4>>> ctap(r);
+  std::vector<std::vector<std::array<double, 4>>> cw(r);
+  const double A = c.node.getFloat("cubic_coeff_a", -0.75f);
+  const bool excludeOutside = c.node.getInt("exclude_outside", 0) != 0;
+  const double extrapolation = c.node.getFloat("extrapolation_value", 0.0f);
   for (int64_t d = 0; d < r; ++d) {
-    lo[d].resize(outShape[d]);
-    if (!nearest) hi[d].resize(outShape[d]), fr[d].resize(outShape[d]);
+    if (crop) outside[d].assign(outShape[d], 0);
+    if (cubic) {
+      ctap[d].resize(outShape[d]), cw[d].resize(outShape[d]);
+    } else {
+      lo[d].resize(outShape[d]);
+      if (!nearest) hi[d].resize(outShape[d]), fr[d].resize(outShape[d]);
+    }
     for (int64_t o = 0; o < outShape[d]; ++o) {
-      if (nearest) {
+      if (crop) {
+        double p = src(d, o);
+        if (p < 0 || p > x.dim(d) - 1) outside[d][o] = 1;
+      }
+      if (cubic) {
+        // Keys' cubic convolution over the four inputs nearest p (ties to
+        // the lower ones): ceil(p)-2 .. ceil(p)+1, t = p - (ceil(p)-1) in
+        // (0, 1]; edge-padded, or with exclude_outside the weights of
+        // outside taps dropped and the rest renormalized.
+        double p = src(d, o);
+        int64_t base = (int64_t)std::ceil(p) - 2;
+        double t = p - double(base + 1);
+        std::array<double, 4> w = {((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A,
+                                   ((A + 2) * t - (A + 3)) * t * t + 1,
+                                   ((A + 2) * (1 - t) - (A + 3)) * (1 - t) * (1 - t) + 1,
+                                   ((A * (2 - t) - 5 * A) * (2 - t) + 8 * A) * (2 - t) - 4 * A};
+        if (excludeOutside) {
+          double sum = 0;
+          for (int k = 0; k < 4; ++k) {
+            int64_t i = base + k;
+            if (i < 0 || i >= x.dim(d)) w[k] = 0;
+            sum += w[k];
+          }
+          for (int k = 0; k < 4; ++k) w[k] = sum != 0 ? w[k] / sum : 0;
+        }
+        for (int k = 0; k < 4; ++k) {
+          ctap[d][o][k] = std::clamp<int64_t>(base + k, 0, x.dim(d) - 1) * sx[d];
+          cw[d][o][k] = w[k];
+        }
+      } else if (nearest) {
         double p = src(d, o);
         int64_t q;
         if (nearestMode == "floor") q = (int64_t)std::floor(p);
@@ -618,7 +683,7 @@ void resize(KernelContext &c) {
         else q = (p - std::floor(p) == 0.5) ? (int64_t)std::floor(p) : (int64_t)std::round(p);
         lo[d][o] = std::clamp<int64_t>(q, 0, x.dim(d) - 1) * sx[d];
       } else {
-        double p = x.dim(d) == outShape[d] && scales[d] == 1.0 ? o : src(d, o);
+        double p = x.dim(d) == outShape[d] && scales[d] == 1.0 && !crop ? o : src(d, o);
         p = std::clamp<double>(p, 0, x.dim(d) - 1);
         int64_t l = (int64_t)std::floor(p);
         lo[d][o] = l * sx[d];
@@ -626,6 +691,60 @@ void resize(KernelContext &c) {
         fr[d][o] = p - l;
       }
     }
+  }
+  if (cubic || crop) {
+    // Cubic (and tf_crop_and_resize in any mode): output rows in parallel;
+    // the leading dims give up to 4^(r-1) weighted source rows (zero
+    // weights dropped), the last dim its four taps.
+    int64_t W = r ? outShape[r - 1] : 1, rows = W ? out.numel() / W : 0;
+    HP_DISPATCH_FLOAT(x.dtype(), {
+      const T *px = x.data<T>();
+      T *po = out.data<T>();
+      parallelFor(rows, std::max<int64_t>(1, 1024 / std::max<int64_t>(1, W)), [&](int64_t rlo, int64_t rhi) {
+        std::vector<int64_t> idx(r > 0 ? r - 1 : 0);
+        std::vector<std::pair<int64_t, double>> corners, next;
+        auto taps = [&](int64_t d, int64_t o, auto &&emit) {
+          if (cubic) {
+            for (int k = 0; k < 4; ++k) emit(ctap[d][o][k], cw[d][o][k]);
+          } else if (nearest) {
+            emit(lo[d][o], 1.0);
+          } else {
+            emit(lo[d][o], 1 - fr[d][o]);
+            emit(hi[d][o], fr[d][o]);
+          }
+        };
+        for (int64_t row = rlo; row < rhi; ++row) {
+          int64_t f = row;
+          for (int64_t d = r - 2; d >= 0; --d) { idx[d] = f % outShape[d]; f /= outShape[d]; }
+          T *dst = po + row * W;
+          if (r == 0) { dst[0] = px[0]; continue; }
+          bool rowOutside = false;
+          for (int64_t d = 0; d + 1 < r; ++d) rowOutside = rowOutside || (crop && outside[d][idx[d]]);
+          if (rowOutside) {
+            for (int64_t j = 0; j < W; ++j) dst[j] = static_cast<T>(extrapolation);
+            continue;
+          }
+          corners.assign(1, {0, 1.0});
+          for (int64_t d = 0; d + 1 < r; ++d) {
+            next.clear();
+            for (auto [off, wgt] : corners)
+              taps(d, idx[d], [&](int64_t toff, double tw) {
+                if (wgt * tw != 0) next.push_back({off + toff, wgt * tw});
+              });
+            corners.swap(next);
+          }
+          for (int64_t j = 0; j < W; ++j) {
+            if (crop && outside[r - 1][j]) { dst[j] = static_cast<T>(extrapolation); continue; }
+            double acc = 0;
+            for (auto [off, wgt] : corners)
+              taps(r - 1, j, [&](int64_t toff, double tw) { acc += wgt * tw * double(px[off + toff]); });
+            dst[j] = static_cast<T>(acc);
+          }
+        }
+      });
+    });
+    c.outputs[0] = std::move(out);
+    return;
   }
   // Output rows (every dim but the last) in parallel; within a row, the
   // leading dims give a base offset (nearest) or up to 2^(r-1) weighted
@@ -706,9 +825,12 @@ void resize(KernelContext &c) {
 
 std::string resizeCheck(const CheckContext &c) {
   std::string mode = c.node.getString("mode", "nearest");
-  if (mode != "nearest" && mode != "linear") return "Resize mode '" + mode + "' is not supported";
+  if (mode != "nearest" && mode != "linear" && mode != "cubic") return "Resize mode '" + mode + "' is not supported";
   std::string ctm = c.node.getString("coordinate_transformation_mode", "half_pixel");
-  if (ctm == "tf_crop_and_resize" || ctm == "tf_half_pixel_for_nn") return "coordinate_transformation_mode '" + ctm + "' is not supported";
+  if (ctm != "half_pixel" && ctm != "asymmetric" && ctm != "align_corners" && ctm != "pytorch_half_pixel" &&
+      ctm != "tf_crop_and_resize" && ctm != "tf_half_pixel_for_nn")
+    return "coordinate_transformation_mode '" + ctm + "' is not supported";
+  if (ctm == "tf_crop_and_resize" && c.opset < 11) return "tf_crop_and_resize needs the roi input (opset 11+)";
   if (c.node.has("antialias") && c.node.getInt("antialias", 0)) return "antialias is not supported";
   if (c.node.has("axes")) return "Resize axes are not supported";
   if (c.node.getString("keep_aspect_ratio_policy", "stretch") != "stretch") return "keep_aspect_ratio_policy is not supported";
