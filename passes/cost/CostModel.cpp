@@ -64,6 +64,20 @@ Efficiency defaultEfficiency(cluster::DeviceKind kind) {
   return eff;
 }
 
+Efficiency defaultEfficiency(const cluster::DeviceType &device) {
+  Efficiency eff = defaultEfficiency(device.kind);
+  const cluster::Achieved &a = device.achieved;
+  if (a.matrix)
+    eff.matrix = *a.matrix;
+  if (a.matrixHalfGflop)
+    eff.matrixHalfFlops = *a.matrixHalfGflop * 1e9;
+  if (a.memory)
+    eff.memory = *a.memory;
+  if (a.kernelUs)
+    eff.launchSeconds = *a.kernelUs * 1e-6;
+  return eff;
+}
+
 double peakFlopsFor(const OpCost &op, const cluster::DeviceType &device, DType dtype) {
   if (op.matrixEngine)
     return device.peakFlops(dtype);
@@ -204,7 +218,8 @@ double opTime(const OpCost &op, double samples, const cluster::DeviceType &devic
   double bytes = op.bytes(samples);
   double compute = 0, memory = 0;
   if (flops > 0) {
-    double rate = peakFlopsFor(op, device, dtype) * (op.matrixEngine ? eff.matrix : eff.vector);
+    double rate = peakFlopsFor(op, device, dtype) *
+                  (op.matrixEngine ? eff.matrixAt(flops) : eff.vector);
     compute = rate > 0 ? flops / rate : 0;
   }
   if (bytes > 0) {

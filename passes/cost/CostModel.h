@@ -93,18 +93,29 @@ struct ModelCost {
 /// reaches. Defaults documented in docs/cost-model.md; a profile replaces
 /// the roofline with measured times.
 struct Efficiency {
-  double matrix = 0.6;     // MatMul/Conv on tensor cores or SIMD FMA
+  double matrix = 0.6;     // MatMul/Conv on tensor cores or SIMD FMA (large problems)
   double vector = 0.3;     // elementwise/reductions: of peak FLOP/s
   double memory = 0.8;     // of peak memory bandwidth
-  double launchSeconds = 5e-6;  // fixed cost per op (kernel launch)
+  double launchSeconds = 5e-6;  // fixed cost per op (kernel launch + dispatch)
+  /// Size dependence of matrix efficiency: a matrix op of W FLOPs per call
+  /// reaches matrix * W / (W + matrixHalfFlops) of the peak (small GEMMs
+  /// leave SMs idle: too few tiles, wave quantization). 0: no dependence.
+  double matrixHalfFlops = 0;
+
+  /// The matrix-engine share of peak reached by one call of `flops` FLOPs.
+  double matrixAt(double flops) const {
+    if (matrixHalfFlops <= 0 || flops <= 0)
+      return matrix;
+    return matrix * flops / (flops + matrixHalfFlops);
+  }
 };
 
 /// The documented defaults for a kind of device: a default-constructed
 /// Efficiency is the GPU one; CPUs get {0.5, 0.2, 0.6, 2e-6}.
 Efficiency defaultEfficiency(cluster::DeviceKind kind);
-inline Efficiency defaultEfficiency(const cluster::DeviceType &device) {
-  return defaultEfficiency(device.kind);
-}
+/// The defaults for the device's kind, with the catalog's measured
+/// `achieved` figures (DeviceType::achieved) in place of the ones it gives.
+Efficiency defaultEfficiency(const cluster::DeviceType &device);
 
 /// Peak FLOP/s an op of this kind can use on `device` in `dtype`: the
 /// catalog's peak for `dtype` for matrix-engine ops; for everything else the
@@ -158,7 +169,7 @@ std::optional<double> profiledTime(const OpCost &op, double samples,
 
 /// Roofline time of `op` processing `samples` samples on `device`:
 ///   launches * launchSeconds
-///     + max(flops / (peakFlopsFor(op) * (matrix ? eff.matrix : eff.vector)),
+///     + max(flops / (peakFlopsFor(op) * (matrix ? eff.matrixAt(flops) : eff.vector)),
 ///           (bytes + weightBytes) / (bandwidth * eff.memory))
 double opTime(const OpCost &op, double samples, const cluster::DeviceType &device,
               DType dtype, const Efficiency &eff);

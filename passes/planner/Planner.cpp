@@ -5,6 +5,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 
 #include <algorithm>
 #include <chrono>
@@ -330,8 +331,11 @@ private:
     int D = sd.workers();
     if (!training || D <= 1)
       return 0;
+    // Gradients travel in their own format (Options::gradientDType): fp32
+    // in PyTorch AMP's DDP and DeepSpeed's fp32_allreduce, whatever the
+    // format of the forward pass.
     double gradBytes = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp *
-                       (elementBytes >= 4 ? 4 : elementBytes);
+                       double(cost::dtypeBytes(opt.gradientDType.value_or(opt.dtype)));
     return 2.0 * (D - 1) / D * gradBytes / (sd.ringGBs * 1e9) +
            2.0 * (D - 1) * sd.ringLatencyUs * 1e-6;
   }
@@ -341,7 +345,8 @@ private:
       return 0;
     double slowest = 0;
     for (const auto &g : sd.groups) {
-      double bw = classes[g.cls].type->memoryBandwidthBytesPerSec() * 0.8;
+      const cluster::DeviceType &type = *classes[g.cls].type;
+      double bw = type.memoryBandwidthBytesPerSec() * cost::defaultEfficiency(type).memory;
       double bytes = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp *
                      opt.trainingBytesPerParameter * 2;  // read and write
       slowest = std::max(slowest, bytes / bw);
@@ -1236,6 +1241,10 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
     for (const auto &w : workers) {
       if (int(w.size()) != sd.tp)
         return llvm::createStringError("a worker must have tensorParallel ranks");
+      for (int rank : w)
+        if (!classOf.count(rank))
+          return llvm::createStringError(
+              llvm::formatv("layout: rank {0} is not in the cluster", rank));
       int c = classOf.at(w[0]);
       if (sd.groups.empty() || sd.groups.back().cls != c)
         sd.groups.push_back({c, 0, {}});
@@ -1246,8 +1255,17 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
     built.push_back(std::move(sd));
   }
   cand.stagesPtr = std::make_shared<const std::vector<StageDevices>>(std::move(built));
-  bool even = opt.strategy == Strategy::DataParallel ||
+  bool even = layout.evenShares || opt.strategy == Strategy::DataParallel ||
               opt.strategy == Strategy::EvenPipeline;
+  for (size_t j = 0; j < layout.lastLayer.size(); ++j)
+    if (layout.lastLayer[j] < (j ? layout.lastLayer[j - 1] + 1 : 0) || layout.lastLayer[j] >= L)
+      return llvm::createStringError(
+          llvm::formatv("layout: stage {0} ends at layer {1}, outside {2}..{3}", j,
+                        layout.lastLayer[j], j ? layout.lastLayer[j - 1] + 1 : 0, L - 1));
+  if (layout.lastLayer.back() != L - 1)
+    return llvm::createStringError(llvm::formatv(
+        "layout: the last stage ends at layer {0}, not at the model's last layer {1}",
+        layout.lastLayer.back(), L - 1));
   cand.estimate = estimate(cand, even);
   if (cand.estimate == kInf)
     return llvm::createStringError("the layout does not fit in memory");
@@ -1257,6 +1275,78 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
 }
 
 } // namespace
+
+llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef text,
+                                                 llvm::StringRef bufferName) {
+  auto fail = [&](const llvm::Twine &msg) {
+    return llvm::createStringError((bufferName + ": " + msg).str());
+  };
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
+  if (!parsed)
+    return fail("not JSON: " + llvm::toString(parsed.takeError()));
+  std::vector<const llvm::json::Object *> objects;
+  const llvm::json::Object *root = parsed->getAsObject();
+  if (!root)
+    return fail("expected a JSON object (a layout, or {\"layouts\": [...]})");
+  if (const llvm::json::Array *list = root->getArray("layouts")) {
+    for (const llvm::json::Value &v : *list) {
+      if (!v.getAsObject())
+        return fail("each entry of \"layouts\" must be an object");
+      objects.push_back(v.getAsObject());
+    }
+  } else {
+    objects.push_back(root);
+  }
+  std::vector<Layout> out;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    const llvm::json::Object &o = *objects[i];
+    std::string where = objects.size() > 1 ? llvm::formatv("layout {0}: ", i).str() : "";
+    for (const auto &kv : o)
+      if (kv.first != "micro_batches" && kv.first != "tensor_parallel" &&
+          kv.first != "shares" && kv.first != "stages" && kv.first != "name")
+        return fail(where + "unknown field '" + kv.first.str() +
+                    "' (expected micro_batches, tensor_parallel, shares, stages, name)");
+    Layout l;
+    l.microBatches = int(o.getInteger("micro_batches").value_or(1));
+    l.tensorParallel = int(o.getInteger("tensor_parallel").value_or(1));
+    if (l.microBatches < 1 || l.tensorParallel < 1)
+      return fail(where + "micro_batches and tensor_parallel must be at least 1");
+    if (auto shares = o.getString("shares")) {
+      if (*shares == "even")
+        l.evenShares = true;
+      else if (*shares != "speed")
+        return fail(where + "shares must be \"even\" or \"speed\"");
+    }
+    const llvm::json::Array *stages = o.getArray("stages");
+    if (!stages || stages->empty())
+      return fail(where + "missing \"stages\" (a list of {workers, last_layer})");
+    for (const llvm::json::Value &sv : *stages) {
+      const llvm::json::Object *so = sv.getAsObject();
+      const llvm::json::Array *workers = so ? so->getArray("workers") : nullptr;
+      auto last = so ? so->getInteger("last_layer") : std::nullopt;
+      if (!workers || workers->empty() || !last)
+        return fail(where + "each stage needs \"workers\" (lists of ranks) and \"last_layer\"");
+      std::vector<std::vector<int>> ws;
+      for (const llvm::json::Value &wv : *workers) {
+        const llvm::json::Array *ranks = wv.getAsArray();
+        if (!ranks || ranks->empty())
+          return fail(where + "a worker is a non-empty list of ranks");
+        std::vector<int> w;
+        for (const llvm::json::Value &rv : *ranks) {
+          auto rank = rv.getAsInteger();
+          if (!rank || *rank < 0)
+            return fail(where + "ranks are non-negative integers");
+          w.push_back(int(*rank));
+        }
+        ws.push_back(std::move(w));
+      }
+      l.stageWorkers.push_back(std::move(ws));
+      l.lastLayer.push_back(int(*last));
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
 
 llvm::Expected<Plan> evaluateLayout(const cost::ModelCost &model,
                                     const cluster::Cluster &cluster,
