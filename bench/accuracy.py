@@ -121,8 +121,13 @@ def main():
             lines.append(f"{head} OOM | {'-' if pb is None else f'{pb:.2f}'} | | "
                          f"{'-' if pa is None else f'{pa:.2f}'} | {note} | {src} |")
             continue
-        ea = 100 * (pa - meas) / meas if pa else float("nan")
-        eb = 100 * (pb - meas) / meas if pb else float("nan")
+        if pa is None or pb is None:
+            why = (a.get("error") or b.get("error") or "")[:80]
+            lines.append(f"{head} {meas:.2f} | {'-' if pb is None else f'{pb:.2f}'} | | "
+                         f"{'-' if pa is None else f'{pa:.2f}'} | not priced: {why} | {src} |")
+            continue
+        ea = 100 * (pa - meas) / meas
+        eb = 100 * (pb - meas) / meas
         summary.setdefault(r["cluster"], []).append((meas, pa, pb, ea, eb))
         lines.append(f"{head} {meas:.2f} | {pb:.2f} | {eb:+.0f}% | {pa:.2f} | {ea:+.1f}% | {src} |")
     stats = ["| cluster | runs | median abs err before | after | worst before | after | "
