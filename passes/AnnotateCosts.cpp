@@ -111,8 +111,11 @@ struct AnnotateCostsPass : impl::HetAnnotateCostsBase<AnnotateCostsPass> {
     double totalFlops = 0;
     std::vector<double> totalTime(types.size(), 0);
     llvm::StringMap<int> estimated, estimatedBodies;
-    for (NodeOp node : info.nodes) {
+    for (auto [index, node] : llvm::enumerate(info.nodes)) {
       cost::OpCost c = cost::computeOpCost(node, info, type);
+      if (!c.note.empty())
+        node.emitWarning() << "node " << cost::describeNode(node, int(index)) << ": "
+                           << c.note;
       if (c.estimated)
         ++(node->getNumRegions() ? estimatedBodies : estimated)[c.opType];
       totalFlops += c.flops(n);

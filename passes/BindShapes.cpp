@@ -15,6 +15,8 @@ namespace hetplan::het {
 
 namespace {
 
+using Shape = SmallVector<int64_t>;
+
 /// Parses "8x3x640x640" (a `?` keeps a dim dynamic).
 std::optional<SmallVector<int64_t>> parseDims(StringRef text) {
   SmallVector<int64_t> dims;
@@ -87,6 +89,20 @@ bool isFullyStatic(Type type) {
   return ranked && ranked.hasStaticShape();
 }
 
+/// What two types that may each be a value's (If branches, a Loop's initial
+/// and carried values) have in common: sizes that agree stay, others become
+/// dynamic; null unless both are ranked tensors of one rank and element type.
+Type joinTypes(Type a, Type b) {
+  auto x = dyn_cast_or_null<RankedTensorType>(a);
+  auto y = dyn_cast_or_null<RankedTensorType>(b);
+  if (!x || !y || x.getRank() != y.getRank() || x.getElementType() != y.getElementType())
+    return {};
+  SmallVector<int64_t> shape;
+  for (auto [p, q] : llvm::zip(x.getShape(), y.getShape()))
+    shape.push_back(p == q ? p : ShapedType::kDynamic);
+  return RankedTensorType::get(shape, x.getElementType());
+}
+
 struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
   using HetBindShapesBase::HetBindShapesBase;
 
@@ -96,9 +112,9 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
     for (const std::string &entry : dims) {
       auto [name, value] = StringRef(entry).split('=');
       int64_t size;
-      if (name.empty() || value.getAsInteger(10, size) || size <= 0) {
+      if (name.empty() || value.getAsInteger(10, size) || size < 0) {
         module.emitError() << "bad dims entry '" << entry
-                           << "': expected NAME=SIZE with SIZE > 0";
+                           << "': expected NAME=SIZE with SIZE >= 0";
         return signalPassFailure();
       }
       bound[name] = size;
@@ -125,6 +141,239 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
                                             entry.getValue()));
       module->setAttr("het.bound_dims", DictionaryAttr::get(&getContext(), attrs));
     }
+  }
+
+  using Facts = llvm::DenseMap<Value, ValueFacts>;
+
+  static ValueFacts factsOf(const Facts &facts, Value v) {
+    auto it = facts.find(v);
+    return it != facts.end() ? it->second
+                             : ValueFacts{v.getType(), std::nullopt, std::nullopt};
+  }
+
+  /// Gives every op of `block` (and of the subgraphs of its nodes) its
+  /// types, in order.
+  LogicalResult bindBlock(Block &block, Facts &facts, const llvm::StringMap<int64_t> &bound,
+                          llvm::StringMap<int> &noRule) {
+    for (Operation &op : block) {
+      if (isa<WeightOp, ConstantOp>(op)) {
+        facts[op.getResult(0)] = factsOfConstant(&op);
+        continue;
+      }
+      auto node = dyn_cast<NodeOp>(op);
+      if (!node) {
+        for (Value r : op.getResults())
+          facts[r] = ValueFacts{r.getType(), std::nullopt, std::nullopt};
+        continue;
+      }
+      SmallVector<ValueFacts> in;
+      for (Value v : node.getInputs())
+        in.push_back(factsOf(facts, v));
+      SmallVector<ValueFacts> out(node.getNumResults());
+      ShapeRule rule = lookupShapeRule(node.getDomain(), node.getOpType());
+      bool haveRule = rule || node->getNumRegions() > 0;
+      if (node->getNumRegions() > 0) {
+        if (failed(bindSubgraphs(node, in, out, facts, bound, noRule)))
+          return failure();
+      } else if (rule) {
+        std::string why;
+        if (failed(rule(node, in, out, why)))
+          return node.emitError() << node.getOpType() << ": " << why;
+      }
+      std::string upperBound;
+      for (auto [i, result] : llvm::enumerate(node.getResults())) {
+        Type declared = bindNamedDims(result.getType(), bound);
+        Type type = declared;
+        if (out[i].type) {
+          type = mergeTypes(out[i].type, declared);
+          bool boundUsed = !out[i].upperBound.empty();
+          if (!type && boundUsed) { // a bound, not the size: a static declaration wins
+            boundUsed = !isFullyStatic(declared);
+            type = boundUsed ? out[i].type : declared;
+          }
+          if (!type)
+            return node.emitError()
+                   << node.getOpType() << " output #" << i << " is " << out[i].type
+                   << " by het's shape rules but the model declares " << declared;
+          if (boundUsed && upperBound.empty())
+            upperBound = out[i].upperBound;
+        } else if (!haveRule && !isa<NoneType>(declared) && !isFullyStatic(declared)) {
+          ++noRule[node.getOpType()];
+        }
+        result.setType(type);
+        facts[result] = ValueFacts{type, out[i].ints, out[i].floats};
+      }
+      if (!upperBound.empty())
+        node.emitWarning() << node.getOpType() << ": " << upperBound;
+    }
+    return success();
+  }
+
+  /// If, Loop and Scan: binds the bodies (their arguments typed from the
+  /// node's inputs) and derives the node's outputs from what they return.
+  /// Loop records a trip count it can compute as `het.trip_count`.
+  LogicalResult bindSubgraphs(NodeOp node, ArrayRef<ValueFacts> in,
+                              SmallVectorImpl<ValueFacts> &out, Facts &facts,
+                              const llvm::StringMap<int64_t> &bound,
+                              llvm::StringMap<int> &noRule) {
+    MLIRContext *ctx = node.getContext();
+    StringRef op = node.getDomain().empty() ? node.getOpType() : StringRef();
+    auto returned = [&](Region &region) -> SmallVector<ValueFacts> {
+      SmallVector<ValueFacts> r;
+      if (region.empty())
+        return r;
+      if (auto ret = dyn_cast<ReturnOp>(region.front().getTerminator()))
+        for (Value v : ret.getOperands())
+          r.push_back(factsOf(facts, v));
+      return r;
+    };
+    auto typeArgs = [&](Block &block, ArrayRef<Type> types) {
+      for (auto [arg, type] : llvm::zip(block.getArguments(), types)) {
+        Type t = type ? type : bindNamedDims(arg.getType(), bound);
+        if (auto merged = type ? mergeTypes(type, bindNamedDims(arg.getType(), bound)) : Type())
+          t = merged;
+        arg.setType(t);
+        facts[arg] = ValueFacts{t, std::nullopt, std::nullopt};
+      }
+    };
+    auto intScalar = [](const ValueFacts &f) -> std::optional<int64_t> {
+      if (f.ints && f.ints->size() == 1)
+        return (*f.ints)[0];
+      return std::nullopt;
+    };
+    Type i64 = RankedTensorType::get({}, IntegerType::get(ctx, 64));
+    Type i1 = RankedTensorType::get({}, IntegerType::get(ctx, 1));
+
+    if (op == "If" && node->getNumRegions() == 2) {
+      std::optional<int64_t> cond = in.empty() ? std::nullopt : intScalar(in[0]);
+      SmallVector<SmallVector<ValueFacts>> branches;
+      for (Region &region : node->getRegions()) {
+        if (!region.empty() && failed(bindBlock(region.front(), facts, bound, noRule)))
+          return failure();
+        branches.push_back(returned(region));
+      }
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (cond) { // a constant condition: the branch taken
+          auto &b = branches[*cond ? 0 : 1];
+          if (i < b.size())
+            out[i] = b[i];
+          continue;
+        }
+        if (i >= branches[0].size() || i >= branches[1].size())
+          continue;
+        out[i].type = joinTypes(branches[0][i].type, branches[1][i].type);
+      }
+      return success();
+    }
+    if (op == "Loop" && node->getNumRegions() == 1 && !node->getRegion(0).empty()) {
+      // Loop(M, cond, v_initial...): body(iter, cond, v...) -> (cond, v..., scan...)
+      Block &body = node->getRegion(0).front();
+      SmallVector<Type> argTypes = {i64, i1};
+      for (size_t k = 2; k < in.size(); ++k)
+        argTypes.push_back(in[k].type && isa<RankedTensorType>(in[k].type) ? in[k].type
+                                                                           : Type());
+      typeArgs(body, argTypes);
+      if (failed(bindBlock(body, facts, bound, noRule)))
+        return failure();
+      auto ret = returned(node->getRegion(0));
+      size_t carried = in.size() > 2 ? in.size() - 2 : 0;
+      std::optional<int64_t> trips =
+          in.size() > 0 && in[0].type && !isa<NoneType>(in[0].type) ? intScalar(in[0])
+                                                                     : std::nullopt;
+      if (trips && *trips >= 0)
+        node->setAttr("het.trip_count",
+                      IntegerAttr::get(IntegerType::get(ctx, 64), *trips));
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (i < carried) {
+          Type body = 1 + i < ret.size() ? ret[1 + i].type : Type();
+          out[i].type = body ? joinTypes(in[2 + i].type, body) : Type();
+        } else if (1 + i < ret.size()) {
+          auto s = ret[1 + i].shape();
+          if (!s)
+            continue;
+          Shape stacked{trips && *trips >= 0 ? *trips : ShapedType::kDynamic};
+          stacked.append(s->begin(), s->end());
+          out[i] = ValueFacts{makeTensor(stacked, ret[1 + i].elementType()), std::nullopt,
+                              std::nullopt};
+        }
+      }
+      return success();
+    }
+    if (op == "Scan" && node.getOpset() >= 9 && node->getNumRegions() == 1 &&
+        !node->getRegion(0).empty()) {
+      // Scan(state..., scan_in...): body(state..., slice...) -> (state..., scan_out_elem...)
+      Block &body = node->getRegion(0).front();
+      int64_t numScan = 0;
+      if (auto a = dyn_cast_or_null<IntegerAttr>(node.getOnnxAttr("num_scan_inputs")))
+        numScan = a.getInt();
+      if (numScan < 0 || numScan > int64_t(in.size()))
+        return node.emitError() << "Scan: num_scan_inputs is " << numScan << " but it has "
+                                << in.size() << " inputs";
+      size_t states = in.size() - numScan;
+      auto axesOf = [&](StringRef name, size_t count) {
+        Shape axes(count, 0);
+        if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(node.getOnnxAttr(name)))
+          for (size_t k = 0; k < count && k < a.size(); ++k)
+            axes[k] = a[k];
+        return axes;
+      };
+      Shape inAxes = axesOf("scan_input_axes", numScan);
+      SmallVector<Type> argTypes;
+      int64_t length = ShapedType::kDynamic;
+      for (size_t k = 0; k < in.size(); ++k) {
+        if (k < states) {
+          argTypes.push_back(isa_and_nonnull<RankedTensorType>(in[k].type) ? in[k].type
+                                                                             : Type());
+          continue;
+        }
+        auto s = in[k].shape();
+        if (!s) {
+          argTypes.push_back(Type());
+          continue;
+        }
+        int64_t axis = inAxes[k - states] < 0 ? inAxes[k - states] + s->size()
+                                              : inAxes[k - states];
+        if (axis < 0 || axis >= int64_t(s->size()))
+          return node.emitError() << "Scan: scan axis out of range for input #" << k;
+        if (ShapedType::isDynamic(length))
+          length = (*s)[axis];
+        Shape slice(s->begin(), s->end());
+        slice.erase(slice.begin() + axis);
+        argTypes.push_back(makeTensor(slice, in[k].elementType()));
+      }
+      typeArgs(body, argTypes);
+      if (failed(bindBlock(body, facts, bound, noRule)))
+        return failure();
+      if (!ShapedType::isDynamic(length))
+        node->setAttr("het.trip_count", IntegerAttr::get(IntegerType::get(ctx, 64), length));
+      auto ret = returned(node->getRegion(0));
+      Shape outAxes = axesOf("scan_output_axes", out.size() > states ? out.size() - states : 0);
+      for (size_t i = 0; i < out.size() && i < ret.size(); ++i) {
+        if (i < states) {
+          out[i].type = joinTypes(in[i].type, ret[i].type);
+          continue;
+        }
+        auto s = ret[i].shape();
+        if (!s)
+          continue;
+        Shape stacked(s->begin(), s->end());
+        int64_t axis = outAxes[i - states];
+        if (axis < 0)
+          axis += stacked.size() + 1;
+        if (axis < 0 || axis > int64_t(stacked.size()))
+          return node.emitError() << "Scan: scan_output_axes out of range for output #" << i;
+        stacked.insert(stacked.begin() + axis, length);
+        out[i] = ValueFacts{makeTensor(stacked, ret[i].elementType()), std::nullopt,
+                            std::nullopt};
+      }
+      return success();
+    }
+    // Other nodes with regions: bind their bodies for costing; outputs keep
+    // the declared types.
+    for (Region &region : node->getRegions())
+      if (!region.empty() && failed(bindBlock(region.front(), facts, bound, noRule)))
+        return failure();
+    return success();
   }
 
   LogicalResult bindGraph(GraphOp graph, const llvm::StringMap<int64_t> &bound,
@@ -163,50 +412,12 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
         return graph.emitError() << "input-shapes names '" << entry.getKey()
                                  << "', which is not an input of @" << graph.getSymName();
 
-    llvm::DenseMap<Value, ValueFacts> facts;
+    Facts facts;
     for (BlockArgument arg : body.getArguments())
-      facts[arg] = {arg.getType(), std::nullopt, std::nullopt};
+      facts[arg] = ValueFacts{arg.getType(), std::nullopt, std::nullopt};
     llvm::StringMap<int> noRule;
-    for (Operation &op : body) {
-      if (isa<WeightOp, ConstantOp>(op)) {
-        facts[op.getResult(0)] = factsOfConstant(&op);
-        continue;
-      }
-      auto node = dyn_cast<NodeOp>(op);
-      if (!node) {
-        for (Value r : op.getResults())
-          facts[r] = {r.getType(), std::nullopt, std::nullopt};
-        continue;
-      }
-      SmallVector<ValueFacts> in;
-      for (Value v : node.getInputs()) {
-        auto it = facts.find(v);
-        in.push_back(it != facts.end() ? it->second
-                                       : ValueFacts{v.getType(), std::nullopt, std::nullopt});
-      }
-      SmallVector<ValueFacts> out(node.getNumResults());
-      ShapeRule rule = lookupShapeRule(node.getDomain(), node.getOpType());
-      if (rule) {
-        std::string why;
-        if (failed(rule(node, in, out, why)))
-          return node.emitError() << node.getOpType() << ": " << why;
-      }
-      for (auto [i, result] : llvm::enumerate(node.getResults())) {
-        Type declared = bindNamedDims(result.getType(), bound);
-        Type type = declared;
-        if (out[i].type) {
-          type = mergeTypes(out[i].type, declared);
-          if (!type)
-            return node.emitError()
-                   << node.getOpType() << " output #" << i << " is " << out[i].type
-                   << " by het's shape rules but the model declares " << declared;
-        } else if (!rule && !isa<NoneType>(declared) && !isFullyStatic(declared)) {
-          ++noRule[node.getOpType()];
-        }
-        result.setType(type);
-        facts[result] = {type, out[i].ints, out[i].floats};
-      }
-    }
+    if (failed(bindBlock(body, facts, bound, noRule)))
+      return failure();
 
     auto ret = cast<ReturnOp>(body.getTerminator());
     graph.setFunctionTypeAttr(TypeAttr::get(FunctionType::get(

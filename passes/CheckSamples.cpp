@@ -100,6 +100,9 @@ std::string whyMixed(NodeOp node, int64_t S) {
   }
   if (inCarries && outsKnown && !outCarries && node.getNumResults() > 0)
     return "its outputs lose the batch dim: it reduces over the samples or picks some of them";
+  if (inCarries && (op == "NonZero" || op == "Unique" || op == "Compress" ||
+                    op == "NonMaxSuppression"))
+    return "its output lists entries of the whole batch (its size depends on every sample)";
   if (!inCarries || ins.empty() || !ins[0])
     return "";
   ArrayRef<int> x = *ins[0];

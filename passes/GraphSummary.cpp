@@ -107,9 +107,17 @@ GraphSummary summarizeGraph(GraphOp graph) {
                             ? node.getOpType().str()
                             : (node.getDomain() + "." + node.getOpType()).str();
       ++s.opCounts[key];
-    } else if (isa<ConstantOp>(op)) {
+    } else if (auto constant = dyn_cast<ConstantOp>(op)) {
       ++s.numNodes;
       ++s.opCounts["Constant"];
+      auto type = dyn_cast<RankedTensorType>(constant.getType());
+      if (type && type.hasStaticShape() && isa<FloatType>(type.getElementType()) &&
+          type.getNumElements() >= 2) {
+        ++s.numWeights;
+        ++s.numConstantWeights;
+        s.numParameters += type.getNumElements();
+        s.parameterBytes += elementBytes(type.getElementType(), type.getNumElements());
+      }
     } else if (auto weight = dyn_cast<WeightOp>(op)) {
       auto type = cast<RankedTensorType>(weight.getType());
       ++s.numWeights;
@@ -131,7 +139,10 @@ void printSummaryText(const GraphSummary &s, llvm::raw_ostream &os) {
     os << ", " << s.numSubgraphs << " subgraphs";
   os << ")\n";
   os << "  parameters: " << withCommas(s.numParameters) << " in "
-     << s.numWeights << " weights (" << humanBytes(s.parameterBytes) << ")\n";
+     << s.numWeights << " weights (" << humanBytes(s.parameterBytes);
+  if (s.numConstantWeights)
+    os << "; " << s.numConstantWeights << " of them Constant nodes";
+  os << ")\n";
   if (!s.symbolicDims.empty()) {
     os << "  symbolic dims: ";
     llvm::interleaveComma(s.symbolicDims, os);
@@ -174,6 +185,7 @@ void printSummaryJson(const GraphSummary &s, llvm::raw_ostream &os) {
       {"nodes", s.numNodes},
       {"subgraphs", s.numSubgraphs},
       {"weights", s.numWeights},
+      {"constant_weights", s.numConstantWeights},
       {"parameters", s.numParameters},
       {"parameter_bytes", s.parameterBytes},
       {"symbolic_dims", std::move(dims)},

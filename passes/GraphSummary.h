@@ -20,7 +20,12 @@ struct GraphSummary {
   std::string source;             // model file, from the module
   int64_t numNodes = 0;           // het.node + het.constant, subgraphs included
   int64_t numSubgraphs = 0;       // regions of If/Loop/Scan nodes
-  int64_t numWeights = 0;         // het.weight ops
+  /// het.weight ops, and het.constant ops (ONNX Constant nodes) holding a
+  /// float tensor of at least 2 elements: Paddle and TorchScript exports
+  /// store weights as Constant nodes. Scalars and integer constants (shape
+  /// vectors, axes) are not parameters; the cost model uses the same rule.
+  int64_t numWeights = 0;
+  int64_t numConstantWeights = 0; // of numWeights, the het.constant ones
   int64_t numParameters = 0;      // elements of all weights
   int64_t parameterBytes = 0;     // bytes of all weights
   std::map<std::string, int64_t> opCounts; // sorted for stable output

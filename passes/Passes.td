@@ -31,6 +31,20 @@ def HetBindShapes : Pass<"het-bind-shapes", "::mlir::ModuleOp"> {
     contraction sizes differ) is an error at that node. Ops without a rule keep
     the types the model declared.
 
+    Subgraphs are bound too: If branches, Loop and Scan bodies get their
+    argument types from the node's inputs, and the node's outputs follow from
+    what the bodies return (If: the taken branch when the condition is a
+    constant, else the dims both branches agree on; Loop: scan outputs
+    stacked on the trip count; Scan: on the sequence length). A Loop whose
+    trip count folds (a constant or a Shape chain) and a Scan whose sequence
+    length is known get `het.trip_count`, which the cost model multiplies
+    the body by.
+
+    Sizes only the data decides (NonZero's count, Unique's values, the
+    selections of Compress and NonMaxSuppression, a TopK whose k is
+    computed) get their upper bound (NonZero: every element of its input),
+    with a warning at the node that says so, so planning goes on.
+
     ```
     hetplan-opt m.mlir --het-bind-shapes="dims=batch=8,sequence=128"
     hetplan-opt m.mlir --het-bind-shapes="input-shapes=x=8x3x640x640 require-static=true"
@@ -38,7 +52,8 @@ def HetBindShapes : Pass<"het-bind-shapes", "::mlir::ModuleOp"> {
   }];
   let options = [
     ListOption<"dims", "dims", "std::string",
-               "Symbolic dims to bind, NAME=SIZE (e.g. batch=8,sequence=128)">,
+               "Symbolic dims to bind, NAME=SIZE with SIZE >= 0 (e.g. "
+               "batch=8,sequence=128,past_sequence_length=0)">,
     ListOption<"inputShapes", "input-shapes", "std::string",
                "Whole input shapes, NAME=D0xD1x... (e.g. x=8x3x640x640)">,
     Option<"requireStatic", "require-static", "bool", /*default=*/"false",
@@ -64,6 +79,12 @@ def HetAnnotateCosts : Pass<"het-annotate-costs", "::mlir::ModuleOp"> {
     cost nothing at run time (views such as Reshape, ops on weights and
     shapes only, which are folded at plan time) get zeros. Ops without a
     cost rule are priced as one FLOP per output element, with a warning.
+    Nodes with subgraphs are priced from their bodies: If at its dearest
+    branch, Loop at its body times the trip count (`het.trip_count` or a
+    constant M), Scan at its body times the sequence length. When the trip
+    count is not known (the body is priced once) or body values have no
+    static shape (they are priced at 0), the node gets a warning that says
+    which.
 
     With `devices`, each node also gets `het.time`, a dictionary from device
     type (the catalog's name) to its roofline time in seconds at the graph's
@@ -190,7 +211,9 @@ def HetCheckSamples : Pass<"het-check-samples", "::mlir::ModuleOp"> {
     model uses, e.g. 9973), every dim that size divides carries the batch.
     A node combines samples when an output holds the batch twice (an outer
     product), when a batch-carrying input leads to outputs without it (a
-    reduction or a pick; Shape and Size excepted), when Softmax, CumSum or a
+    reduction or a pick; Shape and Size excepted), when NonZero, Unique,
+    Compress or NonMaxSuppression list entries of the whole batch, when
+    Softmax or a
     normalization works along a batch-carrying axis, when a Reshape moves the
     batch off its place in row-major order, or when Concat joins batches.
 

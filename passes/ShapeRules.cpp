@@ -14,6 +14,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <cmath>
+#include <map>
 #include <numeric>
 
 using namespace mlir;
@@ -81,6 +82,12 @@ ValueFacts intTensor(ArrayRef<int64_t> shape, Type element, Shape values) {
   if (values.size() <= kMaxFoldedElements)
     f.ints = std::move(values);
   return f;
+}
+
+std::string upperBoundNote(StringRef what, int64_t bound, StringRef because) {
+  return (what + " is known only at run time; planned with its upper bound " +
+          std::to_string(bound) + " (" + because + ")")
+      .str();
 }
 
 #define REQUIRE_SHAPE(var, idx)                                                \
@@ -482,6 +489,26 @@ LogicalResult transposeOp(NodeOp n, ArrayRef<ValueFacts> in,
     result.push_back(x[p]);
   }
   out[0] = tensor(result, in[0].elementType());
+  // Fold small integer matrices (torch builds Pad's pads with a Transpose).
+  if (in[0].ints && llvm::none_of(x, isDyn) &&
+      int64_t(in[0].ints->size()) == numElements(x)) {
+    Shape strides(x.size(), 1);
+    for (size_t a = x.size(); a-- > 1;)
+      strides[a - 1] = strides[a] * x[a];
+    Shape values, at(x.size(), 0);
+    for (int64_t k = 0, total = numElements(x); k < total; ++k) {
+      int64_t flat = 0;
+      for (size_t a = 0; a < x.size(); ++a)
+        flat += at[a] * strides[perm[a]];
+      values.push_back((*in[0].ints)[flat]);
+      for (size_t a = x.size(); a-- > 0;) {
+        if (++at[a] < result[a])
+          break;
+        at[a] = 0;
+      }
+    }
+    out[0].ints = values;
+  }
   return success();
 }
 
@@ -535,6 +562,35 @@ LogicalResult splitOp(NodeOp n, ArrayRef<ValueFacts> in,
   return success();
 }
 
+/// The elements of `in` (shape `x`, row-major) at begin + i * stride per
+/// axis for every index i of `result`; nullopt unless they are all known.
+std::optional<Shape> foldStrided(const ValueFacts &in, ArrayRef<int64_t> x,
+                                 ArrayRef<int64_t> result, ArrayRef<int64_t> begin,
+                                 ArrayRef<int64_t> stride) {
+  int64_t total = numElements(result);
+  if (!in.ints || isDyn(numElements(x)) || int64_t(in.ints->size()) != numElements(x) ||
+      isDyn(total) || total > int64_t(kMaxFoldedElements))
+    return std::nullopt;
+  size_t rank = x.size();
+  Shape values, at(rank, 0);
+  for (int64_t k = 0; k < total; ++k) {
+    int64_t flat = 0;
+    for (size_t a = 0; a < rank; ++a) {
+      int64_t i = begin[a] + at[a] * stride[a];
+      if (i < 0 || i >= x[a])
+        return std::nullopt;
+      flat = flat * x[a] + i;
+    }
+    values.push_back((*in.ints)[flat]);
+    for (size_t a = rank; a-- > 0;) {
+      if (++at[a] < result[a])
+        break;
+      at[a] = 0;
+    }
+  }
+  return values;
+}
+
 LogicalResult sliceOp(NodeOp n, ArrayRef<ValueFacts> in,
                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
   REQUIRE_SHAPE(x, 0);
@@ -560,6 +616,7 @@ LogicalResult sliceOp(NodeOp n, ArrayRef<ValueFacts> in,
   if (axes->empty())
     for (size_t i = 0; i < starts->size(); ++i)
       axes->push_back(i);
+  Shape begin(x.size(), 0), stride(x.size(), 1);
   if (starts->size() != axes->size() || ends->size() != axes->size())
     return (why = "starts, ends and axes differ in length", failure());
   for (size_t i = 0; i < axes->size(); ++i) {
@@ -584,16 +641,14 @@ LogicalResult sliceOp(NodeOp n, ArrayRef<ValueFacts> in,
       e = std::clamp<int64_t>(e, -1, dim - 1);
       result[axis] = s > e ? (s - e + (-step) - 1) / (-step) : 0;
     }
-    if (in[0].ints && x.size() == 1 && step > 0) {
-      Shape v(in[0].ints->begin() + s, in[0].ints->begin() + std::max(s, e));
-      Shape stepped;
-      for (size_t j = 0; j < v.size(); j += step)
-        stepped.push_back(v[j]);
-      out[0] = intTensor(result, in[0].elementType(), stepped);
-      return success();
-    }
+    begin[axis] = s;
+    stride[axis] = step;
   }
   out[0] = tensor(result, in[0].elementType());
+  // Small integer tensors fold, any rank and step (torch's flip of a pads
+  // matrix is a Slice with step -1).
+  if (auto v = foldStrided(in[0], x, result, begin, stride))
+    out[0].ints = v;
   return success();
 }
 
@@ -727,20 +782,36 @@ LogicalResult rangeOp(NodeOp n, ArrayRef<ValueFacts> in,
     return (why = "Range needs start, limit and delta", failure());
   Type element = in[0].elementType();
   if (!element)
+    element = in[1].elementType();
+  if (!element)
     return success();
+  auto scalar = [&](unsigned i) -> std::optional<double> {
+    if (in[i].ints && in[i].ints->size() == 1)
+      return double((*in[i].ints)[0]);
+    if (in[i].floats && in[i].floats->size() == 1)
+      return (*in[i].floats)[0];
+    return std::nullopt;
+  };
+  auto start = scalar(0), limit = scalar(1), delta = scalar(2);
+  if (!start || !limit || !delta) {
+    // Rank 1 always; the length follows from values known only at run time.
+    out[0] = tensor({kDyn}, element);
+    return success();
+  }
+  if (*delta == 0)
+    return (why = "Range delta is 0", failure());
+  // ONNX: max(ceil((limit - start) / delta), 0) elements.
+  int64_t count = std::max<int64_t>(0, int64_t(std::ceil((*limit - *start) / *delta)));
   if (in[0].ints && in[1].ints && in[2].ints) {
-    int64_t start = (*in[0].ints)[0], limit = (*in[1].ints)[0], delta = (*in[2].ints)[0];
-    if (delta == 0)
-      return (why = "Range delta is 0", failure());
-    int64_t count = std::max<int64_t>(0, (limit - start + delta + (delta > 0 ? -1 : 1)) / delta);
+    int64_t s0 = (*in[0].ints)[0], d = (*in[2].ints)[0];
     Shape values;
-    for (int64_t i = 0; i < count && i < int64_t(kMaxFoldedElements) + 1; ++i)
-      values.push_back(start + i * delta);
+    for (int64_t i = 0; i < count && i <= int64_t(kMaxFoldedElements); ++i)
+      values.push_back(s0 + i * d);
     out[0] = count <= int64_t(kMaxFoldedElements) ? intTensor({count}, element, values)
                                                   : tensor({count}, element);
     return success();
   }
-  out[0] = tensor({kDyn}, element);
+  out[0] = tensor({count}, element);
   return success();
 }
 
@@ -798,11 +869,23 @@ LogicalResult padOp(NodeOp n, ArrayRef<ValueFacts> in,
                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
   REQUIRE_SHAPE(x, 0);
   auto pads = n.getOpset() < 11 ? attrInts(n, "pads") : intsFrom(n, in, 1);
-  if (!pads)
+  std::optional<Shape> given = present(in, 3) ? intsFrom(n, in, 3) : std::nullopt;
+  if (!pads) {
+    // Pads computed at run time (and not from a shape chain het folds): the
+    // rank is known; the padded dims are not.
+    Shape result = x;
+    if (given)
+      for (int64_t a : *given)
+        result[normAxis(a, x.size())] = kDyn;
+    else
+      for (auto &d : result)
+        d = kDyn;
+    out[0] = tensor(result, in[0].elementType());
     return success();
+  }
   Shape axes;
-  if (auto a = present(in, 3) ? intsFrom(n, in, 3) : std::nullopt)
-    axes = *a;
+  if (given)
+    axes = *given;
   else
     for (size_t i = 0; i < x.size(); ++i)
       axes.push_back(i);
@@ -849,11 +932,17 @@ LogicalResult topKOp(NodeOp n, ArrayRef<ValueFacts> in,
   int64_t axis = normAxis(attrInt(n, "axis", -1), x.size());
   auto k = n.getOpset() < 10 ? std::optional<Shape>(Shape{attrInt(n, "k", kDyn)})
                              : intsFrom(n, in, 1);
+  if (axis < 0 || axis >= int64_t(x.size()))
+    return (why = "axis out of range", failure());
   Shape result = x;
-  result[axis] = k ? (*k)[0] : kDyn;
+  bool bounded = !k && !isDyn(x[axis]);
+  result[axis] = k ? (*k)[0] : x[axis]; // k computed at run time: at most the dim
   out[0] = tensor(result, in[0].elementType());
   if (out.size() > 1)
     out[1] = tensor(result, IntegerType::get(n.getContext(), 64));
+  if (bounded)
+    for (auto &o : out)
+      o.upperBound = upperBoundNote("k", x[axis], "the size of the axis it selects from");
   return success();
 }
 
@@ -927,6 +1016,262 @@ LogicalResult quantizeOp(NodeOp n, ArrayRef<ValueFacts> in,
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Indexing, scatter, one-hot, einsum
+//===----------------------------------------------------------------------===//
+
+LogicalResult gatherNDOp(NodeOp n, ArrayRef<ValueFacts> in,
+                         SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(data, 0);
+  REQUIRE_SHAPE(indices, 1);
+  int64_t b = attrInt(n, "batch_dims", 0);
+  if (indices.empty())
+    return (why = "indices must have rank >= 1", failure());
+  int64_t last = indices.back();
+  if (isDyn(last))
+    return success(); // how many dims an index addresses: unknown, so is the rank
+  if (b < 0 || b + last > int64_t(data.size()))
+    return (why = "indices address " + std::to_string(b + last) +
+                  " dims (batch_dims included) of data of rank " + std::to_string(data.size()),
+            failure());
+  // indices.shape[:-1] + data.shape[batch_dims + indices.shape[-1]:]
+  Shape result(indices.begin(), indices.end() - 1);
+  result.append(data.begin() + b + last, data.end());
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
+LogicalResult scatterOp(NodeOp n, ArrayRef<ValueFacts> in,
+                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  // Scatter, ScatterElements, ScatterND: the output is the data, updated.
+  REQUIRE_SHAPE(data, 0);
+  out[0] = tensor(data, in[0].elementType());
+  return success();
+}
+
+LogicalResult oneHotOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(indices, 0);
+  if (in.size() < 3)
+    return (why = "OneHot needs indices, depth and values", failure());
+  int64_t depth = kDyn;
+  if (in[1].ints && in[1].ints->size() == 1)
+    depth = (*in[1].ints)[0];
+  else if (in[1].floats && in[1].floats->size() == 1)
+    depth = int64_t((*in[1].floats)[0]);
+  if (!isDyn(depth) && depth < 1)
+    return (why = "depth must be at least 1, not " + std::to_string(depth), failure());
+  int64_t rank = indices.size() + 1;
+  int64_t axis = normAxis(attrInt(n, "axis", -1), rank);
+  if (axis < 0 || axis >= rank)
+    return (why = "axis out of range", failure());
+  Shape result = indices;
+  result.insert(result.begin() + axis, depth);
+  Type element = in[2].elementType();
+  if (element)
+    out[0] = tensor(result, element);
+  return success();
+}
+
+LogicalResult nonZeroOp(NodeOp n, ArrayRef<ValueFacts> in,
+                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  Type i64 = IntegerType::get(n.getContext(), 64);
+  int64_t rank = x.size();
+  int64_t total = numElements(x);
+  if (in[0].ints && !isDyn(total) && int64_t(in[0].ints->size()) == total) {
+    // A constant input: the indices themselves fold.
+    Shape nz;
+    for (auto [k, v] : llvm::enumerate(*in[0].ints))
+      if (v)
+        nz.push_back(int64_t(k));
+    int64_t count = nz.size();
+    Shape values(rank * count);
+    for (int64_t j = 0; j < count; ++j) {
+      int64_t flat = nz[j];
+      for (int64_t a = rank; a-- > 0;) {
+        values[a * count + j] = flat % x[a];
+        flat /= x[a];
+      }
+    }
+    out[0] = intTensor({rank, count}, i64, values);
+    return success();
+  }
+  out[0] = tensor({rank, total}, i64);
+  if (!isDyn(total))
+    out[0].upperBound = upperBoundNote("the number of nonzero elements", total,
+                                       "every element of the input");
+  return success();
+}
+
+LogicalResult uniqueOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  Type i64 = IntegerType::get(n.getContext(), 64);
+  auto axisAttr = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr("axis"));
+  Shape y;
+  int64_t bound, inverse;
+  if (axisAttr) {
+    int64_t axis = normAxis(axisAttr.getInt(), x.size());
+    if (axis < 0 || axis >= int64_t(x.size()))
+      return (why = "axis out of range", failure());
+    bound = inverse = x[axis];
+    y = x;
+    y[axis] = bound;
+  } else {
+    bound = inverse = numElements(x);
+    y = {bound};
+  }
+  out[0] = tensor(y, in[0].elementType());
+  for (size_t i = 1; i < out.size(); ++i)
+    out[i] = tensor({i == 2 ? inverse : bound}, i64);
+  if (!isDyn(bound))
+    for (size_t i = 0; i < out.size(); ++i)
+      if (i != 2)
+        out[i].upperBound = upperBoundNote("the number of unique values", bound,
+                                           axisAttr ? "every slice of the input"
+                                                    : "every element of the input");
+  return success();
+}
+
+LogicalResult compressOp(NodeOp n, ArrayRef<ValueFacts> in,
+                         SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  auto axisAttr = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr("axis"));
+  int64_t condLen = kDyn;
+  if (auto c = in.size() > 1 ? in[1].shape() : std::nullopt; c && c->size() == 1)
+    condLen = (*c)[0];
+  Shape result;
+  int64_t bound;
+  if (axisAttr) {
+    int64_t axis = normAxis(axisAttr.getInt(), x.size());
+    if (axis < 0 || axis >= int64_t(x.size()))
+      return (why = "axis out of range", failure());
+    bound = isDyn(condLen) ? x[axis] : isDyn(x[axis]) ? condLen : std::min(condLen, x[axis]);
+    result = x;
+    result[axis] = bound;
+  } else {
+    int64_t total = numElements(x);
+    bound = isDyn(condLen) ? total : isDyn(total) ? condLen : std::min(condLen, total);
+    result = {bound};
+  }
+  out[0] = tensor(result, in[0].elementType());
+  if (!isDyn(bound))
+    out[0].upperBound = upperBoundNote("the number of selected elements", bound,
+                                       "every element the condition covers");
+  return success();
+}
+
+LogicalResult nonMaxSuppressionOp(NodeOp n, ArrayRef<ValueFacts> in,
+                                  SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(boxes, 0);
+  REQUIRE_SHAPE(scores, 1);
+  if (boxes.size() != 3 || scores.size() != 3)
+    return (why = "boxes must be [batch, boxes, 4] and scores [batch, classes, boxes]",
+            failure());
+  int64_t spatial = boxes[1];
+  if (auto m = present(in, 2) ? intsFrom(n, in, 2) : std::optional<Shape>(Shape{0});
+      m && m->size() == 1 && !isDyn(spatial))
+    spatial = std::min(spatial, std::max<int64_t>((*m)[0], 0));
+  int64_t bound = mulDims(mulDims(scores[0], scores[1]), spatial);
+  out[0] = tensor({bound, 3}, IntegerType::get(n.getContext(), 64));
+  if (!isDyn(bound))
+    out[0].upperBound = upperBoundNote("the number of selected boxes", bound,
+                                       "batches x classes x max_output_boxes_per_class");
+  return success();
+}
+
+/// Einsum: the output's letters (explicit after "->", else the letters seen
+/// once, in alphabetical order, after any broadcast "..." dims).
+LogicalResult einsumOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  std::string eq;
+  for (char c : attrStr(n, "equation", ""))
+    if (c != ' ')
+      eq += c;
+  if (eq.empty())
+    return (why = "Einsum needs an equation", failure());
+  StringRef lhs = eq, rhs;
+  bool explicitOut = false;
+  if (size_t arrow = StringRef(eq).find("->"); arrow != StringRef::npos) {
+    lhs = StringRef(eq).take_front(arrow);
+    rhs = StringRef(eq).drop_front(arrow + 2);
+    explicitOut = true;
+  }
+  SmallVector<StringRef> terms;
+  lhs.split(terms, ',');
+  if (terms.size() != in.size())
+    return (why = "the equation names " + std::to_string(terms.size()) + " operands but " +
+                  std::to_string(in.size()) + " are given",
+            failure());
+  std::map<char, int64_t> sizes;
+  std::map<char, int> seen;
+  Shape ellipsis;
+  bool anyEllipsis = false;
+  for (auto [k, term] : llvm::enumerate(terms)) {
+    auto shape = in[k].shape();
+    if (!shape)
+      return success();
+    size_t dots = term.find("...");
+    size_t letters = term.size() - (dots == StringRef::npos ? 0 : 3);
+    if (dots == StringRef::npos ? letters != shape->size() : letters > shape->size())
+      return (why = "operand #" + std::to_string(k) + " has rank " +
+                    std::to_string(shape->size()) + " but the equation term '" + term.str() +
+                    "' names " + std::to_string(letters) + " dims",
+              failure());
+    size_t ellRank = shape->size() - letters;
+    size_t d = 0;
+    for (size_t i = 0; i < term.size();) {
+      if (dots != StringRef::npos && i == dots) {
+        auto e = ArrayRef<int64_t>(*shape).slice(d, ellRank);
+        auto b = broadcastShapes(ellipsis, e);
+        if (!b)
+          return (why = "the '...' dims do not broadcast", failure());
+        ellipsis = *b;
+        anyEllipsis = true;
+        d += ellRank;
+        i += 3;
+        continue;
+      }
+      char c = term[i++];
+      int64_t size = (*shape)[d++];
+      ++seen[c];
+      auto [it, inserted] = sizes.insert({c, size});
+      if (!inserted) {
+        if (isDyn(it->second) || it->second == 1)
+          it->second = size;
+        else if (!isDyn(size) && size != 1 && size != it->second)
+          return (why = std::string("dim '") + c + "' is " + std::to_string(it->second) +
+                        " in one operand and " + std::to_string(size) + " in another",
+                  failure());
+      }
+    }
+  }
+  Shape result;
+  if (explicitOut) {
+    for (size_t i = 0; i < rhs.size();) {
+      if (rhs.substr(i).starts_with("...")) {
+        llvm::append_range(result, ellipsis);
+        i += 3;
+        continue;
+      }
+      char c = rhs[i++];
+      auto it = sizes.find(c);
+      if (it == sizes.end())
+        return (why = std::string("output dim '") + c + "' is in no operand", failure());
+      result.push_back(it->second);
+    }
+  } else {
+    if (anyEllipsis)
+      llvm::append_range(result, ellipsis);
+    for (auto &[c, count] : seen)
+      if (count == 1)
+        result.push_back(sizes[c]);
+  }
+  out[0] = tensor(result, in[0].elementType());
+  return success();
+}
+
 const llvm::StringMap<ShapeRule> &rules() {
   static const llvm::StringMap<ShapeRule> table = [] {
     llvm::StringMap<ShapeRule> t;
@@ -986,6 +1331,16 @@ const llvm::StringMap<ShapeRule> &rules() {
     t["Attention"] = attentionOp;
     t["DepthToSpace"] = depthSpaceOp;
     t["SpaceToDepth"] = depthSpaceOp;
+    t["GatherND"] = gatherNDOp;
+    t["Scatter"] = scatterOp;
+    t["ScatterElements"] = scatterOp;
+    t["ScatterND"] = scatterOp;
+    t["OneHot"] = oneHotOp;
+    t["NonZero"] = nonZeroOp;
+    t["Unique"] = uniqueOp;
+    t["Compress"] = compressOp;
+    t["NonMaxSuppression"] = nonMaxSuppressionOp;
+    t["Einsum"] = einsumOp;
     t["QuantizeLinear"] = quantizeOp;
     t["DequantizeLinear"] = quantizeOp;
     return t;
@@ -1054,10 +1409,11 @@ ValueFacts factsOfConstant(Operation *op) {
   if (!dense || dense.getNumElements() > int64_t(kMaxFoldedElements))
     return f;
   Type element = dense.getElementType();
-  if (element.isInteger() && !element.isInteger(1)) {
+  if (element.isInteger()) {
     SmallVector<int64_t> ints;
+    bool zext = element.isUnsignedInteger() || element.isInteger(1);
     for (const APInt &v : dense.getValues<APInt>())
-      ints.push_back(element.isUnsignedInteger() ? int64_t(v.getZExtValue()) : v.getSExtValue());
+      ints.push_back(zext ? int64_t(v.getZExtValue()) : v.getSExtValue());
     f.ints = ints;
   } else if (isa<FloatType>(element)) {
     SmallVector<double> floats;

@@ -24,6 +24,10 @@ struct ValueFacts {
   std::optional<llvm::SmallVector<int64_t>> ints;
   /// The elements of a small float tensor (Resize scales), when known.
   std::optional<llvm::SmallVector<double>> floats;
+  /// Set when a size of `type` is data-dependent (NonZero's count, Unique's
+  /// values) and the rule gave its upper bound instead: says so for a
+  /// compile warning ("planned with its upper bound 4096 (...)").
+  std::string upperBound;
 
   /// The ranked shape, or nullopt for unranked/unknown/non-tensor values.
   std::optional<llvm::ArrayRef<int64_t>> shape() const;

@@ -45,6 +45,10 @@ struct OpCost {
   /// No cost rule for this op type: priced as one FLOP per output element
   /// plus its inputs and outputs moved once.
   bool estimated = false;
+  /// For a node with subgraphs (If, Loop, Scan) whose price rests on an
+  /// assumption (a trip count or body shapes unknown at compile time): one
+  /// line saying which, for a compile warning. Empty otherwise.
+  std::string note;
 
   /// FLOPs and bytes of one call processing `samples` samples.
   double flops(double samples) const { return flopsPerSample * samples; }

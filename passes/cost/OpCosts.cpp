@@ -433,9 +433,15 @@ double opBytesAllActivation(NodeOp n, DType dtype) {
 
 Raw rawRule(NodeOp n);
 
+/// A node's trip count: `het.trip_count` (het-bind-shapes sets it for a Loop
+/// whose M folds and a Scan whose sequence length is known), else a Loop's
+/// constant M input.
+std::optional<int64_t> tripCount(NodeOp node);
+
 /// FLOPs and bytes of the nodes of a region (a subgraph), run once.
+/// `unpriced` counts the nodes left out because their shapes are not static.
 std::pair<double, double> regionCost(Region &region, DType dtype, bool &estimated,
-                                     bool &matrix) {
+                                     bool &matrix, int &unpriced) {
   double flops = 0, bytes = 0;
   for (Operation &op : region.getOps()) {
     auto node = dyn_cast<NodeOp>(op);
@@ -449,6 +455,7 @@ std::pair<double, double> regionCost(Region &region, DType dtype, bool &estimate
                      });
     if (!allStatic) {
       estimated = true;
+      ++unpriced;
       continue;
     }
     Raw raw = rawRule(node);
@@ -457,12 +464,26 @@ std::pair<double, double> regionCost(Region &region, DType dtype, bool &estimate
     flops += raw.flops;
     if (!raw.view)
       bytes += opBytesAllActivation(node, dtype);
-    // Nested subgraphs: run once each (a nested If or Loop is rare).
+    // Nested subgraphs: If takes its dearest branch, Loop and Scan their
+    // body times the trip count when it is known, else once.
+    double best = 0, bestBytes = 0, sumF = 0, sumB = 0;
     for (Region &inner : node->getRegions()) {
-      auto [f, b] = regionCost(inner, dtype, estimated, matrix);
-      flops += f;
-      bytes += b;
+      auto [f, b] = regionCost(inner, dtype, estimated, matrix, unpriced);
+      sumF += f;
+      sumB += b;
+      if (f + b > best + bestBytes)
+        best = f, bestBytes = b;
     }
+    bool isIf = node.getOpType() == "If";
+    double trips = 1;
+    if (!isIf && node->getNumRegions()) {
+      if (auto t = tripCount(node))
+        trips = double(*t);
+      else
+        estimated = true;
+    }
+    flops += (isIf ? best : sumF) * trips;
+    bytes += (isIf ? bestBytes : sumB) * trips;
   }
   return {flops, bytes};
 }
@@ -478,6 +499,32 @@ std::optional<int64_t> constantScalar(Value v) {
   if (!dense || dense.getNumElements() != 1 || !dense.getElementType().isInteger())
     return std::nullopt;
   return dense.getSplatValue<APInt>().getSExtValue();
+}
+
+std::optional<int64_t> tripCount(NodeOp node) {
+  if (auto a = node->getAttrOfType<IntegerAttr>("het.trip_count"))
+    return a.getInt();
+  if (node.getOpType() == "Loop" && !node.getInputs().empty() &&
+      !isa<NoneType>(node.getInputs()[0].getType()))
+    if (auto m = constantScalar(node.getInputs()[0]); m && *m >= 0)
+      return m;
+  if (node.getOpType() == "Scan") {
+    // The sequence length: the first scan input's dim at its scan axis.
+    int64_t scanInputs = attrInt(node, "num_scan_inputs", 0);
+    size_t first = node.getInputs().size() - size_t(std::max<int64_t>(scanInputs, 0));
+    if (scanInputs > 0 && first < node.getInputs().size()) {
+      auto s = staticShape(node.getInputs()[first]);
+      int64_t axis = 0;
+      if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(node.getOnnxAttr("scan_input_axes")))
+        if (a.size())
+          axis = a[0];
+      if (s && axis < 0)
+        axis += int64_t(s->size());
+      if (s && axis >= 0 && axis < int64_t(s->size()))
+        return (*s)[axis];
+    }
+  }
+  return std::nullopt;
 }
 
 Raw rawRule(NodeOp n) {
@@ -887,28 +934,26 @@ OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
   if (node->getNumRegions() > 0) {
     double best = 0, bestBytes = 0, sumFlops = 0, sumBytes = 0;
     bool estimated = false, matrix = false;
+    int unpriced = 0, bodyNodes = 0;
     for (Region &region : node->getRegions()) {
-      auto [f, b] = regionCost(region, dtype, estimated, matrix);
+      auto [f, b] = regionCost(region, dtype, estimated, matrix, unpriced);
+      region.walk([&](NodeOp) { ++bodyNodes; });
       sumFlops += f;
       sumBytes += b;
       if (f + b > best + bestBytes)
         best = f, bestBytes = b;
     }
     double trips = 1;
-    if (op == "Loop") {
-      std::optional<int64_t> m =
-          present(node, 0) ? constantScalar(node.getInputs()[0]) : std::nullopt;
-      if (m && *m >= 0)
-        trips = double(*m);
-      else
+    std::string assumption;
+    if (op == "Loop" || op == "Scan") {
+      if (auto t = tripCount(node)) {
+        trips = double(*t);
+      } else {
         estimated = true;
-    } else if (op == "Scan") {
-      int64_t scanInputs = attrInt(node, "num_scan_inputs", 0);
-      size_t first = node.getInputs().size() - size_t(std::max<int64_t>(scanInputs, 0));
-      if (scanInputs > 0 && first < node.getInputs().size()) {
-        auto s = staticShape(node.getInputs()[first]);
-        if (s && !s->empty())
-          trips = double((*s)[0]);
+        assumption = op == "Loop" ? "its trip count is known only at run time: the body is "
+                                    "priced as one iteration"
+                                  : "its sequence length is not known: the body is priced "
+                                    "as one step";
       }
     }
     bool isIf = op == "If";
@@ -916,6 +961,15 @@ OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
     activationBytes += (isIf ? bestBytes : sumBytes) * trips;
     cost.estimated |= estimated;
     cost.matrixEngine |= matrix;
+    std::string why;
+    if (unpriced)
+      why = std::to_string(unpriced) + " of the " + std::to_string(bodyNodes) +
+            " nodes of its subgraphs have shapes not known at compile time and are "
+            "priced at 0";
+    if (!assumption.empty())
+      why += (why.empty() ? "" : "; ") + assumption;
+    if (!why.empty())
+      cost.note = why;
   }
 
   for (auto [i, v] : llvm::enumerate(node.getInputs())) {

@@ -14,37 +14,124 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <set>
+
 using namespace mlir;
 
 namespace hetplan::planner {
 
 namespace {
 
-/// Symbolic dims of the graph inputs, in first-seen order.
-std::vector<std::pair<std::string, std::string>> symbolicDims(het::GraphOp graph) {
-  std::vector<std::pair<std::string, std::string>> dims;  // (dim, input)
+struct InputInfo {
+  std::string name;
+  RankedTensorType type;             // null for unranked / non-tensor inputs
+  std::vector<std::string> dimNames; // "" where a dim has no name
+};
+
+std::vector<InputInfo> graphInputs(het::GraphOp graph) {
+  std::vector<InputInfo> inputs;
   for (auto [i, type] : llvm::enumerate(graph.getArgumentTypes())) {
-    auto ranked = dyn_cast<RankedTensorType>(type);
-    auto names = ranked ? dyn_cast_or_null<het::DimsAttr>(ranked.getEncoding()) : nullptr;
-    if (!names)
-      continue;
-    std::string input = "#" + std::to_string(i);
+    InputInfo info;
+    info.name = "#" + std::to_string(i);
     if (auto attrs = graph.getArgAttrsAttr())
       if (auto d = dyn_cast<DictionaryAttr>(attrs[i]))
         if (auto n = d.getAs<StringAttr>("het.name"))
-          input = n.str();
-    for (StringAttr n : names.getNames())
-      if (!n.empty() && llvm::none_of(dims, [&](auto &p) { return p.first == n.str(); }))
-        dims.push_back({n.str(), input});
+          info.name = n.str();
+    info.type = dyn_cast<RankedTensorType>(type);
+    if (info.type) {
+      info.dimNames.assign(info.type.getRank(), "");
+      if (auto names = dyn_cast_or_null<het::DimsAttr>(info.type.getEncoding()))
+        for (auto [k, n] : llvm::enumerate(names.getNames()))
+          info.dimNames[k] = n.str();
+    }
+    inputs.push_back(std::move(info));
+  }
+  return inputs;
+}
+
+/// Every symbolic dim name the graph's types mention.
+std::set<std::string> allDimNames(het::GraphOp graph) {
+  std::set<std::string> names;
+  auto note = [&](Type type) {
+    if (auto ranked = dyn_cast<RankedTensorType>(type))
+      if (auto dims = dyn_cast_or_null<het::DimsAttr>(ranked.getEncoding()))
+        for (StringAttr n : dims.getNames())
+          if (!n.empty())
+            names.insert(n.str());
+  };
+  for (Type t : graph.getArgumentTypes())
+    note(t);
+  for (Type t : graph.getResultTypes())
+    note(t);
+  graph.walk([&](Operation *op) {
+    for (Type t : op->getResultTypes())
+      note(t);
+  });
+  return names;
+}
+
+std::string lowered(llvm::StringRef name) { return name.lower(); }
+
+bool looksLikeBatch(llvm::StringRef name) {
+  std::string l = lowered(name);
+  return llvm::StringRef(l).contains("batch") || l == "n" || l == "b" || l == "bs" ||
+         l == "bsz";
+}
+
+bool looksLikeSequence(llvm::StringRef name) {
+  std::string lower = lowered(name);
+  llvm::StringRef l(lower);
+  return l.contains("seq") || l.contains("len") || l.contains("token") || l == "s" ||
+         l == "t" || l.contains("time");
+}
+
+/// A length that is not the sequence being processed: a KV cache's, a
+/// total, a maximum, or an expression over dims.
+bool qualifiedLength(llvm::StringRef name) {
+  std::string lower = lowered(name);
+  llvm::StringRef l(lower);
+  for (const char *q : {"past", "total", "cache", "present", "prev", "max", "kv"})
+    if (l.contains(q))
+      return true;
+  return l.contains('+') || l.contains('-') || l.contains('*') || l.contains(' ');
+}
+
+std::optional<std::vector<int64_t>> parseShape(llvm::StringRef text) {
+  std::vector<int64_t> dims;
+  llvm::SmallVector<llvm::StringRef> parts;
+  text.split(parts, 'x');
+  for (llvm::StringRef p : parts) {
+    int64_t d;
+    if (p.getAsInteger(10, d) || d < 0)
+      return std::nullopt;
+    dims.push_back(d);
   }
   return dims;
 }
 
-bool looksLikeSequence(llvm::StringRef name) {
-  std::string lower = name.lower();
-  llvm::StringRef l(lower);
-  return l.contains("seq") || l.contains("len") || l.contains("token") || l == "s" ||
-         l == "t" || l.contains("time");
+std::string shapeText(const InputInfo &in) {
+  std::string out = "[";
+  for (int64_t k = 0; k < in.type.getRank(); ++k) {
+    if (k)
+      out += " x ";
+    if (!in.dimNames[k].empty())
+      out += in.dimNames[k];
+    else if (ShapedType::isDynamic(in.type.getDimSize(k)))
+      out += "?";
+    else
+      out += std::to_string(in.type.getDimSize(k));
+  }
+  return out + "]";
+}
+
+/// "node 'name'" for a node's location, else the location as MLIR prints it.
+std::string describeLocation(Location loc) {
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return "node '" + name.getName().str() + "'";
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << loc;
+  return out;
 }
 
 constexpr int64_t kProbeBatch = 9973; // a prime no model uses as a size
@@ -69,25 +156,8 @@ std::vector<IoShape> ioShapes(TypeRange types, ArrayAttr attrs, DenseI64ArrayAtt
 /// Binds `probe` (the unbound module) with the batch at kProbeBatch, runs
 /// het-check-samples and records the inputs' and outputs' batch axes and
 /// whether the batch may be split. `bound` is the graph bound at one sample.
-void checkSamples(ModuleOp probe, het::GraphOp bound,
-                                        const std::vector<std::string> &dims,
-                                        const std::vector<std::string> &inputShapes,
-                                        CostedModel &result) {
-  std::string batchName;
-  for (auto &[name, value] : result.boundDims)
-    if (llvm::is_contained(dims, name + "=1"))
-      batchName = name;
-  std::vector<std::string> probeDims, probeShapes;
-  for (const std::string &d : dims)
-    probeDims.push_back(!batchName.empty() && d == batchName + "=1"
-                            ? batchName + "=" + std::to_string(kProbeBatch)
-                            : d);
-  for (const std::string &s : inputShapes) {
-    auto [name, value] = llvm::StringRef(s).split('=');
-    auto [lead, rest] = value.split('x');
-    probeShapes.push_back((name + "=" + std::to_string(kProbeBatch) +
-                           (rest.empty() ? "" : "x" + rest)).str());
-  }
+void checkSamples(ModuleOp probe, het::GraphOp bound, const std::vector<std::string> &probeDims,
+                  const std::vector<std::string> &probeShapes, CostedModel &result) {
   PassManager pm(probe.getContext());
   het::HetBindShapesOptions bindOptions;
   bindOptions.dims.assign(probeDims.begin(), probeDims.end());
@@ -170,46 +240,222 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
     return err(path + ": expected one het.graph, found " + std::to_string(graphs.size()));
   het::GraphOp graph = graphs.front();
 
-  // Bind the batch (one sample: costs are per sample), the sequence and any
-  // shapes given; every other symbolic dim must be bound by the user.
-  std::vector<std::string> dims, inputShapes;
-  for (const std::string &entry : o.shapes) {
-    // The leading dim of a shape is the batch: costs are per sample, so it
-    // is bound to 1 and must agree with --batch.
+  std::vector<InputInfo> inputs = graphInputs(graph);
+  std::set<std::string> known = allDimNames(graph);
+  auto findInput = [&](llvm::StringRef name) -> const InputInfo * {
+    for (const InputInfo &in : inputs)
+      if (in.name == name)
+        return &in;
+    return nullptr;
+  };
+  auto inputList = [&] {
+    std::vector<std::string> names;
+    for (const InputInfo &in : inputs)
+      names.push_back("'" + in.name + "'");
+    return llvm::join(names, ", ");
+  };
+  auto dimList = [&] {
+    return known.empty() ? std::string("none")
+                         : llvm::join(std::vector<std::string>(known.begin(), known.end()), ", ");
+  };
+
+  // --batch-axis INPUT=AXIS|none
+  std::map<std::string, std::optional<int64_t>> declaredAxis;
+  for (const std::string &entry : o.batchAxes) {
     auto [name, value] = llvm::StringRef(entry).split('=');
-    auto [lead, rest] = value.split('x');
-    int64_t b;
-    if (name.empty() || lead.getAsInteger(10, b) || b <= 0)
-      return err("--shape '" + entry + "': expected NAME=D0xD1x... (e.g. x=8x3x640x640)");
-    if (b != o.batch)
-      return err("--shape '" + entry + "' has batch " + std::to_string(b) +
-                 " but --batch is " + std::to_string(o.batch));
-    inputShapes.push_back((name + "=1" + (rest.empty() ? "" : "x" + rest)).str());
-  }
-  std::map<std::string, int64_t> &bound = result.boundDims;
-  auto symbolic = symbolicDims(graph);
-  std::vector<std::string> unbound;
-  for (auto [i, entry] : llvm::enumerate(symbolic)) {
-    auto &[name, input] = entry;
-    bool shaped = llvm::any_of(o.shapes, [&, in = input](const std::string &s) {
-      return llvm::StringRef(s).starts_with(in + "=");
-    });
-    if (shaped)
+    const InputInfo *in = findInput(name);
+    if (name.empty() || value.empty())
+      return err("--batch-axis '" + entry + "': expected INPUT=AXIS (e.g. h0=1) or INPUT=none");
+    if (!in)
+      return err("--batch-axis '" + entry + "': the model has no input '" + name.str() +
+                 "' (its inputs: " + inputList() + ")");
+    if (value == "none") {
+      declaredAxis[name.str()] = std::nullopt;
       continue;
-    if (i == 0 && !looksLikeSequence(name)) {
-      dims.push_back(name + "=1");
-      bound[name] = o.batch;
-    } else if (looksLikeSequence(name) && o.sequence > 0) {
-      dims.push_back(name + "=" + std::to_string(o.sequence));
-      bound[name] = o.sequence;
+    }
+    int64_t axis;
+    int64_t rank = in->type ? in->type.getRank() : 0;
+    if (value.getAsInteger(10, axis) || axis < -rank || axis >= rank)
+      return err("--batch-axis '" + entry + "': input '" + name.str() + "' has rank " +
+                 std::to_string(rank) + "; the axis must be in [" + std::to_string(-rank) +
+                 ", " + std::to_string(rank) + ") or none");
+    declaredAxis[name.str()] = axis < 0 ? axis + rank : axis;
+  }
+
+  // The batch dim names.
+  std::set<std::string> batchNames;
+  for (auto &[input, axis] : declaredAxis)
+    if (axis)
+      if (const std::string &n = findInput(input)->dimNames[*axis]; !n.empty())
+        batchNames.insert(n);
+  if (batchNames.empty())
+    for (const InputInfo &in : inputs)
+      if (!declaredAxis.count(in.name))
+        for (const std::string &n : in.dimNames)
+          if (!n.empty() && looksLikeBatch(n))
+            batchNames.insert(n);
+  if (batchNames.empty())
+    for (const InputInfo &in : inputs)
+      if (!declaredAxis.count(in.name) && !in.dimNames.empty() && !in.dimNames[0].empty()) {
+        if (!looksLikeSequence(in.dimNames[0]))
+          batchNames.insert(in.dimNames[0]);
+        break;
+      }
+  // An input's batch axis: declared, else where a batch dim sits.
+  auto batchAxisOf = [&](const InputInfo &in) -> std::optional<int64_t> {
+    if (auto it = declaredAxis.find(in.name); it != declaredAxis.end())
+      return it->second;
+    for (auto [k, n] : llvm::enumerate(in.dimNames))
+      if (!n.empty() && batchNames.count(n))
+        return int64_t(k);
+    return std::nullopt;
+  };
+
+  std::map<std::string, int64_t> &bound = result.boundDims;  // as the plan records them
+  std::map<std::string, int64_t> bindTo;                     // what het-bind-shapes gets
+  for (const std::string &n : batchNames) {
+    bindTo[n] = 1; // costs are per sample
+    bound[n] = o.batch;
+  }
+
+  // --dim NAME=VALUE
+  for (const std::string &entry : o.dims) {
+    auto [name, value] = llvm::StringRef(entry).split('=');
+    int64_t size;
+    if (name.empty() || value.getAsInteger(10, size) || size < 0)
+      return err("--dim '" + entry + "': expected NAME=VALUE with VALUE >= 0 "
+                 "(e.g. past_sequence_length=0)");
+    if (!known.count(name.str()))
+      return err("--dim '" + entry + "': the model has no symbolic dim '" + name.str() +
+                 "' (its dims: " + dimList() + ")");
+    if (batchNames.count(name.str())) {
+      if (size != o.batch)
+        return err("--dim '" + entry + "': '" + name.str() +
+                   "' is the batch dim, which --batch sets (" + std::to_string(o.batch) +
+                   "); give --batch " + std::to_string(size) +
+                   ", or --batch-axis INPUT=AXIS if the batch is another dim");
+      continue;
+    }
+    bindTo[name.str()] = size;
+    bound[name.str()] = size;
+  }
+
+  // --shape INPUT=D0xD1x...
+  std::vector<std::string> inputShapes, probeShapes; // probe: the batch at kProbeBatch
+  std::set<std::string> shaped;
+  for (const std::string &entry : o.shapes) {
+    auto [name, value] = llvm::StringRef(entry).split('=');
+    auto dims = parseShape(value);
+    if (name.empty() || !dims)
+      return err("--shape '" + entry + "': expected INPUT=D0xD1x... (e.g. x=8x3x640x640)");
+    const InputInfo *in = findInput(name);
+    if (!in)
+      return err("--shape '" + entry + "': the model has no input '" + name.str() +
+                 "' (its inputs: " + inputList() + ")");
+    if (!in->type)
+      return err("--shape '" + entry + "': input '" + name.str() + "' has no ranked shape");
+    if (int64_t(dims->size()) != in->type.getRank())
+      return err("--shape '" + entry + "': input '" + name.str() + "' has rank " +
+                 std::to_string(in->type.getRank()) + " " + shapeText(*in) + ", not " +
+                 std::to_string(dims->size()));
+    std::optional<int64_t> axis = batchAxisOf(*in);
+    if (!axis && !declaredAxis.count(in->name) && in->type.getRank() > 0 &&
+        ShapedType::isDynamic(in->type.getDimSize(0)) && in->dimNames[0].empty())
+      axis = 0; // a dynamic, unnamed leading dim: the batch
+    for (int64_t k = 0; k < in->type.getRank(); ++k) {
+      int64_t fixed = in->type.getDimSize(k), want = (*dims)[k];
+      if (axis && k == *axis) {
+        if (want != o.batch)
+          return err("--shape '" + entry + "': its batch (dim " + std::to_string(k) +
+                     (in->dimNames[k].empty() ? "" : ", '" + in->dimNames[k] + "'") +
+                     ") is " + std::to_string(want) + " but --batch is " +
+                     std::to_string(o.batch) +
+                     (k == 0 ? "" : "") + "; input '" + in->name + "' is " + shapeText(*in));
+        (*dims)[k] = 1; // costs are per sample
+        continue;
+      }
+      if (!ShapedType::isDynamic(fixed) && fixed != want)
+        return err("--shape '" + entry + "': dim " + std::to_string(k) + " of input '" +
+                   in->name + "' is fixed at " + std::to_string(fixed) + " " +
+                   shapeText(*in));
+      const std::string &n = in->dimNames[k];
+      if (n.empty())
+        continue;
+      if (auto it = bindTo.find(n); it != bindTo.end() && it->second != want)
+        return err("--shape '" + entry + "' gives '" + n + "' = " + std::to_string(want) +
+                   " but it is already " + std::to_string(bound[n]));
+      bindTo[n] = want;
+      bound[n] = want;
+    }
+    std::vector<std::string> parts, probeParts;
+    for (auto [k, d] : llvm::enumerate(*dims)) {
+      parts.push_back(std::to_string(d));
+      probeParts.push_back(std::to_string(axis && int64_t(k) == *axis ? kProbeBatch : d));
+    }
+    inputShapes.push_back((name + "=" + llvm::join(parts, "x")).str());
+    probeShapes.push_back((name + "=" + llvm::join(probeParts, "x")).str());
+    shaped.insert(name.str());
+  }
+
+  // --seq L: the sequence dim (see ModelPipeline.h for the rule).
+  std::string sequenceName, sequenceInput;
+  if (o.sequence > 0) {
+    for (const InputInfo &in : inputs) {
+      if (shaped.count(in.name))
+        continue;
+      for (const std::string &n : in.dimNames)
+        if (!n.empty() && !bindTo.count(n) && looksLikeSequence(n) && !qualifiedLength(n)) {
+          sequenceName = n;
+          sequenceInput = in.name;
+          break;
+        }
+      if (!sequenceName.empty())
+        break;
+    }
+    if (!sequenceName.empty()) {
+      bindTo[sequenceName] = o.sequence;
+      bound[sequenceName] = o.sequence;
     } else {
-      unbound.push_back(name + " (of input '" + input + "')");
+      result.warnings.push_back(
+          "--seq " + std::to_string(o.sequence) +
+          " binds no dim: no input has an unbound dim named like a sequence (seq, len, "
+          "token, time) that is not a past/total/cache length; use --dim NAME=VALUE");
     }
   }
-  if (!unbound.empty())
-    return err(path + ": symbolic dims " + llvm::join(unbound, ", ") +
-                " need sizes: give --seq L for a sequence dim or --shape NAME=D0xD1x... "
-                "with a leading 1 for the batch");
+
+  // Every symbolic dim of an input needs a size.
+  std::vector<std::string> unbound, unboundNames;
+  bool sequenceLike = false;
+  for (const InputInfo &in : inputs) {
+    if (shaped.count(in.name))
+      continue;
+    for (const std::string &n : in.dimNames)
+      if (!n.empty() && !bindTo.count(n) &&
+          llvm::find(unboundNames, n) == unboundNames.end()) {
+        unboundNames.push_back(n);
+        unbound.push_back(n + " (of input '" + in.name + "')");
+        sequenceLike |= looksLikeSequence(n) && !qualifiedLength(n);
+      }
+  }
+  if (!unbound.empty()) {
+    std::string hint;
+    if (o.sequence <= 0 && sequenceLike)
+      hint = "give --seq L for the sequence dim, --dim NAME=VALUE for others";
+    else
+      hint = "give them with --dim NAME=VALUE[,NAME=VALUE] (e.g. --dim " + unboundNames[0] +
+             "=" + (qualifiedLength(unboundNames[0]) ? "0" : "128") + ")";
+    hint += ", or --shape INPUT=D0xD1x... for a whole input (its batch axis holds --batch)";
+    if (batchNames.empty())
+      hint += "; no dim was taken as the batch: name its axis with --batch-axis INPUT=AXIS";
+    if (!sequenceName.empty())
+      hint += "; --seq bound only '" + sequenceName + "' (of input '" + sequenceInput + "')";
+    return err(path + ": symbolic dims " + llvm::join(unbound, ", ") + " need sizes: " + hint);
+  }
+  std::vector<std::string> dims, probeDims;
+  for (auto &[n, v] : bindTo) {
+    dims.push_back(n + "=" + std::to_string(v));
+    probeDims.push_back(n + "=" + std::to_string(batchNames.count(n) ? kProbeBatch : v));
+  }
 
   // The same binding with the batch at an unusual size tells whether the
   // batch may be split and where each input and output carries it.
@@ -225,6 +471,10 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
   {
     std::string diag;
     ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
+      if (d.getSeverity() == DiagnosticSeverity::Warning) {
+        result.warnings.push_back(describeLocation(d.getLocation()) + ": " + d.str());
+        return success();
+      }
       if (diag.empty()) {
         llvm::raw_string_ostream os(diag);
         os << d.getLocation() << ": " << d.str();
@@ -234,7 +484,7 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
     if (failed(pm.run(*module)))
       return err(path + ": " + diag);
   }
-  checkSamples(*probe, graph, dims, inputShapes, result);
+  checkSamples(*probe, graph, probeDims, probeShapes, result);
 
   cost::ExtractOptions extract;
   extract.dtype = o.dtype;
@@ -242,6 +492,13 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
   auto modelCost = cost::extractModelCost(graph, extract);
   if (!modelCost)
     return err(path + ": " + llvm::toString(modelCost.takeError()));
+  for (const cost::LayerCost &layer : modelCost->layers)
+    for (const cost::OpCost &op : layer.ops)
+      if (!op.note.empty())
+        result.warnings.push_back((op.name == op.opType ? "a " + op.opType + " node"
+                                                        : "node '" + op.name + "' (" +
+                                                              op.opType + ")") +
+                                  ": " + op.note);
 
   result.cost = std::move(*modelCost);
   return result;

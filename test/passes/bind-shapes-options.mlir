@@ -1,6 +1,6 @@
 // Bad pass options and unknown inputs are errors that say what to write.
 // RUN: not hetplan-opt %s --het-bind-shapes="dims=batch" 2>&1 | FileCheck %s --check-prefix=DIMS
-// DIMS: error: bad dims entry 'batch': expected NAME=SIZE with SIZE > 0
+// DIMS: error: bad dims entry 'batch': expected NAME=SIZE with SIZE >= 0
 // RUN: not hetplan-opt %s --het-bind-shapes="input-shapes=y=2x3" 2>&1 | FileCheck %s --check-prefix=NAME
 // NAME: error: input-shapes names 'y', which is not an input of @g
 // RUN: not hetplan-opt %s --het-bind-shapes="input-shapes=x=2x3x4" 2>&1 | FileCheck %s --check-prefix=RANK

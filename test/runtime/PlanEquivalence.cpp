@@ -193,8 +193,8 @@ int main(int argc, char **argv) {
     std::map<std::string, Tensor> inputs;
     for (const auto &in : model.inputs) {
       std::vector<int64_t> shape = in.shape;
-      if (shape.empty()) { std::cerr << in.name << ": no shape\n"; return 2; }
-      shape[0] = B;
+      if (!in.hasShape) { std::cerr << in.name << ": no shape\n"; return 2; }
+      if (!shape.empty()) shape[0] = B; // else a scalar (a flag): no batch dim
       for (size_t d = 1; d < shape.size(); ++d)
         if (shape[d] < 0) {
           int64_t seq = exec->plan().settings().sequence();
@@ -226,6 +226,7 @@ int main(int argc, char **argv) {
       for (int64_t b = 0; b < B; ++b) {
         std::map<std::string, Tensor> one;
         for (const auto &[name, t] : inputs) {
+          if (t.rank() == 0) { one[name] = t; continue; } // a scalar input: no batch dim
           std::vector<int64_t> shape = t.shape();
           shape[0] = 1;
           Tensor s(t.dtype(), shape);

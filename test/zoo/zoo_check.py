@@ -29,9 +29,9 @@ passing stage not yet listed is printed as PROMOTE (exit 0).
   zoo_check.py --hetplan BIN --translate BIN [--zoo DIR] [--work DIR]
                [--expected FILE] [--update-expected] [--only NAME...] [-j N] [-v]
 
-Dims: the first symbolic input dim is the batch (--batch), dims whose name
-looks like a sequence go to --seq, as `hetplan compile` reads them; inputs
-with any other symbolic dim are bound whole with --shape NAME=D0xD1x...
+Dims: dims named like a batch (else the first input's leading named dim)
+take --batch; every other symbolic dim is bound by name with --dim, as a user
+of a model with several sequence-like dims (past, decoder) must.
 """
 import argparse
 import concurrent.futures
@@ -129,22 +129,26 @@ def run(cmd, log, timeout):
     return rc, out
 
 
+def looks_like_batch(name):
+    l = name.lower()
+    return "batch" in l or l in ("n", "b", "bs", "bsz")
+
+
 def compile_args(row):
-    """--batch/--seq/--shape for `hetplan compile`, as a user would give them."""
+    """--batch and --dim for `hetplan compile`, as a user would give them:
+    the batch dims (named like a batch, else the first input's leading named
+    dim) take --batch; every other symbolic dim is named with --dim."""
     args = ["--batch", str(row["batch"])]
-    dims = row["dims"]
-    first = None
-    for name, spec in row["inputs"].items():
-        for d in spec["dims"]:
-            if isinstance(d, str):
-                first = first or d
-    seq = sorted({dims[d] for d in dims if d != first and looks_like_sequence(d)})
-    if seq:
-        args += ["--seq", str(seq[0])]
-    for name, spec in row["inputs"].items():
-        if any(isinstance(d, str) and d != first and not looks_like_sequence(d)
-               for d in spec["dims"]):
-            args += ["--shape", name + "=" + "x".join(str(v) for v in spec["shape"])]
+    named = [d for spec in row["inputs"].values() for d in spec["dims"] if isinstance(d, str)]
+    batch = {d for d in named if looks_like_batch(d)}
+    if not batch:
+        lead = next((spec["dims"][0] for spec in row["inputs"].values()
+                     if spec["dims"] and isinstance(spec["dims"][0], str)), None)
+        if lead and not looks_like_sequence(lead):
+            batch = {lead}
+    others = [f"{d}={row['dims'][d]}" for d in dict.fromkeys(named) if d not in batch]
+    if others:
+        args += ["--dim", ",".join(others)]
     return args
 
 

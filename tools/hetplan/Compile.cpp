@@ -1,7 +1,8 @@
 //===- Compile.cpp - hetplan compile and hetplan explain ------------------===//
 //
 //   hetplan compile MODEL --cluster SPEC|FILE --mode train|infer --batch N
-//                   [--seq L] [--shape NAME=DIMS]... [--dtype fp16]
+//                   [--seq L] [--shape INPUT=DIMS]... [--dim NAME=VALUE,...]
+//                   [--batch-axis INPUT=AXIS,...] [--dtype fp16]
 //                   [--strategy hetplan|dp-even|pp-even|homogeneous]
 //                   [--pin pp=4,dp=4,mb=8] [--layout FILE] [--schedule 1f1b|gpipe]
 //                   [--grad-dtype fp32|fp16|bf16]
@@ -80,12 +81,29 @@ cl::opt<std::string> modeArg("mode", cl::desc("train (forward, backward, Adam) o
 cl::opt<int64_t> batchArg("batch", cl::Required,
                           cl::desc("Samples per step (the global batch)"),
                           cl::sub(compileCmd));
-cl::opt<int64_t> seqArg("seq", cl::desc("Sequence length, for models with a sequence dim"),
+cl::opt<int64_t> seqArg("seq",
+                        cl::desc("Sequence length: binds the first input dim named like a "
+                                 "sequence that is not a past/total/cache length (others: "
+                                 "--dim)"),
                         cl::init(0), cl::sub(compileCmd));
 cl::list<std::string> shapeArgs("shape",
-                                cl::desc("Bind an input's whole shape, NAME=D0xD1x... "
-                                         "(the leading dim is the per-sample batch of 1)"),
-                                cl::value_desc("NAME=DIMS"), cl::sub(compileCmd));
+                                cl::desc("Bind an input's whole shape, INPUT=D0xD1x...; its "
+                                         "batch axis (where the batch dim sits, the axis "
+                                         "--batch-axis gives, or a dynamic unnamed dim 0) "
+                                         "holds --batch"),
+                                cl::value_desc("INPUT=DIMS"), cl::sub(compileCmd));
+cl::list<std::string> dimArgs("dim",
+                              cl::desc("Bind symbolic dims by name, NAME=VALUE[,NAME=VALUE] "
+                                       "(e.g. past_sequence_length=0); repeatable"),
+                              cl::value_desc("NAME=VALUE"), cl::CommaSeparated,
+                              cl::sub(compileCmd));
+cl::list<std::string> batchAxisArgs("batch-axis",
+                                    cl::desc("Which axis of an input is the batch, "
+                                             "INPUT=AXIS[,INPUT=AXIS] (e.g. h0=1), or "
+                                             "INPUT=none; default: the dim named like batch, "
+                                             "else the first input's leading dim"),
+                                    cl::value_desc("INPUT=AXIS"), cl::CommaSeparated,
+                                    cl::sub(compileCmd));
 cl::opt<std::string> dtypeArg("dtype", cl::desc("Numeric format: fp32, tf32, fp16, bf16"),
                               cl::init("fp16"), cl::sub(compileCmd));
 cl::opt<std::string> strategyArg(
@@ -344,11 +362,17 @@ int runCompile() {
   po.batch = batchArg;
   po.sequence = seqArg;
   po.shapes.assign(shapeArgs.begin(), shapeArgs.end());
+  po.dims.assign(dimArgs.begin(), dimArgs.end());
+  po.batchAxes.assign(batchAxisArgs.begin(), batchAxisArgs.end());
   po.allowMissingWeights = missingWeights;
   po.dtype = options.dtype;
   auto costed = planner::costModelFile(po);
   if (!costed)
     return fail(llvm::toString(costed.takeError()));
+  // Warnings are one line each, before the search: what was planned with an
+  // upper bound or under an assumption.
+  for (const std::string &w : costed->warnings)
+    llvm::errs() << "hetplan: warning: " << w << "\n";
   cost::ModelCost *modelCost = &costed->cost;
   std::map<std::string, int64_t> &bound = costed->boundDims;
   std::string error;
@@ -414,7 +438,12 @@ int runCompile() {
   out.mutable_prediction()->set_search_time_s(result->searchSeconds);
 
   if (jsonArg) {
-    llvm::outs() << llvm::formatv("{0:2}", summaryJson(out)) << "\n";
+    llvm::json::Value summary = summaryJson(out);
+    llvm::json::Array warnings;
+    for (const std::string &w : costed->warnings)
+      warnings.push_back(w);
+    summary.getAsObject()->try_emplace("warnings", std::move(warnings));
+    llvm::outs() << llvm::formatv("{0:2}", summary) << "\n";
   } else {
     printSummary(out, llvm::outs());
     llvm::outs() << "  plan written to " << outputArg << "\n";

@@ -31,6 +31,10 @@ Tensor sliceRows(const Tensor &t, int64_t lo, int64_t count) {
   return Tensor::view(t.dtype(), shape, base ? base + row * size_t(lo) : nullptr, holder);
 }
 
+/// A graph input declared as a scalar (rank 0: a flag, a sample rate) has
+/// no batch dim: every rank gets all of it, and it is not batched.
+bool isScalarInput(const ValueInfo &in) { return in.hasShape && in.shape.empty(); }
+
 Tensor concatRows(const std::vector<Tensor> &parts) {
   if (parts.size() == 1) return parts[0];
   std::vector<int64_t> shape = parts.at(0).shape();
@@ -209,16 +213,26 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
   for (const auto &in : m.inputs) graphInputs.insert(in.name);
   for (const auto &o : m.outputs) graphOutputs_.insert(o.name);
   std::map<std::string, size_t> producer;
-  std::set<std::string> batched = graphInputs;
+  std::set<std::string> batched;
+  for (const auto &in : m.inputs) {
+    // Scalars, and inputs the plan records without a batch axis, go whole
+    // to every rank.
+    bool noBatch = isScalarInput(in);
+    for (const auto &io : plan_.settings().inputs())
+      if (io.name() == in.name && io.batch_axis() < 0) noBatch = true;
+    if (noBatch) unbatchedInputs_.insert(in.name);
+    else batched.insert(in.name);
+  }
   for (size_t i = 0; i < N; ++i) {
     const Node &n = m.nodes[i];
     bool anyBatched = false;
-    for (const auto &s : n.inputs) {
-      if (s.empty()) continue;
+    // Values read inside the node's subgraphs (If/Loop/Scan) count as its
+    // inputs: a subgraph reading a batched value makes the outputs batched.
+    n.forEachRead([&](const std::string &s) {
       if (!producer.count(s) && !graphInputs.count(s) && !m.initializers.count(s))
         fail(path + ": " + n.describe() + " reads '" + s + "' before it is produced (the nodes are not in topological order)");
       anyBatched |= batched.count(s) != 0;
-    }
+    });
     bool shapeOnly = n.opType == "Shape" || n.opType == "Size";
     for (const auto &o : n.outputs) {
       if (o.empty()) continue;
@@ -228,8 +242,7 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
   }
   std::map<std::string, size_t> lastConsumer;
   for (size_t i = 0; i < N; ++i)
-    for (const auto &s : m.nodes[i].inputs)
-      if (!s.empty()) lastConsumer[s] = i;
+    m.nodes[i].forEachRead([&](const std::string &s) { lastConsumer[s] = i; });
 
   // What crosses each stage boundary.
   size_t S = size_t(plan_.stages_size());
@@ -255,11 +268,11 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
       work.pop_back();
       size_t p = producer.at(v);
       if (!nodes.insert(p).second) continue;
-      for (const auto &u : m.nodes[p].inputs) {
-        if (u.empty() || m.initializers.count(u) || graphInputs.count(u)) continue;
+      m.nodes[p].forEachRead([&](const std::string &u) {
+        if (m.initializers.count(u) || graphInputs.count(u)) return;
         if (batched.count(u)) shapes.insert(u); // read by Shape/Size only
         else work.push_back(u);
-      }
+      });
     }
     io_[j].metaNodes.assign(nodes.begin(), nodes.end());
     io_[j].shapes.assign(shapes.begin(), shapes.end());
@@ -281,8 +294,7 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
   // stages"); everything else runs replicated.
   std::map<std::string, int> readers;
   for (const auto &n : m.nodes)
-    for (const auto &in : n.inputs)
-      if (!in.empty()) readers[in]++;
+    n.forEachRead([&](const std::string &in) { readers[in]++; });
   shardedNodes_.assign(S, {});
   for (size_t j = 0; j < S; ++j) {
     const auto &st = plan_.stages(int(j));
@@ -416,6 +428,11 @@ void PlanExecutor::checkInputs(const std::map<std::string, Tensor> &inputs) cons
              "; recompile the plan for other shapes");
       continue;
     }
+    if (isScalarInput(in)) {
+      if (t.rank() != 0)
+        fail("input '" + in.name + "' has shape " + shapeString(t.shape()) + ", the model wants a scalar");
+      continue;
+    }
     if (t.rank() < 1 || t.dim(0) != B)
       fail("input '" + in.name + "' has shape " + shapeString(t.shape()) + "; dim 0 must be the plan's global batch " +
            std::to_string(B));
@@ -461,8 +478,9 @@ void PlanExecutor::checkTraining() {
     stageNodes_[j] = io_[j].metaNodes;
     for (size_t i = st.first_node(); i <= st.last_node(); ++i) stageNodes_[j].push_back(i);
     for (size_t i : stageNodes_[j])
-      for (const auto &in : m.nodes[i].inputs)
+      m.nodes[i].forEachRead([&](const std::string &in) {
         if (trainable_.count(in)) stageParams_[j].insert(in);
+      });
     for (const auto &p : stageParams_[j]) {
       auto [it, fresh] = tpOf.emplace(p, st.tensor_parallel());
       if (!fresh && it->second != st.tensor_parallel())
@@ -568,8 +586,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   if (train) {
     // Backward reads every value the stage's nodes read or wrote.
     for (size_t i : stageNodes_[j]) {
-      for (const auto &v : model_->nodes[i].inputs)
-        if (!v.empty()) keep.insert(v);
+      model_->nodes[i].forEachRead([&](const std::string &v) { keep.insert(v); });
       for (const auto &v : model_->nodes[i].outputs)
         if (!v.empty()) keep.insert(v);
     }
@@ -607,7 +624,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     std::map<std::string, Tensor> values;
     int64_t base = int64_t(mb) * microBatch_ + off;
     for (const auto &gi : model_->inputs)
-      values[gi.name] = whole_ ? inputs.at(gi.name) : sliceRows(inputs.at(gi.name), base, n);
+      values[gi.name] = whole_ || unbatchedInputs_.count(gi.name) ? inputs.at(gi.name)
+                                                                  : sliceRows(inputs.at(gi.name), base, n);
     if (train)
       for (const auto &p : stageParams_[j]) values[p] = train->state.params.at(p);
     std::map<std::string, std::vector<int64_t>> perSample;

@@ -38,6 +38,10 @@ bool gradientReaches(const Node &n, const std::set<std::string> &req) {
   std::vector<bool> diff = differentiableInputs(n);
   for (size_t i = 0; i < n.inputs.size(); ++i)
     if (diff[i] && req.count(n.inputs[i])) return true;
+  // Values read inside subgraphs (If/Loop/Scan): no backward kernel runs
+  // subgraphs, so such a node on a gradient path is refused.
+  for (const auto &s : n.implicitInputs)
+    if (req.count(s)) return true;
   return false;
 }
 } // namespace
@@ -53,6 +57,11 @@ std::set<std::string> trainableParameters(const Model &model) {
       // weights are trained where they were made, not here).
       if (it != model.initializers.end() && it->second.dtype() == DType::Float32 &&
           it->second.numel() >= 2 && !model.constants.count(it->first))
+        out.insert(it->first);
+    }
+    for (const auto &s : n.implicitInputs) {
+      auto it = model.initializers.find(s);
+      if (it != model.initializers.end() && it->second.dtype() == DType::Float32 && it->second.numel() >= 2)
         out.insert(it->first);
     }
   }

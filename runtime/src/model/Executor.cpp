@@ -21,6 +21,7 @@ void registerIndexingKernels();
 void registerQuantKernels();
 KernelInfo applyHalfPolicy(KernelInfo info); // HalfPrecision.cpp
 } // namespace cpu
+void registerControlFlowKernels(); // ControlFlow.cpp: If, Loop, Scan
 
 namespace {
 OpRegistry<KernelInfo> &registry() {
@@ -34,6 +35,7 @@ void ensureRegistered() {
     cpu::registerTensorKernels();
     cpu::registerIndexingKernels();
     cpu::registerQuantKernels();
+    registerControlFlowKernels();
     return true;
   }();
   (void)done;
@@ -74,8 +76,8 @@ std::vector<size_t> topologicalOrder(const Model &model) {
     for (size_t i = 0; i < model.nodes.size(); ++i) {
       if (done[i]) continue;
       const Node &n = model.nodes[i];
-      bool ok = std::all_of(n.inputs.begin(), n.inputs.end(),
-                            [&](const std::string &s) { return s.empty() || ready.count(s); });
+      bool ok = true; // implicit inputs: values the node's subgraphs read
+      n.forEachRead([&](const std::string &s) { ok = ok && ready.count(s); });
       if (!ok) continue;
       done[i] = true; --remaining; progress = true;
       order.push_back(i);
@@ -85,10 +87,14 @@ std::vector<size_t> topologicalOrder(const Model &model) {
       for (size_t i = 0; i < model.nodes.size(); ++i)
         if (!done[i]) {
           const Node &n = model.nodes[i];
-          for (const auto &s : n.inputs)
-            if (!s.empty() && !ready.count(s))
-              throw std::runtime_error(model.path + ": " + n.describe() + ": input '" + s +
-                                       "' is never produced (or the graph has a cycle)");
+          n.forEachRead([&](const std::string &s) {
+            if (!ready.count(s))
+              throw std::runtime_error(model.path + ": " + n.describe() + ": " +
+                                       (std::count(n.inputs.begin(), n.inputs.end(), s)
+                                            ? "input '" + s + "'"
+                                            : "value '" + s + "' (read by a subgraph)") +
+                                       " is never produced (or the graph has a cycle)");
+          });
         }
     }
   }
@@ -190,8 +196,7 @@ void Executor::fuseConvChains() {
       if (!o.empty()) producer_[o] = i;
   std::map<std::string, std::vector<size_t>> readers;
   for (size_t i = 0; i < model_.nodes.size(); ++i)
-    for (const auto &s : model_.nodes[i].inputs)
-      if (!s.empty()) readers[s].push_back(i);
+    model_.nodes[i].forEachRead([&](const std::string &s) { readers[s].push_back(i); });
   std::set<std::string> graphIO;
   for (const auto &v : model_.inputs) graphIO.insert(v.name);
   for (const auto &v : model_.outputs) graphIO.insert(v.name);
@@ -333,6 +338,59 @@ std::vector<char> Executor::activeFusions(const std::vector<size_t> &nodes, cons
   return active;
 }
 
+namespace {
+/// The load-time check of `n` (kernel, domain, element types, attributes)
+/// and, recursively, of every node of its subgraphs; `where` names the node
+/// (its path through the enclosing control-flow nodes and attributes).
+void checkNode(const Node &n, int64_t opset, const std::map<std::string, DType> &types, const std::string &where,
+               std::vector<std::string> &problems) {
+  if (!n.domain.empty() && n.domain != "ai.onnx") {
+    problems.push_back(where + "domain '" + n.domain + "' is not supported");
+    return;
+  }
+  const KernelInfo *k = findKernel(n.opType);
+  if (!k) {
+    problems.push_back(where + "no CPU kernel for " + n.opType);
+    return;
+  }
+  CheckContext cc{n, opset, {}};
+  for (const auto &s : n.inputs) {
+    auto it = types.find(s);
+    cc.inputTypes.push_back(s.empty() || it == types.end() ? DType::Undefined : it->second);
+  }
+  DType t0 = cc.in(0);
+  if (!k->types.empty() && t0 != DType::Undefined &&
+      std::find(k->types.begin(), k->types.end(), t0) == k->types.end()) {
+    problems.push_back(where + "element type " + dtypeName(t0) + " is not supported");
+    return;
+  }
+  if (k->check) {
+    std::string why = k->check(cc);
+    if (!why.empty()) problems.push_back(where + why);
+  }
+  // Subgraphs (If/Loop/Scan): every node inside needs a kernel too. Their
+  // values' types shadow the enclosing scope's.
+  for (const auto &[an, a] : n.attrs) {
+    std::vector<const Graph *> gs;
+    if (a.g) gs.push_back(a.g.get());
+    for (const auto &g : a.graphs) gs.push_back(g.get());
+    for (size_t gi = 0; gi < gs.size(); ++gi) {
+      const Graph &g = *gs[gi];
+      std::string in = where.substr(0, where.size() - 2) + " '" + an +
+                       (a.kind == Attribute::Graphs ? "'[" + std::to_string(gi) + "]" : "'") + " > ";
+      std::map<std::string, DType> inner = types;
+      for (const auto &[v, t] : g.valueTypes) inner[v] = t;
+      for (const auto *list : {&g.inputs, &g.outputs})
+        for (const auto &v : *list)
+          if (!v.isTensor)
+            problems.push_back(in + "value '" + v.name +
+                               "' is not a tensor (sequence/map/optional values are not supported)");
+      for (const Node &sn : g.nodes) checkNode(sn, opset, inner, in + sn.describe() + ": ", problems);
+    }
+  }
+}
+} // namespace
+
 std::vector<std::string> Executor::check() const {
   std::vector<std::string> problems;
   std::map<std::string, DType> types = model_.valueTypes;
@@ -342,35 +400,7 @@ std::vector<std::string> Executor::check() const {
         problems.push_back(model_.path + ": value '" + v.name + "' is not a tensor (sequence/map/optional values are not supported)");
   for (size_t idx : order_) {
     const Node &n = model_.nodes[idx];
-    std::string where = model_.path + ": " + n.describe() + ": ";
-    if (!n.domain.empty() && n.domain != "ai.onnx") {
-      problems.push_back(where + "domain '" + n.domain + "' is not supported");
-      continue;
-    }
-    const KernelInfo *k = findKernel(n.opType);
-    if (!k) {
-      problems.push_back(where + "no CPU kernel for " + n.opType);
-      continue;
-    }
-    if (hasSubgraphAttribute(n)) {
-      problems.push_back(where + "subgraph attributes are not supported");
-      continue;
-    }
-    CheckContext cc{n, model_.opset(""), {}};
-    for (const auto &s : n.inputs) {
-      auto it = types.find(s);
-      cc.inputTypes.push_back(s.empty() || it == types.end() ? DType::Undefined : it->second);
-    }
-    DType t0 = cc.in(0);
-    if (!k->types.empty() && t0 != DType::Undefined &&
-        std::find(k->types.begin(), k->types.end(), t0) == k->types.end()) {
-      problems.push_back(where + "element type " + dtypeName(t0) + " is not supported");
-      continue;
-    }
-    if (k->check) {
-      std::string why = k->check(cc);
-      if (!why.empty()) problems.push_back(where + why);
-    }
+    checkNode(n, model_.opset(""), types, model_.path + ": " + n.describe() + ": ", problems);
   }
   return problems;
 }
@@ -421,6 +451,12 @@ std::vector<Tensor> executeNode(const Model &model, const Node &n, size_t index,
     if (!t) throw std::runtime_error(model.path + ": " + n.describe() + ": value '" + s + "' is missing");
     ctx.inputs.push_back(t);
   }
+  // Control flow (If/Loop/Scan): the subgraphs see this scope's values.
+  std::function<const Tensor *(const std::string &)> scope;
+  if (!n.implicitInputs.empty()) {
+    scope = [&](const std::string &s) { return lookup(s); };
+    ctx.scope = &scope;
+  }
   try {
     if (!hook || !(*hook)(index, ctx)) runKernel(*k, ctx, index, observer);
   } catch (const std::exception &e) {
@@ -443,8 +479,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
   // Last use of each value, so intermediates can be freed early.
   std::map<std::string, size_t> lastUse;
   for (size_t step = 0; step < order_.size(); ++step)
-    for (const auto &s : model_.nodes[order_[step]].inputs)
-      if (!s.empty()) lastUse[s] = step;
+    model_.nodes[order_[step]].forEachRead([&](const std::string &s) { lastUse[s] = step; });
   std::set<std::string> keep;
   for (const auto &o : model_.outputs) keep.insert(o.name);
 
@@ -474,8 +509,9 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
     std::vector<Tensor> outs = executeNode(model_, n, order_[step], opset, lookup, observer);
     for (size_t i = 0; i < n.outputs.size(); ++i)
       if (!n.outputs[i].empty()) values[n.outputs[i]] = std::move(outs[i]);
-    for (const auto &s : n.inputs)
-      if (!s.empty() && lastUse[s] == step && !keep.count(s) && !inputs.count(s)) values.erase(s);
+    model_.nodes[order_[step]].forEachRead([&](const std::string &s) {
+      if (lastUse[s] == step && !keep.count(s) && !inputs.count(s)) values.erase(s);
+    });
   }
   std::map<std::string, Tensor> out;
   for (const auto &o : model_.outputs) {
@@ -494,8 +530,7 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
                    ExecutionObserver *observer, const NodeHook *hook) const {
   std::map<std::string, size_t> lastUse;
   for (size_t step = 0; step < nodes.size(); ++step)
-    for (const auto &s : model_.nodes[nodes[step]].inputs)
-      if (!s.empty()) lastUse[s] = step;
+    model_.nodes[nodes[step]].forEachRead([&](const std::string &s) { lastUse[s] = step; });
   const bool useFold = canFold(values, true);
   auto lookup = [&](const std::string &s) {
     return findValue(values, useFold ? &folded_ : nullptr, model_.initializers, s);
@@ -529,8 +564,9 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
         }
         values[n.outputs[i]] = std::move(outs[i]);
       }
-    for (const auto &s : n.inputs)
-      if (!s.empty() && lastUse[s] == step && !keep.count(s)) values.erase(s);
+    model_.nodes[nodes[step]].forEachRead([&](const std::string &s) {
+      if (lastUse[s] == step && !keep.count(s)) values.erase(s);
+    });
   }
   std::map<std::string, Tensor> out;
   for (const auto &name : keep) {

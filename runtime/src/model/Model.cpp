@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <fcntl.h>
 #include <stdexcept>
 #include <sys/mman.h>
@@ -156,6 +157,135 @@ Tensor constantValue(const onnx::NodeProto &np, const std::string &where,
   fail(where + ": value attribute '" + k + "' is not supported (string and sparse constants)");
 }
 
+
+/// What converting tensors, nodes and subgraphs needs.
+struct LoadContext {
+  const std::string &path, &base;
+  const std::shared_ptr<const void> &holder;
+  Storage *storage;
+};
+
+std::shared_ptr<const Graph> convertGraph(const onnx::GraphProto &gp, const LoadContext &lc,
+                                          const std::string &where);
+
+/// NodeProto -> Node; GRAPH/GRAPHS attributes are parsed into Graphs and
+/// the values they read from enclosing scopes become implicitInputs.
+/// `scope` prefixes error messages for nodes inside subgraphs.
+Node convertNode(const onnx::NodeProto &np, int index, const LoadContext &lc, const std::string &scope) {
+  Node n;
+  n.name = np.name().empty() ? np.op_type() + "_" + std::to_string(index) : np.name();
+  n.opType = np.op_type();
+  n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+  n.inputs.assign(np.input().begin(), np.input().end());
+  n.outputs.assign(np.output().begin(), np.output().end());
+  for (const auto &ap : np.attribute()) {
+    Attribute a;
+    std::string where = lc.path + ": " + scope + n.describe() + " attribute '" + ap.name() + "'";
+    switch (ap.type()) {
+    case onnx::AttributeProto::FLOAT: a.kind = Attribute::Float; a.f = ap.f(); break;
+    case onnx::AttributeProto::INT: a.kind = Attribute::Int; a.i = ap.i(); break;
+    case onnx::AttributeProto::STRING: a.kind = Attribute::String; a.s = ap.s(); break;
+    case onnx::AttributeProto::TENSOR:
+      a.kind = Attribute::TensorKind;
+      a.t = convertTensor(ap.t(), where, lc.holder, lc.base, lc.storage);
+      break;
+    case onnx::AttributeProto::GRAPH:
+      a.kind = Attribute::Graph;
+      a.g = convertGraph(ap.g(), lc, scope + n.describe() + " '" + ap.name() + "' > ");
+      break;
+    case onnx::AttributeProto::GRAPHS:
+      a.kind = Attribute::Graphs;
+      for (int k = 0; k < ap.graphs_size(); ++k)
+        a.graphs.push_back(convertGraph(ap.graphs(k), lc,
+                                        scope + n.describe() + " '" + ap.name() + "'[" + std::to_string(k) + "] > "));
+      break;
+    case onnx::AttributeProto::FLOATS: a.kind = Attribute::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); break;
+    case onnx::AttributeProto::INTS: a.kind = Attribute::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
+    case onnx::AttributeProto::STRINGS: a.kind = Attribute::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); break;
+    case onnx::AttributeProto::TENSORS: a.kind = Attribute::Tensors; break;
+    default:
+      if (!ap.ref_attr_name().empty()) fail(where + ": attribute references are not supported");
+      a.kind = Attribute::Other;
+      break;
+    }
+    n.attrs[ap.name()] = std::move(a);
+  }
+  // Outer-scope reads of the subgraphs: what each reads (its nodes' inputs
+  // and implicit inputs, its outputs) that it neither declares nor produces.
+  std::set<std::string> outer;
+  for (const auto &[an, a] : n.attrs) {
+    std::vector<const Graph *> gs;
+    if (a.g) gs.push_back(a.g.get());
+    for (const auto &g : a.graphs) gs.push_back(g.get());
+    for (const Graph *g : gs) {
+      std::set<std::string> local;
+      for (const auto &v : g->inputs) local.insert(v.name);
+      for (const auto &[name, t] : g->initializers) local.insert(name);
+      for (const auto &sn : g->nodes)
+        for (const auto &o : sn.outputs) if (!o.empty()) local.insert(o);
+      for (const auto &sn : g->nodes)
+        sn.forEachRead([&](const std::string &v) { if (!local.count(v)) outer.insert(v); });
+      for (const auto &v : g->outputs)
+        if (!v.name.empty() && !local.count(v.name)) outer.insert(v.name);
+    }
+  }
+  n.implicitInputs.assign(outer.begin(), outer.end());
+  return n;
+}
+
+/// GraphProto -> Graph (recursively); its nodes sorted topologically by the
+/// values produced inside it (anything else comes from outer scopes).
+std::shared_ptr<const Graph> convertGraph(const onnx::GraphProto &gp, const LoadContext &lc,
+                                          const std::string &where) {
+  auto g = std::make_shared<Graph>();
+  g->name = gp.name();
+  for (const auto &init : gp.initializer()) {
+    std::string w = lc.path + ": " + where + "initializer '" + init.name() + "'";
+    g->initializers[init.name()] = convertTensor(init, w, lc.holder, lc.base, lc.storage);
+  }
+  if (gp.sparse_initializer_size())
+    fail(lc.path + ": " + where + "sparse initializers are not supported");
+  for (const auto &vi : gp.input()) {
+    ValueInfo v = convertValueInfo(vi);
+    g->valueTypes[v.name] = v.dtype;
+    g->inputs.push_back(v);
+  }
+  for (const auto &vi : gp.output()) {
+    ValueInfo v = convertValueInfo(vi);
+    g->valueTypes[v.name] = v.dtype;
+    g->outputs.push_back(v);
+  }
+  for (const auto &vi : gp.value_info()) g->valueTypes[vi.name()] = convertValueInfo(vi).dtype;
+  for (const auto &[name, t] : g->initializers) g->valueTypes[name] = t.dtype();
+  std::vector<Node> nodes;
+  int index = 0;
+  for (const auto &np : gp.node()) nodes.push_back(convertNode(np, index++, lc, where));
+  // Topological order over the values produced inside the graph.
+  std::map<std::string, size_t> producer;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const auto &o : nodes[i].outputs) if (!o.empty()) producer[o] = i;
+  std::set<std::string> ready;
+  for (const auto &v : g->inputs) ready.insert(v.name);
+  for (const auto &[name, t] : g->initializers) ready.insert(name);
+  std::vector<bool> done(nodes.size(), false);
+  size_t remaining = nodes.size();
+  while (remaining) {
+    bool progress = false;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (done[i]) continue;
+      bool ok = true;
+      nodes[i].forEachRead([&](const std::string &v) {
+        if (producer.count(v) && !ready.count(v)) ok = false;
+      });
+      if (!ok) continue;
+      done[i] = true; --remaining; progress = true;
+      for (const auto &o : nodes[i].outputs) if (!o.empty()) ready.insert(o);
+      g->nodes.push_back(std::move(nodes[i]));
+    }
+    if (!progress) fail(lc.path + ": " + where + "the subgraph has a cycle");
+  }
+  return g;
+}
 } // namespace
 
 int64_t Node::getInt(const std::string &a, int64_t def) const {
@@ -223,6 +353,7 @@ Model loadModel(const std::string &path) {
   for (const auto &vi : g.value_info()) m.valueTypes[vi.name()] = convertValueInfo(vi).dtype;
   for (const auto &[name, t] : m.initializers) m.valueTypes[name] = t.dtype();
   int index = 0;
+  LoadContext lc{path, base, holder, storage.get()};
   for (const auto &np : g.node()) {
     // One rule with the compiler (the importer makes top-level Constant
     // nodes het.constant values, not nodes): a Constant is a value of the
@@ -238,38 +369,7 @@ Model loadModel(const std::string &path) {
       m.valueTypes[out] = m.initializers[out].dtype();
       continue;
     }
-    Node n;
-    n.name = np.name().empty() ? np.op_type() + "_" + std::to_string(index) : np.name();
-    ++index;
-    n.opType = np.op_type();
-    n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
-    n.inputs.assign(np.input().begin(), np.input().end());
-    n.outputs.assign(np.output().begin(), np.output().end());
-    for (const auto &ap : np.attribute()) {
-      Attribute a;
-      std::string where = path + ": " + n.describe() + " attribute '" + ap.name() + "'";
-      switch (ap.type()) {
-      case onnx::AttributeProto::FLOAT: a.kind = Attribute::Float; a.f = ap.f(); break;
-      case onnx::AttributeProto::INT: a.kind = Attribute::Int; a.i = ap.i(); break;
-      case onnx::AttributeProto::STRING: a.kind = Attribute::String; a.s = ap.s(); break;
-      case onnx::AttributeProto::TENSOR:
-        a.kind = Attribute::TensorKind;
-        a.t = convertTensor(ap.t(), where, holder, base, storage.get());
-        break;
-      case onnx::AttributeProto::GRAPH: a.kind = Attribute::Graph; break;
-      case onnx::AttributeProto::GRAPHS: a.kind = Attribute::Graphs; break;
-      case onnx::AttributeProto::FLOATS: a.kind = Attribute::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); break;
-      case onnx::AttributeProto::INTS: a.kind = Attribute::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
-      case onnx::AttributeProto::STRINGS: a.kind = Attribute::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); break;
-      case onnx::AttributeProto::TENSORS: a.kind = Attribute::Tensors; break;
-      default:
-        if (!ap.ref_attr_name().empty()) fail(where + ": attribute references are not supported");
-        a.kind = Attribute::Other;
-        break;
-      }
-      n.attrs[ap.name()] = std::move(a);
-    }
-    m.nodes.push_back(std::move(n));
+    m.nodes.push_back(convertNode(np, index++, lc, ""));
   }
   return m;
 }

@@ -24,12 +24,14 @@ public:
 
 /// The nodes of `model` (indices into Model::nodes) in a topological order:
 /// repeated passes over the node list, each taking every node whose inputs
-/// are initializers, graph inputs or outputs of nodes already taken. Throws
+/// are initializers, graph inputs or outputs of nodes already taken (inputs
+/// and the values its subgraphs read, Node::implicitInputs). Throws
 /// if a node reads a value nothing produces (or the graph has a cycle).
 std::vector<size_t> topologicalOrder(const Model &model);
 
-/// Whether `n` has a graph-valued attribute (If, Loop, Scan bodies): the
-/// executors run no subgraphs.
+/// Whether `n` has a graph-valued attribute (If, Loop, Scan bodies). The
+/// CPU Executor runs them (ControlFlow.cpp; never constant-folded); the
+/// CUDA executor refuses them.
 bool hasSubgraphAttribute(const Node &n);
 
 class Executor {

@@ -15,6 +15,10 @@ struct KernelContext {
   int64_t opset;
   std::vector<const Tensor *> inputs; // nullptr for an omitted optional input
   std::vector<Tensor> outputs;        // one per node output; the kernel fills them
+  /// For kernels that run subgraphs (If, Loop, Scan): the values of the
+  /// enclosing scopes by name (null when unknown). Set by the executors for
+  /// nodes with implicitInputs; null otherwise.
+  const std::function<const Tensor *(const std::string &)> *scope = nullptr;
 
   bool hasInput(size_t i) const { return i < inputs.size() && inputs[i] && inputs[i]->defined(); }
   const Tensor &in(size_t i) const {

@@ -18,6 +18,8 @@
 
 namespace hetplan::runtime {
 
+struct Graph;
+
 struct Attribute {
   enum Kind { Undefined, Float, Int, String, TensorKind, Graph, Floats, Ints, Strings, Tensors, Graphs, Other };
   Kind kind = Undefined;
@@ -28,6 +30,9 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
+  // (qualified: the enumerator Graph hides the struct in here)
+  std::shared_ptr<const runtime::Graph> g;                   // Graph: the parsed subgraph
+  std::vector<std::shared_ptr<const runtime::Graph>> graphs; // Graphs
 };
 
 struct Node {
@@ -35,6 +40,11 @@ struct Node {
   std::vector<std::string> inputs;  // "" for an omitted optional input
   std::vector<std::string> outputs; // "" for an omitted optional output
   std::map<std::string, Attribute> attrs;
+  /// Values of enclosing scopes that the node's subgraphs (If branches,
+  /// Loop/Scan bodies, recursively) read by name (ONNX lexical scoping):
+  /// dependencies of the node besides `inputs`. Sorted; empty for nodes
+  /// without subgraphs.
+  std::vector<std::string> implicitInputs;
 
   bool has(const std::string &a) const { return attrs.count(a) != 0; }
   int64_t getInt(const std::string &a, int64_t def) const;
@@ -44,6 +54,13 @@ struct Node {
   std::vector<float> getFloats(const std::string &a, std::vector<float> def = {}) const;
   /// "'name' (OpType)"
   std::string describe() const;
+  /// Calls f(name) for every value the node reads: inputs (non-empty) and
+  /// implicitInputs.
+  template <typename F> void forEachRead(F &&f) const {
+    for (const auto &s : inputs)
+      if (!s.empty()) f(s);
+    for (const auto &s : implicitInputs) f(s);
+  }
 };
 
 struct ValueInfo {
@@ -52,6 +69,20 @@ struct ValueInfo {
   bool isTensor = true; // false for sequence/map/optional values
   bool hasShape = false;
   std::vector<int64_t> shape; // -1 for unknown/symbolic dims
+};
+
+/// A subgraph (GRAPH/GRAPHS attribute: If's then_branch/else_branch, Loop's
+/// and Scan's body): formal inputs and outputs in order, its nodes in a
+/// topological order (by the values produced inside the graph), its own
+/// initializers and value types. Names a node reads that the graph neither
+/// declares nor produces come from the enclosing scopes.
+struct Graph {
+  std::string name;
+  std::vector<Node> nodes;
+  std::map<std::string, Tensor> initializers;
+  std::vector<ValueInfo> inputs; // formal inputs, in order
+  std::vector<ValueInfo> outputs;
+  std::map<std::string, DType> valueTypes;
 };
 
 struct Model {

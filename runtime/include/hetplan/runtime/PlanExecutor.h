@@ -175,6 +175,8 @@ private:
   /// The plan keeps the batch whole (Settings.whole_batch): values pass
   /// between stages unsliced and need no batch on dim 0.
   bool whole_ = false;
+  /// Graph inputs without a batch dim (scalars, per-plan constants): whole to every rank.
+  std::set<std::string> unbatchedInputs_;
   std::set<std::string> trainable_;
   std::vector<std::set<std::string>> stageParams_;   // per stage
   std::vector<std::vector<size_t>> stageNodes_;      // per stage: re-run nodes, then its range
