@@ -261,6 +261,30 @@ double layerForwardTime(const LayerCost &layer, double samples,
   return total;
 }
 
+double layerForwardTime(const LayerCost &layer, double samples,
+                        const cluster::DeviceType &device, DType dtype,
+                        const Efficiency &eff, ArrayRef<Profile> profiles, int tp) {
+  if (tp <= 1)
+    return layerForwardTime(layer, samples, device, dtype, eff, profiles);
+  double total = 0;
+  for (const OpCost &op : layer.ops) {
+    if (!op.tensorParallelSplit) {
+      total += opTime(op, samples, device, dtype, eff, profiles);
+      continue;
+    }
+    if (auto measured = profiledTime(op, samples, device, dtype, profiles)) {
+      total += *measured / tp;
+      continue;
+    }
+    OpCost part = op;
+    part.flopsPerSample /= tp;
+    part.bytesPerSample /= tp;
+    part.weightBytes /= tp;
+    total += opTime(part, samples, device, dtype, eff);
+  }
+  return total;
+}
+
 double layerStepTime(const LayerCost &layer, double samples,
                      const cluster::DeviceType &device, DType dtype, Mode mode,
                      const Efficiency &eff, ArrayRef<Profile> profiles) {

@@ -38,6 +38,10 @@ struct OpCost {
   double bytesPerSample = 0;    // activations read + written
   double weightBytes = 0;       // parameters read (once per call)
   bool matrixEngine = false;    // runs on tensor cores (MatMul/Gemm/Conv/attention)
+  /// Split across a tensor-parallel group (Megatron: the large weight
+  /// MatMuls and the attention products); every rank runs 1/tp of it as its
+  /// own, smaller kernel. The other ops run whole on every rank.
+  bool tensorParallelSplit = false;
   /// Kernel launches per call: 0 for ops that cost nothing at run time
   /// (views such as Reshape/Squeeze, and ops whose inputs are all weights,
   /// constants or shapes: folded at plan time), 1 otherwise.
@@ -70,6 +74,10 @@ struct LayerCost {
   /// the activation bytes all-reduced per sample when it does (0 = none).
   double tensorParallelFraction = 0;
   double tensorParallelAllReduceBytesPerSample = 0;
+  /// Training only: when the layer's split output is the model's output (an
+  /// LM head), Megatron's vocab-parallel cross entropy all-reduces three
+  /// fp32 values per row instead of the logits (0 = not such a layer).
+  double tensorParallelLossBytesPerSample = 0;
   /// Inference with a KV cache: bytes per sample of cached keys and values.
   double kvCacheBytesPerSample = 0;
 
@@ -196,6 +204,14 @@ double layerForwardTime(const LayerCost &layer, double samples,
 double layerForwardTime(const LayerCost &layer, double samples,
                         const cluster::DeviceType &device, DType dtype,
                         const Efficiency &eff, llvm::ArrayRef<Profile> profiles);
+/// Forward seconds on one rank of a `tp`-way tensor-parallel group (compute
+/// only, no collective): ops marked tensorParallelSplit run with 1/tp of
+/// their FLOPs, bytes and weights (so at the size efficiency of the smaller
+/// GEMM; a profiled time is divided by tp); every op keeps its whole launch
+/// and dispatch cost, which does not shrink with the split.
+double layerForwardTime(const LayerCost &layer, double samples,
+                        const cluster::DeviceType &device, DType dtype,
+                        const Efficiency &eff, llvm::ArrayRef<Profile> profiles, int tp);
 
 /// Training step FLOPs per forward FLOP: forward + backward (backward = 2x
 /// forward: gradients w.r.t. inputs and w.r.t. weights), Narayanan et al. SC'21.

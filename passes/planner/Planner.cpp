@@ -128,12 +128,28 @@ public:
     stashPrefix.assign(L + 1, 0);
     kvPrefix.assign(L + 1, 0);
     tpBytesPrefix.assign(L + 1, 0);
+    tpCollectivesPrefix.assign(L + 1, 0);
+    training = opt.mode == Mode::Train;
     for (int i = 0; i < L; ++i) {
       const auto &l = model.layers[i];
       paramsPrefix[i + 1] = paramsPrefix[i] + double(l.parameters);
       stashPrefix[i + 1] = stashPrefix[i] + l.stashBytesPerSample;
       kvPrefix[i + 1] = kvPrefix[i] + l.kvCacheBytesPerSample;
-      tpBytesPrefix[i + 1] = tpBytesPrefix[i] + l.tensorParallelAllReduceBytesPerSample;
+      tpBytesPrefix[i + 1] = tpBytesPrefix[i] + (training && l.tensorParallelLossBytesPerSample > 0
+                                                     ? l.tensorParallelLossBytesPerSample
+                                                     : l.tensorParallelAllReduceBytesPerSample);
+      // Collectives per forward pass (each pays the link latency): three
+      // small ones for the vocab-parallel loss, else one per split pair
+      // (Megatron: two in a transformer block, attention and MLP).
+      double collectives = 0;
+      if (training && l.tensorParallelLossBytesPerSample > 0)
+        collectives = 3;
+      else if (l.tensorParallelAllReduceBytesPerSample > 0)
+        collectives = l.outputBytesPerSample > 0
+                          ? std::round(l.tensorParallelAllReduceBytesPerSample /
+                                       l.outputBytesPerSample)
+                          : 1;
+      tpCollectivesPrefix[i + 1] = tpCollectivesPrefix[i] + collectives;
     }
     training = opt.mode == Mode::Train;
     elementBytes = cost::dtypeBytes(opt.dtype);
@@ -163,51 +179,57 @@ private:
   }
 
   /// Prefix sums over layers of forward time at `samples` samples per worker
-  /// on class `c` (all ops), and of the tensor-parallel-splittable part.
+  /// on one rank of a `tp`-way group of class `c` (compute only).
   struct Table {
-    std::vector<double> all, splittable;
+    std::vector<double> all;
   };
-  const Table &table(int c, int64_t samples) {
-    auto &perClass = timing[c];
+  const Table &table(int c, int tp, int64_t samples) {
+    auto &perTp = timing[c];
+    if (size_t(tp) >= perTp.size())
+      perTp.resize(tp + 1);
+    auto &perClass = perTp[tp];
     if (size_t(samples) >= perClass.size())
       perClass.resize(samples + 1);
     auto &slot = perClass[samples];
     if (!slot) {
       slot = std::make_unique<Table>();
       slot->all.assign(L + 1, 0);
-      slot->splittable.assign(L + 1, 0);
       const DeviceClass &cls = classes[c];
       for (int i = 0; i < L; ++i) {
         const auto &layer = model.layers[i];
         double t = samples ? cost::layerForwardTime(layer, double(samples), *cls.type,
                                                     opt.dtype,
                                                     cost::defaultEfficiency(*cls.type),
-                                                    opt.profiles) /
+                                                    opt.profiles, tp) /
                                  cls.speedFactor
                            : 0;
         slot->all[i + 1] = slot->all[i] + t;
-        slot->splittable[i + 1] =
-            slot->splittable[i] + t * layer.tensorParallelFraction;
       }
     }
     return *slot;
   }
 
-  /// Forward seconds of layers [l, r] for `samples` samples on one worker.
+  /// Forward seconds of layers [l, r] for `samples` samples on one worker
+  /// (a rank of its tensor-parallel group): compute, and the group's
+  /// all-reduces (`comm`; Megatron's backward all-reduces as many bytes
+  /// again, so the backward pass costs 2 x compute + comm).
   double forwardTime(int c, int tp, int64_t samples, int l, int r,
-                     const StageDevices &sd) {
+                     const StageDevices &sd, double *commOut = nullptr) {
+    if (commOut)
+      *commOut = 0;
     if (samples == 0)
       return 0;
-    const Table &t = table(c, samples);
-    double all = t.all[r + 1] - t.all[l];
+    const Table &t = table(c, std::max(tp, 1), samples);
+    double compute = t.all[r + 1] - t.all[l];
     if (tp <= 1)
-      return all;
-    double split = t.splittable[r + 1] - t.splittable[l];
-    double compute = all - split * (1.0 - 1.0 / tp);
+      return compute;
     double bytes = (tpBytesPrefix[r + 1] - tpBytesPrefix[l]) * double(samples);
+    double collectives = tpCollectivesPrefix[r + 1] - tpCollectivesPrefix[l];
     double comm = bytes == 0 ? 0
                              : 2.0 * (tp - 1) / tp * bytes / (sd.tpGBs * 1e9) +
-                                   2.0 * (tp - 1) * sd.tpLatencyUs * 1e-6 * (r - l + 1);
+                                   2.0 * (tp - 1) * sd.tpLatencyUs * 1e-6 * collectives;
+    if (commOut)
+      *commOut = comm;
     return compute + comm;
   }
 
@@ -320,10 +342,13 @@ private:
         continue;
       // Workers of a group get floor or ceil of the share; the slowest has ceil.
       int64_t samples = int64_t(std::ceil(share[g] - 1e-9));
-      double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd);
-      sc.forward = std::max(sc.forward, f);
+      double comm = 0;
+      double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd, &comm);
+      if (f > sc.forward) {
+        sc.forward = f;
+        sc.backward = training ? 2.0 * (f - comm) + comm : 0;
+      }
     }
-    sc.backward = training ? 2.0 * sc.forward : 0;
     return sc;
   }
 
@@ -770,8 +795,8 @@ private:
   bool training = true;
   int elementBytes = 2;
   std::vector<DeviceClass> classes;
-  std::vector<std::vector<std::unique_ptr<Table>>> timing;  // [class][samples]
-  std::vector<double> paramsPrefix, stashPrefix, kvPrefix, tpBytesPrefix;
+  std::vector<std::vector<std::vector<std::unique_ptr<Table>>>> timing;  // [class][tp][samples]
+  std::vector<double> paramsPrefix, stashPrefix, kvPrefix, tpBytesPrefix, tpCollectivesPrefix;
   Shortfall best;
   uint64_t evaluated = 0;
 };
