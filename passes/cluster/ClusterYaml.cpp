@@ -382,7 +382,7 @@ bool readDeviceFields(YamlReader &r, const YamlValue &map, DeviceType &type,
       ok = r.readStringList(v, key, type.sources);
     } else if (key == "achieved") {
       static constexpr StringRef known[] = {"matrix", "matrix_half_gflop", "memory",
-                                            "kernel_us", "source"};
+                                            "kernel_us", "micro_batch_us", "source"};
       ok = r.checkMapping(v, known, "'achieved'", where);
       for (const YamlField &a : v.fields) {
         if (!ok)
@@ -392,7 +392,7 @@ bool readDeviceFields(YamlReader &r, const YamlValue &map, DeviceType &type,
           continue;
         }
         double x;
-        ok = r.readPositive(a.value, a.key, x, /*allowZero=*/a.key == "kernel_us" ||
+        ok = r.readPositive(a.value, a.key, x, /*allowZero=*/a.key == "kernel_us" || a.key == "micro_batch_us" ||
                                                    a.key == "matrix_half_gflop");
         if (!ok)
           break;
@@ -404,6 +404,8 @@ bool readDeviceFields(YamlReader &r, const YamlValue &map, DeviceType &type,
           type.achieved.matrixHalfGflop = x;
         else if (a.key == "memory")
           type.achieved.memory = x;
+        else if (a.key == "micro_batch_us")
+          type.achieved.microBatchUs = x;
         else
           type.achieved.kernelUs = x;
       }

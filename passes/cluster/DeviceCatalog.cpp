@@ -274,6 +274,8 @@ json::Value toJSON(const DeviceType &type) {
     achieved["memory"] = *type.achieved.memory;
   if (type.achieved.kernelUs)
     achieved["kernel_us"] = *type.achieved.kernelUs;
+  if (type.achieved.microBatchUs)
+    achieved["micro_batch_us"] = *type.achieved.microBatchUs;
   if (!type.achieved.source.empty())
     achieved["source"] = type.achieved.source;
   json::Object out{

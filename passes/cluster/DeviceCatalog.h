@@ -56,8 +56,11 @@ struct Achieved {
   std::optional<double> matrixHalfGflop; // GEMM size (GFLOP per call) reaching half of it
   std::optional<double> memory;          // share of peak bandwidth streaming kernels reach
   std::optional<double> kernelUs;        // per kernel: launch + framework dispatch
+  std::optional<double> microBatchUs;    // per micro-batch and pass: the training engine
   std::string source;
-  bool empty() const { return !matrix && !matrixHalfGflop && !memory && !kernelUs; }
+  bool empty() const {
+    return !matrix && !matrixHalfGflop && !memory && !kernelUs && !microBatchUs;
+  }
 };
 
 /// One device type: every field of a catalog entry, in catalog units.

@@ -75,6 +75,8 @@ Efficiency defaultEfficiency(const cluster::DeviceType &device) {
     eff.memory = *a.memory;
   if (a.kernelUs)
     eff.launchSeconds = *a.kernelUs * 1e-6;
+  if (a.microBatchUs)
+    eff.microBatchSeconds = *a.microBatchUs * 1e-6;
   return eff;
 }
 

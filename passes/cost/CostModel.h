@@ -113,6 +113,11 @@ struct Efficiency {
   /// reaches matrix * W / (W + matrixHalfFlops) of the peak (small GEMMs
   /// leave SMs idle: too few tiles, wave quantization). 0: no dependence.
   double matrixHalfFlops = 0;
+  /// Fixed host time per micro-batch and pass of a stage (the training
+  /// engine's per-micro-batch instructions: DeepSpeed's pipeline schedule,
+  /// loss scaling, buffer handling); the planner adds it to a stage's forward
+  /// and to its backward. 0 by default; the catalog's achieved.micro_batch_us.
+  double microBatchSeconds = 0;
 
   /// The matrix-engine share of peak reached by one call of `flops` FLOPs.
   double matrixAt(double flops) const {

@@ -83,6 +83,7 @@ struct DeviceClass {
   std::vector<int> ranks;  // in rank order
   double peak;             // FLOP/s at the plan dtype, speed factor applied
   double capacity;         // bytes
+  double microBatchSeconds = 0;  // host time per micro-batch and pass
 };
 
 /// A worker kind inside a stage: `count` workers of `tp` devices of a class.
@@ -105,6 +106,11 @@ struct StageDevices {
   double ringLatencyUs = 0;
   double tpGBs = kInf;        // intra-node link for tensor-parallel all-reduce
   double tpLatencyUs = 0;
+  /// Rings that share one node's network link while the stage all-reduces
+  /// its gradients: the tp ranks of a worker each run their own ring at the
+  /// same time; when the rings leave the node they share its NIC.
+  int ringSharers = 1;
+  int ranksPerNode = 1;       // most ranks of the stage on one node
 };
 
 /// What a candidate stage costs for a layer range.
@@ -171,7 +177,8 @@ private:
       if (it == index.end()) {
         it = index.emplace(key, int(classes.size())).first;
         classes.push_back({d.type, d.speedFactor, {}, d.effectiveFlops(opt.dtype),
-                           double(d.type->memoryBytes())});
+                           double(d.type->memoryBytes()),
+                           cost::defaultEfficiency(*d.type).microBatchSeconds});
       }
       classes[it->second].ranks.push_back(d.rank);
     }
@@ -344,6 +351,9 @@ private:
       int64_t samples = int64_t(std::ceil(share[g] - 1e-9));
       double comm = 0;
       double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd, &comm);
+      double fixed = classes[sd.groups[g].cls].microBatchSeconds;
+      f += fixed;
+      comm += fixed;  // paid once more by the backward pass, not doubled
       if (f > sc.forward) {
         sc.forward = f;
         sc.backward = training ? 2.0 * (f - comm) + comm : 0;
@@ -361,7 +371,7 @@ private:
     // format of the forward pass.
     double gradBytes = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp *
                        double(cost::dtypeBytes(opt.gradientDType.value_or(opt.dtype)));
-    return 2.0 * (D - 1) / D * gradBytes / (sd.ringGBs * 1e9) +
+    return 2.0 * (D - 1) / D * gradBytes / (sd.ringGBs / sd.ringSharers * 1e9) +
            2.0 * (D - 1) * sd.ringLatencyUs * 1e-6;
   }
 
@@ -388,8 +398,14 @@ private:
     // share bounds the transfer.
     double samples = std::ceil(double(mb) / std::min(wa, wb));
     bytesOut = perSample * double(mb);
-    cluster::Link link = cluster.linkBetween(a.groups[0].ranks[0][0],
-                                             b.groups[0].ranks[0][0]);
+    int ra = a.groups[0].ranks[0][0], rb = b.groups[0].ranks[0][0];
+    cluster::Link link = cluster.linkBetween(ra, rb);
+    // Between nodes, every rank of the stage on one node sends through that
+    // node's one network link: its worker's share, once per tensor-parallel
+    // rank (DeepSpeed's pipeline engine sends the whole activation from
+    // each; no scatter/gather).
+    if (cluster.devices[ra].node != cluster.devices[rb].node)
+      samples *= std::max(std::min(a.ranksPerNode, b.ranksPerNode), 1);
     return link.transferSeconds(perSample * samples);
   }
 
@@ -438,6 +454,17 @@ private:
     for (size_t i = 0; i + 1 < ring.size(); ++i)
       sd.ringLatencyUs = std::max(sd.ringLatencyUs,
                                   cluster.linkBetween(ring[i], ring[i + 1]).latencyUs);
+    bool crossesNodes = false;
+    for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i)
+      crossesNodes |= cluster.devices[ring[i]].node !=
+                      cluster.devices[ring[(i + 1) % ring.size()]].node;
+    sd.ringSharers = crossesNodes ? std::max(sd.tp, 1) : 1;
+    std::map<int, int> perNode;
+    sd.ranksPerNode = 1;
+    for (const auto &g : sd.groups)
+      for (const auto &w : g.ranks)
+        for (int rank : w)
+          sd.ranksPerNode = std::max(sd.ranksPerNode, ++perNode[cluster.devices[rank].node]);
     sd.tpGBs = kInf;
     sd.tpLatencyUs = 0;
     if (sd.tp > 1)

@@ -261,6 +261,20 @@ TEST(CostModel, Gpt2SmallParametersFlopsAndBlocks) {
   EXPECT_GT(cost->layers.back().tensorParallelFraction, 0.99);
   EXPECT_DOUBLE_EQ(cost->layers.back().tensorParallelAllReduceBytesPerSample,
                    cost->layers.back().outputBytesPerSample);
+  // Training reduces three fp32 per token of the split logits (Megatron's
+  // vocab-parallel cross entropy), not the logits.
+  EXPECT_DOUBLE_EQ(cost->layers.back().tensorParallelLossBytesPerSample, 3.0 * 4 * seq);
+  EXPECT_EQ(block.tensorParallelLossBytesPerSample, 0);
+  // Megatron splits the four weight MatMuls and the attention products;
+  // LayerNorm, softmax, GELU and the residual adds run whole on every rank.
+  int split = 0;
+  for (const cost::OpCost &op : block.ops) {
+    split += op.tensorParallelSplit;
+    if (op.tensorParallelSplit)
+      EXPECT_TRUE(op.matrixEngine) << op.name;
+  }
+  EXPECT_GE(split, 6);
+  EXPECT_LT(split, int(block.ops.size()));
   EXPECT_EQ(cost->layers.front().kvCacheBytesPerSample, 0);
 }
 
@@ -606,4 +620,65 @@ devices:
 )", "c.yaml");
   ASSERT_FALSE(bool(bad));
   EXPECT_NE(llvm::toString(bad.takeError()).find("share of the peak"), std::string::npos);
+}
+
+TEST(CostModel, CatalogMicroBatchOverheadIsRead) {
+  auto cat = cluster::DeviceCatalog::parse(R"(version: 1
+devices:
+  - name: X1
+    aliases: []
+    vendor: v
+    kind: gpu
+    memory_gib: 16
+    memory_bandwidth_gbs: 300
+    peak_tflops: {fp32: 8}
+    intra_node_link: {kind: pcie3, bandwidth_gbs: 16}
+    pcie: {generation: 3, bandwidth_gbs: 16}
+    tdp_watts: 70
+    price_per_hour_usd: null
+    sources: ["s"]
+    achieved: {kernel_us: 40, micro_batch_us: 3000}
+)", "c.yaml");
+  ASSERT_TRUE(bool(cat)) << llvm::toString(cat.takeError());
+  const cluster::DeviceType *x = cat->find("X1");
+  ASSERT_TRUE(x);
+  cost::Efficiency eff = cost::defaultEfficiency(*x);
+  EXPECT_DOUBLE_EQ(eff.launchSeconds, 40e-6);
+  EXPECT_DOUBLE_EQ(eff.microBatchSeconds, 3e-3);
+  EXPECT_EQ(cost::defaultEfficiency(device("A100-80GB")).microBatchSeconds, 0);
+}
+
+TEST(CostModel, TensorParallelRanksRunSmallerKernelsAndPayEveryLaunch) {
+  const cluster::DeviceType &a100 = device("A100-80GB");
+  cost::Efficiency eff = cost::defaultEfficiency(a100);
+  eff.launchSeconds = 50e-6;
+  eff.matrixHalfFlops = 1e10;
+  cost::LayerCost layer;
+  cost::OpCost mm;
+  mm.matrixEngine = true;
+  mm.flopsPerSample = 1e10;
+  mm.bytesPerSample = 1e6;
+  mm.weightBytes = 1e7;
+  mm.tensorParallelSplit = true;
+  cost::OpCost ln;
+  ln.flopsPerSample = 1e6;
+  ln.bytesPerSample = 1e7;
+  layer.ops = {mm, ln};
+  auto time = [&](int tp) {
+    return cost::layerForwardTime(layer, 1, a100, cost::DType::FP16, eff, {}, tp);
+  };
+  cost::OpCost half = mm;
+  half.flopsPerSample /= 2;
+  half.bytesPerSample /= 2;
+  half.weightBytes /= 2;
+  EXPECT_DOUBLE_EQ(time(1), cost::opTime(mm, 1, a100, cost::DType::FP16, eff) +
+                                cost::opTime(ln, 1, a100, cost::DType::FP16, eff));
+  EXPECT_DOUBLE_EQ(time(2), cost::opTime(half, 1, a100, cost::DType::FP16, eff) +
+                                cost::opTime(ln, 1, a100, cost::DType::FP16, eff));
+  // The split product is smaller, so it runs at a lower share of the peak:
+  // half the FLOPs take more than half the compute time; launches stay.
+  double computeFull = cost::opTime(mm, 1, a100, cost::DType::FP16, eff) - eff.launchSeconds;
+  double computeHalf = cost::opTime(half, 1, a100, cost::DType::FP16, eff) - eff.launchSeconds;
+  EXPECT_GT(computeHalf, computeFull / 2);
+  EXPECT_GT(time(8), 2 * eff.launchSeconds);
 }

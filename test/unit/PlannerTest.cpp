@@ -207,6 +207,54 @@ TEST(Planner, AllReduceMovesGradientsInTheirOwnFormat) {
   EXPECT_GT(full->stepSeconds, half->stepSeconds);
 }
 
+TEST(Planner, TensorParallelBackwardAllReducesTheSameBytesOnce) {
+  // Megatron's f/g pairs: the backward pass all-reduces as many bytes as the
+  // forward one; its compute is twice the forward's.
+  auto model = uniformModel(2, 1e10, 1'000'000, 1e6);
+  for (auto &l : model.layers)
+    l.ops[0].tensorParallelSplit = true;
+  auto cluster = clusterOf("2xA100-80G");
+  Layout layout;
+  layout.stageWorkers = {{{0, 1}}};
+  layout.lastLayer = {1};
+  layout.tensorParallel = 2;
+  layout.microBatches = 1;
+  Options o;
+  o.globalBatch = 4;
+  auto quiet = evaluateLayout(model, cluster, o, layout);
+  for (auto &l : model.layers)
+    l.tensorParallelAllReduceBytesPerSample = 5e8;
+  auto loud = evaluateLayout(model, cluster, o, layout);
+  ASSERT_TRUE(bool(quiet) && bool(loud));
+  double comm = loud->stages[0].forwardSeconds - quiet->stages[0].forwardSeconds;
+  ASSERT_GT(comm, 0);
+  EXPECT_NEAR(loud->stages[0].backwardSeconds - quiet->stages[0].backwardSeconds, comm,
+              1e-9);
+  EXPECT_NEAR(quiet->stages[0].backwardSeconds, 2 * quiet->stages[0].forwardSeconds, 1e-12);
+}
+
+TEST(Planner, RingsOfTensorParallelRanksShareTheNodesNetwork) {
+  // Two nodes of two GPUs; a worker is a tp pair inside a node. Its two
+  // ranks all-reduce half the gradients each, in two rings that both cross
+  // the one 10 Gb/s network: as long as one ring moving all of them.
+  auto model = uniformModel(2, 1e9, 50'000'000, 1e3);
+  auto cluster = clusterOf("2x2xA100-80G;net=10gbps");
+  Options o;
+  o.globalBatch = 4;
+  Layout dp;
+  dp.stageWorkers = {{{0}, {2}}};
+  dp.lastLayer = {1};
+  dp.microBatches = 1;
+  dp.evenShares = true;
+  Layout tp = dp;
+  tp.stageWorkers = {{{0, 1}, {2, 3}}};
+  tp.tensorParallel = 2;
+  auto a = evaluateLayout(model, cluster, o, dp);
+  auto b = evaluateLayout(model, cluster, o, tp);
+  ASSERT_TRUE(bool(a) && bool(b));
+  EXPECT_NEAR(b->stages[0].allReduceSeconds / a->stages[0].allReduceSeconds, 1.0, 0.01);
+}
+
 TEST(Planner, LayoutsReadFromJson) {
   auto layouts = parseLayouts(R"({"layouts": [
       {"micro_batches": 4, "tensor_parallel": 1, "shares": "even",
