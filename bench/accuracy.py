@@ -9,7 +9,7 @@ the exact layout the published run used (stages, ranks, layer ranges, tensor
 parallelism, micro-batches, even shares) into a --layout file, prices it with
 `hetplan compile --layout` twice (the calibrated model with gradients
 all-reduced in fp32 as the measured runs did, and --uncalibrated: the plain
-roofline defaults with gradients in the run format, i.e. hetplan before the
+roofline defaults with gradients in the run format, i.e. the cost model before the
 calibration) and prints predicted vs measured, the error, the median and worst
 |error| and the Spearman rank correlation over each cluster's layouts. Runs
 that failed in the publication (out of memory) are listed with what hetplan
@@ -18,6 +18,10 @@ predicts for them.
 import argparse, json, os, statistics, subprocess, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Which step times were used for fitting (bench/fit_overheads.py fits the
+# catalog's host terms kernel_us and micro_batch_us on amp-t4) and which are
+# only checked against.
+ROLE = {"amp-t4": "fit set (host terms)", "amp-het": "check set"}
 
 
 def amp_layer(k, L):
@@ -130,8 +134,8 @@ def main():
         eb = 100 * (pb - meas) / meas
         summary.setdefault(r["cluster"], []).append((meas, pa, pb, ea, eb))
         lines.append(f"{head} {meas:.2f} | {pb:.2f} | {eb:+.0f}% | {pa:.2f} | {ea:+.1f}% | {src} |")
-    stats = ["| cluster | runs | median abs err before | after | worst before | after | "
-             "Spearman before | after |", "|---|---|---|---|---|---|---|---|"]
+    stats = ["| cluster | role | runs | median abs err before | after | worst before | after | "
+             "Spearman before | after |", "|---|---|---|---|---|---|---|---|---|"]
     allA, allB = [], []
     for c, v in summary.items():
         ea = [abs(x[3]) for x in v]
@@ -139,11 +143,11 @@ def main():
         allA += ea
         allB += eb
         meas = [x[0] for x in v]
-        stats.append(f"| {c} | {len(v)} | {statistics.median(eb):.1f}% | "
+        stats.append(f"| {c} | {ROLE.get(c, '')} | {len(v)} | {statistics.median(eb):.1f}% | "
                      f"{statistics.median(ea):.1f}% | {max(eb):.0f}% | {max(ea):.1f}% | "
                      f"{spearman(meas, [x[2] for x in v]):.2f} | "
                      f"{spearman(meas, [x[1] for x in v]):.2f} |")
-    stats.append(f"| all | {len(allA)} | {statistics.median(allB):.1f}% | "
+    stats.append(f"| all | | {len(allA)} | {statistics.median(allB):.1f}% | "
                  f"{statistics.median(allA):.1f}% | {max(allB):.0f}% | {max(allA):.1f}% | | |")
     print("\n".join(stats))
     print()
