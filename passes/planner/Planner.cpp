@@ -157,7 +157,6 @@ public:
                           : 1;
       tpCollectivesPrefix[i + 1] = tpCollectivesPrefix[i] + collectives;
     }
-    training = opt.mode == Mode::Train;
     elementBytes = cost::dtypeBytes(opt.dtype);
   }
 
