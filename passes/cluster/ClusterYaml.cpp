@@ -280,7 +280,8 @@ static constexpr StringRef kDeviceFields[] = {
     "name",        "aliases",         "vendor",
     "kind",        "memory_gib",      "memory_bandwidth_gbs",
     "peak_tflops", "intra_node_link", "pcie",
-    "tdp_watts",   "price_per_hour_usd", "sources"};
+    "tdp_watts",   "price_per_hour_usd", "sources",
+    "achieved"};
 
 bool readDeviceFields(YamlReader &r, const YamlValue &map, DeviceType &type,
                       StringSet<> &given) {
@@ -379,6 +380,35 @@ bool readDeviceFields(YamlReader &r, const YamlValue &map, DeviceType &type,
       }
     } else if (key == "sources") {
       ok = r.readStringList(v, key, type.sources);
+    } else if (key == "achieved") {
+      static constexpr StringRef known[] = {"matrix", "matrix_half_gflop", "memory",
+                                            "kernel_us", "micro_batch_us", "source"};
+      ok = r.checkMapping(v, known, "'achieved'", where);
+      for (const YamlField &a : v.fields) {
+        if (!ok)
+          break;
+        if (a.key == "source") {
+          ok = r.readString(a.value, a.key, type.achieved.source);
+          continue;
+        }
+        double x;
+        ok = r.readPositive(a.value, a.key, x, /*allowZero=*/a.key == "kernel_us" || a.key == "micro_batch_us" ||
+                                                   a.key == "matrix_half_gflop");
+        if (!ok)
+          break;
+        if ((a.key == "matrix" || a.key == "memory") && x > 1)
+          ok = r.error(a.value, "'" + a.key + "' is a share of the peak (0-1] " + where);
+        else if (a.key == "matrix")
+          type.achieved.matrix = x;
+        else if (a.key == "matrix_half_gflop")
+          type.achieved.matrixHalfGflop = x;
+        else if (a.key == "memory")
+          type.achieved.memory = x;
+        else if (a.key == "micro_batch_us")
+          type.achieved.microBatchUs = x;
+        else
+          type.achieved.kernelUs = x;
+      }
     }
     if (!ok)
       return false;
@@ -395,7 +425,7 @@ bool requireComplete(YamlReader &r, const YamlValue &map,
                                          "pcie"};
   for (StringRef key : strict ? ArrayRef<StringRef>(kDeviceFields)
                               : ArrayRef<StringRef>(needed))
-    if (!given.contains(key))
+    if (!given.contains(key) && key != "achieved")  // optional calibration
       return r.error(map, "missing field '" + key + "' " + where);
   // fp32 is the end of every fallback (DeviceType::peakFlops).
   const YamlValue *rates = map.get("peak_tflops");

@@ -265,7 +265,20 @@ json::Value toJSON(const DeviceType &type) {
   json::Value price = nullptr;
   if (type.pricePerHourUSD)
     price = *type.pricePerHourUSD;
-  return json::Object{
+  json::Object achieved;
+  if (type.achieved.matrix)
+    achieved["matrix"] = *type.achieved.matrix;
+  if (type.achieved.matrixHalfGflop)
+    achieved["matrix_half_gflop"] = *type.achieved.matrixHalfGflop;
+  if (type.achieved.memory)
+    achieved["memory"] = *type.achieved.memory;
+  if (type.achieved.kernelUs)
+    achieved["kernel_us"] = *type.achieved.kernelUs;
+  if (type.achieved.microBatchUs)
+    achieved["micro_batch_us"] = *type.achieved.microBatchUs;
+  if (!type.achieved.source.empty())
+    achieved["source"] = type.achieved.source;
+  json::Object out{
       {"name", type.name},
       {"aliases", json::Array(type.aliases)},
       {"vendor", type.vendor},
@@ -282,6 +295,9 @@ json::Value toJSON(const DeviceType &type) {
       {"price_per_hour_usd", std::move(price)},
       {"sources", json::Array(type.sources)},
   };
+  if (!achieved.empty())
+    out["achieved"] = std::move(achieved);
+  return out;
 }
 
 } // namespace hetplan::cluster

@@ -48,6 +48,21 @@ struct PcieLink {
   double bandwidthGBs = 0;  // peak, one direction, GB/s
 };
 
+/// What kernels reach on a device type, measured (the catalog's optional
+/// `achieved` block; docs/cost-model.md, "Calibration"). Absent fields keep
+/// the cost model's defaults.
+struct Achieved {
+  std::optional<double> matrix;          // share of the dtype peak large GEMMs reach
+  std::optional<double> matrixHalfGflop; // GEMM size (GFLOP per call) reaching half of it
+  std::optional<double> memory;          // share of peak bandwidth streaming kernels reach
+  std::optional<double> kernelUs;        // per kernel: launch + framework dispatch
+  std::optional<double> microBatchUs;    // per micro-batch and pass: the training engine
+  std::string source;
+  bool empty() const {
+    return !matrix && !matrixHalfGflop && !memory && !kernelUs && !microBatchUs;
+  }
+};
+
 /// One device type: every field of a catalog entry, in catalog units.
 struct DeviceType {
   std::string name;
@@ -63,6 +78,7 @@ struct DeviceType {
   double tdpWatts = 0;
   std::optional<double> pricePerHourUSD;  // null in the catalog: unknown
   std::vector<std::string> sources;
+  Achieved achieved;  // optional calibration
 
   uint64_t memoryBytes() const;
   /// Peak DRAM bandwidth in bytes/s.

@@ -64,6 +64,22 @@ Efficiency defaultEfficiency(cluster::DeviceKind kind) {
   return eff;
 }
 
+Efficiency defaultEfficiency(const cluster::DeviceType &device) {
+  Efficiency eff = defaultEfficiency(device.kind);
+  const cluster::Achieved &a = device.achieved;
+  if (a.matrix)
+    eff.matrix = *a.matrix;
+  if (a.matrixHalfGflop)
+    eff.matrixHalfFlops = *a.matrixHalfGflop * 1e9;
+  if (a.memory)
+    eff.memory = *a.memory;
+  if (a.kernelUs)
+    eff.launchSeconds = *a.kernelUs * 1e-6;
+  if (a.microBatchUs)
+    eff.microBatchSeconds = *a.microBatchUs * 1e-6;
+  return eff;
+}
+
 double peakFlopsFor(const OpCost &op, const cluster::DeviceType &device, DType dtype) {
   if (op.matrixEngine)
     return device.peakFlops(dtype);
@@ -204,7 +220,8 @@ double opTime(const OpCost &op, double samples, const cluster::DeviceType &devic
   double bytes = op.bytes(samples);
   double compute = 0, memory = 0;
   if (flops > 0) {
-    double rate = peakFlopsFor(op, device, dtype) * (op.matrixEngine ? eff.matrix : eff.vector);
+    double rate = peakFlopsFor(op, device, dtype) *
+                  (op.matrixEngine ? eff.matrixAt(flops) : eff.vector);
     compute = rate > 0 ? flops / rate : 0;
   }
   if (bytes > 0) {
@@ -243,6 +260,30 @@ double layerForwardTime(const LayerCost &layer, double samples,
   double total = 0;
   for (const OpCost &op : layer.ops)
     total += opTime(op, samples, device, dtype, eff, profiles);
+  return total;
+}
+
+double layerForwardTime(const LayerCost &layer, double samples,
+                        const cluster::DeviceType &device, DType dtype,
+                        const Efficiency &eff, ArrayRef<Profile> profiles, int tp) {
+  if (tp <= 1)
+    return layerForwardTime(layer, samples, device, dtype, eff, profiles);
+  double total = 0;
+  for (const OpCost &op : layer.ops) {
+    if (!op.tensorParallelSplit) {
+      total += opTime(op, samples, device, dtype, eff, profiles);
+      continue;
+    }
+    if (auto measured = profiledTime(op, samples, device, dtype, profiles)) {
+      total += *measured / tp;
+      continue;
+    }
+    OpCost part = op;
+    part.flopsPerSample /= tp;
+    part.bytesPerSample /= tp;
+    part.weightBytes /= tp;
+    total += opTime(part, samples, device, dtype, eff);
+  }
   return total;
 }
 

@@ -38,6 +38,10 @@ struct OpCost {
   double bytesPerSample = 0;    // activations read + written
   double weightBytes = 0;       // parameters read (once per call)
   bool matrixEngine = false;    // runs on tensor cores (MatMul/Gemm/Conv/attention)
+  /// Split across a tensor-parallel group (Megatron: the large weight
+  /// MatMuls and the attention products); every rank runs 1/tp of it as its
+  /// own, smaller kernel. The other ops run whole on every rank.
+  bool tensorParallelSplit = false;
   /// Kernel launches per call: 0 for ops that cost nothing at run time
   /// (views such as Reshape/Squeeze, and ops whose inputs are all weights,
   /// constants or shapes: folded at plan time), 1 otherwise.
@@ -70,6 +74,10 @@ struct LayerCost {
   /// the activation bytes all-reduced per sample when it does (0 = none).
   double tensorParallelFraction = 0;
   double tensorParallelAllReduceBytesPerSample = 0;
+  /// Training only: when the layer's split output is the model's output (an
+  /// LM head), Megatron's vocab-parallel cross entropy all-reduces three
+  /// fp32 values per row instead of the logits (0 = not such a layer).
+  double tensorParallelLossBytesPerSample = 0;
   /// Inference with a KV cache: bytes per sample of cached keys and values.
   double kvCacheBytesPerSample = 0;
 
@@ -97,18 +105,34 @@ struct ModelCost {
 /// reaches. Defaults documented in docs/cost-model.md; a profile replaces
 /// the roofline with measured times.
 struct Efficiency {
-  double matrix = 0.6;     // MatMul/Conv on tensor cores or SIMD FMA
+  double matrix = 0.6;     // MatMul/Conv on tensor cores or SIMD FMA (large problems)
   double vector = 0.3;     // elementwise/reductions: of peak FLOP/s
   double memory = 0.8;     // of peak memory bandwidth
-  double launchSeconds = 5e-6;  // fixed cost per op (kernel launch)
+  double launchSeconds = 5e-6;  // fixed cost per op (kernel launch + dispatch)
+  /// Size dependence of matrix efficiency: a matrix op of W FLOPs per call
+  /// reaches matrix * W / (W + matrixHalfFlops) of the peak (small GEMMs
+  /// leave SMs idle: too few tiles, wave quantization). 0: no dependence.
+  double matrixHalfFlops = 0;
+  /// Fixed host time per micro-batch and pass of a stage (the training
+  /// engine's per-micro-batch instructions: DeepSpeed's pipeline schedule,
+  /// loss scaling, buffer handling); the planner adds it to a stage's forward
+  /// and to its backward. 0 by default; the catalog's achieved.micro_batch_us.
+  double microBatchSeconds = 0;
+
+  /// The matrix-engine share of peak reached by one call of `flops` FLOPs.
+  double matrixAt(double flops) const {
+    if (matrixHalfFlops <= 0 || flops <= 0)
+      return matrix;
+    return matrix * flops / (flops + matrixHalfFlops);
+  }
 };
 
 /// The documented defaults for a kind of device: a default-constructed
 /// Efficiency is the GPU one; CPUs get {0.5, 0.2, 0.6, 2e-6}.
 Efficiency defaultEfficiency(cluster::DeviceKind kind);
-inline Efficiency defaultEfficiency(const cluster::DeviceType &device) {
-  return defaultEfficiency(device.kind);
-}
+/// The defaults for the device's kind, with the catalog's measured
+/// `achieved` figures (DeviceType::achieved) in place of the ones it gives.
+Efficiency defaultEfficiency(const cluster::DeviceType &device);
 
 /// Peak FLOP/s an op of this kind can use on `device` in `dtype`: the
 /// catalog's peak for `dtype` for matrix-engine ops; for everything else the
@@ -162,7 +186,7 @@ std::optional<double> profiledTime(const OpCost &op, double samples,
 
 /// Roofline time of `op` processing `samples` samples on `device`:
 ///   launches * launchSeconds
-///     + max(flops / (peakFlopsFor(op) * (matrix ? eff.matrix : eff.vector)),
+///     + max(flops / (peakFlopsFor(op) * (matrix ? eff.matrixAt(flops) : eff.vector)),
 ///           (bytes + weightBytes) / (bandwidth * eff.memory))
 double opTime(const OpCost &op, double samples, const cluster::DeviceType &device,
               DType dtype, const Efficiency &eff);
@@ -185,6 +209,14 @@ double layerForwardTime(const LayerCost &layer, double samples,
 double layerForwardTime(const LayerCost &layer, double samples,
                         const cluster::DeviceType &device, DType dtype,
                         const Efficiency &eff, llvm::ArrayRef<Profile> profiles);
+/// Forward seconds on one rank of a `tp`-way tensor-parallel group (compute
+/// only, no collective): ops marked tensorParallelSplit run with 1/tp of
+/// their FLOPs, bytes and weights (so at the size efficiency of the smaller
+/// GEMM; a profiled time is divided by tp); every op keeps its whole launch
+/// and dispatch cost, which does not shrink with the split.
+double layerForwardTime(const LayerCost &layer, double samples,
+                        const cluster::DeviceType &device, DType dtype,
+                        const Efficiency &eff, llvm::ArrayRef<Profile> profiles, int tp);
 
 /// Training step FLOPs per forward FLOP: forward + backward (backward = 2x
 /// forward: gradients w.r.t. inputs and w.r.t. weights), Narayanan et al. SC'21.

@@ -5,6 +5,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 
 #include <algorithm>
 #include <chrono>
@@ -82,6 +83,7 @@ struct DeviceClass {
   std::vector<int> ranks;  // in rank order
   double peak;             // FLOP/s at the plan dtype, speed factor applied
   double capacity;         // bytes
+  double microBatchSeconds = 0;  // host time per micro-batch and pass
 };
 
 /// A worker kind inside a stage: `count` workers of `tp` devices of a class.
@@ -104,6 +106,11 @@ struct StageDevices {
   double ringLatencyUs = 0;
   double tpGBs = kInf;        // intra-node link for tensor-parallel all-reduce
   double tpLatencyUs = 0;
+  /// Rings that share one node's network link while the stage all-reduces
+  /// its gradients: the tp ranks of a worker each run their own ring at the
+  /// same time; when the rings leave the node they share its NIC.
+  int ringSharers = 1;
+  int ranksPerNode = 1;       // most ranks of the stage on one node
 };
 
 /// What a candidate stage costs for a layer range.
@@ -127,14 +134,29 @@ public:
     stashPrefix.assign(L + 1, 0);
     kvPrefix.assign(L + 1, 0);
     tpBytesPrefix.assign(L + 1, 0);
+    tpCollectivesPrefix.assign(L + 1, 0);
+    training = opt.mode == Mode::Train;
     for (int i = 0; i < L; ++i) {
       const auto &l = model.layers[i];
       paramsPrefix[i + 1] = paramsPrefix[i] + double(l.parameters);
       stashPrefix[i + 1] = stashPrefix[i] + l.stashBytesPerSample;
       kvPrefix[i + 1] = kvPrefix[i] + l.kvCacheBytesPerSample;
-      tpBytesPrefix[i + 1] = tpBytesPrefix[i] + l.tensorParallelAllReduceBytesPerSample;
+      tpBytesPrefix[i + 1] = tpBytesPrefix[i] + (training && l.tensorParallelLossBytesPerSample > 0
+                                                     ? l.tensorParallelLossBytesPerSample
+                                                     : l.tensorParallelAllReduceBytesPerSample);
+      // Collectives per forward pass (each pays the link latency): three
+      // small ones for the vocab-parallel loss, else one per split pair
+      // (Megatron: two in a transformer block, attention and MLP).
+      double collectives = 0;
+      if (training && l.tensorParallelLossBytesPerSample > 0)
+        collectives = 3;
+      else if (l.tensorParallelAllReduceBytesPerSample > 0)
+        collectives = l.outputBytesPerSample > 0
+                          ? std::round(l.tensorParallelAllReduceBytesPerSample /
+                                       l.outputBytesPerSample)
+                          : 1;
+      tpCollectivesPrefix[i + 1] = tpCollectivesPrefix[i] + collectives;
     }
-    training = opt.mode == Mode::Train;
     elementBytes = cost::dtypeBytes(opt.dtype);
   }
 
@@ -154,7 +176,8 @@ private:
       if (it == index.end()) {
         it = index.emplace(key, int(classes.size())).first;
         classes.push_back({d.type, d.speedFactor, {}, d.effectiveFlops(opt.dtype),
-                           double(d.type->memoryBytes())});
+                           double(d.type->memoryBytes()),
+                           cost::defaultEfficiency(*d.type).microBatchSeconds});
       }
       classes[it->second].ranks.push_back(d.rank);
     }
@@ -162,51 +185,57 @@ private:
   }
 
   /// Prefix sums over layers of forward time at `samples` samples per worker
-  /// on class `c` (all ops), and of the tensor-parallel-splittable part.
+  /// on one rank of a `tp`-way group of class `c` (compute only).
   struct Table {
-    std::vector<double> all, splittable;
+    std::vector<double> all;
   };
-  const Table &table(int c, int64_t samples) {
-    auto &perClass = timing[c];
+  const Table &table(int c, int tp, int64_t samples) {
+    auto &perTp = timing[c];
+    if (size_t(tp) >= perTp.size())
+      perTp.resize(tp + 1);
+    auto &perClass = perTp[tp];
     if (size_t(samples) >= perClass.size())
       perClass.resize(samples + 1);
     auto &slot = perClass[samples];
     if (!slot) {
       slot = std::make_unique<Table>();
       slot->all.assign(L + 1, 0);
-      slot->splittable.assign(L + 1, 0);
       const DeviceClass &cls = classes[c];
       for (int i = 0; i < L; ++i) {
         const auto &layer = model.layers[i];
         double t = samples ? cost::layerForwardTime(layer, double(samples), *cls.type,
                                                     opt.dtype,
                                                     cost::defaultEfficiency(*cls.type),
-                                                    opt.profiles) /
+                                                    opt.profiles, tp) /
                                  cls.speedFactor
                            : 0;
         slot->all[i + 1] = slot->all[i] + t;
-        slot->splittable[i + 1] =
-            slot->splittable[i] + t * layer.tensorParallelFraction;
       }
     }
     return *slot;
   }
 
-  /// Forward seconds of layers [l, r] for `samples` samples on one worker.
+  /// Forward seconds of layers [l, r] for `samples` samples on one worker
+  /// (a rank of its tensor-parallel group): compute, and the group's
+  /// all-reduces (`comm`; Megatron's backward all-reduces as many bytes
+  /// again, so the backward pass costs 2 x compute + comm).
   double forwardTime(int c, int tp, int64_t samples, int l, int r,
-                     const StageDevices &sd) {
+                     const StageDevices &sd, double *commOut = nullptr) {
+    if (commOut)
+      *commOut = 0;
     if (samples == 0)
       return 0;
-    const Table &t = table(c, samples);
-    double all = t.all[r + 1] - t.all[l];
+    const Table &t = table(c, std::max(tp, 1), samples);
+    double compute = t.all[r + 1] - t.all[l];
     if (tp <= 1)
-      return all;
-    double split = t.splittable[r + 1] - t.splittable[l];
-    double compute = all - split * (1.0 - 1.0 / tp);
+      return compute;
     double bytes = (tpBytesPrefix[r + 1] - tpBytesPrefix[l]) * double(samples);
+    double collectives = tpCollectivesPrefix[r + 1] - tpCollectivesPrefix[l];
     double comm = bytes == 0 ? 0
                              : 2.0 * (tp - 1) / tp * bytes / (sd.tpGBs * 1e9) +
-                                   2.0 * (tp - 1) * sd.tpLatencyUs * 1e-6 * (r - l + 1);
+                                   2.0 * (tp - 1) * sd.tpLatencyUs * 1e-6 * collectives;
+    if (commOut)
+      *commOut = comm;
     return compute + comm;
   }
 
@@ -319,10 +348,16 @@ private:
         continue;
       // Workers of a group get floor or ceil of the share; the slowest has ceil.
       int64_t samples = int64_t(std::ceil(share[g] - 1e-9));
-      double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd);
-      sc.forward = std::max(sc.forward, f);
+      double comm = 0;
+      double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd, &comm);
+      double fixed = classes[sd.groups[g].cls].microBatchSeconds;
+      f += fixed;
+      comm += fixed;  // paid once more by the backward pass, not doubled
+      if (f > sc.forward) {
+        sc.forward = f;
+        sc.backward = training ? 2.0 * (f - comm) + comm : 0;
+      }
     }
-    sc.backward = training ? 2.0 * sc.forward : 0;
     return sc;
   }
 
@@ -330,9 +365,12 @@ private:
     int D = sd.workers();
     if (!training || D <= 1)
       return 0;
+    // Gradients travel in their own format (Options::gradientDType): fp32
+    // in PyTorch AMP's DDP and DeepSpeed's fp32_allreduce, whatever the
+    // format of the forward pass.
     double gradBytes = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp *
-                       (elementBytes >= 4 ? 4 : elementBytes);
-    return 2.0 * (D - 1) / D * gradBytes / (sd.ringGBs * 1e9) +
+                       double(cost::dtypeBytes(opt.gradientDType.value_or(opt.dtype)));
+    return 2.0 * (D - 1) / D * gradBytes / (sd.ringGBs / sd.ringSharers * 1e9) +
            2.0 * (D - 1) * sd.ringLatencyUs * 1e-6;
   }
 
@@ -341,7 +379,8 @@ private:
       return 0;
     double slowest = 0;
     for (const auto &g : sd.groups) {
-      double bw = classes[g.cls].type->memoryBandwidthBytesPerSec() * 0.8;
+      const cluster::DeviceType &type = *classes[g.cls].type;
+      double bw = type.memoryBandwidthBytesPerSec() * cost::defaultEfficiency(type).memory;
       double bytes = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp *
                      opt.trainingBytesPerParameter * 2;  // read and write
       slowest = std::max(slowest, bytes / bw);
@@ -358,8 +397,14 @@ private:
     // share bounds the transfer.
     double samples = std::ceil(double(mb) / std::min(wa, wb));
     bytesOut = perSample * double(mb);
-    cluster::Link link = cluster.linkBetween(a.groups[0].ranks[0][0],
-                                             b.groups[0].ranks[0][0]);
+    int ra = a.groups[0].ranks[0][0], rb = b.groups[0].ranks[0][0];
+    cluster::Link link = cluster.linkBetween(ra, rb);
+    // Between nodes, every rank of the stage on one node sends through that
+    // node's one network link: its worker's share, once per tensor-parallel
+    // rank (DeepSpeed's pipeline engine sends the whole activation from
+    // each; no scatter/gather).
+    if (cluster.devices[ra].node != cluster.devices[rb].node)
+      samples *= std::max(std::min(a.ranksPerNode, b.ranksPerNode), 1);
     return link.transferSeconds(perSample * samples);
   }
 
@@ -408,6 +453,17 @@ private:
     for (size_t i = 0; i + 1 < ring.size(); ++i)
       sd.ringLatencyUs = std::max(sd.ringLatencyUs,
                                   cluster.linkBetween(ring[i], ring[i + 1]).latencyUs);
+    bool crossesNodes = false;
+    for (size_t i = 0; i < ring.size() && ring.size() > 1; ++i)
+      crossesNodes |= cluster.devices[ring[i]].node !=
+                      cluster.devices[ring[(i + 1) % ring.size()]].node;
+    sd.ringSharers = crossesNodes ? std::max(sd.tp, 1) : 1;
+    std::map<int, int> perNode;
+    sd.ranksPerNode = 1;
+    for (const auto &g : sd.groups)
+      for (const auto &w : g.ranks)
+        for (int rank : w)
+          sd.ranksPerNode = std::max(sd.ranksPerNode, ++perNode[cluster.devices[rank].node]);
     sd.tpGBs = kInf;
     sd.tpLatencyUs = 0;
     if (sd.tp > 1)
@@ -765,8 +821,8 @@ private:
   bool training = true;
   int elementBytes = 2;
   std::vector<DeviceClass> classes;
-  std::vector<std::vector<std::unique_ptr<Table>>> timing;  // [class][samples]
-  std::vector<double> paramsPrefix, stashPrefix, kvPrefix, tpBytesPrefix;
+  std::vector<std::vector<std::vector<std::unique_ptr<Table>>>> timing;  // [class][tp][samples]
+  std::vector<double> paramsPrefix, stashPrefix, kvPrefix, tpBytesPrefix, tpCollectivesPrefix;
   Shortfall best;
   uint64_t evaluated = 0;
 };
@@ -1236,6 +1292,10 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
     for (const auto &w : workers) {
       if (int(w.size()) != sd.tp)
         return llvm::createStringError("a worker must have tensorParallel ranks");
+      for (int rank : w)
+        if (!classOf.count(rank))
+          return llvm::createStringError(
+              llvm::formatv("layout: rank {0} is not in the cluster", rank));
       int c = classOf.at(w[0]);
       if (sd.groups.empty() || sd.groups.back().cls != c)
         sd.groups.push_back({c, 0, {}});
@@ -1246,8 +1306,17 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
     built.push_back(std::move(sd));
   }
   cand.stagesPtr = std::make_shared<const std::vector<StageDevices>>(std::move(built));
-  bool even = opt.strategy == Strategy::DataParallel ||
+  bool even = layout.evenShares || opt.strategy == Strategy::DataParallel ||
               opt.strategy == Strategy::EvenPipeline;
+  for (size_t j = 0; j < layout.lastLayer.size(); ++j)
+    if (layout.lastLayer[j] < (j ? layout.lastLayer[j - 1] + 1 : 0) || layout.lastLayer[j] >= L)
+      return llvm::createStringError(
+          llvm::formatv("layout: stage {0} ends at layer {1}, outside {2}..{3}", j,
+                        layout.lastLayer[j], j ? layout.lastLayer[j - 1] + 1 : 0, L - 1));
+  if (layout.lastLayer.back() != L - 1)
+    return llvm::createStringError(llvm::formatv(
+        "layout: the last stage ends at layer {0}, not at the model's last layer {1}",
+        layout.lastLayer.back(), L - 1));
   cand.estimate = estimate(cand, even);
   if (cand.estimate == kInf)
     return llvm::createStringError("the layout does not fit in memory");
@@ -1257,6 +1326,78 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
 }
 
 } // namespace
+
+llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef text,
+                                                 llvm::StringRef bufferName) {
+  auto fail = [&](const llvm::Twine &msg) {
+    return llvm::createStringError((bufferName + ": " + msg).str());
+  };
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
+  if (!parsed)
+    return fail("not JSON: " + llvm::toString(parsed.takeError()));
+  std::vector<const llvm::json::Object *> objects;
+  const llvm::json::Object *root = parsed->getAsObject();
+  if (!root)
+    return fail("expected a JSON object (a layout, or {\"layouts\": [...]})");
+  if (const llvm::json::Array *list = root->getArray("layouts")) {
+    for (const llvm::json::Value &v : *list) {
+      if (!v.getAsObject())
+        return fail("each entry of \"layouts\" must be an object");
+      objects.push_back(v.getAsObject());
+    }
+  } else {
+    objects.push_back(root);
+  }
+  std::vector<Layout> out;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    const llvm::json::Object &o = *objects[i];
+    std::string where = objects.size() > 1 ? llvm::formatv("layout {0}: ", i).str() : "";
+    for (const auto &kv : o)
+      if (kv.first != "micro_batches" && kv.first != "tensor_parallel" &&
+          kv.first != "shares" && kv.first != "stages" && kv.first != "name")
+        return fail(where + "unknown field '" + kv.first.str() +
+                    "' (expected micro_batches, tensor_parallel, shares, stages, name)");
+    Layout l;
+    l.microBatches = int(o.getInteger("micro_batches").value_or(1));
+    l.tensorParallel = int(o.getInteger("tensor_parallel").value_or(1));
+    if (l.microBatches < 1 || l.tensorParallel < 1)
+      return fail(where + "micro_batches and tensor_parallel must be at least 1");
+    if (auto shares = o.getString("shares")) {
+      if (*shares == "even")
+        l.evenShares = true;
+      else if (*shares != "speed")
+        return fail(where + "shares must be \"even\" or \"speed\"");
+    }
+    const llvm::json::Array *stages = o.getArray("stages");
+    if (!stages || stages->empty())
+      return fail(where + "missing \"stages\" (a list of {workers, last_layer})");
+    for (const llvm::json::Value &sv : *stages) {
+      const llvm::json::Object *so = sv.getAsObject();
+      const llvm::json::Array *workers = so ? so->getArray("workers") : nullptr;
+      auto last = so ? so->getInteger("last_layer") : std::nullopt;
+      if (!workers || workers->empty() || !last)
+        return fail(where + "each stage needs \"workers\" (lists of ranks) and \"last_layer\"");
+      std::vector<std::vector<int>> ws;
+      for (const llvm::json::Value &wv : *workers) {
+        const llvm::json::Array *ranks = wv.getAsArray();
+        if (!ranks || ranks->empty())
+          return fail(where + "a worker is a non-empty list of ranks");
+        std::vector<int> w;
+        for (const llvm::json::Value &rv : *ranks) {
+          auto rank = rv.getAsInteger();
+          if (!rank || *rank < 0)
+            return fail(where + "ranks are non-negative integers");
+          w.push_back(int(*rank));
+        }
+        ws.push_back(std::move(w));
+      }
+      l.stageWorkers.push_back(std::move(ws));
+      l.lastLayer.push_back(int(*last));
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
 
 llvm::Expected<Plan> evaluateLayout(const cost::ModelCost &model,
                                     const cluster::Cluster &cluster,

@@ -63,6 +63,10 @@ struct Options {
   /// Bytes per parameter kept for training (params + grads + optimizer
   /// state); 16 for Adam with mixed precision (ZeRO paper, section 3).
   double trainingBytesPerParameter = 16;
+  /// Format of the gradients the data-parallel all-reduce moves; unset: the
+  /// run format (`dtype`). Mixed-precision stacks usually reduce in fp32
+  /// (PyTorch AMP + DDP, DeepSpeed `fp32_allreduce`).
+  std::optional<cost::DType> gradientDType;
   /// Share of each device's memory kept free for the framework, workspace
   /// and fragmentation.
   double reservedMemoryFraction = 0.08;
@@ -143,7 +147,18 @@ struct Layout {
   std::vector<int> lastLayer;
   int tensorParallel = 1;
   int microBatches = 1;
+  /// Split each micro-batch evenly among a stage's workers (as DeepSpeed and
+  /// Megatron do) instead of in proportion to their speed.
+  bool evenShares = false;
 };
+
+/// Reads layouts from JSON (`hetplan compile --layout FILE`): one layout
+///   {"micro_batches": 16, "tensor_parallel": 1, "shares": "even"|"speed",
+///    "stages": [{"workers": [[0], [1]], "last_layer": 12}, ...]}
+/// or {"layouts": [layout, ...]}. Ranks are cluster ranks, layers the
+/// model's layer indices (inclusive last layer of each stage).
+llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef json,
+                                                 llvm::StringRef bufferName);
 
 /// Prices and simulates one layout exactly as the search does its
 /// candidates (speed-proportional batch split, memory caps); an error when

@@ -261,6 +261,20 @@ TEST(CostModel, Gpt2SmallParametersFlopsAndBlocks) {
   EXPECT_GT(cost->layers.back().tensorParallelFraction, 0.99);
   EXPECT_DOUBLE_EQ(cost->layers.back().tensorParallelAllReduceBytesPerSample,
                    cost->layers.back().outputBytesPerSample);
+  // Training reduces three fp32 per token of the split logits (Megatron's
+  // vocab-parallel cross entropy), not the logits.
+  EXPECT_DOUBLE_EQ(cost->layers.back().tensorParallelLossBytesPerSample, 3.0 * 4 * seq);
+  EXPECT_EQ(block.tensorParallelLossBytesPerSample, 0);
+  // Megatron splits the four weight MatMuls and the attention products;
+  // LayerNorm, softmax, GELU and the residual adds run whole on every rank.
+  int split = 0;
+  for (const cost::OpCost &op : block.ops) {
+    split += op.tensorParallelSplit;
+    if (op.tensorParallelSplit)
+      EXPECT_TRUE(op.matrixEngine) << op.name;
+  }
+  EXPECT_GE(split, 6);
+  EXPECT_LT(split, int(block.ops.size()));
   EXPECT_EQ(cost->layers.front().kvCacheBytesPerSample, 0);
 }
 
@@ -528,4 +542,143 @@ TEST(CostModel, ProfileErrorsSayWhatIsWrong) {
   check(R"({"device": "T4", "dtype": "fp16", "ops": {"a": -1}})", "p.json: op 'a': negative time");
   check(R"({"device": "T4", "dtype": "fp16", "ops": {"a": {"fixd": 1}}})",
         "p.json: op 'a': unknown field 'fixd' (expected fixed, per_sample)");
+}
+
+//===----------------------------------------------------------------------===//
+// Calibration (docs/cost-model.md, "Calibration")
+//===----------------------------------------------------------------------===//
+
+TEST(CostModel, SmallMatMulsReachLessOfThePeak) {
+  const cluster::DeviceType &a100 = device("A100-80GB");
+  cost::Efficiency eff = cost::defaultEfficiency(a100);
+  eff.matrixHalfFlops = 1e9;  // a 1-GFLOP product reaches half of `matrix`
+  cost::OpCost mm;
+  mm.matrixEngine = true;
+  mm.flopsPerSample = 1e9;
+  auto rate = [&](double samples) {
+    return mm.flops(samples) /
+           (cost::opTime(mm, samples, a100, cost::DType::FP16, eff) - eff.launchSeconds);
+  };
+  EXPECT_NEAR(rate(1), 312e12 * eff.matrix * 0.5, 1e6);
+  EXPECT_LT(rate(1), rate(16));
+  EXPECT_NEAR(rate(1000), 312e12 * eff.matrix * 1000.0 / 1001.0, 1e9);
+  // Without a half-size (the default), size does not matter.
+  eff.matrixHalfFlops = 0;
+  EXPECT_NEAR(rate(1), rate(16), 1.0);
+}
+
+TEST(CostModel, CatalogCalibrationReplacesTheDefaults) {
+  // V100 and T4 carry figures fitted to AMP's measured per-layer times.
+  const cluster::DeviceType &v100 = device("V100-SXM2-16GB");
+  const cluster::DeviceType &t4 = device("T4");
+  ASSERT_TRUE(v100.achieved.matrix && v100.achieved.kernelUs);
+  ASSERT_TRUE(t4.achieved.matrix && t4.achieved.kernelUs);
+  EXPECT_FALSE(v100.achieved.source.empty());
+  cost::Efficiency ev = cost::defaultEfficiency(v100);
+  EXPECT_DOUBLE_EQ(ev.matrix, *v100.achieved.matrix);
+  EXPECT_DOUBLE_EQ(ev.launchSeconds, *v100.achieved.kernelUs * 1e-6);
+  EXPECT_DOUBLE_EQ(ev.memory, 0.8);  // not calibrated: the default stays
+  // A device without an `achieved` block keeps the documented defaults.
+  cost::Efficiency ea = cost::defaultEfficiency(device("A100-80GB"));
+  EXPECT_EQ(ea.matrix, 0.6);
+  EXPECT_EQ(ea.launchSeconds, 5e-6);
+  // The overhead term is per kernel call: it is paid at every call and does
+  // not grow with the samples.
+  cost::OpCost add;
+  add.bytesPerSample = 1e3;
+  double one = cost::opTime(add, 1, t4, cost::DType::FP16);
+  double two = cost::opTime(add, 2, t4, cost::DType::FP16);
+  EXPECT_NEAR(one, *t4.achieved.kernelUs * 1e-6 + 1e3 / (320e9 * 0.8), 1e-12);
+  EXPECT_NEAR(two - one, 1e3 / (320e9 * 0.8), 1e-12);
+  // What the fit says about the two cards: a T4 is slower than a V100 on
+  // the same large product, by less than their peaks' ratio (125 / 65).
+  cost::OpCost mm;
+  mm.matrixEngine = true;
+  mm.flopsPerSample = 1e11;
+  double tv = cost::opTime(mm, 1, v100, cost::DType::FP16);
+  double tt = cost::opTime(mm, 1, t4, cost::DType::FP16);
+  EXPECT_GT(tt, tv);
+  EXPECT_LT(tt / tv, 125.0 / 65.0);
+}
+
+TEST(CostModel, CatalogAchievedBlockIsChecked) {
+  auto bad = cluster::DeviceCatalog::parse(R"(version: 1
+devices:
+  - name: X1
+    aliases: []
+    vendor: v
+    kind: gpu
+    memory_gib: 16
+    memory_bandwidth_gbs: 300
+    peak_tflops: {fp32: 8}
+    intra_node_link: {kind: pcie3, bandwidth_gbs: 16}
+    pcie: {generation: 3, bandwidth_gbs: 16}
+    tdp_watts: 70
+    price_per_hour_usd: null
+    sources: ["s"]
+    achieved: {matrix: 1.5}
+)", "c.yaml");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("share of the peak"), std::string::npos);
+}
+
+TEST(CostModel, CatalogMicroBatchOverheadIsRead) {
+  auto cat = cluster::DeviceCatalog::parse(R"(version: 1
+devices:
+  - name: X1
+    aliases: []
+    vendor: v
+    kind: gpu
+    memory_gib: 16
+    memory_bandwidth_gbs: 300
+    peak_tflops: {fp32: 8}
+    intra_node_link: {kind: pcie3, bandwidth_gbs: 16}
+    pcie: {generation: 3, bandwidth_gbs: 16}
+    tdp_watts: 70
+    price_per_hour_usd: null
+    sources: ["s"]
+    achieved: {kernel_us: 40, micro_batch_us: 3000}
+)", "c.yaml");
+  ASSERT_TRUE(bool(cat)) << llvm::toString(cat.takeError());
+  const cluster::DeviceType *x = cat->find("X1");
+  ASSERT_TRUE(x);
+  cost::Efficiency eff = cost::defaultEfficiency(*x);
+  EXPECT_DOUBLE_EQ(eff.launchSeconds, 40e-6);
+  EXPECT_DOUBLE_EQ(eff.microBatchSeconds, 3e-3);
+  EXPECT_EQ(cost::defaultEfficiency(device("A100-80GB")).microBatchSeconds, 0);
+}
+
+TEST(CostModel, TensorParallelRanksRunSmallerKernelsAndPayEveryLaunch) {
+  const cluster::DeviceType &a100 = device("A100-80GB");
+  cost::Efficiency eff = cost::defaultEfficiency(a100);
+  eff.launchSeconds = 50e-6;
+  eff.matrixHalfFlops = 1e10;
+  cost::LayerCost layer;
+  cost::OpCost mm;
+  mm.matrixEngine = true;
+  mm.flopsPerSample = 1e10;
+  mm.bytesPerSample = 1e6;
+  mm.weightBytes = 1e7;
+  mm.tensorParallelSplit = true;
+  cost::OpCost ln;
+  ln.flopsPerSample = 1e6;
+  ln.bytesPerSample = 1e7;
+  layer.ops = {mm, ln};
+  auto time = [&](int tp) {
+    return cost::layerForwardTime(layer, 1, a100, cost::DType::FP16, eff, {}, tp);
+  };
+  cost::OpCost half = mm;
+  half.flopsPerSample /= 2;
+  half.bytesPerSample /= 2;
+  half.weightBytes /= 2;
+  EXPECT_DOUBLE_EQ(time(1), cost::opTime(mm, 1, a100, cost::DType::FP16, eff) +
+                                cost::opTime(ln, 1, a100, cost::DType::FP16, eff));
+  EXPECT_DOUBLE_EQ(time(2), cost::opTime(half, 1, a100, cost::DType::FP16, eff) +
+                                cost::opTime(ln, 1, a100, cost::DType::FP16, eff));
+  // The split product is smaller, so it runs at a lower share of the peak:
+  // half the FLOPs take more than half the compute time; launches stay.
+  double computeFull = cost::opTime(mm, 1, a100, cost::DType::FP16, eff) - eff.launchSeconds;
+  double computeHalf = cost::opTime(half, 1, a100, cost::DType::FP16, eff) - eff.launchSeconds;
+  EXPECT_GT(computeHalf, computeFull / 2);
+  EXPECT_GT(time(8), 2 * eff.launchSeconds);
 }

@@ -182,3 +182,105 @@ TEST(Planner, MemoryFitsEveryUsedDevice) {
     if (p.stageOfRank[r] >= 0)
       EXPECT_LE(p.memory[r].peak(), p.memory[r].capacity) << "rank " << r;
 }
+
+TEST(Planner, AllReduceMovesGradientsInTheirOwnFormat) {
+  // Two data-parallel workers; fp16 compute with gradients reduced in fp32
+  // (DeepSpeed fp32_allreduce, PyTorch AMP + DDP) moves twice the bytes.
+  auto model = uniformModel(2, 1e9, 50'000'000, 1e3);
+  auto cluster = clusterOf("2x1xA100-80G;net=10gbps");
+  Layout layout;
+  layout.stageWorkers = {{{0}, {1}}};
+  layout.lastLayer = {1};
+  layout.microBatches = 1;
+  layout.evenShares = true;
+  Options o;
+  o.globalBatch = 2;
+  o.dtype = cost::DType::FP16;
+  auto half = evaluateLayout(model, cluster, o, layout);
+  o.gradientDType = cost::DType::FP32;
+  auto full = evaluateLayout(model, cluster, o, layout);
+  ASSERT_TRUE(bool(half) && bool(full));
+  double a = half->stages[0].allReduceSeconds, b = full->stages[0].allReduceSeconds;
+  ASSERT_GT(a, 0);
+  // Ring: 2 (D-1)/D * bytes / bandwidth + latency; the bytes double.
+  EXPECT_NEAR(b / a, 2.0, 0.01);
+  EXPECT_GT(full->stepSeconds, half->stepSeconds);
+}
+
+TEST(Planner, TensorParallelBackwardAllReducesTheSameBytesOnce) {
+  // Megatron's f/g pairs: the backward pass all-reduces as many bytes as the
+  // forward one; its compute is twice the forward's.
+  auto model = uniformModel(2, 1e10, 1'000'000, 1e6);
+  for (auto &l : model.layers)
+    l.ops[0].tensorParallelSplit = true;
+  auto cluster = clusterOf("2xA100-80G");
+  Layout layout;
+  layout.stageWorkers = {{{0, 1}}};
+  layout.lastLayer = {1};
+  layout.tensorParallel = 2;
+  layout.microBatches = 1;
+  Options o;
+  o.globalBatch = 4;
+  auto quiet = evaluateLayout(model, cluster, o, layout);
+  for (auto &l : model.layers)
+    l.tensorParallelAllReduceBytesPerSample = 5e8;
+  auto loud = evaluateLayout(model, cluster, o, layout);
+  ASSERT_TRUE(bool(quiet) && bool(loud));
+  double comm = loud->stages[0].forwardSeconds - quiet->stages[0].forwardSeconds;
+  ASSERT_GT(comm, 0);
+  EXPECT_NEAR(loud->stages[0].backwardSeconds - quiet->stages[0].backwardSeconds, comm,
+              1e-9);
+  EXPECT_NEAR(quiet->stages[0].backwardSeconds, 2 * quiet->stages[0].forwardSeconds, 1e-12);
+}
+
+TEST(Planner, RingsOfTensorParallelRanksShareTheNodesNetwork) {
+  // Two nodes of two GPUs; a worker is a tp pair inside a node. Its two
+  // ranks all-reduce half the gradients each, in two rings that both cross
+  // the one 10 Gb/s network: as long as one ring moving all of them.
+  auto model = uniformModel(2, 1e9, 50'000'000, 1e3);
+  auto cluster = clusterOf("2x2xA100-80G;net=10gbps");
+  Options o;
+  o.globalBatch = 4;
+  Layout dp;
+  dp.stageWorkers = {{{0}, {2}}};
+  dp.lastLayer = {1};
+  dp.microBatches = 1;
+  dp.evenShares = true;
+  Layout tp = dp;
+  tp.stageWorkers = {{{0, 1}, {2, 3}}};
+  tp.tensorParallel = 2;
+  auto a = evaluateLayout(model, cluster, o, dp);
+  auto b = evaluateLayout(model, cluster, o, tp);
+  ASSERT_TRUE(bool(a) && bool(b));
+  EXPECT_NEAR(b->stages[0].allReduceSeconds / a->stages[0].allReduceSeconds, 1.0, 0.01);
+}
+
+TEST(Planner, LayoutsReadFromJson) {
+  auto layouts = parseLayouts(R"({"layouts": [
+      {"micro_batches": 4, "tensor_parallel": 1, "shares": "even",
+       "stages": [{"workers": [[0], [1]], "last_layer": 0},
+                  {"workers": [[2]], "last_layer": 1}]},
+      {"stages": [{"workers": [[0]], "last_layer": 1}]}]})",
+                              "l.json");
+  ASSERT_TRUE(bool(layouts)) << llvm::toString(layouts.takeError());
+  ASSERT_EQ(layouts->size(), 2u);
+  EXPECT_EQ((*layouts)[0].microBatches, 4);
+  EXPECT_TRUE((*layouts)[0].evenShares);
+  EXPECT_EQ((*layouts)[0].stageWorkers[0].size(), 2u);
+  EXPECT_EQ((*layouts)[0].lastLayer, (std::vector<int>{0, 1}));
+  EXPECT_FALSE((*layouts)[1].evenShares);
+  auto bad = parseLayouts(R"({"stages": [{"workers": [[0]]}]})", "b.json");
+  ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("last_layer"), std::string::npos);
+  // A layout that does not end at the last layer is refused when priced.
+  auto model = uniformModel(3, 1e9, 1000, 1e3);
+  auto cluster = clusterOf("2xA100-80G");
+  Layout l;
+  l.stageWorkers = {{{0}}, {{1}}};
+  l.lastLayer = {0, 1};
+  Options o;
+  o.globalBatch = 2;
+  auto p = evaluateLayout(model, cluster, o, l);
+  ASSERT_FALSE(bool(p));
+  EXPECT_NE(llvm::toString(p.takeError()).find("last layer"), std::string::npos);
+}

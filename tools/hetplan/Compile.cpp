@@ -4,7 +4,8 @@
 //                   [--seq L] [--shape INPUT=DIMS]... [--dim NAME=VALUE,...]
 //                   [--batch-axis INPUT=AXIS,...] [--dtype fp16]
 //                   [--strategy hetplan|dp-even|pp-even|homogeneous]
-//                   [--pin pp=4,dp=4,mb=8] [--schedule 1f1b|gpipe]
+//                   [--pin pp=4,dp=4,mb=8] [--layout FILE] [--schedule 1f1b|gpipe]
+//                   [--grad-dtype fp32|fp16|bf16]
 //                   [--json] -o PLAN
 //   hetplan explain PLAN [--timeline OUT.svg]
 //
@@ -111,6 +112,21 @@ cl::opt<std::string> strategyArg(
     cl::init("hetplan"), cl::sub(compileCmd));
 cl::opt<std::string> pinArg("pin", cl::desc("Evaluate this layout: pp=4,dp=4,mb=8[,tp=2]"),
                             cl::sub(compileCmd));
+cl::opt<std::string> layoutArg(
+    "layout",
+    cl::desc("Price this exact layout (JSON: stages with their workers' ranks and last "
+             "layer, micro-batches, tp, even or speed shares; or {\"layouts\": [...]} to "
+             "price several and print one JSON line each)"),
+    cl::value_desc("FILE"), cl::sub(compileCmd));
+cl::opt<std::string> gradDtypeArg(
+    "grad-dtype",
+    cl::desc("Format of the gradients the data-parallel all-reduce moves (default: --dtype)"),
+    cl::value_desc("fp32|fp16|bf16"), cl::sub(compileCmd));
+cl::opt<bool> uncalibratedArg(
+    "uncalibrated",
+    cl::desc("Ignore the catalog's measured 'achieved' figures (the plain roofline "
+             "defaults; for comparisons)"),
+    cl::sub(compileCmd));
 cl::opt<std::string> scheduleArg("schedule", cl::desc("1f1b or gpipe"), cl::init("1f1b"),
                                  cl::sub(compileCmd));
 cl::opt<bool> jsonArg("json", cl::desc("Print the summary as JSON"), cl::sub(compileCmd));
@@ -299,16 +315,45 @@ int runCompile() {
     options.strategy = planner::Strategy::Pinned;
     options.pin = *pin;
   }
+  if (!gradDtypeArg.empty()) {
+    auto g = cluster::parseDType(gradDtypeArg);
+    if (!g || *g == cluster::DType::INT8 || *g == cluster::DType::TF32)
+      return fail("--grad-dtype must be fp32, fp16 or bf16, not '" + gradDtypeArg + "'");
+    options.gradientDType = *g;
+  }
+  std::vector<planner::Layout> layouts;
+  if (!layoutArg.empty()) {
+    if (!pinArg.empty())
+      return fail("give --layout or --pin, not both");
+    auto buffer = llvm::MemoryBuffer::getFile(layoutArg, /*IsText=*/true);
+    if (!buffer)
+      return fail(layoutArg + ": cannot read layout: " + buffer.getError().message());
+    auto parsed = planner::parseLayouts((*buffer)->getBuffer(), layoutArg);
+    if (!parsed)
+      return fail(llvm::toString(parsed.takeError()));
+    layouts = std::move(*parsed);
+    options.strategy = planner::Strategy::Pinned;
+  }
   for (const std::string &path : profileArgs) {
     auto profile = cost::Profile::load(path);
     if (!profile)
       return fail(llvm::toString(profile.takeError()));
     options.profiles.push_back(std::move(*profile));
   }
-  if (outputArg.empty() && !jsonArg)
+  if (outputArg.empty() && !jsonArg && layouts.size() <= 1)
     return fail("give -o PLAN (the plan file to write)");
+  if (layouts.size() > 1 && !outputArg.empty())
+    return fail("--layout with several layouts prices them and writes no plan: drop -o");
 
-  auto cl = cluster::parseClusterSpec(clusterArg, cluster::DeviceCatalog::builtin());
+  cluster::DeviceCatalog catalog = cluster::DeviceCatalog::builtin();
+  if (uncalibratedArg)
+    for (const cluster::DeviceType *type : cluster::DeviceCatalog::builtin().types()) {
+      cluster::DeviceType plain = *type;
+      plain.achieved = {};
+      if (llvm::Error err = catalog.override(std::move(plain)))
+        return fail(llvm::toString(std::move(err)));
+    }
+  auto cl = cluster::parseClusterSpec(clusterArg, catalog);
   if (!cl)
     return fail(llvm::toString(cl.takeError()));
 
@@ -346,7 +391,29 @@ int runCompile() {
           llvm::errs() << "\n";
       }
     };
-  auto result = planner::makePlan(*modelCost, *cl, options);
+  if (layouts.size() > 1) {
+    // One JSON line per layout: its predicted step time or why it fails.
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      auto p = planner::evaluateLayout(*modelCost, *cl, options, layouts[i]);
+      llvm::json::Object line{{"index", int64_t(i)}};
+      if (p) {
+        line["step_time_s"] = p->stepSeconds;
+        line["samples_per_s"] = p->samplesPerSecond;
+        line["bubble_fraction"] = p->bubbleFraction;
+        double peak = 0;
+        for (const auto &m : p->memory)
+          peak = std::max(peak, m.peak() / std::max(1.0, m.capacity));
+        line["peak_memory_fraction"] = peak;
+      } else {
+        line["error"] = llvm::toString(p.takeError());
+      }
+      llvm::outs() << llvm::formatv("{0}", llvm::json::Value(std::move(line))) << "\n";
+    }
+    return 0;
+  }
+  auto result = layouts.empty()
+                    ? planner::makePlan(*modelCost, *cl, options)
+                    : planner::evaluateLayout(*modelCost, *cl, options, layouts[0]);
   if (!result)
     return fail(model + " on " + clusterArg + ": " + llvm::toString(result.takeError()));
 

@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""Predicted vs published measured step times (docs/cost-model.md,
+"Accuracy against published measurements").
+
+    /usr/bin/python3 bench/accuracy.py [--hetplan build/bin/hetplan]
+
+For every measured configuration in bench/published/amp_gpt2.json it writes
+the exact layout the published run used (stages, ranks, layer ranges, tensor
+parallelism, micro-batches, even shares) into a --layout file, prices it with
+`hetplan compile --layout` twice (the calibrated model with gradients
+all-reduced in fp32 as the measured runs did, and --uncalibrated: the plain
+roofline defaults with gradients in the run format, i.e. the cost model before the
+calibration) and prints predicted vs measured, the error, the median and worst
+|error| and the Spearman rank correlation over each cluster's layouts. Runs
+that failed in the publication (out of memory) are listed with what hetplan
+predicts for them.
+"""
+import argparse, json, os, statistics, subprocess, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Which step times were used for fitting (bench/fit_overheads.py fits the
+# catalog's host terms kernel_us and micro_batch_us on amp-t4) and which are
+# only checked against.
+ROLE = {"amp-t4": "fit set (host terms)", "amp-het": "check set"}
+
+
+def amp_layer(k, L):
+    """AMP/DeepSpeed's 30 layer slots of a GPT-2 (embedding, noop, L
+    transformer layers, noop, noop, LM head, noop) -> hetplan's layers
+    (stem, h.0 .. h.{L-1}, head)."""
+    if k < 2:
+        return 0
+    if k < 2 + L:
+        return k - 1
+    return L + 1
+
+
+def amp_layout(t, L, gbs):
+    mp, dp, pp, mbs = t["mp"], t["dp"], t["pp"], t["micro_batch_size"]
+    part = t["partition"]
+    stages = []
+    for j in range(pp):
+        # DeepSpeed's rank order: rank = pp_index*dp*mp + dp_index*mp + mp_index
+        workers = [[j * dp * mp + d * mp + k for k in range(mp)] for d in range(dp)]
+        stages.append({"workers": workers, "last_layer": amp_layer(part[j + 1] - 1, L)})
+    return {"micro_batches": gbs // (dp * mbs), "tensor_parallel": mp, "shares": "even",
+            "stages": stages}
+
+
+def spearman(xs, ys):
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return r
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.mean(rx), statistics.mean(ry)
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    den = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
+    return num / den if den else float("nan")
+
+
+def price(hetplan, model, cluster, layouts, extra, batch, seq, dtype):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"layouts": layouts}, f)
+        path = f.name
+    try:
+        cmd = [hetplan, "compile", model, "--cluster", cluster, "--batch", str(batch),
+               "--seq", str(seq), "--dtype", dtype, "--allow-missing-weights", "--quiet",
+               "--layout", path] + extra
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    finally:
+        os.unlink(path)
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hetplan", default=os.path.join(ROOT, "build/bin/hetplan"))
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "hetplan-accuracy"))
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+
+    data = json.load(open(os.path.join(ROOT, "bench/published/amp_gpt2.json")))
+    m = data["model"]
+    model = os.path.join(args.work, "amp-gpt2.onnx")
+    if not os.path.exists(model):
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models/gen_transformer.py"),
+                        "--family", m["family"], "--config", "gpt2-medium",
+                        "--layers", str(m["layers"]), "--hidden", str(m["hidden"]),
+                        "--heads", str(m["heads"]), "--vocab", str(m["vocab"]),
+                        "--seq-max", str(m["seq"]), "--weights", "none", "--no-check",
+                        "-o", model], check=True, capture_output=True)
+    rows = []
+    for cluster in sorted({t["cluster"] for t in data["trials"]}):
+        trials = [t for t in data["trials"] if t["cluster"] == cluster]
+        layouts = [amp_layout(t, m["layers"], data["global_batch"]) for t in trials]
+        cfile = os.path.join(ROOT, "bench/clusters", cluster + ".yaml")
+        common = (data["global_batch"], m["seq"], data["dtype"])
+        after = price(args.hetplan, model, cfile, layouts, ["--grad-dtype", "fp32"], *common)
+        before = price(args.hetplan, model, cfile, layouts, ["--uncalibrated"], *common)
+        for t, lay, a, b in zip(trials, layouts, after, before):
+            rows.append(dict(t, layout=lay, after=a, before=b))
+
+    summary, lines = {}, []
+    lines.append("| cluster | run | pp | dp | tp | mb size | micro-batches | measured s | "
+                 "before s | before err | predicted s | error | source |")
+    lines.append("|" + "---|" * 13)
+    for r in rows:
+        meas, a, b = r["measured_s"], r["after"], r["before"]
+        pa, pb = a.get("step_time_s"), b.get("step_time_s")
+        src = f"[AMP](https://github.com/DachengLi1/AMP) `{r['source'].split('/blob/')[1]}`"
+        head = (f"| {r['cluster']} | {r['trial']} | {r['pp']} | {r['dp']} | {r['mp']} | "
+                f"{r['micro_batch_size']} | {r['layout']['micro_batches']} |")
+        if meas is None:
+            note = ("predicted OOM" if pa is None else
+                    f"fits ({100 * a['peak_memory_fraction']:.0f}% of the fullest device)")
+            lines.append(f"{head} OOM | {'-' if pb is None else f'{pb:.2f}'} | | "
+                         f"{'-' if pa is None else f'{pa:.2f}'} | {note} | {src} |")
+            continue
+        if pa is None or pb is None:
+            why = (a.get("error") or b.get("error") or "")[:80]
+            lines.append(f"{head} {meas:.2f} | {'-' if pb is None else f'{pb:.2f}'} | | "
+                         f"{'-' if pa is None else f'{pa:.2f}'} | not priced: {why} | {src} |")
+            continue
+        ea = 100 * (pa - meas) / meas
+        eb = 100 * (pb - meas) / meas
+        summary.setdefault(r["cluster"], []).append((meas, pa, pb, ea, eb))
+        lines.append(f"{head} {meas:.2f} | {pb:.2f} | {eb:+.0f}% | {pa:.2f} | {ea:+.1f}% | {src} |")
+    stats = ["| cluster | role | runs | median abs err before | after | worst before | after | "
+             "Spearman before | after |", "|---|---|---|---|---|---|---|---|---|"]
+    allA, allB = [], []
+    for c, v in summary.items():
+        ea = [abs(x[3]) for x in v]
+        eb = [abs(x[4]) for x in v]
+        allA += ea
+        allB += eb
+        meas = [x[0] for x in v]
+        stats.append(f"| {c} | {ROLE.get(c, '')} | {len(v)} | {statistics.median(eb):.1f}% | "
+                     f"{statistics.median(ea):.1f}% | {max(eb):.0f}% | {max(ea):.1f}% | "
+                     f"{spearman(meas, [x[2] for x in v]):.2f} | "
+                     f"{spearman(meas, [x[1] for x in v]):.2f} |")
+    stats.append(f"| all | | {len(allA)} | {statistics.median(allB):.1f}% | "
+                 f"{statistics.median(allA):.1f}% | {max(allB):.0f}% | {max(allA):.1f}% | | |")
+    print("\n".join(stats))
+    print()
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
