@@ -127,6 +127,51 @@ bool hasSubgraphAttribute(const Node &n) {
 Executor::Executor(const Model &model) : model_(model), order_(topologicalOrder(model)) {
   foldConstants();
   fuseConvChains();
+  resolveSlots();
+}
+
+/// The kernel a node runs (by its domain and op type).
+static const KernelInfo *kernelFor(const Node &n) { return findKernel(n); }
+
+int32_t Executor::addSlot(const std::string &name) {
+  auto [it, added] = slotOf_.emplace(name, static_cast<int32_t>(slotName_.size()));
+  if (added) {
+    slotName_.push_back(name);
+    auto ft = folded_.find(name);
+    hasFolded_.push_back(ft != folded_.end());
+    slotFolded_.push_back(ft != folded_.end() ? ft->second : Tensor());
+    auto jt = model_.initializers.find(name);
+    slotInit_.push_back(jt == model_.initializers.end() ? nullptr : &jt->second);
+  }
+  return it->second;
+}
+
+void Executor::resolveSlots() {
+  opset_ = model_.opset("");
+  for (const auto &v : model_.inputs) addSlot(v.name);
+  for (const auto &v : model_.outputs) addSlot(v.name);
+  auto resolve = [&](const Node &n) {
+    NodeSlots ns;
+    ns.kernel = kernelFor(n);
+    for (const auto &s : n.inputs) ns.inputs.push_back(s.empty() ? -1 : addSlot(s));
+    for (const auto &s : n.outputs) ns.outputs.push_back(s.empty() ? -1 : addSlot(s));
+    n.forEachRead([&](const std::string &s) { ns.reads.push_back(addSlot(s)); });
+    ns.scope = !n.implicitInputs.empty();
+    return ns;
+  };
+  nodeSlots_.reserve(model_.nodes.size());
+  for (const Node &n : model_.nodes) nodeSlots_.push_back(resolve(n));
+  for (const Fusion &f : fusions_) fusedSlots_.push_back(resolve(f.node));
+  runLastUse_.assign(slotName_.size(), -1);
+  for (size_t step = 0; step < order_.size(); ++step)
+    for (int32_t s : nodeSlots_[order_[step]].reads) runLastUse_[size_t(s)] = static_cast<int32_t>(step);
+  isOutput_.assign(slotName_.size(), 0);
+  std::set<std::string> outs;
+  for (const auto &v : model_.outputs) {
+    isOutput_[size_t(slotOf_.at(v.name))] = 1;
+    outs.insert(v.name);
+  }
+  runFused_ = activeFusions(order_, {}, outs, true);
 }
 
 void Executor::foldConstants() {
@@ -434,52 +479,66 @@ inline void runKernel(const KernelInfo &k, KernelContext &ctx, size_t node, Exec
 }
 } // namespace
 
-namespace {
-/// A value by name: computed this run, else folded at load (when folding
-/// applies), else an initializer; null when none has it.
-const Tensor *findValue(const std::map<std::string, Tensor> &values,
-                        const std::map<std::string, Tensor> *folded,
-                        const std::map<std::string, Tensor> &initializers,
-                        const std::string &name) {
-  auto it = values.find(name);
-  if (it != values.end()) return &it->second;
-  if (folded) {
-    auto ft = folded->find(name);
-    if (ft != folded->end()) return &ft->second;
-  }
-  auto jt = initializers.find(name);
-  return jt == initializers.end() ? nullptr : &jt->second;
-}
+/// The values of one run, by slot; a slot not set this run falls back to its
+/// folded value (when folding applies), then its initializer.
+struct Executor::RunState {
+  std::vector<Tensor> value;
+  std::vector<char> present;
+  bool useFold = false;
+  /// Given values whose names the graph does not mention (runNodes).
+  const std::map<std::string, Tensor> *extra = nullptr;
+  /// Reused by every node's KernelContext (no allocation per node).
+  std::vector<const Tensor *> inputs;
+  std::vector<Tensor> outputs;
+};
 
-/// Runs one node: gathers its inputs through `lookup`, runs its kernel and
-/// returns its outputs; errors name the model and the node.
-template <typename Lookup>
-std::vector<Tensor> executeNode(const Model &model, const Node &n, size_t index, int64_t opset,
-                                Lookup &&lookup, ExecutionObserver *observer,
-                                const Executor::NodeHook *hook = nullptr) {
-  const KernelInfo *k = findKernel(n);
-  if (!k) throw std::runtime_error(model.path + ": " + n.describe() + ": no CPU kernel");
-  KernelContext ctx{n, opset, {}, std::vector<Tensor>(n.outputs.size())};
-  for (const auto &s : n.inputs) {
-    if (s.empty()) { ctx.inputs.push_back(nullptr); continue; }
-    const Tensor *t = lookup(s);
-    if (!t) throw std::runtime_error(model.path + ": " + n.describe() + ": value '" + s + "' is missing");
+void Executor::execute(const Node &n, const NodeSlots &ns, size_t index, RunState &st, ExecutionObserver *observer,
+                       const NodeHook *hook) const {
+  if (!ns.kernel) throw std::runtime_error(model_.path + ": " + n.describe() + ": no CPU kernel");
+  auto get = [&](int32_t s) -> const Tensor * {
+    size_t i = size_t(s);
+    if (st.present[i]) return &st.value[i];
+    if (st.useFold && hasFolded_[i]) return &slotFolded_[i];
+    return slotInit_[i];
+  };
+  KernelContext ctx{n, opset_, std::move(st.inputs), std::move(st.outputs)};
+  ctx.inputs.clear();
+  ctx.outputs.clear();
+  ctx.outputs.resize(n.outputs.size());
+  for (size_t i = 0; i < ns.inputs.size(); ++i) {
+    int32_t s = ns.inputs[i];
+    if (s < 0) { ctx.inputs.push_back(nullptr); continue; }
+    const Tensor *t = get(s);
+    if (!t) throw std::runtime_error(model_.path + ": " + n.describe() + ": value '" + n.inputs[i] + "' is missing");
     ctx.inputs.push_back(t);
   }
   // Control flow (If/Loop/Scan): the subgraphs see this scope's values.
   std::function<const Tensor *(const std::string &)> scope;
-  if (!n.implicitInputs.empty()) {
-    scope = [&](const std::string &s) { return lookup(s); };
+  if (ns.scope) {
+    scope = [&](const std::string &name) -> const Tensor * {
+      if (auto it = slotOf_.find(name); it != slotOf_.end()) return get(it->second);
+      if (st.extra)
+        if (auto it = st.extra->find(name); it != st.extra->end()) return &it->second;
+      if (st.useFold)
+        if (auto it = folded_.find(name); it != folded_.end()) return &it->second;
+      auto it = model_.initializers.find(name);
+      return it == model_.initializers.end() ? nullptr : &it->second;
+    };
     ctx.scope = &scope;
   }
   try {
-    if (!hook || !(*hook)(index, ctx)) runKernel(*k, ctx, index, observer);
+    if (!hook || !(*hook)(index, ctx)) runKernel(*ns.kernel, ctx, index, observer);
   } catch (const std::exception &e) {
-    throw std::runtime_error(model.path + ": " + n.describe() + ": " + e.what());
+    throw std::runtime_error(model_.path + ": " + n.describe() + ": " + e.what());
   }
-  return std::move(ctx.outputs);
+  for (size_t i = 0; i < ns.outputs.size(); ++i)
+    if (int32_t s = ns.outputs[i]; s >= 0) {
+      st.value[size_t(s)] = std::move(ctx.outputs[i]);
+      st.present[size_t(s)] = 1;
+    }
+  st.inputs = std::move(ctx.inputs);
+  st.outputs = std::move(ctx.outputs);
 }
-} // namespace
 
 bool Executor::canFold(const std::map<std::string, Tensor> &given, bool intermediates) const {
   // `intermediates`: `given` may hold values computed upstream (runNodes),
@@ -491,49 +550,61 @@ bool Executor::canFold(const std::map<std::string, Tensor> &given, bool intermed
 
 std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> &inputs,
                                             ExecutionObserver *observer) const {
-  // Last use of each value, so intermediates can be freed early.
-  std::map<std::string, size_t> lastUse;
-  for (size_t step = 0; step < order_.size(); ++step)
-    model_.nodes[order_[step]].forEachRead([&](const std::string &s) { lastUse[s] = step; });
-  std::set<std::string> keep;
-  for (const auto &o : model_.outputs) keep.insert(o.name);
-
-  std::map<std::string, Tensor> values;
-  for (const auto &in : model_.inputs) {
-    auto it = inputs.find(in.name);
-    if (it == inputs.end())
+  const size_t numSlots = slotName_.size();
+  RunState st;
+  st.value.resize(numSlots);
+  st.present.assign(numSlots, 0);
+  for (const auto &in : model_.inputs)
+    if (!inputs.count(in.name))
       throw std::runtime_error(model_.path + ": input '" + in.name + "' was not given");
-    values[in.name] = it->second;
-  }
-  for (const auto &[name, t] : inputs) values.emplace(name, t); // may override initializers
-  const bool useFold = canFold(inputs, false);
-  auto lookup = [&](const std::string &s) {
-    return findValue(values, useFold ? &folded_ : nullptr, model_.initializers, s);
-  };
-  int64_t opset = model_.opset("");
-  const std::vector<char> fused = activeFusions(order_, inputs, keep, useFold);
-  for (size_t step = 0; step < order_.size(); ++step) {
-    const Node *np = &model_.nodes[order_[step]];
-    if (useFold && isFolded_[order_[step]]) continue; // outputs are in folded_
-    if (!fused.empty() && fusionOf_[order_[step]] >= 0 && fused[fusionOf_[order_[step]]]) {
-      const Fusion &f = fusions_[fusionOf_[order_[step]]];
-      if (f.head != order_[step]) continue; // absorbed into the fused Conv
-      np = &f.node;
+  bool onlyDeclared = true; // every given name a declared graph input
+  for (const auto &[name, t] : inputs) {
+    auto it = slotOf_.find(name);
+    if (it != slotOf_.end()) {
+      st.value[size_t(it->second)] = t; // may override initializers
+      st.present[size_t(it->second)] = 1;
     }
-    const Node &n = *np;
-    std::vector<Tensor> outs = executeNode(model_, n, order_[step], opset, lookup, observer);
-    for (size_t i = 0; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) values[n.outputs[i]] = std::move(outs[i]);
-    model_.nodes[order_[step]].forEachRead([&](const std::string &s) {
-      if (lastUse[s] == step && !keep.count(s) && !inputs.count(s)) values.erase(s);
-    });
+    onlyDeclared = onlyDeclared && std::any_of(model_.inputs.begin(), model_.inputs.end(),
+                                               [&](const ValueInfo &v) { return v.name == name; });
+  }
+  st.useFold = canFold(inputs, false);
+  std::vector<char> fused;
+  if (st.useFold) {
+    if (onlyDeclared) fused = runFused_;
+    else {
+      std::set<std::string> keep;
+      for (const auto &o : model_.outputs) keep.insert(o.name);
+      fused = activeFusions(order_, inputs, keep, true);
+    }
+  }
+  for (size_t step = 0; step < order_.size(); ++step) {
+    const size_t idx = order_[step];
+    const NodeSlots &ns = nodeSlots_[idx];
+    bool skip = st.useFold && isFolded_[idx]; // outputs are in folded_
+    if (!skip) {
+      const int f = fusionOf_[idx];
+      if (!fused.empty() && f >= 0 && fused[size_t(f)]) {
+        if (fusions_[size_t(f)].head == idx) execute(fusions_[size_t(f)].node, fusedSlots_[size_t(f)], idx, st, observer, nullptr);
+        // else: absorbed into the fused Conv
+      } else {
+        execute(model_.nodes[idx], ns, idx, st, observer, nullptr);
+      }
+    }
+    // Free what this node read last (skipped nodes' reads too: nothing after them reads those).
+    for (int32_t s : ns.reads)
+      if (runLastUse_[size_t(s)] == static_cast<int32_t>(step) && !isOutput_[size_t(s)] && st.present[size_t(s)]) {
+        st.value[size_t(s)] = Tensor();
+        st.present[size_t(s)] = 0;
+      }
   }
   std::map<std::string, Tensor> out;
   for (const auto &o : model_.outputs) {
-    const Tensor *t = lookup(o.name);
-    if (!t) throw std::runtime_error(model_.path + ": output '" + o.name + "' was not produced");
-    bool isFoldedValue = useFold && !values.count(o.name) && folded_.count(o.name);
-    out[o.name] = isFoldedValue ? t->clone() : *t; // folded values stay immutable
+    if (out.count(o.name)) continue;
+    const size_t s = size_t(slotOf_.at(o.name));
+    if (st.present[s]) out[o.name] = std::move(st.value[s]);
+    else if (st.useFold && hasFolded_[s]) out[o.name] = slotFolded_[s].clone(); // folded values stay immutable
+    else if (slotInit_[s]) out[o.name] = *slotInit_[s];
+    else throw std::runtime_error(model_.path + ": output '" + o.name + "' was not produced");
   }
   return out;
 }
@@ -543,51 +614,69 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
                    const std::set<std::string> &keep,
                    std::map<std::string, std::vector<int64_t>> *shapes,
                    ExecutionObserver *observer, const NodeHook *hook) const {
-  std::map<std::string, size_t> lastUse;
+  const size_t numSlots = slotName_.size();
+  std::vector<int32_t> lastUse(numSlots, -1);
   for (size_t step = 0; step < nodes.size(); ++step)
-    model_.nodes[nodes[step]].forEachRead([&](const std::string &s) { lastUse[s] = step; });
-  const bool useFold = canFold(values, true);
-  auto lookup = [&](const std::string &s) {
-    return findValue(values, useFold ? &folded_ : nullptr, model_.initializers, s);
-  };
-  int64_t opset = model_.opset("");
-  const std::vector<char> fused = hook ? std::vector<char>() : activeFusions(nodes, values, keep, useFold);
+    for (int32_t s : nodeSlots_[nodes[step]].reads) lastUse[size_t(s)] = static_cast<int32_t>(step);
+  std::vector<char> keepSlot(numSlots, 0);
+  for (const auto &name : keep)
+    if (auto it = slotOf_.find(name); it != slotOf_.end()) keepSlot[size_t(it->second)] = 1;
+  RunState st;
+  st.useFold = canFold(values, true);
+  const std::vector<char> fused = hook ? std::vector<char>() : activeFusions(nodes, values, keep, st.useFold);
+  st.value.resize(numSlots);
+  st.present.assign(numSlots, 0);
+  // Given values the graph does not mention stay here (returned when kept).
+  std::map<std::string, Tensor> extra;
+  for (auto &[name, t] : values) {
+    auto it = slotOf_.find(name);
+    if (it == slotOf_.end()) { extra.emplace(name, std::move(t)); continue; }
+    st.value[size_t(it->second)] = std::move(t);
+    st.present[size_t(it->second)] = 1;
+  }
+  values.clear();
+  st.extra = &extra;
   for (size_t step = 0; step < nodes.size(); ++step) {
-    const Node *np = &model_.nodes[nodes[step]];
-    if (useFold && isFolded_[nodes[step]]) { // outputs are in folded_
+    const size_t idx = nodes[step];
+    const NodeSlots &ns = nodeSlots_[idx];
+    const Node *np = &model_.nodes[idx];
+    if (st.useFold && isFolded_[idx]) { // outputs are in folded_
       if (shapes)
         for (const auto &o : np->outputs)
           if (!o.empty()) (*shapes)[o] = folded_.at(o).shape();
-      continue;
-    }
-    const Fusion *fu = nullptr;
-    if (!fused.empty() && fusionOf_[nodes[step]] >= 0 && fused[fusionOf_[nodes[step]]]) {
-      fu = &fusions_[fusionOf_[nodes[step]]];
-      if (fu->head != nodes[step]) continue; // absorbed into the fused Conv
-      np = &fu->node;
-    }
-    const Node &n = *np;
-    std::vector<Tensor> outs = executeNode(model_, n, nodes[step], opset, lookup, observer, hook);
-    for (size_t i = 0; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) {
-        if (shapes) {
-          (*shapes)[n.outputs[i]] = outs[i].shape();
-          // The skipped intermediates have the Conv's output shape; a
-          // broadcasting residual Sum may have widened the last one.
-          if (fu)
-            for (const auto &v : fu->intermediates) (*shapes)[v] = outs[i].shape();
-        }
-        values[n.outputs[i]] = std::move(outs[i]);
+    } else {
+      const Fusion *fu = nullptr;
+      const NodeSlots *nsp = &ns;
+      const int f = fusionOf_[idx];
+      if (!fused.empty() && f >= 0 && fused[size_t(f)]) fu = &fusions_[size_t(f)];
+      if (!fu || fu->head == idx) { // else: absorbed into the fused Conv
+        if (fu) { np = &fu->node; nsp = &fusedSlots_[size_t(f)]; }
+        execute(*np, *nsp, idx, st, observer, hook);
+        if (shapes)
+          for (size_t i = 0; i < np->outputs.size(); ++i)
+            if (int32_t s = nsp->outputs[i]; s >= 0) {
+              const std::vector<int64_t> &shape = st.value[size_t(s)].shape();
+              (*shapes)[np->outputs[i]] = shape;
+              // The skipped intermediates have the Conv's output shape; a
+              // broadcasting residual Sum may have widened the last one.
+              if (fu)
+                for (const auto &v : fu->intermediates) (*shapes)[v] = shape;
+            }
       }
-    model_.nodes[nodes[step]].forEachRead([&](const std::string &s) {
-      if (lastUse[s] == step && !keep.count(s)) values.erase(s);
-    });
+    }
+    // Free what this node read last (skipped nodes' reads too: nothing after them reads those).
+    for (int32_t s : ns.reads)
+      if (lastUse[size_t(s)] == static_cast<int32_t>(step) && !keepSlot[size_t(s)] && st.present[size_t(s)]) {
+        st.value[size_t(s)] = Tensor();
+        st.present[size_t(s)] = 0;
+      }
   }
   std::map<std::string, Tensor> out;
   for (const auto &name : keep) {
-    auto it = values.find(name);
-    if (it != values.end()) out[name] = std::move(it->second);
-    else if (useFold)
+    auto it = slotOf_.find(name);
+    if (it != slotOf_.end() && st.present[size_t(it->second)]) out[name] = std::move(st.value[size_t(it->second)]);
+    else if (auto et = extra.find(name); et != extra.end()) out[name] = std::move(et->second);
+    else if (st.useFold)
       if (auto ft = folded_.find(name); ft != folded_.end()) out[name] = ft->second.clone();
   }
   return out;

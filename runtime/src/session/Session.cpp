@@ -4,6 +4,9 @@
 #include "hetplan/runtime/Model.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <utility>
 #include <fstream>
 #include <new>
 #include <sstream>
@@ -74,6 +77,25 @@ public:
       : model_(std::move(model)), executor_(model_) {
     for (const auto &v : model_.inputs) inputs_.push_back(toInfo(v));
     for (const auto &v : model_.outputs) outputs_.push_back(toInfo(v));
+    // The model's bytes (initializers, Constant nodes' values) as sorted,
+    // disjoint address ranges, so sharesModelMemory is a binary search.
+    auto add = [&](const Tensor &w) {
+      if (!w.raw() || !w.nbytes()) return;
+      auto b = reinterpret_cast<uintptr_t>(w.raw());
+      spans_.emplace_back(b, b + w.nbytes());
+    };
+    for (const auto &[name, w] : model_.initializers) add(w);
+    for (const auto &n : model_.nodes)
+      for (const auto &[name, a] : n.attrs)
+        if (a.kind == runtime::Attribute::TensorKind) add(a.t);
+    std::sort(spans_.begin(), spans_.end());
+    std::vector<std::pair<uintptr_t, uintptr_t>> merged;
+    for (const auto &sp : spans_)
+      if (!merged.empty() && sp.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, sp.second);
+      else
+        merged.push_back(sp);
+    spans_ = std::move(merged);
   }
   std::vector<std::string> check() const { return executor_.check(); }
   const std::string &source() const override { return model_.path; }
@@ -84,18 +106,19 @@ public:
   }
   bool sharesModelMemory(const Tensor &t) const override {
     if (t.isView()) return true;
-    for (const auto &[name, w] : model_.initializers)
-      if (overlaps(t, w)) return true;
-    for (const auto &n : model_.nodes) // Constant nodes' values
-      for (const auto &[name, a] : n.attrs)
-        if (a.kind == runtime::Attribute::TensorKind && overlaps(t, a.t)) return true;
-    return false;
+    if (!t.raw() || !t.nbytes()) return false;
+    auto b = reinterpret_cast<uintptr_t>(t.raw()), e = b + t.nbytes();
+    // The last range starting before t's end overlaps t iff it ends after t's start.
+    auto it = std::lower_bound(spans_.begin(), spans_.end(), e,
+                               [](const std::pair<uintptr_t, uintptr_t> &sp, uintptr_t v) { return sp.first < v; });
+    return it != spans_.begin() && std::prev(it)->second > b;
   }
 
 private:
   const runtime::Model model_;
   const runtime::Executor executor_;
   std::vector<TensorInfo> inputs_, outputs_;
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans_; // model memory [begin, end), disjoint, sorted
 };
 
 bool fileReadable(const std::string &path) {

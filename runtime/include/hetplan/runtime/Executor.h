@@ -5,9 +5,11 @@
 #include "hetplan/runtime/Model.h"
 #include <functional>
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace hetplan::runtime {
@@ -108,6 +110,37 @@ private:
   /// values and `keep`; empty when none.
   std::vector<char> activeFusions(const std::vector<size_t> &nodes, const std::map<std::string, Tensor> &given,
                                   const std::set<std::string> &keep, bool useFold) const;
+
+  /// Resolved once by the constructor (resolveSlots), so that a run does no
+  /// string lookups per node: every value name the graph (and the fused
+  /// nodes) mention gets a slot, an index into a per-run vector of Tensors;
+  /// per node its kernel and the slots it reads and writes.
+  struct NodeSlots {
+    const KernelInfo *kernel = nullptr; // null: no kernel (reported when reached)
+    std::vector<int32_t> inputs;        // per input: slot, -1 when omitted
+    std::vector<int32_t> outputs;       // per output: slot, -1 when omitted
+    std::vector<int32_t> reads;         // Node::forEachRead as slots (freeing)
+    bool scope = false;                 // implicit inputs: subgraphs read the scope
+  };
+  std::unordered_map<std::string, int32_t> slotOf_;
+  std::vector<std::string> slotName_;
+  std::vector<Tensor> slotFolded_;       // per slot: its folded_ value (if hasFolded_)
+  std::vector<char> hasFolded_;
+  std::vector<const Tensor *> slotInit_; // per slot: the initializer or null
+  std::vector<NodeSlots> nodeSlots_;     // per model node
+  std::vector<NodeSlots> fusedSlots_;    // per fusion: its fused node
+  /// run(): the last step of order_ reading each slot (-1: none), the graph
+  /// outputs' slots, and the fusions that apply when only declared graph
+  /// inputs are given.
+  std::vector<int32_t> runLastUse_;
+  std::vector<char> isOutput_;
+  std::vector<char> runFused_;
+  int64_t opset_ = 0;
+  void resolveSlots();
+  int32_t addSlot(const std::string &name);
+  struct RunState; // per-run slot values (Executor.cpp)
+  void execute(const Node &n, const NodeSlots &ns, size_t index, RunState &st, ExecutionObserver *observer,
+               const NodeHook *hook) const;
 };
 
 } // namespace hetplan::runtime
