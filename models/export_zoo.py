@@ -235,9 +235,8 @@ def moe(cls, config, family, **cfg):
     return causal(cls, config, family, **cfg)
 
 
-def t5():
-    m = tf("T5ForConditionalGeneration", "T5Config", d_model=32, d_kv=8, d_ff=64, num_layers=2,
-           num_decoder_layers=2, num_heads=4, vocab_size=VOCAB, decoder_start_token_id=0)
+def seq2seq(m, family):
+    """An encoder-decoder's export spec: token ids and mask in, decoder ids in, logits out."""
     g = gen()
     return dict(model=m, inputs={"input_ids": ids(g), "attention_mask": mask(),
                                  "decoder_input_ids": ids(g)},
@@ -245,21 +244,20 @@ def t5():
                          "attention_mask": {0: "batch", 1: "sequence"},
                          "decoder_input_ids": {0: "batch", 1: "decoder_sequence"}},
                 outputs=["logits"], fn=hf_outputs("logits"), kind="seq2seq",
-                output_dynamic={"logits": {0: "batch", 1: "decoder_sequence"}}, family="t5")
+                output_dynamic={"logits": {0: "batch", 1: "decoder_sequence"}}, family=family)
+
+
+def t5():
+    m = tf("T5ForConditionalGeneration", "T5Config", d_model=32, d_kv=8, d_ff=64, num_layers=2,
+           num_decoder_layers=2, num_heads=4, vocab_size=VOCAB, decoder_start_token_id=0)
+    return seq2seq(m, "t5")
 
 
 def bart():
     m = tf("BartForConditionalGeneration", "BartConfig", d_model=32, encoder_layers=1,
            decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
            encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=VOCAB, max_position_embeddings=64)
-    g = gen()
-    return dict(model=m, inputs={"input_ids": ids(g), "attention_mask": mask(),
-                                 "decoder_input_ids": ids(g)},
-                dynamic={"input_ids": {0: "batch", 1: "sequence"},
-                         "attention_mask": {0: "batch", 1: "sequence"},
-                         "decoder_input_ids": {0: "batch", 1: "decoder_sequence"}},
-                outputs=["logits"], fn=hf_outputs("logits"), kind="seq2seq",
-                output_dynamic={"logits": {0: "batch", 1: "decoder_sequence"}}, family="bart")
+    return seq2seq(m, "bart")
 
 
 def whisper():

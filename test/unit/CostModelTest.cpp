@@ -603,8 +603,9 @@ TEST(CostModel, CatalogCalibrationReplacesTheDefaults) {
   EXPECT_LT(tt / tv, 125.0 / 65.0);
 }
 
-TEST(CostModel, CatalogAchievedBlockIsChecked) {
-  auto bad = cluster::DeviceCatalog::parse(R"(version: 1
+/// A one-device catalog (GPU "X1") whose entry has `achieved: ACHIEVED`.
+llvm::Expected<cluster::DeviceCatalog> catalogWithAchieved(const std::string &achieved) {
+  return cluster::DeviceCatalog::parse(R"(version: 1
 devices:
   - name: X1
     aliases: []
@@ -618,29 +619,17 @@ devices:
     tdp_watts: 70
     price_per_hour_usd: null
     sources: ["s"]
-    achieved: {matrix: 1.5}
-)", "c.yaml");
+    achieved: )" + achieved + "\n", "c.yaml");
+}
+
+TEST(CostModel, CatalogAchievedBlockIsChecked) {
+  auto bad = catalogWithAchieved("{matrix: 1.5}");
   ASSERT_FALSE(bool(bad));
   EXPECT_NE(llvm::toString(bad.takeError()).find("share of the peak"), std::string::npos);
 }
 
 TEST(CostModel, CatalogMicroBatchOverheadIsRead) {
-  auto cat = cluster::DeviceCatalog::parse(R"(version: 1
-devices:
-  - name: X1
-    aliases: []
-    vendor: v
-    kind: gpu
-    memory_gib: 16
-    memory_bandwidth_gbs: 300
-    peak_tflops: {fp32: 8}
-    intra_node_link: {kind: pcie3, bandwidth_gbs: 16}
-    pcie: {generation: 3, bandwidth_gbs: 16}
-    tdp_watts: 70
-    price_per_hour_usd: null
-    sources: ["s"]
-    achieved: {kernel_us: 40, micro_batch_us: 3000}
-)", "c.yaml");
+  auto cat = catalogWithAchieved("{kernel_us: 40, micro_batch_us: 3000}");
   ASSERT_TRUE(bool(cat)) << llvm::toString(cat.takeError());
   const cluster::DeviceType *x = cat->find("X1");
   ASSERT_TRUE(x);

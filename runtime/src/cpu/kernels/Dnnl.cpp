@@ -127,9 +127,27 @@ tag plainTag(size_t rank) {
   }
 }
 
+/// A convolution's window in oneDNN's terms (shared by conv and deconv).
+struct Window {
+  dnnl::memory::dims strides, dilates, padL, padR;
+  explicit Window(const ConvShape &s) {
+    for (size_t i = 0; i + 2 < s.x.size(); ++i) {
+      strides.push_back(s.stride[i]);
+      dilates.push_back(s.dil[i] - 1); // oneDNN counts the holes
+      padL.push_back(s.padBegin[i]);
+      padR.push_back(s.padEnd[i]);
+    }
+  }
+};
+
+/// The shapes and window of `s`, for primitive cache keys.
+void appendConvGeometry(std::string &key, const ConvShape &s) {
+  appendDims(key, s.x); appendDims(key, s.w); appendDims(key, s.y); appendDims(key, s.stride);
+  appendDims(key, s.dil); appendDims(key, s.padBegin); appendDims(key, s.padEnd);
+}
+
 std::shared_ptr<ConvEntry> makeConv(const ConvShape &s, bool hasBias) {
   auto &eng = cpuEngine();
-  size_t r = s.x.size() - 2;
   auto e = std::make_shared<ConvEntry>();
   e->xUser = dnnl::memory::desc(dims(s.x), dt::f32, plainTag(s.x.size()));
   e->yUser = dnnl::memory::desc(dims(s.y), dt::f32, plainTag(s.y.size()));
@@ -139,21 +157,15 @@ std::shared_ptr<ConvEntry> makeConv(const ConvShape &s, bool hasBias) {
     wd.insert(wd.begin(), s.group);
   }
   e->wUser = dnnl::memory::desc(dims(wd), dt::f32, plainTag(wd.size()));
-  dnnl::memory::dims strides(r), dilates(r), padL(r), padR(r);
-  for (size_t i = 0; i < r; ++i) {
-    strides[i] = s.stride[i];
-    dilates[i] = s.dil[i] - 1; // oneDNN counts the holes
-    padL[i] = s.padBegin[i];
-    padR[i] = s.padEnd[i];
-  }
+  Window win(s);
   dnnl::memory::desc xAny(dims(s.x), dt::f32, tag::any), yAny(dims(s.y), dt::f32, tag::any),
       wAny(dims(wd), dt::f32, tag::any), bMd({s.w[0]}, dt::f32, tag::a);
   auto desc = hasBias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                         dnnl::algorithm::convolution_direct, xAny, wAny, bMd,
-                                                        yAny, strides, dilates, padL, padR)
+                                                        yAny, win.strides, win.dilates, win.padL, win.padR)
                       : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                         dnnl::algorithm::convolution_direct, xAny, wAny, yAny,
-                                                        strides, dilates, padL, padR);
+                                                        win.strides, win.dilates, win.padL, win.padR);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (s.postSum || s.postRelu) {
@@ -230,8 +242,7 @@ bool conv(const ConvShape &s, const float *x, const float *w, const float *bias,
   if (s.postSum != (sum != nullptr)) return false;
   std::string key;
   key.reserve(128);
-  appendDims(key, s.x); appendDims(key, s.w); appendDims(key, s.y); appendDims(key, s.stride);
-  appendDims(key, s.dil); appendDims(key, s.padBegin); appendDims(key, s.padEnd);
+  appendConvGeometry(key, s);
   key += std::to_string(s.group) + (bias ? "b" : "n") + (s.postSum ? "s" : "") + (s.postRelu ? "r" : "");
   std::shared_ptr<ConvEntry> e = cachedEntry(gConvs, key, [&] { return makeConv(s, bias != nullptr); });
   if (!e) return false;
@@ -291,7 +302,6 @@ tag ioTag(size_t rank, bool grouped) {
 
 std::shared_ptr<DeconvEntry> makeDeconv(const ConvShape &s, bool hasBias) {
   auto &eng = cpuEngine();
-  size_t r = s.x.size() - 2;
   auto e = std::make_shared<DeconvEntry>();
   e->xUser = dnnl::memory::desc(dims(s.x), dt::f32, plainTag(s.x.size()));
   e->yUser = dnnl::memory::desc(dims(s.y), dt::f32, plainTag(s.y.size()));
@@ -300,21 +310,15 @@ std::shared_ptr<DeconvEntry> makeDeconv(const ConvShape &s, bool hasBias) {
   if (G > 1) wd = {G, Mg, C / G};
   wd.insert(wd.end(), s.w.begin() + 2, s.w.end());
   e->wUser = dnnl::memory::desc(dims(wd), dt::f32, ioTag(wd.size(), G > 1));
-  dnnl::memory::dims strides(r), dilates(r), padL(r), padR(r);
-  for (size_t i = 0; i < r; ++i) {
-    strides[i] = s.stride[i];
-    dilates[i] = s.dil[i] - 1;
-    padL[i] = s.padBegin[i];
-    padR[i] = s.padEnd[i];
-  }
+  Window win(s);
   dnnl::memory::desc xAny(dims(s.x), dt::f32, tag::any), yAny(dims(s.y), dt::f32, tag::any),
       wAny(dims(wd), dt::f32, tag::any), bMd({Mg * G}, dt::f32, tag::a);
   auto desc = hasBias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                           dnnl::algorithm::deconvolution_direct, xAny, wAny, bMd,
-                                                          yAny, strides, dilates, padL, padR)
+                                                          yAny, win.strides, win.dilates, win.padL, win.padR)
                       : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                           dnnl::algorithm::deconvolution_direct, xAny, wAny, yAny,
-                                                          strides, dilates, padL, padR);
+                                                          win.strides, win.dilates, win.padL, win.padR);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   e->pd = dnnl::deconvolution_forward::primitive_desc(desc, attr, eng);
@@ -332,8 +336,7 @@ bool deconv(const ConvShape &s, const float *x, const float *w, const float *bia
     if (s.padBegin[i] < 0 || s.padEnd[i] < 0) return false;
   std::string key = "d";
   key.reserve(128);
-  appendDims(key, s.x); appendDims(key, s.w); appendDims(key, s.y); appendDims(key, s.stride);
-  appendDims(key, s.dil); appendDims(key, s.padBegin); appendDims(key, s.padEnd);
+  appendConvGeometry(key, s);
   key += std::to_string(s.group) + (bias ? "b" : "n");
   std::shared_ptr<DeconvEntry> e = cachedEntry(gDeconvs, key, [&] { return makeDeconv(s, bias != nullptr); });
   if (!e) return false;
