@@ -96,6 +96,8 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
   for (const auto &[k, v] : info.boundDims)
     (*settings->mutable_bound_dims())[k] = v;
   settings->set_optimizer(training ? "adam" : "");
+  settings->set_zero_stage(training ? uint32_t(result.zeroStage) : 0);
+  settings->set_offload_optimizer(training && result.offloadOptimizer);
 
   int P = int(result.stages.size());
   for (int j = 0; j < P; ++j) {
@@ -107,6 +109,7 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
     stage->set_first_node(model.layers[st.firstLayer].firstNode);
     stage->set_last_node(model.layers[st.lastLayer].lastNode);
     stage->set_tensor_parallel(st.tensorParallel);
+    stage->set_recompute(training && st.recompute);
     for (const Worker &w : st.workers) {
       auto *worker = stage->add_workers();
       for (int r : w.ranks)

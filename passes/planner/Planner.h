@@ -53,6 +53,12 @@ llvm::Expected<Schedule> parseSchedule(llvm::StringRef name);
 /// Parses "pp=4,dp=4,mb=8[,tp=2]".
 llvm::Expected<Pin> parsePin(llvm::StringRef text);
 
+/// Activation recomputation: `Never`, `Always` (every stage), or `Search`
+/// (the planner turns it on per stage where it pays or is needed to fit).
+enum class RecomputePolicy { Never, Search, Always };
+/// Host-memory offload of optimizer state (ZeRO-Offload style).
+enum class OffloadPolicy { Never, Search, Always };
+
 struct Options {
   cost::Mode mode = cost::Mode::Train;
   int64_t globalBatch = 1;       // samples per step
@@ -73,6 +79,11 @@ struct Options {
   /// False when the batch may not be split (samples are combined, or the
   /// batch is off dim 0): one worker per stage and one micro-batch.
   bool splitBatch = true;
+  RecomputePolicy recompute = RecomputePolicy::Search;
+  /// ZeRO stage over each stage's data-parallel workers: 0..3, or -1 to let
+  /// the search choose (the smallest stage that fits).
+  int zeroStage = -1;
+  OffloadPolicy offload = OffloadPolicy::Search;
   int maxPipelineStages = 64;
   int maxTensorParallel = 8;
   /// Measured op times that replace the roofline on their device type.
@@ -98,6 +109,9 @@ struct RankMemory {
 struct Stage {
   int firstLayer = 0, lastLayer = 0;  // inclusive
   int tensorParallel = 1;
+  /// Activations are not stashed: the stage keeps its input per micro-batch
+  /// and runs its forward again before the backward.
+  bool recompute = false;
   std::vector<Worker> workers;
   double forwardSeconds = 0;    // one micro-batch, slowest worker
   double backwardSeconds = 0;
@@ -120,6 +134,11 @@ struct Plan {
   Strategy strategy = Strategy::Hetplan;
   Schedule schedule = Schedule::OneFOneB;
   int microBatches = 1;
+  /// ZeRO stage 0..3: 1 shards optimizer state, 2 also gradients, 3 also
+  /// parameters, over each stage's data-parallel workers.
+  int zeroStage = 0;
+  /// Optimizer state (and its update) lives in host memory.
+  bool offloadOptimizer = false;
   std::vector<Stage> stages;
   std::vector<RankMemory> memory;  // by rank; capacity only for unused ranks
   std::vector<int> stageOfRank;    // -1 when a rank is unused
@@ -150,6 +169,13 @@ struct Layout {
   /// Split each micro-batch evenly among a stage's workers (as DeepSpeed and
   /// Megatron do) instead of in proportion to their speed.
   bool evenShares = false;
+  /// Per stage, overriding `tensorParallel` where given (same length as
+  /// stageWorkers when not empty).
+  std::vector<int> stageTensorParallel;
+  /// Per stage recomputation (empty: the options' policy decides).
+  std::vector<bool> recompute;
+  int zeroStage = -1;          // -1: the options decide
+  int offloadOptimizer = -1;   // -1: the options decide, 0 no, 1 yes
 };
 
 /// Reads layouts from JSON (`hetplan compile --layout FILE`): one layout
