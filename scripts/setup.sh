@@ -14,6 +14,8 @@ packages=(
   # CPU runtime kernels: cblas_sgemm (multithreaded OpenBLAS); oneDNN JITs
   # MatMul/Gemm/Conv for the host ISA (AVX2/AVX-512)
   libopenblas-dev libdnnl-dev
+  # SHA-256 of model files (OpenSSL's libcrypto, SHA-NI where the CPU has it)
+  libssl-dev
   # optional: `mpirun -np N hetplan run` (MpiCommunicator) and its test
   libopenmpi-dev openmpi-bin
   # tests: GoogleTest, ONNX conformance data, Python ONNX for model generators

@@ -185,11 +185,12 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
 
   // The model, and that it is the file the plan was compiled from.
   std::string path = modelPath.empty() ? plan_.model().path() : modelPath;
-  std::string sha = fileSha256(path);
-  if (sha != plan_.model().sha256())
-    fail(path + ": model file changed since the plan was compiled (sha256 " + sha.substr(0, 16) +
-         "..., the plan has " + plan_.model().sha256().substr(0, 16) + "...); recompile the plan");
-  model_ = std::make_unique<Model>(loadModel(path));
+  // Hashed from the bytes the model is parsed from: one read of the file.
+  model_ = std::make_unique<Model>(loadModel(path, [&](const std::string &sha) {
+    if (sha != plan_.model().sha256())
+      fail(path + ": model file changed since the plan was compiled (sha256 " + sha.substr(0, 16) +
+           "..., the plan has " + plan_.model().sha256().substr(0, 16) + "...); recompile the plan");
+  }));
   executor_ = std::make_unique<Executor>(*model_);
   std::vector<std::string> problems = executor_->check();
   if (!problems.empty())

@@ -1,105 +1,84 @@
-//===- Sha256.cpp - SHA-256 (FIPS 180-4) for checking model files ---------===//
+//===- Sha256.cpp - SHA-256 of model files, via OpenSSL's libcrypto -------===//
+//
+// OpenSSL's SHA-256 uses the CPU's SHA extensions where present (about
+// 1.5-2 GB/s against ~0.3 GB/s for a portable C++ loop), so checking a 200 MB
+// model costs a tenth of a second.
+//
+//===----------------------------------------------------------------------===//
 #include "hetplan/runtime/Npy.h"
 
+#include <openssl/evp.h>
+
 #include <cerrno>
-#include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <sys/stat.h>
+#include <fcntl.h>
+#include <memory>
 #include <stdexcept>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
-#include <algorithm>
 
 namespace hetplan::runtime {
 
 namespace {
 
-constexpr uint32_t K[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-class Sha256 {
-public:
-  void update(const uint8_t *p, size_t n) {
-    total_ += n;
-    while (n) {
-      size_t take = std::min(n, size_t(64) - fill_);
-      std::memcpy(buf_ + fill_, p, take);
-      fill_ += take; p += take; n -= take;
-      if (fill_ == 64) { block(buf_); fill_ = 0; }
-    }
+struct Digest {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx{EVP_MD_CTX_new(), &EVP_MD_CTX_free};
+  Digest() {
+    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+      throw std::runtime_error("sha256: OpenSSL could not start a digest");
+  }
+  void update(const void *p, size_t n) {
+    if (n && EVP_DigestUpdate(ctx.get(), p, n) != 1) throw std::runtime_error("sha256: digest failed");
   }
   std::string hex() {
-    uint64_t bits = total_ * 8;
-    uint8_t pad = 0x80, zero = 0;
-    update(&pad, 1);
-    while (fill_ != 56) update(&zero, 1);
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = uint8_t(bits >> (56 - 8 * i));
-    update(len, 8);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    if (EVP_DigestFinal_ex(ctx.get(), md, &len) != 1) throw std::runtime_error("sha256: digest failed");
     static const char *digits = "0123456789abcdef";
     std::string out;
-    for (uint32_t v : h_)
-      for (int i = 28; i >= 0; i -= 4) out += digits[(v >> i) & 15];
+    for (unsigned i = 0; i < len; ++i) {
+      out += digits[md[i] >> 4];
+      out += digits[md[i] & 15];
+    }
     return out;
   }
-
-private:
-  void block(const uint8_t *p) {
-    uint32_t w[64];
-    for (int i = 0; i < 16; ++i)
-      w[i] = uint32_t(p[4 * i]) << 24 | uint32_t(p[4 * i + 1]) << 16 | uint32_t(p[4 * i + 2]) << 8 | p[4 * i + 3];
-    for (int i = 16; i < 64; ++i) {
-      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-    for (int i = 0; i < 64; ++i) {
-      uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
-      uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-      h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
-    }
-    h_[0] += a; h_[1] += b; h_[2] += c; h_[3] += d; h_[4] += e; h_[5] += f; h_[6] += g; h_[7] += h;
-  }
-  uint32_t h_[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  uint8_t buf_[64];
-  size_t fill_ = 0;
-  uint64_t total_ = 0;
 };
 
 } // namespace
 
-std::string sha256Hex(const std::string &bytes) {
-  Sha256 h;
-  h.update(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size());
-  return h.hex();
+std::string sha256Hex(const void *bytes, size_t size) {
+  Digest d;
+  d.update(bytes, size);
+  return d.hex();
 }
 
+std::string sha256Hex(const std::string &bytes) { return sha256Hex(bytes.data(), bytes.size()); }
+
 std::string fileSha256(const std::string &path) {
-  // Regular files only: /dev/zero would be hashed forever.
+  // Regular files only: /dev/zero would be hashed forever, a FIFO block open.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw std::runtime_error(path + ": not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-  Sha256 h;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    h.update(reinterpret_cast<const uint8_t *>(buf.data()), size_t(in.gcount()));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::runtime_error(path + ": not a regular file");
   }
-  if (in.bad()) throw std::runtime_error(path + ": read error");
-  return h.hex();
+  Digest d;
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      throw std::runtime_error(path + ": read error: " + std::strerror(e));
+    }
+    if (n == 0) break;
+    d.update(buf.data(), size_t(n));
+  }
+  ::close(fd);
+  return d.hex();
 }
 
 } // namespace hetplan::runtime

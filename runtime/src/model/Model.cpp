@@ -1,5 +1,6 @@
 //===- Model.cpp - reads an ONNX model without MLIR -----------------------===//
 #include "hetplan/runtime/Model.h"
+#include "hetplan/runtime/Npy.h"
 
 #include "onnx/onnx_pb.h"
 
@@ -340,9 +341,10 @@ int64_t Model::opset(const std::string &domain) const {
   return it == opsets.end() ? 0 : it->second;
 }
 
-Model loadModel(const std::string &path) {
+Model loadModel(const std::string &path, const std::function<void(const std::string &)> &checkSha256) {
   size_t size = 0;
   auto map = mapFile(path, size);
+  if (checkSha256) checkSha256(sha256Hex(map.get(), size));
   auto proto = std::make_shared<onnx::ModelProto>();
   if (size > static_cast<size_t>(INT32_MAX) || !proto->ParseFromArray(map.get(), static_cast<int>(size)))
     fail(path + ": not a readable ONNX model (protobuf parse failed)");

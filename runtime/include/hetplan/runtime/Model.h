@@ -10,6 +10,7 @@
 
 #include "hetplan/runtime/Tensor.h"
 
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -104,7 +105,11 @@ struct Model {
 };
 
 /// Reads an ONNX model; throws std::runtime_error with one line on error.
-Model loadModel(const std::string &path);
+/// `checkSha256`, when given, is called with the SHA-256 (hex) of the file's
+/// bytes before they are parsed, hashed from the same mapping (the file is
+/// read once); it throws to refuse the file.
+Model loadModel(const std::string &path,
+                const std::function<void(const std::string &)> &checkSha256 = {});
 /// Writes `model` (read by loadModel) as one self-contained ONNX file at
 /// `path`: every initializer inline (raw_data), those named in `replace`
 /// with the given values (same shape and type; trained weights). Written to

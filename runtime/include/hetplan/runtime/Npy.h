@@ -25,8 +25,9 @@ void writeNpy(const std::string &path, const Tensor &tensor);
 /// SHA-256 of a file's bytes as 64 lowercase hex digits; throws
 /// std::runtime_error("PATH: cannot open: ...") when it cannot be read.
 std::string fileSha256(const std::string &path);
-/// SHA-256 of `bytes`, lowercase hex.
+/// SHA-256 of `bytes`, lowercase hex (OpenSSL's libcrypto).
 std::string sha256Hex(const std::string &bytes);
+std::string sha256Hex(const void *bytes, size_t size);
 
 } // namespace hetplan::runtime
 
