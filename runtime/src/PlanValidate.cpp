@@ -301,7 +301,7 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
                     std::to_string(end) + " s");
     }
   }
-  return true;
+  return checkPlanPrograms(p, error);
 }
 
 } // namespace hetplan::runtime

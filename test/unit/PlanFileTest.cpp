@@ -548,3 +548,61 @@ TEST(PlanFile, IdleRanksAreAllowedWithoutPrograms) {
   rank->add_program()->set_kind(Instruction::OPTIMIZER_STEP);
   EXPECT_EQ(validationError(p), "rank 4 is in no stage (idle) but has 1 instructions");
 }
+
+// Rank programs: an order that computes the right thing, and no deadlock
+// (src/PlanPrograms.cpp). In the sample plan rank 0 runs stage 0 (FORWARD 0,
+// SEND_ACTIVATION 0, FORWARD 1, SEND_ACTIVATION 1, RECV_GRADIENT 0, ...) and
+// rank 2 stage 1 (RECV_ACTIVATION 0, FORWARD 0, BACKWARD 0, SEND_GRADIENT 0, ...).
+TEST(PlanFile, ValidateRefusesProgramsThatDeadlock) {
+  plan::Plan p = makeSamplePlan();
+  auto *prog = p.mutable_ranks(0)->mutable_program();
+  ASSERT_EQ(prog->Get(4).kind(), Instruction::RECV_GRADIENT);
+  // Rank 0 waits for micro-batch 0's gradient before sending its activation.
+  for (int i = 4; i > 0; --i) prog->SwapElements(i, i - 1);
+  EXPECT_EQ(validationError(p),
+            "the rank programs deadlock: rank 0 waits at instruction 0 (RECV_GRADIENT of "
+            "micro-batch 0 from rank 2, never sent); rank 1 waits at instruction 16 "
+            "(ALLREDUCE_GRADIENTS with rank 0, which never reaches it); rank 2 waits at "
+            "instruction 0 (RECV_ACTIVATION of micro-batch 0 from rank 0, never sent); rank 3 "
+            "waits at instruction 16 (ALLREDUCE_GRADIENTS with rank 2, which never reaches it)");
+
+  // Two workers of a stage that all-reduce with different peers' timing is
+  // fine; one that skips its all-reduce leaves the other waiting.
+  p = makeSamplePlan();
+  p.mutable_ranks(1)->mutable_program()->DeleteSubrange(16, 1);
+  EXPECT_EQ(validationError(p),
+            "the rank programs deadlock: rank 0 waits at instruction 16 (ALLREDUCE_GRADIENTS with "
+            "rank 1, which never reaches it)");
+}
+
+TEST(PlanFile, ValidateRefusesProgramsOutOfOrder) {
+  plan::Plan p = makeSamplePlan();
+  auto *prog = p.mutable_ranks(0)->mutable_program();
+  ASSERT_EQ(prog->Get(16).kind(), Instruction::ALLREDUCE_GRADIENTS);
+  for (int i = 16; i > 2; --i) prog->SwapElements(i, i - 1);
+  EXPECT_EQ(validationError(p), "rank 0 instruction 2 (ALLREDUCE_GRADIENTS) comes before the "
+                                "rank's last BACKWARD (it would sum partial gradients)");
+
+  p = makeSamplePlan();
+  p.mutable_ranks(2)->mutable_program()->SwapElements(2, 3);
+  EXPECT_EQ(validationError(p), "rank 2 instruction 2 (SEND_GRADIENT of micro-batch 0) comes "
+                                "before that micro-batch's BACKWARD");
+
+  p = makeSamplePlan();
+  p.mutable_ranks(2)->mutable_program()->SwapElements(0, 1);
+  EXPECT_EQ(validationError(p), "rank 2 instruction 0 (FORWARD of micro-batch 0) comes before "
+                                "the micro-batch's RECV_ACTIVATION instructions");
+
+  p = makeSamplePlan();
+  p.mutable_ranks(0)->mutable_program()->SwapElements(0, 1);
+  EXPECT_EQ(validationError(p), "rank 0 instruction 0 (SEND_ACTIVATION of micro-batch 0) comes "
+                                "before that micro-batch's FORWARD");
+
+  // Every schedule the sample makes is accepted.
+  for (bool gpipe : {false, true})
+    for (int stages : {1, 2, 4})
+      for (int mbs : {1, 3, 8}) {
+        std::string error;
+        EXPECT_TRUE(validatePlan(makeSamplePlan(stages, 2, mbs, gpipe), error)) << error;
+      }
+}

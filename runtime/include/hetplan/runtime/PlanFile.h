@@ -56,6 +56,15 @@ bool writePlan(const std::string &path, const plan::Plan &plan,
 ///    predicted_end_s >= predicted_start_s.
 bool validatePlan(const plan::Plan &plan, std::string &error);
 
+/// Part of validatePlan: every rank's program is in an order that computes
+/// the right thing (receives before the FORWARD/BACKWARD that uses them,
+/// sends after, the gradient all-reduce and optimizer step after the last
+/// BACKWARD), and all programs run to their end together: a symbolic run
+/// with buffered sends and blocking receives and collectives finishes. On
+/// failure `error` names the instruction or the stuck ranks and what each
+/// waits for (src/PlanPrograms.cpp).
+bool checkPlanPrograms(const plan::Plan &plan, std::string &error);
+
 /// True when no worker lists `rank` (the plan leaves that device unused).
 bool isIdleRank(const plan::Plan &plan, uint32_t rank);
 

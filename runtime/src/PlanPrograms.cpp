@@ -1,0 +1,244 @@
+//===- PlanPrograms.cpp - prove a plan's rank programs run to the end ------===//
+//
+// A hand-made or corrupted plan can make ranks wait on each other forever
+// (two ranks that both receive first, a gradient received before anyone
+// sends it) or run in an order that gives a wrong answer with exit 0 (an
+// all-reduce of gradients before the backward that produces them). Before
+// anything runs, checkPlanPrograms checks each program's order and then
+// executes every program symbolically:
+//
+//  * sends are buffered (Communicator::send does not wait), so a send always
+//    completes;
+//  * a receive completes once its message -- (sender, receiver, activation or
+//    gradient, micro-batch) -- has been sent;
+//  * collectives complete when every member stands at the same one: the
+//    gradient all-reduce over the stage's workers at one tensor-parallel
+//    position, and, in a worker of tp > 1 ranks, each FORWARD/BACKWARD of a
+//    micro-batch (its ranks exchange shards inside it).
+//
+// This model waits at least as much as the real communicators do, so a plan
+// it finishes cannot deadlock; a plan it cannot finish is refused with the
+// ranks that are stuck and what each waits for.
+//
+//===----------------------------------------------------------------------===//
+
+#include "hetplan/runtime/PlanFile.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace hetplan::runtime {
+namespace {
+
+using Kind = plan::Instruction::Kind;
+using std::to_string;
+
+std::string describe(const plan::Instruction &ins) {
+  std::string s = plan::Instruction::Kind_Name(ins.kind());
+  switch (ins.kind()) {
+  case plan::Instruction::ALLREDUCE_GRADIENTS:
+  case plan::Instruction::OPTIMIZER_STEP:
+    return s;
+  default:
+    return s + " of micro-batch " + to_string(ins.micro_batch());
+  }
+}
+
+struct RankInfo {
+  int stage = -1;
+  std::vector<uint32_t> worker;  // the ranks of its worker, tp order
+  std::vector<uint32_t> stageGroup;  // its stage's ranks at its tp position
+};
+
+} // namespace
+
+bool checkPlanPrograms(const plan::Plan &p, std::string &error) {
+  const uint32_t R = uint32_t(p.ranks_size());
+  std::vector<RankInfo> info(R);
+  for (int s = 0; s < p.stages_size(); ++s) {
+    const auto &st = p.stages(s);
+    for (const auto &w : st.workers())
+      for (int k = 0; k < w.ranks_size(); ++k) {
+        uint32_t r = w.ranks(k);
+        if (r >= R) continue;  // validatePlan reports it
+        info[r].stage = s;
+        info[r].worker.assign(w.ranks().begin(), w.ranks().end());
+        for (const auto &o : st.workers())
+          if (k < o.ranks_size()) info[r].stageGroup.push_back(o.ranks(k));
+        std::sort(info[r].stageGroup.begin(), info[r].stageGroup.end());
+      }
+  }
+
+  // 1. Each program in an order that computes the right thing.
+  for (uint32_t r = 0; r < R; ++r) {
+    const auto &prog = p.ranks(int(r)).program();
+    std::set<uint32_t> forwarded, backwarded;
+    std::map<uint32_t, int> recvActs, recvGrads;  // mb -> receives seen
+    // What each FORWARD / BACKWARD needs first: all of its micro-batch's receives.
+    std::map<uint32_t, int> wantActs, wantGrads;
+    for (const auto &ins : prog) {
+      if (ins.kind() == plan::Instruction::RECV_ACTIVATION) wantActs[ins.micro_batch()]++;
+      if (ins.kind() == plan::Instruction::RECV_GRADIENT) wantGrads[ins.micro_batch()]++;
+    }
+    size_t backwards = 0;
+    for (const auto &ins : prog)
+      if (ins.kind() == plan::Instruction::BACKWARD) ++backwards;
+    for (int i = 0; i < prog.size(); ++i) {
+      const auto &ins = prog[i];
+      const uint32_t mb = ins.micro_batch();
+      auto bad = [&](const std::string &why) {
+        error = "rank " + to_string(r) + " instruction " + to_string(i) + " (" + describe(ins) +
+                ") " + why;
+        return false;
+      };
+      switch (ins.kind()) {
+      case plan::Instruction::RECV_ACTIVATION:
+        if (forwarded.count(mb)) return bad("comes after that micro-batch's FORWARD");
+        recvActs[mb]++;
+        break;
+      case plan::Instruction::FORWARD:
+        if (recvActs[mb] != wantActs[mb])
+          return bad("comes before the micro-batch's RECV_ACTIVATION instructions");
+        forwarded.insert(mb);
+        break;
+      case plan::Instruction::SEND_ACTIVATION:
+        if (!forwarded.count(mb)) return bad("comes before that micro-batch's FORWARD");
+        break;
+      case plan::Instruction::RECV_GRADIENT:
+        if (backwarded.count(mb)) return bad("comes after that micro-batch's BACKWARD");
+        recvGrads[mb]++;
+        break;
+      case plan::Instruction::BACKWARD:
+        if (!forwarded.count(mb)) return bad("comes before that micro-batch's FORWARD");
+        if (recvGrads[mb] != wantGrads[mb])
+          return bad("comes before the micro-batch's RECV_GRADIENT instructions");
+        backwarded.insert(mb);
+        break;
+      case plan::Instruction::SEND_GRADIENT:
+        if (!backwarded.count(mb)) return bad("comes before that micro-batch's BACKWARD");
+        break;
+      case plan::Instruction::ALLREDUCE_GRADIENTS:
+        if (backwarded.size() != backwards)
+          return bad("comes before the rank's last BACKWARD (it would sum partial gradients)");
+        break;
+      case plan::Instruction::OPTIMIZER_STEP:
+        if (backwarded.size() != backwards)
+          return bad("comes before the rank's last BACKWARD");
+        break;
+      default:
+        break;
+      }
+    }
+  }
+
+  // 2. Run every program symbolically.
+  using Msg = std::tuple<uint32_t, uint32_t, bool, uint32_t>;  // from, to, gradient, mb
+  std::map<Msg, int> inFlight;
+  std::vector<int> pc(R, 0);
+  auto at = [&](uint32_t r) -> const plan::Instruction * {
+    const auto &prog = p.ranks(int(r)).program();
+    return pc[r] < prog.size() ? &prog[pc[r]] : nullptr;
+  };
+  // The members of the collective `ins` on rank r (empty: not a collective).
+  auto members = [&](uint32_t r, const plan::Instruction &ins) -> std::vector<uint32_t> {
+    if (info[r].stage < 0) return {};
+    if (ins.kind() == plan::Instruction::ALLREDUCE_GRADIENTS) return info[r].stageGroup;
+    if ((ins.kind() == plan::Instruction::FORWARD || ins.kind() == plan::Instruction::BACKWARD) &&
+        info[r].worker.size() > 1)
+      return info[r].worker;
+    return {};
+  };
+  auto same = [](const plan::Instruction *a, const plan::Instruction &b) {
+    return a && a->kind() == b.kind() &&
+           (b.kind() == plan::Instruction::ALLREDUCE_GRADIENTS || a->micro_batch() == b.micro_batch());
+  };
+  std::vector<uint32_t> work;
+  for (uint32_t r = 0; r < R; ++r) work.push_back(r);
+  while (!work.empty()) {
+    uint32_t r = work.back();
+    work.pop_back();
+    for (const plan::Instruction *ins = at(r); ins; ins = at(r)) {
+      bool advanced = true;
+      switch (ins->kind()) {
+      case plan::Instruction::SEND_ACTIVATION:
+      case plan::Instruction::SEND_GRADIENT: {
+        bool grad = ins->kind() == plan::Instruction::SEND_GRADIENT;
+        for (uint32_t peer : ins->peers()) {
+          if (peer >= R) continue;
+          inFlight[{r, peer, grad, ins->micro_batch()}]++;
+          work.push_back(peer);  // it may be waiting for this
+        }
+        ++pc[r];
+        break;
+      }
+      case plan::Instruction::RECV_ACTIVATION:
+      case plan::Instruction::RECV_GRADIENT: {
+        bool grad = ins->kind() == plan::Instruction::RECV_GRADIENT;
+        bool all = true;
+        for (uint32_t peer : ins->peers()) {
+          auto it = inFlight.find({peer, r, grad, ins->micro_batch()});
+          if (it == inFlight.end() || it->second == 0) all = false;
+        }
+        if (!all) { advanced = false; break; }
+        for (uint32_t peer : ins->peers()) inFlight[{peer, r, grad, ins->micro_batch()}]--;
+        ++pc[r];
+        break;
+      }
+      default: {
+        std::vector<uint32_t> group = members(r, *ins);
+        if (group.empty()) { ++pc[r]; break; }
+        bool ready = true;
+        for (uint32_t q : group)
+          if (q >= R || !same(at(q), *ins)) ready = false;
+        if (!ready) { advanced = false; break; }
+        // Everyone is here: all pass together.
+        for (uint32_t q : group)
+          if (q != r) {
+            ++pc[q];
+            work.push_back(q);
+          }
+        ++pc[r];
+        break;
+      }
+      }
+      if (!advanced) break;
+    }
+  }
+
+  std::vector<std::string> stuck;
+  for (uint32_t r = 0; r < R && stuck.size() < 4; ++r) {
+    const plan::Instruction *ins = at(r);
+    if (!ins) continue;
+    std::string s = "rank " + to_string(r) + " waits at instruction " + to_string(pc[r]) + " (" +
+                    describe(*ins);
+    switch (ins->kind()) {
+    case plan::Instruction::RECV_ACTIVATION:
+    case plan::Instruction::RECV_GRADIENT: {
+      std::string from;
+      for (uint32_t peer : ins->peers()) from += (from.empty() ? "" : ", ") + to_string(peer);
+      s += " from rank " + from + ", never sent";
+      break;
+    }
+    default: {
+      std::string with;
+      for (uint32_t q : members(r, *ins))
+        if (q != r) with += (with.empty() ? "" : ", ") + to_string(q);
+      s += " with rank " + with + ", which never reaches it";
+      break;
+    }
+    }
+    stuck.push_back(s + ")");
+  }
+  if (!stuck.empty()) {
+    error = "the rank programs deadlock: ";
+    for (size_t i = 0; i < stuck.size(); ++i) error += (i ? "; " : "") + stuck[i];
+    return false;
+  }
+  return true;
+}
+
+} // namespace hetplan::runtime
