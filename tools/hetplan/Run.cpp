@@ -39,6 +39,14 @@ namespace hetplan::tools {
 cl::SubCommand runCmd("run", "Run a plan on CPU ranks (threads, or processes under mpirun)");
 
 namespace {
+// "rank N: message", unless the message already starts by naming the rank.
+std::string rankPrefixed(int rank, const std::string &message) {
+  std::string who = "rank " + std::to_string(rank);
+  return message.compare(0, who.size() + 1, who + " ") == 0 ? message : who + ": " + message;
+}
+} // namespace
+
+namespace {
 cl::opt<std::string> runPlan(cl::Positional, cl::Required, cl::desc("<plan file>"), cl::sub(runCmd));
 cl::list<std::string> runInputs("input", cl::desc("A graph input as a NumPy file (batch on dim 0)"),
                                 cl::value_desc("NAME=FILE.npy"), cl::sub(runCmd));
@@ -153,7 +161,7 @@ int runMpiRanks(const hetplan::runtime::PlanExecutor &exec,
     return -1;
   } catch (const std::exception &e) {
     // The other ranks may be blocked in a receive: end the whole job.
-    fail("rank " + std::to_string(comm.rank()) + ": " + e.what());
+    fail(rankPrefixed(comm.rank(), e.what()));
     comm.abort(e.what());
   }
 #else
@@ -332,7 +340,7 @@ int trainSteps(const hetplan::runtime::PlanExecutor &exec,
     comm.flush();
     return comm.rank() == 0 ? -1 : 0;
   } catch (const std::exception &e) {
-    fail("rank " + std::to_string(comm.rank()) + ": " + e.what());
+    fail(rankPrefixed(comm.rank(), e.what()));
     comm.abort(e.what());
     return 1;
   }

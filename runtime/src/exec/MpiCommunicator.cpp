@@ -7,7 +7,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <csignal>
+#include <sys/prctl.h>
+#include <unistd.h>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <list>
 #include <vector>
 
@@ -25,6 +30,27 @@ void check(int rc, const char *what) {
   int len = 0;
   MPI_Error_string(rc, msg, &len);
   throw std::runtime_error(std::string(what) + ": " + std::string(msg, size_t(len)));
+}
+// Polls `done` until it says true or `timeout` seconds pass (0: no limit);
+// false on timeout. MPI's blocking calls cannot time out, so receives and
+// collectives are started non-blocking and tested, backing off to 1 ms.
+template <typename Done> bool pollUntil(double timeout, Done done) {
+  auto start = std::chrono::steady_clock::now();
+  auto nap = std::chrono::microseconds(20);
+  for (;;) {
+    if (done()) return true;
+    if (timeout > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout)
+      return false;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
+std::string secondsText(double s) {
+  std::string t = std::to_string(s);
+  t.erase(t.find_last_not_of('0') + 1);
+  if (!t.empty() && t.back() == '.') t.pop_back();
+  return t;
 }
 } // namespace
 
@@ -55,6 +81,11 @@ struct MpiCommunicator::Pending {
 };
 
 MpiCommunicator::MpiCommunicator() : pending_(std::make_unique<Pending>()) {
+  // A rank dies with its launcher: a killed mpirun must not leave ranks
+  // waiting for peers forever. (The launcher may already be gone.)
+  pid_t launcher = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(1);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -65,6 +96,7 @@ MpiCommunicator::MpiCommunicator() : pending_(std::make_unique<Pending>()) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  timeout_ = commTimeoutSeconds();
   ++gLive;
 }
 
@@ -123,7 +155,15 @@ Tensor MpiCommunicator::recv(int peer, int64_t tag) {
     throw std::runtime_error("rank " + std::to_string(rank_) + ": bad peer " + std::to_string(peer));
   int t = mpiTag(tag);
   MPI_Status st;
-  check(MPI_Probe(peer, t, MPI_COMM_WORLD, &st), "MPI_Probe");
+  if (!pollUntil(timeout_, [&] {
+        int flag = 0;
+        check(MPI_Iprobe(peer, t, MPI_COMM_WORLD, &flag, &st), "MPI_Iprobe");
+        return flag != 0;
+      }))
+    throw std::runtime_error("rank " + std::to_string(rank_) + " waited " + secondsText(timeout_) +
+                             " s for a message from rank " + std::to_string(peer) + " (tag " +
+                             std::to_string(tag) + "); a rank is stuck or the plan waits on "
+                             "itself (HETPLAN_COMM_TIMEOUT sets the limit)");
   int count = 0;
   MPI_Get_count(&st, MPI_INT64_T, &count);
   std::vector<int64_t> h(size_t(std::max(count, 0)));
@@ -149,9 +189,23 @@ Tensor MpiCommunicator::recv(int peer, int64_t tag) {
 
 void MpiCommunicator::flush() { pending_->waitAll(); }
 
+// Completes a non-blocking collective within `timeout` seconds, or throws.
+static void waitFor(MPI_Request &request, const char *what, int rank, double timeout) {
+  if (!pollUntil(timeout, [&] {
+        int flag = 0;
+        check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), what);
+        return flag != 0;
+      }))
+    throw std::runtime_error("rank " + std::to_string(rank) + " waited " + secondsText(timeout) +
+                             " s in " + what + " for ranks that never joined; a rank is stuck "
+                             "or the plan waits on itself (HETPLAN_COMM_TIMEOUT sets the limit)");
+}
+
 void MpiCommunicator::barrier() {
   flush();
-  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  MPI_Request request;
+  check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
+  waitFor(request, "MPI_Ibarrier", rank_, timeout_);
 }
 
 void MpiCommunicator::allReduceSum(Tensor &tensor) {
@@ -163,10 +217,13 @@ void MpiCommunicator::allReduceSum(Tensor &tensor) {
   size_t per = kChunk / dtypeSize(tensor.dtype());
   char *p = static_cast<char *>(tensor.raw());
   size_t n = size_t(tensor.numel());
-  for (size_t off = 0; off < n; off += per)
-    check(MPI_Allreduce(MPI_IN_PLACE, p + off * dtypeSize(tensor.dtype()), int(std::min(per, n - off)), type,
-                        MPI_SUM, MPI_COMM_WORLD),
-          "MPI_Allreduce");
+  for (size_t off = 0; off < n; off += per) {
+    MPI_Request request;
+    check(MPI_Iallreduce(MPI_IN_PLACE, p + off * dtypeSize(tensor.dtype()), int(std::min(per, n - off)),
+                         type, MPI_SUM, MPI_COMM_WORLD, &request),
+          "MPI_Iallreduce");
+    waitFor(request, "MPI_Iallreduce", rank_, timeout_);
+  }
 }
 
 void MpiCommunicator::abort(const std::string &why) {

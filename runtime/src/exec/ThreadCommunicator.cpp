@@ -1,7 +1,10 @@
 //===- ThreadCommunicator.cpp - ranks as threads of one process -----------===//
 #include "hetplan/runtime/Communicator.h"
 
+#include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -10,6 +13,17 @@
 #include <vector>
 
 namespace hetplan::runtime {
+
+double commTimeoutSeconds() {
+  const char *env = std::getenv("HETPLAN_COMM_TIMEOUT");
+  if (!env || !*env) return 600;
+  char *end = nullptr;
+  double v = std::strtod(env, &end);
+  if (*end || !std::isfinite(v) || v < 0)
+    throw std::runtime_error(std::string("HETPLAN_COMM_TIMEOUT='") + env +
+                             "': expected seconds (a number >= 0; 0 waits forever)");
+  return v;
+}
 
 namespace {
 class ThreadComm;
@@ -58,7 +72,8 @@ void addInto(Tensor &acc, const Tensor &t) {
 
 class ThreadComm final : public Communicator {
 public:
-  ThreadComm(ThreadCommGroup::State &s, int rank) : s_(s), rank_(rank) {}
+  ThreadComm(ThreadCommGroup::State &s, int rank, double timeout)
+      : s_(s), rank_(rank), timeout_(timeout) {}
   int rank() const override { return rank_; }
   int size() const override { return s_.size; }
 
@@ -76,11 +91,12 @@ public:
     checkPeer(peer);
     std::unique_lock<std::mutex> lock(s_.mutex);
     auto key = std::make_tuple(peer, rank_, tag);
-    s_.cv.wait(lock, [&] {
-      if (s_.aborted) return true;
-      auto it = s_.channels.find(key);
-      return it != s_.channels.end() && !it->second.empty();
-    });
+    if (!waitFor(lock, [&] {
+          if (s_.aborted) return true;
+          auto it = s_.channels.find(key);
+          return it != s_.channels.end() && !it->second.empty();
+        }))
+      timedOut("a message from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")");
     s_.throwIfAborted();
     auto it = s_.channels.find(key);
     Tensor t = std::move(it->second.front());
@@ -105,6 +121,29 @@ public:
   }
 
 private:
+  // Waits for `ready` at most timeout_ seconds (forever when 0); false on timeout.
+  template <typename Pred> bool waitFor(std::unique_lock<std::mutex> &lock, Pred ready) {
+    if (timeout_ <= 0) {
+      s_.cv.wait(lock, ready);
+      return true;
+    }
+    return s_.cv.wait_for(lock, std::chrono::duration<double>(timeout_), ready);
+  }
+  // Fails the whole group: the others wake with CommAborted naming this rank.
+  [[noreturn]] void timedOut(const std::string &what) {
+    std::string why = "rank " + std::to_string(rank_) + " waited " + formatSeconds(timeout_) +
+                      " s for " + what + "; a rank is stuck or the plan waits on itself "
+                      "(HETPLAN_COMM_TIMEOUT sets the limit)";
+    s_.abortLocked(why);
+    throw std::runtime_error(why);
+  }
+  static std::string formatSeconds(double s) {
+    std::string t = std::to_string(s);
+    t.erase(t.find_last_not_of('0') + 1);
+    if (!t.empty() && t.back() == '.') t.pop_back();
+    return t;
+  }
+
   void checkPeer(int peer) const {
     if (peer < 0 || peer >= s_.size || peer == rank_)
       throw std::runtime_error("rank " + std::to_string(rank_) + ": bad peer " + std::to_string(peer));
@@ -132,7 +171,10 @@ private:
       ++s_.generation;
       s_.cv.notify_all();
     } else {
-      s_.cv.wait(lock, [&] { return s_.aborted || s_.generation != gen; });
+      if (!waitFor(lock, [&] { return s_.aborted || s_.generation != gen; }))
+        timedOut(std::string(t ? "an all-reduce" : "a barrier") + " that " +
+                 std::to_string(s_.size - s_.arrived) + " of " + std::to_string(s_.size) +
+                 " ranks never joined");
       s_.throwIfAborted();
     }
     if (t) {
@@ -143,6 +185,7 @@ private:
 
   ThreadCommGroup::State &s_;
   int rank_;
+  double timeout_;
 };
 
 } // namespace
@@ -150,7 +193,8 @@ private:
 ThreadCommGroup::ThreadCommGroup(int size) : state_(std::make_unique<State>()) {
   if (size < 1) throw std::runtime_error("a communicator group needs at least one rank");
   state_->size = size;
-  for (int r = 0; r < size; ++r) state_->comms.push_back(std::make_unique<ThreadComm>(*state_, r));
+  double timeout = commTimeoutSeconds();
+  for (int r = 0; r < size; ++r) state_->comms.push_back(std::make_unique<ThreadComm>(*state_, r, timeout));
 }
 ThreadCommGroup::~ThreadCommGroup() = default;
 int ThreadCommGroup::size() const { return state_->size; }

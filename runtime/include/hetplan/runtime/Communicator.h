@@ -23,6 +23,13 @@ struct CommAborted : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// How long a blocking receive or collective waits before the run fails
+/// with a message naming the rank and the peer (a stuck, stopped or dead
+/// peer, or a plan that waits on itself). HETPLAN_COMM_TIMEOUT in seconds,
+/// 0 for no limit; default 600 s, PyTorch's default for NCCL process groups.
+/// A malformed value is an error.
+double commTimeoutSeconds();
+
 class Communicator {
 public:
   virtual ~Communicator() = default;
@@ -32,7 +39,8 @@ public:
   /// (messages are buffered); messages with the same (source, tag) arrive
   /// in the order they were sent.
   virtual void send(int peer, int64_t tag, const Tensor &tensor) = 0;
-  /// Waits for the next message from `peer` under `tag`.
+  /// Waits for the next message from `peer` under `tag` (at most
+  /// commTimeoutSeconds(), then throws naming both ranks).
   virtual Tensor recv(int peer, int64_t tag) = 0;
   /// Waits until every rank of the group has called barrier().
   virtual void barrier() = 0;

@@ -52,6 +52,7 @@ public:
 private:
   int rank_ = 0;
   int size_ = 1;
+  double timeout_ = 0;
   std::unique_ptr<Pending> pending_;
 };
 #endif
