@@ -124,14 +124,19 @@ std::string shapeText(const InputInfo &in) {
   return out + "]";
 }
 
-/// "node 'name'" for a node's location, else the location as MLIR prints it.
+/// Where a diagnostic is, in the user's terms: "node 'name'" for a node of
+/// the model, "file:line" for IR text; never MLIR's raw loc(...) syntax.
 std::string describeLocation(Location loc) {
   if (auto name = dyn_cast<NameLoc>(loc))
     return "node '" + name.getName().str() + "'";
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  os << loc;
-  return out;
+  if (auto file = dyn_cast<FileLineColLoc>(loc))
+    return file.getLine() > 0 ? (file.getFilename().str() + ":" + std::to_string(file.getLine()))
+                              : file.getFilename().str();
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location part : fused.getLocations())
+      if (std::string d = describeLocation(part); !d.empty()) return d;
+  if (auto call = dyn_cast<CallSiteLoc>(loc)) return describeLocation(call.getCallee());
+  return "";
 }
 
 constexpr int64_t kProbeBatch = 9973; // a prime no model uses as a size
@@ -471,14 +476,13 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
   {
     std::string diag;
     ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
+      std::string where = describeLocation(d.getLocation());
+      std::string text = (where.empty() ? "" : where + ": ") + d.str();
       if (d.getSeverity() == DiagnosticSeverity::Warning) {
-        result.warnings.push_back(describeLocation(d.getLocation()) + ": " + d.str());
+        result.warnings.push_back(text);
         return success();
       }
-      if (diag.empty()) {
-        llvm::raw_string_ostream os(diag);
-        os << d.getLocation() << ": " << d.str();
-      }
+      if (diag.empty()) diag = text;
       return success();
     });
     if (failed(pm.run(*module)))

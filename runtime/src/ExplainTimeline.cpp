@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "hetplan/runtime/Explain.h"
+#include "hetplan/runtime/Files.h"
 
 #include <algorithm>
 #include <cmath>
@@ -323,19 +324,7 @@ std::string timelineSvg(const plan::Plan &p) {
 }
 
 bool writeTimelineSvg(const plan::Plan &plan, const std::string &path, std::string &error) {
-  std::string svg = timelineSvg(plan);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    error = path + ": cannot write: " + std::strerror(errno);
-    return false;
-  }
-  out.write(svg.data(), std::streamsize(svg.size()));
-  out.close();
-  if (!out) {
-    error = path + ": cannot write: " + std::strerror(errno);
-    return false;
-  }
-  return true;
+  return writeFileAtomically(path, timelineSvg(plan), error);
 }
 
 } // namespace hetplan::runtime

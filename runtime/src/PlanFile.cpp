@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "hetplan/runtime/PlanFile.h"
+#include "hetplan/runtime/Files.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -67,29 +68,6 @@ std::string versionError(uint64_t version) {
 }
 
 std::string errnoText(int err) { return std::strerror(err); }
-
-bool writeAll(int fd, const char *data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return false;
-    }
-    data += n;
-    size -= size_t(n);
-  }
-  return true;
-}
-
-std::string parentDirectory(const std::string &path) {
-  auto slash = path.find_last_of('/');
-  if (slash == std::string::npos)
-    return ".";
-  if (slash == 0)
-    return "/";
-  return path.substr(0, slash);
-}
 
 } // namespace
 
@@ -184,7 +162,8 @@ bool decodePlan(const std::string &bytes, plan::Plan &out, std::string &error) {
 }
 
 bool readPlan(const std::string &path, plan::Plan &out, std::string &error) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     error = path + ": cannot open: " + errnoText(errno);
     return false;
@@ -195,6 +174,11 @@ bool readPlan(const std::string &path, plan::Plan &out, std::string &error) {
     int err = statErr;
     ::close(fd);
     error = path + ": cannot open: " + errnoText(err);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {  // /dev/zero would be read forever
+    ::close(fd);
+    error = path + ": not a regular file";
     return false;
   }
   std::string bytes;
@@ -232,47 +216,7 @@ bool writePlan(const std::string &path, const plan::Plan &plan,
             std::to_string(kPlanSchemaVersion) + ")";
     return false;
   }
-  const std::string bytes = encodePlan(plan);
-
-  // A fresh temporary file next to the target (same file system, so the
-  // rename below is atomic).
-  static std::atomic<unsigned> counter{0};
-  std::string temp;
-  int fd = -1;
-  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-    temp = path + ".tmp-" + std::to_string(::getpid()) + "-" +
-           std::to_string(counter++);
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST)
-      break;
-  }
-  if (fd < 0) {
-    error = path + ": cannot write: " + errnoText(errno);
-    return false;
-  }
-  auto fail = [&](int err) {
-    if (fd >= 0)
-      ::close(fd);
-    ::unlink(temp.c_str());
-    error = path + ": cannot write: " + errnoText(err);
-    return false;
-  };
-  if (!writeAll(fd, bytes.data(), bytes.size()) || ::fsync(fd) != 0)
-    return fail(errno);
-  int closed = ::close(fd);
-  fd = -1;
-  if (closed != 0)
-    return fail(errno);
-  if (::rename(temp.c_str(), path.c_str()) != 0)
-    return fail(errno);
-  // Make the rename itself durable; a failure here loses nothing already
-  // visible, so it is not an error.
-  int dir = ::open(parentDirectory(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  return true;
+  return writeFileAtomically(path, encodePlan(plan), error);
 }
 
 } // namespace hetplan::runtime

@@ -287,8 +287,17 @@ int runCompile() {
   // Options first: a bad flag should not wait for a large import.
   planner::Options options;
   options.globalBatch = batchArg;
+  // Sizes beyond 2^24 samples or tokens are no real step and overflow the
+  // planner's element and byte counts.
+  constexpr int64_t kMaxSize = int64_t(1) << 24;
   if (batchArg <= 0)
     return fail("--batch must be at least 1");
+  if (batchArg > kMaxSize)
+    return fail("--batch " + std::to_string(batchArg) + " is too large (at most " +
+                std::to_string(kMaxSize) + " samples per step)");
+  if (seqArg < 0 || seqArg > kMaxSize)
+    return fail("--seq must be between 1 and " + std::to_string(kMaxSize) + ", not " +
+                std::to_string(seqArg));
   if (modeArg == "train")
     options.mode = cost::Mode::Train;
   else if (modeArg == "infer" || modeArg == "inference")

@@ -16,6 +16,7 @@
 #include "tools/hetplan/Commands.h"
 
 #include "hetplan/runtime/Npy.h"
+#include "hetplan/runtime/Files.h"
 #include "hetplan/runtime/MpiCommunicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
 
@@ -28,6 +29,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <set>
 #include <unistd.h>
@@ -255,12 +257,9 @@ void writeMeasuredProfile(const hetplan::runtime::PlanExecutor &exec, const Step
       base.consume_back(".json");
       path = (base + "." + fileNameFor(types[k]) + ".json").str();
     }
-    std::error_code ec;
-    llvm::raw_fd_ostream os(path, ec);
-    if (ec) throw std::runtime_error(path + ": cannot write: " + ec.message());
-    os << llvm::formatv("{0:2}", doc) << "\n";
-    os.close();
-    if (os.has_error()) throw std::runtime_error(path + ": cannot write");
+    std::string error;
+    if (!runtime::writeFileAtomically(path, llvm::formatv("{0:2}", doc).str() + "\n", error))
+      throw std::runtime_error(error);
     files.push_back(path + " (" + types[k] + ")");
   }
   auto &o = llvm::outs();
@@ -374,6 +373,13 @@ int runRun() {
         return fail(runPlan + " is a training plan: give the labels with --labels FILE.npy (class "
                               "indices for the output the loss is computed on)");
       if (runSteps < 1) return fail("--steps must be at least 1");
+      // NaN or a negative rate would silently turn every weight into NaN.
+      auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+      if (!positive(runLr)) return fail("--lr must be a finite number > 0, not " + std::to_string(runLr));
+      if (!positive(runAdamEps))
+        return fail("--adam-eps must be a finite number > 0, not " + std::to_string(runAdamEps));
+      if (!std::isfinite(runWeightDecay) || runWeightDecay < 0)
+        return fail("--weight-decay must be a finite number >= 0, not " + std::to_string(runWeightDecay));
       Tensor labels = readNpy(runLabels);
       std::vector<double> losses;
       if (int rc = trainSteps(*exec, inputs, labels, losses, trained); rc >= 0) return rc;
@@ -399,6 +405,8 @@ int runRun() {
       if (!used.insert(file).second) return fail("outputs '" + name + "' and another map to the same file " + file);
       llvm::SmallString<256> final(runOutput.getValue());
       llvm::sys::path::append(final, file + ".npy");
+      std::string refuse = replaceableError(std::string(final));
+      if (!refuse.empty()) return fail(refuse);
       std::string tmp = std::string(final) + ".tmp-" + std::to_string(::getpid());
       written.push_back(tmp);
       writeNpy(tmp, t);

@@ -1,5 +1,6 @@
 //===- Npy.cpp - NumPy .npy files -----------------------------------------===//
 #include "hetplan/runtime/Npy.h"
+#include "hetplan/runtime/Files.h"
 
 #include <cerrno>
 #include <sys/stat.h>
@@ -150,12 +151,8 @@ std::string encodeNpy(const Tensor &t) {
 }
 
 void writeNpy(const std::string &path, const Tensor &tensor) {
-  std::string bytes = encodeNpy(tensor);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw std::runtime_error(path + ": cannot write: " + std::strerror(errno));
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  out.close();
-  if (!out) throw std::runtime_error(path + ": cannot write: " + std::strerror(errno));
+  std::string error;
+  if (!writeFileAtomically(path, encodeNpy(tensor), error)) throw std::runtime_error(error);
 }
 
 } // namespace hetplan::runtime

@@ -1,6 +1,7 @@
 //===- Model.cpp - reads an ONNX model without MLIR -----------------------===//
 #include "hetplan/runtime/Model.h"
 #include "hetplan/runtime/Npy.h"
+#include "hetplan/runtime/Files.h"
 
 #include "onnx/onnx_pb.h"
 
@@ -445,20 +446,8 @@ void saveModel(const Model &model, const std::map<std::string, Tensor> &replace,
   }
   if (total > (size_t(1) << 31) - (size_t(64) << 20))
     fail(path + ": " + std::to_string(total >> 20) + " MiB of weights do not fit one protobuf file (2 GiB)");
-  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) fail(path + ": cannot write: " + std::strerror(errno));
-    bool ok = proto.SerializeToFileDescriptor(fd);
-    ok = (::close(fd) == 0) && ok;
-    if (!ok) {
-      ::unlink(tmp.c_str());
-      fail(path + ": cannot write");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    fail(path + ": cannot write: " + std::strerror(errno));
-  }
+  std::string bytes, error;
+  if (!proto.SerializeToString(&bytes)) fail(path + ": cannot serialize the model");
+  if (!writeFileAtomically(path, bytes, error)) fail(error);
 }
 } // namespace hetplan::runtime
