@@ -7,12 +7,14 @@
 
 #include "dialects/het/IR/HetOps.h"
 #include "passes/Passes.h"
+#include "tools/CrashReport.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 
 int main(int argc, char **argv) {
+  hetplan::tools::installCrashReport();
   hetplan::het::registerHetPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

@@ -15,6 +15,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
+#include "tools/CrashReport.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
@@ -41,6 +42,7 @@ static cl::opt<bool> printDebugInfo(
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  hetplan::tools::installCrashReport();
   cl::ParseCommandLineOptions(argc, argv, "hetplan translation tool\n");
   auto error = [](const llvm::Twine &message) {
     llvm::WithColor::error(llvm::errs(), "hetplan-translate") << message << "\n";
