@@ -99,6 +99,22 @@ GraphSummary summarizeGraph(GraphOp graph) {
     s.outputs.push_back({portName(graph.getResAttrsAttr(), i), formatType(type)});
     noteDims(type);
   }
+  // The cost model's rule (passes/cost/OpCosts.cpp, isParameterType and the
+  // BatchNormalization exception), so summary and compile count alike.
+  auto isParameter = [](Value v) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    if (!type || !type.hasStaticShape() || !isa<FloatType>(type.getElementType()) ||
+        type.getNumElements() < 2)
+      return false;
+    bool statsOnly = !v.use_empty();
+    for (OpOperand &use : v.getUses()) {
+      auto node = dyn_cast<NodeOp>(use.getOwner());
+      bool stat = node && node.getDomain().empty() && node.getOpType() == "BatchNormalization" &&
+                  (use.getOperandNumber() == 3 || use.getOperandNumber() == 4);
+      statsOnly &= stat;
+    }
+    return !statsOnly;
+  };
   graph.walk([&](Operation *op) {
     if (auto node = dyn_cast<NodeOp>(op)) {
       ++s.numNodes;
@@ -111,8 +127,7 @@ GraphSummary summarizeGraph(GraphOp graph) {
       ++s.numNodes;
       ++s.opCounts["Constant"];
       auto type = dyn_cast<RankedTensorType>(constant.getType());
-      if (type && type.hasStaticShape() && isa<FloatType>(type.getElementType()) &&
-          type.getNumElements() >= 2) {
+      if (type && isParameter(constant.getResult())) {
         ++s.numWeights;
         ++s.numConstantWeights;
         s.numParameters += type.getNumElements();
@@ -120,9 +135,14 @@ GraphSummary summarizeGraph(GraphOp graph) {
       }
     } else if (auto weight = dyn_cast<WeightOp>(op)) {
       auto type = cast<RankedTensorType>(weight.getType());
-      ++s.numWeights;
-      s.numParameters += type.getNumElements();
-      s.parameterBytes += elementBytes(type.getElementType(), type.getNumElements());
+      if (isParameter(weight.getResult())) {
+        ++s.numWeights;
+        s.numParameters += type.getNumElements();
+        s.parameterBytes += elementBytes(type.getElementType(), type.getNumElements());
+      } else {
+        ++s.numBuffers;
+        s.bufferElements += type.getNumElements();
+      }
     }
   });
   return s;
@@ -142,7 +162,11 @@ void printSummaryText(const GraphSummary &s, llvm::raw_ostream &os) {
      << s.numWeights << " weights (" << humanBytes(s.parameterBytes);
   if (s.numConstantWeights)
     os << "; " << s.numConstantWeights << " of them Constant nodes";
-  os << ")\n";
+  os << ")";
+  if (s.numBuffers)
+    os << "; " << s.numBuffers << " buffers (" << withCommas(s.bufferElements)
+       << " elements: integer, bool, scalar or running statistics)";
+  os << "\n";
   if (!s.symbolicDims.empty()) {
     os << "  symbolic dims: ";
     llvm::interleaveComma(s.symbolicDims, os);
@@ -188,6 +212,8 @@ void printSummaryJson(const GraphSummary &s, llvm::raw_ostream &os) {
       {"constant_weights", s.numConstantWeights},
       {"parameters", s.numParameters},
       {"parameter_bytes", s.parameterBytes},
+      {"buffers", s.numBuffers},
+      {"buffer_elements", s.bufferElements},
       {"symbolic_dims", std::move(dims)},
       {"inputs", ports(s.inputs)},
       {"outputs", ports(s.outputs)},

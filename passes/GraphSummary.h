@@ -26,8 +26,13 @@ struct GraphSummary {
   /// vectors, axes) are not parameters; the cost model uses the same rule.
   int64_t numWeights = 0;
   int64_t numConstantWeights = 0; // of numWeights, the het.constant ones
-  int64_t numParameters = 0;      // elements of all weights
-  int64_t parameterBytes = 0;     // bytes of all weights
+  // Parameters by the cost model's rule (passes/cost, "parameters"): float
+  // weights of two or more elements, not BatchNormalization running
+  // statistics. The rest are buffers: integer/bool tensors, scalars, stats.
+  int64_t numParameters = 0;      // elements of the parameter weights
+  int64_t parameterBytes = 0;     // bytes of the parameter weights
+  int64_t numBuffers = 0;         // weights that are not parameters
+  int64_t bufferElements = 0;
   std::map<std::string, int64_t> opCounts; // sorted for stable output
   std::vector<Port> inputs, outputs;
   std::vector<std::string> symbolicDims; // distinct dim names, first-seen order
