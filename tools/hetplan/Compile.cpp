@@ -16,6 +16,7 @@
 #include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/Npy.h"
 #include "hetplan/runtime/PlanFile.h"
+#include "hetplan/runtime/Trace.h"
 #include "passes/cluster/Cluster.h"
 #include "passes/planner/ModelPipeline.h"
 #include "passes/planner/PlanExport.h"
@@ -146,6 +147,13 @@ cl::opt<std::string> planArg(cl::Positional, cl::Required, cl::desc("<plan file>
 cl::opt<std::string> timelineArg("timeline",
                                  cl::desc("Also write an SVG timeline of one step"),
                                  cl::value_desc("OUT.svg"), cl::sub(explainCmd));
+cl::opt<std::string> traceArg("trace",
+                              cl::desc("Also write the predicted step as a Chrome/Perfetto trace "
+                                       "(chrome://tracing, ui.perfetto.dev)"),
+                              cl::value_desc("OUT.json"), cl::sub(explainCmd));
+cl::opt<bool> explainJsonArg("json",
+                             cl::desc("Print the plan's summary as JSON (what compile --json prints)"),
+                             cl::sub(explainCmd));
 
 std::string gib(double bytes) { return llvm::formatv("{0:F1}", bytes / double(1ull << 30)).str(); }
 
@@ -464,14 +472,22 @@ int runExplain() {
   std::string error;
   if (!runtime::readPlan(planArg, p, error))
     return fail(error);
+  // Files first: a failure leaves nothing half-reported.
+  if (!timelineArg.empty() && !runtime::writeTimelineSvg(p, timelineArg, error))
+    return fail(error);
+  if (!traceArg.empty() && !runtime::writeTrace(p, {}, traceArg, error))
+    return fail(error);
+  if (explainJsonArg) {
+    llvm::outs() << llvm::formatv("{0:2}", summaryJson(p)) << "\n";
+    return 0;
+  }
   std::ostringstream os;
   runtime::explainPlan(p, os);
   llvm::outs() << os.str();
-  if (!timelineArg.empty()) {
-    if (!runtime::writeTimelineSvg(p, timelineArg, error))
-      return fail(error);
+  if (!timelineArg.empty())
     llvm::outs() << "timeline written to " << timelineArg << "\n";
-  }
+  if (!traceArg.empty())
+    llvm::outs() << "trace written to " << traceArg << "\n";
   return 0;
 }
 
