@@ -60,6 +60,10 @@ cl::opt<int> runRanks("ranks", cl::desc("Ranks (threads); must equal the plan's 
 cl::opt<std::string> runModel("model", cl::desc("The model file (default: the path in the plan)"),
                               cl::value_desc("MODEL"), cl::sub(runCmd));
 cl::opt<bool> runQuiet("quiet", cl::desc("No summary line"), cl::sub(runCmd));
+cl::opt<bool> runJson("json",
+                      cl::desc("Print the result as one JSON object (outputs with their files, "
+                               "dtypes and shapes; losses of a training plan) instead of text"),
+                      cl::sub(runCmd));
 cl::opt<std::string> runProfile("profile",
                                 cl::desc("Time every node and write a measured profile (the format "
                                          "`hetplan compile --profile` reads; one file per device type: "
@@ -308,7 +312,7 @@ int trainSteps(const hetplan::runtime::PlanExecutor &exec,
   options.freeze.assign(runFreeze.begin(), runFreeze.end());
   options.lossOutput = runLossOutput;
   auto report = [&](int step, double loss) {
-    if (!runQuiet)
+    if (!runQuiet && !runJson)
       llvm::outs() << llvm::format("step %d/%d: loss %.6f\n", step, int(runSteps), loss);
     llvm::outs().flush();
   };
@@ -418,7 +422,34 @@ int runRun() {
         throw std::runtime_error(final + ": cannot write");
     written.clear();
     if (StepTiming *timing = profileTiming()) writeMeasuredProfile(*exec, *timing, runProfile);
-    if (!runQuiet) {
+    if (runJson) {
+      llvm::json::Array outs;
+      for (const auto &[name, t] : outputs) {
+        llvm::json::Array shape;
+        for (int64_t d : t.shape()) shape.push_back(d);
+        llvm::SmallString<256> file(runOutput.getValue());
+        llvm::sys::path::append(file, fileNameFor(name) + ".npy");
+        outs.push_back(llvm::json::Object{{"name", name},
+                                          {"file", std::string(file)},
+                                          {"dtype", dtypeName(t.dtype())},
+                                          {"shape", std::move(shape)}});
+      }
+      llvm::json::Object result{{"plan", std::string(runPlan)},
+                                {"ranks", int64_t(exec->ranks())},
+                                {"stages", int64_t(exec->plan().stages_size())},
+                                {"micro_batches", int64_t(exec->plan().settings().micro_batches())},
+                                {"mode", exec->plan().settings().mode()},
+                                {"outputs", std::move(outs)}};
+      if (exec->training()) {
+        auto it = outputs.find("loss");
+        llvm::json::Array losses;
+        if (it != outputs.end())
+          for (int64_t i = 0; i < it->second.numel(); ++i) losses.push_back(it->second.data<double>()[i]);
+        result["losses"] = std::move(losses);
+        if (!runSaveModel.empty()) result["trained_model"] = std::string(runSaveModel);
+      }
+      llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(result))) << "\n";
+    } else if (!runQuiet) {
       llvm::outs() << "ran " << runPlan << " on " << exec->ranks() << " ranks ("
                    << exec->plan().stages_size() << " stage(s), " << exec->plan().settings().micro_batches()
                    << " micro-batch(es)); wrote";
