@@ -27,6 +27,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "tools/CrashReport.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/WithColor.h"
 
@@ -159,6 +160,7 @@ static int runDevices() {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  hetplan::tools::installCrashReport();
   cl::ParseCommandLineOptions(
       argc, argv,
       "hetplan: plan one neural network across a cluster of different GPUs\n");
