@@ -671,6 +671,9 @@ Expected<Cluster> Cluster::fromYaml(StringRef text, StringRef bufferName,
 
 Expected<Cluster> Cluster::fromFile(StringRef path,
                                     const DeviceCatalog &catalog) {
+  llvm::sys::fs::file_status status;  // regular files only (no FIFO, no /dev/zero)
+  if (!llvm::sys::fs::status(path, status) && status.type() != llvm::sys::fs::file_type::regular_file)
+    return makeError(path + ": not a regular file");
   auto buffer = MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer)
     return makeError(path + ": cannot open: " + buffer.getError().message());

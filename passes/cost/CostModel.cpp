@@ -10,6 +10,7 @@
 
 #include "passes/cost/CostModel.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
@@ -162,6 +163,9 @@ Expected<Profile> Profile::parse(StringRef text, StringRef bufferName) {
 }
 
 Expected<Profile> Profile::load(StringRef path) {
+  llvm::sys::fs::file_status status;  // regular files only (no FIFO, no /dev/zero)
+  if (!llvm::sys::fs::status(path, status) && status.type() != llvm::sys::fs::file_type::regular_file)
+    return profileError(path, "not a regular file");
   auto buffer = MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer)
     return profileError(path, "cannot read profile: " + buffer.getError().message());

@@ -341,6 +341,10 @@ int runCompile() {
   if (!layoutArg.empty()) {
     if (!pinArg.empty())
       return fail("give --layout or --pin, not both");
+    llvm::sys::fs::file_status status;  // regular files only (no FIFO, no /dev/zero)
+    if (!llvm::sys::fs::status(layoutArg, status) &&
+        status.type() != llvm::sys::fs::file_type::regular_file)
+      return fail(layoutArg + ": not a regular file");
     auto buffer = llvm::MemoryBuffer::getFile(layoutArg, /*IsText=*/true);
     if (!buffer)
       return fail(layoutArg + ": cannot read layout: " + buffer.getError().message());

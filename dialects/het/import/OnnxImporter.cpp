@@ -888,6 +888,10 @@ OwningOpRef<ModuleOp> importOnnxFile(llvm::StringRef path, MLIRContext *context,
   context->loadDialect<HetDialect>();
   std::string file = path.str();
   try {
+    // Regular files only: /dev/zero would be read forever, a FIFO block.
+    llvm::sys::fs::file_status status;
+    if (!llvm::sys::fs::status(path, status) && status.type() != llvm::sys::fs::file_type::regular_file)
+      fail(file + ": not a regular file");
     // mmap (for large files): pages of weight payloads are never touched.
     auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                               /*RequiresNullTerminator=*/false);
