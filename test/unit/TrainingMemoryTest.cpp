@@ -239,12 +239,14 @@ struct Outcome {
 };
 
 /// `steps` steps of the plan and of one rank; the worst errors.
-Outcome trainAgainstOneRank(const plan::Plan &p, const std::string &path, int steps = 3) {
+Outcome trainAgainstOneRank(const plan::Plan &p, const std::string &path, int steps = 3,
+                            const std::vector<std::string> &freeze = {}) {
   PlanExecutor exec(p, path), single(PlanExecutor::singleRankPlan(p), path);
   Batch batch = makeBatch(exec.model(), p.settings().global_batch(), 7);
   PlanExecutor::TrainOptions options;
   options.eps = 1e-4;
   options.lr = 1e-2;
+  options.freeze = freeze;
   Outcome o;
   std::vector<PlanExecutor::RankTrainState> ref;
   for (int s = 0; s < steps; ++s) {
@@ -387,6 +389,22 @@ TEST(TrainingMemory, ZeroStagesMatchOneRank) {
         EXPECT_EQ(st.stats.gatheredParameterBytes, 0u) << what;
       }
     }
+  }
+}
+
+TEST(TrainingMemory, ZeroRangesSkipFrozenParameters) {
+  // A ZeRO range may cover parts of a frozen and a trained parameter.
+  for (uint32_t zero : {1u, 3u}) {
+    Layout l = gpt2Uneven();
+    l.zero = zero;
+    plan::Plan p = trainPlan(gpt2(), l);
+    Outcome o = trainAgainstOneRank(p, gpt2(), 2, {"wpe", "ln_1"});
+    expectEquivalent(o, "ZeRO-" + std::to_string(zero) + " with frozen parameters");
+    PlanExecutor exec(p, gpt2());
+    auto params = exec.collectParameters(o.states);
+    for (const char *frozen : {"wpe.weight", "h.0.ln_1.weight", "h.1.ln_1.bias"})
+      EXPECT_EQ(maxNormError(params.at(frozen), exec.model().initializers.at(frozen)), 0) << frozen << " moved";
+    EXPECT_GT(maxNormError(params.at("h.0.ln_2.weight"), exec.model().initializers.at("h.0.ln_2.weight")), 0);
   }
 }
 

@@ -947,7 +947,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       Tensor labels = whole_ ? train->labels : sliceRows(train->labels, base, n);
       Tensor grad;
       try {
-        double piece = softmaxCrossEntropy(logits, labels, train->denominator, train->options.ignoreIndex, &grad);
+        double piece = softmaxCrossEntropy(logits, labels, train->denominator, train->options.ignoreIndex,
+                                           recompute && !replay ? nullptr : &grad);
         if (tpIndex == 0 && !replay) train->lossPiece += piece; // the worker's other ranks computed the same
       } catch (const std::exception &e) {
         fail("loss on output '" + lossOutput + "' " + logits.describe() + " with labels " +
@@ -1121,21 +1122,21 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       const auto &[ranks, params] = sumGroups_[g];
       if (train->summed.count(g) || !std::binary_search(ranks.begin(), ranks.end(), int(me)) || !select(ranks))
         continue;
+      train->summed.insert(g);
+      if (g < zero_.size() && zeroStage() >= 2) {
+        // ZeRO-2/3: each member keeps the sum of its own range only.
+        Tensor flat = flatRange(train->state.grads, params, zero_[g].offsets, 0, zero_[g].offsets.back());
+        for (const auto &p : params) train->state.grads.erase(p);
+        train->state.shards[g].grad = comm.reduceScatterSum(ranks, flat, zeroCounts(g), sumTag(g));
+        continue;
+      }
       std::vector<Tensor *> tensors;
       for (const auto &p : params) {
         Tensor &gr = train->state.grads[p];
         if (!gr.defined()) gr = Tensor(DType::Float32, model_->initializers.at(p).shape());
         tensors.push_back(&gr);
       }
-      if (g < zero_.size() && zeroStage() >= 2) {
-        // ZeRO-2/3: each member keeps the sum of its own range only.
-        Tensor flat = flatRange(train->state.grads, params, zero_[g].offsets, 0, zero_[g].offsets.back());
-        for (const auto &p : params) train->state.grads.erase(p);
-        train->state.shards[g].grad = comm.reduceScatterSum(ranks, flat, zeroCounts(g), sumTag(g));
-      } else {
-        train::groupSum(comm, ranks, sumTag(g), tensors);
-      }
-      train->summed.insert(g);
+      train::groupSum(comm, ranks, sumTag(g), tensors);
     }
   };
 
