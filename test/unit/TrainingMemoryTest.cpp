@@ -27,7 +27,8 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <sys/stat.h>
+#include <unistd.h>
+#include <thread>
 
 using namespace hetplan::runtime;
 namespace plan = hetplan::plan;
@@ -516,4 +517,45 @@ TEST(TrainingMemory, InconsistentSettingsAreRefused) {
   prog->Clear();
   for (const auto &x : ins) *prog->Add() = x;
   refused(p, "run their FORWARDs and BACKWARDs in different orders");
+}
+
+TEST(Communicator, GroupReduceScatterAndAllGather) {
+  // Ranks 1, 2, 3 of 4 (rank 0 not in the group), uneven segments 3, 0, 2.
+  ThreadCommGroup group(4);
+  const std::vector<int> members = {1, 2, 3};
+  const std::vector<int64_t> counts = {3, 0, 2};
+  std::vector<Tensor> scattered(4), gathered(4);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (int r = 1; r < 4; ++r)
+    threads.emplace_back([&, r] {
+      Communicator &comm = group.communicator(r);
+      try {
+        Tensor in(DType::Float32, {5});
+        for (int i = 0; i < 5; ++i) in.data<float>()[i] = float(10 * r + i);
+        scattered[size_t(r)] = comm.reduceScatterSum(members, in, counts, 77);
+        size_t k = size_t(r - 1);
+        Tensor mine(DType::Int64, {counts[k]});
+        for (int64_t i = 0; i < counts[k]; ++i) mine.data<int64_t>()[i] = 100 * r + i;
+        gathered[size_t(r)] = comm.allGather(members, mine, counts, 78);
+        Tensor wrong(DType::Float32, {4});
+        comm.reduceScatterSum(members, wrong, counts, 79);
+      } catch (const std::exception &e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  for (auto &t : threads) t.join();
+  // Segment of rank 1: elements 0..2 summed over ranks 1..3: (10+20+30) + 3i.
+  ASSERT_EQ(scattered[1].numel(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(scattered[1].data<float>()[i], 60.f + 3 * i);
+  EXPECT_EQ(scattered[2].numel(), 0);
+  ASSERT_EQ(scattered[3].numel(), 2);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(scattered[3].data<float>()[i], 60.f + 3 * (3 + i));
+  for (int r = 1; r < 4; ++r) {
+    ASSERT_EQ(gathered[size_t(r)].numel(), 5) << r;
+    std::vector<int64_t> want = {100, 101, 102, 300, 301};
+    EXPECT_EQ(gathered[size_t(r)].toInt64Vector(), want) << r;
+    EXPECT_NE(errors[size_t(r)].find("reduceScatterSum: float32[4] is not 5 float32 elements"), std::string::npos)
+        << errors[size_t(r)];
+  }
 }
