@@ -4,7 +4,7 @@
 # and runs it. With a `hetplan` compiler binary as third argument, also
 # compiles a pipelined training plan and a tensor-parallel one for gpt2-tiny
 # and runs two training steps of each against one rank under the
-# sanitizers. ctest runtime-asan calls this; by hand:
+# sanitizers, also with recomputation, ZeRO-3 and optimizer offload set. ctest runtime-asan calls this; by hand:
 #   test/runtime-asan.sh . build/asan [build/bin/hetplan]
 set -eu
 SRC=$(cd "${1:-.}" && pwd)
@@ -40,6 +40,9 @@ if [ -n "$HETPLAN" ]; then
       --batch 12 --seq 8 --pin "$PIN" --dtype fp32 --quiet -o "$WORK/train.plan" > /dev/null
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1} \
       "$BUILD/test/embed/hetplan-plan-equivalence" "$WORK/train.plan" --steps 2
+    # The training memory options (recomputation, ZeRO-3, offload) on the same plan.
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1} \
+      "$BUILD/test/embed/hetplan-plan-equivalence" "$WORK/train.plan" --steps 2 --zero 3 --recompute all --offload
   done
 fi
 echo "runtime-asan: no AddressSanitizer/LeakSanitizer reports"

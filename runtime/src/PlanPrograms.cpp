@@ -14,7 +14,8 @@
 //  * collectives complete when every member stands at the same one: the
 //    gradient all-reduce over the stage's workers at one tensor-parallel
 //    position, and, in a worker of tp > 1 ranks, each FORWARD/BACKWARD of a
-//    micro-batch (its ranks exchange shards inside it).
+//    micro-batch (its ranks exchange shards inside it; under ZeRO-3 the
+//    whole stage meets there to gather parameters).
 //
 // This model waits at least as much as the real communicators do, so a plan
 // it finishes cannot deadlock; a plan it cannot finish is refused with the
@@ -52,6 +53,7 @@ struct RankInfo {
   int stage = -1;
   std::vector<uint32_t> worker;  // the ranks of its worker, tp order
   std::vector<uint32_t> stageGroup;  // its stage's ranks at its tp position
+  std::vector<uint32_t> stageRanks;  // every rank of its stage
 };
 
 } // namespace
@@ -67,9 +69,12 @@ bool checkPlanPrograms(const plan::Plan &p, std::string &error) {
         if (r >= R) continue;  // validatePlan reports it
         info[r].stage = s;
         info[r].worker.assign(w.ranks().begin(), w.ranks().end());
-        for (const auto &o : st.workers())
+        for (const auto &o : st.workers()) {
           if (k < o.ranks_size()) info[r].stageGroup.push_back(o.ranks(k));
+          info[r].stageRanks.insert(info[r].stageRanks.end(), o.ranks().begin(), o.ranks().end());
+        }
         std::sort(info[r].stageGroup.begin(), info[r].stageGroup.end());
+        std::sort(info[r].stageRanks.begin(), info[r].stageRanks.end());
       }
   }
 
@@ -144,12 +149,15 @@ bool checkPlanPrograms(const plan::Plan &p, std::string &error) {
     return pc[r] < prog.size() ? &prog[pc[r]] : nullptr;
   };
   // The members of the collective `ins` on rank r (empty: not a collective).
+  // Under ZeRO-3 every FORWARD/BACKWARD gathers the stage's parameters from
+  // its workers: the whole stage meets there.
+  const bool zero3 = p.settings().mode() == "train" && p.settings().zero_stage() == 3;
   auto members = [&](uint32_t r, const plan::Instruction &ins) -> std::vector<uint32_t> {
     if (info[r].stage < 0) return {};
     if (ins.kind() == plan::Instruction::ALLREDUCE_GRADIENTS) return info[r].stageGroup;
-    if ((ins.kind() == plan::Instruction::FORWARD || ins.kind() == plan::Instruction::BACKWARD) &&
-        info[r].worker.size() > 1)
-      return info[r].worker;
+    bool compute = ins.kind() == plan::Instruction::FORWARD || ins.kind() == plan::Instruction::BACKWARD;
+    if (compute && zero3 && info[r].stageRanks.size() > 1) return info[r].stageRanks;
+    if (compute && info[r].worker.size() > 1) return info[r].worker;
     return {};
   };
   auto same = [](const plan::Instruction *a, const plan::Instruction &b) {

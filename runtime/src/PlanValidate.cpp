@@ -145,6 +145,19 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
   if (microBatches == 0)
     return fail("settings.micro_batches is 0");
 
+  // Training-memory settings (docs/plan-format.md). Stage.recompute in an
+  // inference plan is ignored: inference keeps nothing for a backward.
+  const auto &settings = p.settings();
+  if (settings.zero_stage() > 3)
+    return fail("settings.zero_stage is " + to_string(settings.zero_stage()) +
+                "; ZeRO stages are 0 (off), 1 (optimizer state sharded), 2 (also gradients) and 3 "
+                "(also parameters)");
+  if (settings.mode() != "train" && settings.zero_stage() > 0)
+    return fail("settings.zero_stage is " + to_string(settings.zero_stage()) +
+                " in an inference plan (ZeRO shards training state: optimizer state, gradients, parameters)");
+  if (settings.mode() != "train" && settings.offload_optimizer())
+    return fail("settings.offload_optimizer is set in an inference plan (there is no optimizer state)");
+
   // Stages: cover the layers in order; workers own existing ranks.
   const uint32_t numStages = uint32_t(p.stages_size());
   if (numStages == 0)

@@ -21,9 +21,20 @@
 // With --write, also writes the labels (DIR/labels.npy) and the reference
 // losses (DIR/ref_loss.npy) and parameters (DIR/ref_param_<name>.npy).
 //
+// Training memory options, set on the loaded plan before it runs (what
+// `hetplan compile` writes when the planner chooses them): --recompute
+// all|S[,S...] (Stage.recompute), --zero N (Settings.zero_stage), --offload
+// (Settings.offload_optimizer). A ZeRO-2/3 rank keeps only its range of the
+// summed gradients: that range is compared. With --write the changed plan
+// is written too (DIR/plan.hpl, model path absolute) for `hetplan run`.
+//
 //===----------------------------------------------------------------------===//
 #include "hetplan/runtime/Npy.h"
 #include "hetplan/runtime/PlanExecutor.h"
+#include "hetplan/runtime/PlanFile.h"
+
+#include <climits>
+#include <cstdlib>
 
 #include <cmath>
 #include <cstdio>
@@ -128,7 +139,31 @@ static int compareTraining(const PlanExecutor &exec, const std::map<std::string,
     size_t checked = 0;
     double largest = 0; // over all parameters' gradients
     for (const auto &[name, g] : ref[0].grads) largest = std::max(largest, maxAbs(g));
-    for (size_t r = 0; r < mine.size(); ++r)
+    for (size_t r = 0; r < mine.size(); ++r) {
+      // ZeRO-2/3: the rank's range of the flattened gradients (of a split
+      // weight, the elements in its columns).
+      for (const auto &[grp, z] : exec.zeroShards(uint32_t(r))) {
+        auto it = mine[r].shards.find(grp);
+        if (it == mine[r].shards.end() || !it->second.grad.defined()) continue;
+        const float *got = it->second.grad.data<float>();
+        double d = 0, m = 1e-3 * largest;
+        for (size_t i = 0; i < z.params.size(); ++i) {
+          int64_t a = std::max(z.lo, z.offsets[i]), b = std::min(z.hi, z.offsets[i + 1]);
+          const Tensor &want = ref[0].grads.at(z.params[i]);
+          int64_t cols = want.shape().back();
+          auto [clo, chi] = exec.heldColumns(uint32_t(r), z.params[i]);
+          for (int64_t e = a; e < b; ++e) {
+            int64_t c = (e - z.offsets[i]) % cols;
+            if (c < clo || c >= chi) continue;
+            double w = want.data<float>()[e - z.offsets[i]];
+            d = std::max(d, std::fabs(double(got[e - z.lo]) - w));
+            m = std::max(m, std::fabs(w));
+          }
+          ++checked;
+        }
+        double err = d / m;
+        if (err > worst) { worst = err; worstName = "ZeRO range of group " + std::to_string(grp) + " on rank " + std::to_string(r); }
+      }
       for (const auto &[name, g] : mine[r].grads) {
         // A tensor-parallel rank computes its columns of a split weight.
         auto [lo, hi] = exec.heldColumns(uint32_t(r), name);
@@ -139,6 +174,7 @@ static int compareTraining(const PlanExecutor &exec, const std::map<std::string,
         ++checked;
         if (err > worst) { worst = err; worstName = name + " on rank " + std::to_string(r); }
       }
+    }
     bool gGood = worst <= tol && checked >= ref[0].grads.size();
     std::printf("%s: step %d gradients of %zu parameters on all ranks (%zu checks), max relative error %.3g%s\n",
                 gGood ? "ok" : "FAIL", s, ref[0].grads.size(), checked, worst,
@@ -158,6 +194,13 @@ static int compareTraining(const PlanExecutor &exec, const std::map<std::string,
   std::printf("%s: %zu parameters after %d steps, max relative error %.3g%s\n", pGood ? "ok" : "FAIL",
               refParams.size(), steps, worst, worstName.empty() ? "" : (" (" + worstName + ")").c_str());
   ok &= pGood;
+  for (size_t r = 0; r < mine.size(); ++r) {
+    const auto &st = mine[r].stats;
+    if (st.peakStashedBytes || st.offloadBytes || st.gatheredParameterBytes)
+      std::printf("rank %zu: peak stashed activations %llu bytes, optimizer offload %llu bytes, "
+                  "ZeRO-3 gathered %llu bytes (last step)\n", r, (unsigned long long)st.peakStashedBytes,
+                  (unsigned long long)st.offloadBytes, (unsigned long long)st.gatheredParameterBytes);
+  }
   if (!writeDir.empty()) {
     writeInputs(writeDir, inputs);
     writeNpy(writeDir + "/labels.npy", labels);
@@ -174,9 +217,15 @@ int main(int argc, char **argv) {
   unsigned seed = 1;
   bool perSample = false; // reference one sample at a time (graphs with a fixed batch of 1)
   int steps = 2;
+  int zero = -1;
+  std::string recompute;
+  bool offload = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) modelPath = argv[++i];
+    else if (a == "--zero" && i + 1 < argc) zero = std::stoi(argv[++i]);
+    else if (a == "--recompute" && i + 1 < argc) recompute = argv[++i];
+    else if (a == "--offload") offload = true;
     else if (a == "--write" && i + 1 < argc) writeDir = argv[++i];
     else if (a == "--per-sample") perSample = true;
     else if (a == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
@@ -186,6 +235,23 @@ int main(int argc, char **argv) {
   }
   try {
     auto exec = PlanExecutor::load(planPath, modelPath);
+    if (zero >= 0 || !recompute.empty() || offload) {
+      hetplan::plan::Plan p = exec->plan();
+      if (zero >= 0) p.mutable_settings()->set_zero_stage(uint32_t(zero));
+      if (offload) p.mutable_settings()->set_offload_optimizer(true);
+      for (auto &st : *p.mutable_stages()) {
+        std::string me = std::to_string(st.index());
+        st.set_recompute(recompute == "all" || ("," + recompute + ",").find("," + me + ",") != std::string::npos);
+      }
+      char abs[PATH_MAX];
+      if (realpath(p.model().path().c_str(), abs)) p.mutable_model()->set_path(abs);
+      exec = std::make_unique<PlanExecutor>(p, modelPath);
+      std::string error;
+      if (!writeDir.empty() && !writePlan(writeDir + "/plan.hpl", p, error)) {
+        std::cerr << "hetplan-plan-equivalence: " << error << "\n";
+        return 1;
+      }
+    }
     const Model &model = exec->model();
     int64_t B = exec->plan().settings().global_batch();
     const auto &bound = exec->plan().settings().bound_dims();

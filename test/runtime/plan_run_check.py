@@ -16,6 +16,10 @@ process) and with `hetplan run` on .npy files (compared here with numpy).
   --generate gpt2-small: write models/gen_transformer.py's GPT-2 small
   (124M parameters, random weights, external data) into DIR and check it;
   --generate small-cnn: models/gen_cnn.py's residual convnet.
+  --memory "ARGS": training memory options set on the compiled plan by the
+  equivalence check (e.g. "--zero 3 --recompute all --offload"), which
+  writes the changed plan for `hetplan run` (docs/runtime.md, "Training
+  memory: recomputation, ZeRO, offload").
 """
 import argparse, glob, os, shutil, subprocess, sys
 
@@ -85,6 +89,8 @@ def main():
                     help="gpt2 config of models/gen_transformer.py to generate and check")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--tp", action="store_true", help="tensor-parallel layout (4 ranks, see CLUSTER_TP)")
+    ap.add_argument("--memory", default="", metavar="ARGS",
+                    help="hetplan-plan-equivalence options that set training memory options on the plan")
     ap.add_argument("models", nargs="*")
     a = ap.parse_args()
     mpi_prefix = []
@@ -174,7 +180,10 @@ def main():
             failures += 1
             continue
 
-        rc, out = run([a.equivalence, plan, "--write", work] + (["--per-sample"] if fixed1 else []))
+        rc, out = run([a.equivalence, plan, "--write", work] + (["--per-sample"] if fixed1 else []) +
+                      a.memory.split())
+        if a.memory:
+            plan = os.path.join(work, "plan.hpl")  # the plan with the options set
         sys.stdout.write(out)
         if rc != 0:
             print(f"FAIL {name}: PlanExecutor differs from one rank")

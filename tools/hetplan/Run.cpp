@@ -19,6 +19,7 @@
 #include "hetplan/runtime/Files.h"
 #include "hetplan/runtime/MpiCommunicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
+#include "hetplan/runtime/PlanFile.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -324,6 +325,23 @@ int trainSteps(const hetplan::runtime::PlanExecutor &exec,
       report(s, losses.back());
     }
     params = exec.collectParameters(states);
+    // --profile: what the training memory options measured in the last
+    // step, per rank (docs/runtime.md, "Training memory").
+    if (profileTiming()) {
+      const auto &settings = exec.plan().settings();
+      llvm::outs() << "memory (last step, bytes; zero_stage " << settings.zero_stage() << ", offload "
+                   << (settings.offload_optimizer() ? "on" : "off") << ")\n"
+                   << "rank  stage  recompute  peak_stashed_activations  optimizer_offload  zero3_gathered\n";
+      for (size_t r = 0; r < states.size(); ++r) {
+        if (isIdleRank(exec.plan(), uint32_t(r))) continue;
+        const auto &st = states[r].stats;
+        uint32_t stage = exec.plan().ranks(int(r)).stage();
+        llvm::outs() << llvm::format("%4zu  %5u  %9s  %24llu  %17llu  %14llu\n", r, stage,
+                                     exec.plan().stages(int(stage)).recompute() ? "yes" : "no",
+                                     (unsigned long long)st.peakStashedBytes, (unsigned long long)st.offloadBytes,
+                                     (unsigned long long)st.gatheredParameterBytes);
+      }
+    }
     return -1;
   }
 #if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -246,6 +247,74 @@ void NcclCommunicator::allReduceSum(Tensor &tensor) {
   if (r == ncclSuccess) s.unstage(tensor.raw(), d, bytes, "ncclAllReduce");
   s.releaseAfterNccl(d);
   ncclCheck(r, "ncclAllReduce");
+}
+
+// Group collectives: one NCCL group of point-to-point calls (ncclSend /
+// ncclRecv between every pair of members, raw bytes, no headers: the
+// counts are known to all), so the exchanges cannot wait on each other.
+// Summing is on the host, in group order (as the default implementation).
+Tensor NcclCommunicator::reduceScatterSum(const std::vector<int> &group, const Tensor &in,
+                                          const std::vector<int64_t> &counts, int64_t /*tag*/) {
+  State &s = *state_;
+  size_t me = 0;
+  std::vector<int64_t> off = collectiveOffsets(*this, group, counts, me, "reduceScatterSum");
+  if (in.dtype() != DType::Float32 || in.numel() != off.back())
+    throw std::runtime_error("reduceScatterSum: " + in.describe() + " is not " + std::to_string(off.back()) +
+                             " float32 elements");
+  s.select();
+  size_t n = size_t(counts[me]), G = group.size();
+  char *din = static_cast<char *>(s.stage(in.raw(), in.nbytes()));
+  char *dparts = static_cast<char *>(s.deviceAlloc(n * G * sizeof(float), s.stream));
+  ncclResult_t r = ncclGroupStart();
+  for (size_t k = 0; k < G && r == ncclSuccess; ++k) {
+    if (k == me) continue;
+    if (counts[k]) r = ncclSend(din + size_t(off[k]) * sizeof(float), size_t(counts[k]), ncclFloat, group[k], s.comm, s.stream);
+    if (r == ncclSuccess && n) r = ncclRecv(dparts + k * n * sizeof(float), n, ncclFloat, group[k], s.comm, s.stream);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess) r = end;
+  std::vector<float> parts(n * G);
+  if (r == ncclSuccess) s.unstage(parts.data(), dparts, parts.size() * sizeof(float), "reduce-scatter (ncclSend/ncclRecv)");
+  s.releaseAfterNccl(din);
+  s.releaseAfterNccl(dparts);
+  ncclCheck(r, "reduce-scatter (ncclSend/ncclRecv)");
+  Tensor out(DType::Float32, {int64_t(n)});
+  float *o = out.data<float>();
+  for (size_t k = 0; k < G; ++k) {
+    const float *src = k == me ? in.data<float>() + off[me] : parts.data() + k * n;
+    for (size_t i = 0; i < n; ++i) o[i] += src[i];
+  }
+  return out;
+}
+
+Tensor NcclCommunicator::allGather(const std::vector<int> &group, const Tensor &mine,
+                                   const std::vector<int64_t> &counts, int64_t /*tag*/) {
+  State &s = *state_;
+  size_t me = 0;
+  std::vector<int64_t> off = collectiveOffsets(*this, group, counts, me, "allGather");
+  if (mine.numel() != counts[me])
+    throw std::runtime_error("allGather: rank " + std::to_string(s.rank) + " passed " + mine.describe() +
+                             ", expected " + std::to_string(counts[me]) + " elements");
+  s.select();
+  size_t e = dtypeSize(mine.dtype());
+  Tensor out(mine.dtype(), {off.back()});
+  char *dmine = static_cast<char *>(s.stage(mine.raw(), mine.nbytes()));
+  char *dout = static_cast<char *>(s.deviceAlloc(out.nbytes(), s.stream));
+  ncclResult_t r = ncclGroupStart();
+  for (size_t k = 0; k < group.size() && r == ncclSuccess; ++k) {
+    if (k == me) continue;
+    if (mine.nbytes()) r = ncclSend(dmine, mine.nbytes(), ncclUint8, group[k], s.comm, s.stream);
+    if (r == ncclSuccess && counts[k])
+      r = ncclRecv(dout + size_t(off[k]) * e, size_t(counts[k]) * e, ncclUint8, group[k], s.comm, s.stream);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess) r = end;
+  if (r == ncclSuccess) s.unstage(out.raw(), dout, out.nbytes(), "all-gather (ncclSend/ncclRecv)");
+  s.releaseAfterNccl(dmine);
+  s.releaseAfterNccl(dout);
+  ncclCheck(r, "all-gather (ncclSend/ncclRecv)");
+  if (mine.nbytes()) std::memcpy(static_cast<char *>(out.raw()) + size_t(off[me]) * e, mine.raw(), mine.nbytes());
+  return out;
 }
 
 void NcclCommunicator::abort(const std::string &why) {

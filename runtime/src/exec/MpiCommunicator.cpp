@@ -7,13 +7,17 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
 #include <csignal>
+#include <cstdint>
+#include <cstring>
 #include <sys/prctl.h>
 #include <unistd.h>
-#include <chrono>
 #include <cstdio>
 #include <thread>
 #include <list>
+#include <map>
 #include <vector>
 
 namespace hetplan::runtime {
@@ -63,6 +67,26 @@ struct MpiCommunicator::Pending {
     std::vector<MPI_Request> requests;
   };
   std::list<Send> sends;
+  /// Communicators of the groups the collectives ran over, made on first
+  /// use with MPI_Comm_create_group (collective over the members only).
+  std::map<std::vector<int>, MPI_Comm> groups;
+
+  MPI_Comm group(const std::vector<int> &ranks) {
+    auto it = groups.find(ranks);
+    if (it != groups.end()) return it->second;
+    MPI_Group world, sub;
+    check(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+    check(MPI_Group_incl(world, int(ranks.size()), ranks.data(), &sub), "MPI_Group_incl");
+    MPI_Comm comm = MPI_COMM_NULL;
+    // The tag keeps concurrent creations of different groups apart.
+    int tag = (ranks.front() * 131 + int(ranks.size())) % 32768;
+    int rc = MPI_Comm_create_group(MPI_COMM_WORLD, sub, tag, &comm);
+    MPI_Group_free(&sub);
+    MPI_Group_free(&world);
+    check(rc, "MPI_Comm_create_group");
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    return groups[ranks] = comm;
+  }
 
   // Drops the sends that have completed (without waiting).
   void reap() {
@@ -105,6 +129,7 @@ MpiCommunicator::~MpiCommunicator() {
     flush();
   } catch (...) {
   }
+  for (auto &[ranks, comm] : pending_->groups) MPI_Comm_free(&comm);
   if (--gLive == 0 && gWeInitialized) {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -224,6 +249,63 @@ void MpiCommunicator::allReduceSum(Tensor &tensor) {
           "MPI_Iallreduce");
     waitFor(request, "MPI_Iallreduce", rank_, timeout_);
   }
+}
+
+namespace {
+/// MPI counts and displacements are int: refuse what does not fit.
+std::vector<int> intCounts(const std::vector<int64_t> &v, size_t scale, const char *what) {
+  std::vector<int> out;
+  for (int64_t x : v) {
+    if (x < 0 || uint64_t(x) * scale > uint64_t(INT32_MAX))
+      throw std::runtime_error(std::string(what) + ": " + std::to_string(x) +
+                               " elements is more than one MPI call moves (2^31 - 1 units)");
+    out.push_back(int(uint64_t(x) * scale));
+  }
+  return out;
+}
+} // namespace
+
+Tensor MpiCommunicator::reduceScatterSum(const std::vector<int> &ranks, const Tensor &in,
+                                         const std::vector<int64_t> &counts, int64_t /*tag*/) {
+  size_t me = 0;
+  std::vector<int64_t> off = collectiveOffsets(*this, ranks, counts, me, "reduceScatterSum");
+  if (in.dtype() != DType::Float32 || in.numel() != off.back())
+    throw std::runtime_error("reduceScatterSum: " + in.describe() + " is not " + std::to_string(off.back()) +
+                             " float32 elements");
+  Tensor out(DType::Float32, {counts[me]});
+  if (ranks.size() == 1) {
+    if (counts[me]) std::memcpy(out.raw(), in.raw(), in.nbytes());
+    return out;
+  }
+  std::vector<int> n = intCounts(counts, 1, "reduceScatterSum");
+  MPI_Request request;
+  check(MPI_Ireduce_scatter(in.raw(), out.raw(), n.data(), MPI_FLOAT, MPI_SUM, pending_->group(ranks),
+                            &request),
+        "MPI_Ireduce_scatter");
+  waitFor(request, "MPI_Ireduce_scatter", rank_, timeout_);
+  return out;
+}
+
+Tensor MpiCommunicator::allGather(const std::vector<int> &ranks, const Tensor &mine,
+                                  const std::vector<int64_t> &counts, int64_t /*tag*/) {
+  size_t me = 0;
+  std::vector<int64_t> off = collectiveOffsets(*this, ranks, counts, me, "allGather");
+  if (mine.numel() != counts[me])
+    throw std::runtime_error("allGather: rank " + std::to_string(rank_) + " passed " + mine.describe() +
+                             ", expected " + std::to_string(counts[me]) + " elements");
+  Tensor out(mine.dtype(), {off.back()});
+  if (ranks.size() == 1) {
+    if (counts[me]) std::memcpy(out.raw(), mine.raw(), mine.nbytes());
+    return out;
+  }
+  size_t e = dtypeSize(mine.dtype());
+  std::vector<int> n = intCounts(counts, e, "allGather"), at = intCounts(off, e, "allGather");
+  MPI_Request request;
+  check(MPI_Iallgatherv(mine.raw(), n[me], MPI_BYTE, out.raw(), n.data(), at.data(), MPI_BYTE,
+                        pending_->group(ranks), &request),
+        "MPI_Iallgatherv");
+  waitFor(request, "MPI_Iallgatherv", rank_, timeout_);
+  return out;
 }
 
 void MpiCommunicator::abort(const std::string &why) {

@@ -70,6 +70,12 @@ int64_t gradTag(uint32_t mb, size_t i) { return kTrainTagBase + int64_t(mb) * kT
 int64_t flagTag(uint32_t mb) { return kTrainTagBase + int64_t(mb) * kTrainTagsPerMicroBatch + kTrainTagsPerMicroBatch - 1; }
 constexpr int64_t kSumTagBase = (int64_t(1) << 30) + (int64_t(1) << 29);
 int64_t sumTag(size_t group) { return kSumTagBase + 2 * int64_t(group); }
+// ZeRO's parameter all-gathers: per (micro-batch, phase: 0 FORWARD,
+// 1 BACKWARD, 2 after OPTIMIZER_STEP, group); checkTraining bounds them.
+constexpr int64_t kZeroTagBase = kSumTagBase + (int64_t(1) << 28);
+int64_t zeroTag(uint32_t mb, int phase, size_t group, size_t groups) {
+  return kZeroTagBase + (int64_t(mb) * 3 + phase) * int64_t(groups) + int64_t(group);
+}
 
 // Tensor-parallel traffic inside a worker: per (micro-batch, node), the
 // forward all-gather and the backward sum. Above `hetplan run`'s MPI output
@@ -504,6 +510,65 @@ void PlanExecutor::checkTraining() {
   sumGroups_.assign(groups.begin(), groups.end());
   if (plan_.settings().micro_batches() >= (1u << 16))
     fail("training supports fewer than 65536 micro-batches");
+
+  // ZeRO: each group's parameters flattened in name order and cut into
+  // equal contiguous element ranges (all float32, so equal bytes), member
+  // k of the sorted ranks taking the k-th (docs/runtime.md, "ZeRO").
+  uint32_t zero = plan_.settings().zero_stage();
+  zero_.assign(zero ? sumGroups_.size() : 0, {});
+  for (size_t g = 0; g < zero_.size(); ++g) {
+    const auto &[ranks, params] = sumGroups_[g];
+    ZeroGroup &z = zero_[g];
+    z.offsets.push_back(0);
+    for (const auto &p : params) z.offsets.push_back(z.offsets.back() + m.initializers.at(p).numel());
+    int64_t total = z.offsets.back(), G = int64_t(ranks.size());
+    for (int64_t k = 0; k <= G; ++k) z.bounds.push_back(total * k / G);
+    std::set<uint32_t> stages;
+    for (int r : ranks) stages.insert(plan_.ranks(r).stage());
+    z.paramsSharded = zero == 3 && G > 1 && stages.size() == 1;
+    if (!z.paramsSharded) continue;
+    // The members all-gather before every FORWARD and BACKWARD: MPI and
+    // NCCL match collectives by order, so they must run them in one order.
+    std::vector<std::pair<int, uint32_t>> order, first;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      order.clear();
+      for (const auto &ins : plan_.ranks(ranks[k]).program())
+        if (ins.kind() == plan::Instruction::FORWARD || ins.kind() == plan::Instruction::BACKWARD)
+          order.push_back({int(ins.kind()), ins.micro_batch()});
+      if (k == 0) first = order;
+      else if (order != first)
+        fail("settings.zero_stage 3: ranks " + std::to_string(ranks[0]) + " and " + std::to_string(ranks[k]) +
+             " of stage " + std::to_string(*stages.begin()) +
+             " run their FORWARDs and BACKWARDs in different orders (their parameter all-gathers must match)");
+    }
+  }
+  if (!zero_.empty() && int64_t(plan_.settings().micro_batches()) * 3 * int64_t(zero_.size()) >= (int64_t(1) << 28))
+    fail("settings.zero_stage: too many micro-batches x parameter groups for ZeRO's message tags");
+}
+
+PlanExecutor::ZeroShard PlanExecutor::zeroShard(size_t g, uint32_t r) const {
+  ZeroShard out;
+  const auto &[ranks, params] = sumGroups_.at(g);
+  const ZeroGroup &z = zero_.at(g);
+  out.ranks = ranks;
+  out.params = params;
+  out.offsets = z.offsets;
+  out.bounds = z.bounds;
+  out.paramsSharded = z.paramsSharded;
+  size_t k = size_t(std::find(ranks.begin(), ranks.end(), int(r)) - ranks.begin());
+  if (k < ranks.size()) {
+    out.lo = z.bounds[k];
+    out.hi = z.bounds[k + 1];
+  }
+  return out;
+}
+
+std::map<size_t, PlanExecutor::ZeroShard> PlanExecutor::zeroShards(uint32_t r) const {
+  std::map<size_t, ZeroShard> out;
+  for (size_t g = 0; g < zero_.size(); ++g)
+    if (std::binary_search(sumGroups_[g].first.begin(), sumGroups_[g].first.end(), int(r)))
+      out[g] = zeroShard(g, r);
+  return out;
 }
 
 namespace {
@@ -515,6 +580,61 @@ struct TimingObserver : ExecutionObserver {
   void nodeRan(size_t node, double seconds) override {
     timing.nodeSeconds[node] += seconds;
     timing.nodeSamples[node] += samples;
+  }
+};
+
+/// Elements [lo, hi) of the tensors `names` (in `values`; offsets[i]: where
+/// names[i] starts in the list laid end to end) as one float32 tensor; a
+/// missing tensor reads as zeros (a gradient no micro-batch reached).
+Tensor flatRange(const std::map<std::string, Tensor> &values, const std::vector<std::string> &names,
+                 const std::vector<int64_t> &offsets, int64_t lo, int64_t hi) {
+  Tensor out(DType::Float32, {hi - lo});
+  for (size_t i = 0; i < names.size(); ++i) {
+    int64_t a = std::max(lo, offsets[i]), b = std::min(hi, offsets[i + 1]);
+    if (a >= b) continue;
+    auto it = values.find(names[i]);
+    if (it == values.end() || !it->second.defined()) continue;
+    if (it->second.dtype() != DType::Float32 || it->second.numel() != offsets[i + 1] - offsets[i])
+      fail("'" + names[i] + "' is " + it->second.describe() + ", not the parameter's float32 size");
+    std::memcpy(out.data<float>() + (a - lo), it->second.data<float>() + (a - offsets[i]), size_t(b - a) * sizeof(float));
+  }
+  return out;
+}
+
+/// Writes `flat`, elements [lo, lo + flat.numel()) of that list, into the
+/// tensors of `values`; a missing one is made (zeros) with `shapes`' shape.
+void scatterFlat(const Tensor &flat, int64_t lo, const std::vector<std::string> &names,
+                 const std::vector<int64_t> &offsets, std::map<std::string, Tensor> &values,
+                 const std::map<std::string, Tensor> &shapes) {
+  int64_t hi = lo + flat.numel();
+  for (size_t i = 0; i < names.size(); ++i) {
+    int64_t a = std::max(lo, offsets[i]), b = std::min(hi, offsets[i + 1]);
+    if (a >= b) continue;
+    Tensor &t = values[names[i]];
+    if (!t.defined()) t = Tensor(DType::Float32, shapes.at(names[i]).shape());
+    std::memcpy(t.data<float>() + (a - offsets[i]), flat.data<float>() + (a - lo), size_t(b - a) * sizeof(float));
+  }
+}
+
+/// Bytes of distinct memory under a set of tensors: views of one buffer
+/// (a Reshape's output, a sent slice) count once.
+struct ByteSpans {
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans;
+  void add(const Tensor &t) {
+    if (!t.defined() || t.nbytes() == 0 || !t.raw()) return;
+    auto a = reinterpret_cast<uintptr_t>(t.raw());
+    spans.push_back({a, a + t.nbytes()});
+  }
+  uint64_t total() {
+    std::sort(spans.begin(), spans.end());
+    uint64_t sum = 0;
+    uintptr_t end = 0;
+    for (auto [a, b] : spans) {
+      if (b <= end) continue;
+      sum += b - std::max(a, end);
+      end = b;
+    }
+    return sum;
   }
 };
 
@@ -617,6 +737,52 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   };
   std::map<uint32_t, Produced> outbox;
 
+  // ---- training memory: recomputation, ZeRO-3's gathered parameters ----
+  const bool recompute = train && st.recompute();
+  // SEND_ACTIVATIONs still to run per micro-batch: a training rank drops
+  // the values it sends once they are sent (the stash keeps what BACKWARD needs).
+  std::map<uint32_t, int> sendsLeft;
+  for (const auto &ins : rank.program())
+    if (ins.kind() == plan::Instruction::SEND_ACTIVATION) sendsLeft[ins.micro_batch()] += ins.peers_size();
+  auto noteStash = [&] {
+    ByteSpans held;
+    for (const auto &[m, values] : train->stash)
+      for (const auto &[name, t] : values)
+        if (!model_->initializers.count(name)) held.add(t);
+    for (const auto &[m, p] : outbox)
+      for (const auto &[name, t] : p.values) held.add(t);
+    for (const auto &[m, values] : train->seeds)
+      for (const auto &[name, t] : values) held.add(t);
+    auto &peak = train->state.stats.peakStashedBytes;
+    peak = std::max<uint64_t>(peak, held.total());
+  };
+  std::vector<size_t> myGroups; // the sumGroups_ this rank is in
+  for (size_t g = 0; g < sumGroups_.size(); ++g)
+    if (std::binary_search(sumGroups_[g].first.begin(), sumGroups_[g].first.end(), int(me))) myGroups.push_back(g);
+  auto zeroCounts = [&](size_t g) {
+    std::vector<int64_t> counts;
+    for (size_t k = 0; k + 1 < zero_[g].bounds.size(); ++k) counts.push_back(zero_[g].bounds[k + 1] - zero_[g].bounds[k]);
+    return counts;
+  };
+  // ZeRO-3: the whole parameters of the sharded groups exist only while a
+  // FORWARD or BACKWARD (phase 0 / 1) runs.
+  auto gatherShards = [&](uint32_t mb, int phase) {
+    if (!train) return;
+    for (size_t g : myGroups) {
+      if (g >= zero_.size() || !zero_[g].paramsSharded) continue;
+      Tensor full = comm.allGather(sumGroups_[g].first, train->state.shards.at(g).param, zeroCounts(g),
+                                   zeroTag(mb, phase, g, zero_.size()));
+      scatterFlat(full, 0, sumGroups_[g].second, zero_[g].offsets, train->state.params, model_->initializers);
+      train->state.stats.gatheredParameterBytes += full.nbytes();
+    }
+  };
+  auto dropGathered = [&] {
+    if (!train) return;
+    for (size_t g : myGroups)
+      if (g < zero_.size() && zero_[g].paramsSharded)
+        for (const auto &p : sumGroups_[g].second) train->state.params.erase(p);
+  };
+
   auto receive = [&](uint32_t mb, uint32_t peer) {
     const auto &w = workerOf(plan_.stages(int(j - 1)), peer);
     Received r;
@@ -626,7 +792,9 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     pending[mb][w.sample_offset()] = std::move(r);
   };
 
-  auto forward = [&](uint32_t mb) {
+  // With `replay` (recomputation, before a BACKWARD): runs the nodes again
+  // from the kept inputs in *replay and leaves every value there.
+  auto forward = [&](uint32_t mb, std::map<std::string, Tensor> *replay = nullptr) {
     std::map<std::string, Tensor> values;
     int64_t base = int64_t(mb) * microBatch_ + off;
     for (const auto &gi : model_->inputs)
@@ -637,7 +805,9 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     std::map<std::string, std::vector<int64_t>> perSample;
     std::set<std::string> seeds;
     if (train) seeds = stageParams_[j];
-    if (in) {
+    if (replay)
+      for (auto &[k, v] : *replay) values[k] = v;
+    if (in && !replay) {
       const auto &prev = plan_.stages(int(j - 1));
       for (const auto &w : prev.workers())
         if (std::max(w.sample_offset(), off) < std::min(w.sample_offset() + w.samples(), off + n) &&
@@ -688,6 +858,11 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       }
       for (const auto &f : fakes) values.erase(f);
     }
+    // Recomputation keeps only what the stage's nodes start from.
+    std::map<std::string, Tensor> inputsKept;
+    if (recompute && !replay)
+      for (const auto &[k, v] : values)
+        if (!stageParams_[j].count(k)) inputsKept.emplace(k, v);
     std::map<std::string, std::vector<int64_t>> shapes;
     std::set<std::string> keepAll = keep;
     if (out)
@@ -722,7 +897,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     };
     const Executor::NodeHook *hookPtr = sharded.empty() || tp < 2 ? nullptr : &hook;
     std::map<std::string, Tensor> result;
-    if (timing) {
+    if (timing && !replay) { // a profile times each node once per micro-batch
       TimingObserver observer(*timing, n);
       auto t0 = std::chrono::steady_clock::now();
       result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes, &observer, hookPtr);
@@ -733,7 +908,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes, nullptr, hookPtr);
     }
     std::set<std::string> requires;
-    if (train) {
+    if (train && !replay) {
       auto lookup = [&](const std::string &v) -> const Tensor * {
         auto it = result.find(v);
         return it == result.end() ? nullptr : &it->second;
@@ -741,7 +916,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       requires = train::requiresGrad(*model_, stageNodes_[j], seeds, lookup);
     }
     Produced p;
-    if (out) {
+    if (out && !replay) {
       for (const auto &s : out->shapes) {
         auto it = shapes.find(s);
         std::vector<int64_t> full;
@@ -770,23 +945,25 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       }
       outbox[mb] = std::move(p);
       if (train) train->outFlags[mb] = flags;
-    } else if (train) {
-      // The loss on this worker's samples; its gradient seeds BACKWARD.
+    } else if (train && !out) {
+      // The loss on this worker's samples; its gradient seeds BACKWARD (a
+      // recomputing stage makes it again from the rebuilt logits).
       const Tensor &logits = result.at(lossOutput);
       if (train->labels.rank() < 1) fail("the labels must have a batch dim");
       Tensor labels = whole_ ? train->labels : sliceRows(train->labels, base, n);
       Tensor grad;
       try {
-        double piece = softmaxCrossEntropy(logits, labels, train->denominator, train->options.ignoreIndex, &grad);
-        if (tpIndex == 0) train->lossPiece += piece; // the worker's other ranks computed the same
+        double piece = softmaxCrossEntropy(logits, labels, train->denominator, train->options.ignoreIndex,
+                                           recompute && !replay ? nullptr : &grad);
+        if (tpIndex == 0 && !replay) train->lossPiece += piece; // the worker's other ranks computed the same
       } catch (const std::exception &e) {
         fail("loss on output '" + lossOutput + "' " + logits.describe() + " with labels " +
              labels.describe() + ": " + e.what());
       }
-      if (!requires.count(lossOutput))
+      if (!replay && !requires.count(lossOutput))
         fail("output '" + lossOutput + "' does not depend on any parameter: nothing to train");
-      train->seeds[mb][lossOutput] = std::move(grad);
-    } else if (tpIndex == 0) {
+      if (!recompute || replay) train->seeds[mb][lossOutput] = std::move(grad);
+    } else if (!train && tpIndex == 0) {
       auto &mine = pieces[{mb, rank.worker()}];
       for (const auto &o : graphOutputs_) {
         auto it = result.find(o);
@@ -796,8 +973,17 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     }
     if (train) {
       result.erase(""); // never a value
-      train->stash[mb] = std::move(result);
+      // Parameters are no activations: BACKWARD takes them from the state
+      // (ZeRO-3 gathers them again for it).
+      for (const auto &prm : stageParams_[j]) result.erase(prm);
+      if (replay) {
+        *replay = std::move(result);
+        return;
+      }
+      train->stash[mb] = recompute ? std::move(inputsKept) : std::move(result);
       train->requires[mb] = std::move(requires);
+      if (out && !sendsLeft[mb]) outbox.erase(mb);
+      noteStash();
     }
   };
 
@@ -836,8 +1022,15 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   };
 
   auto backwardStep = [&](uint32_t mb) {
+    if (recompute) { // rebuild the values from the stage's kept inputs
+      std::map<std::string, Tensor> values = std::move(train->stash.at(mb));
+      forward(mb, &values);
+      train->stash[mb] = std::move(values);
+      noteStash();
+    }
     auto &seeds = train->seeds[mb];
     auto &stash = train->stash.at(mb);
+    for (const auto &p : stageParams_[j]) stash[p] = train->state.params.at(p);
     if (out) {
       const auto &next = plan_.stages(int(j + 1));
       for (const auto &w : next.workers())
@@ -935,15 +1128,66 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       const auto &[ranks, params] = sumGroups_[g];
       if (train->summed.count(g) || !std::binary_search(ranks.begin(), ranks.end(), int(me)) || !select(ranks))
         continue;
+      train->summed.insert(g);
+      if (g < zero_.size() && zeroStage() >= 2) {
+        // ZeRO-2/3: each member keeps the sum of its own range only.
+        Tensor flat = flatRange(train->state.grads, params, zero_[g].offsets, 0, zero_[g].offsets.back());
+        for (const auto &p : params) train->state.grads.erase(p);
+        train->state.shards[g].grad = comm.reduceScatterSum(ranks, flat, zeroCounts(g), sumTag(g));
+        continue;
+      }
       std::vector<Tensor *> tensors;
       for (const auto &p : params) {
         Tensor &gr = train->state.grads[p];
-        if (!gr.defined()) gr = Tensor(DType::Float32, train->state.params.at(p).shape());
+        if (!gr.defined()) gr = Tensor(DType::Float32, model_->initializers.at(p).shape());
         tensors.push_back(&gr);
       }
       train::groupSum(comm, ranks, sumTag(g), tensors);
-      train->summed.insert(g);
     }
+  };
+
+  // One Adam update of `param` (its element ranges `pieces`, all when
+  // empty) with the moments under `key`. With optimizer offload the
+  // moments live in the host store and the update runs there on copies of
+  // the gradient and the parameter; the parameter is copied back.
+  auto adamStep = [&](const std::string &key, Tensor &param, const Tensor &grad,
+                      const std::vector<std::pair<int64_t, int64_t>> &pieces) {
+    auto &state = train->state;
+    bool offload = plan_.settings().offload_optimizer();
+    Tensor &m = (offload ? state.host.adamM : state.adamM)[key];
+    Tensor &v = (offload ? state.host.adamV : state.adamV)[key];
+    Tensor hostParam = offload ? param.clone() : param, hostGrad = offload ? grad.clone() : grad;
+    train::AdamSettings adam{train->options.lr, train->options.beta1, train->options.beta2,
+                             train->options.eps, train->options.weightDecay};
+    if (pieces.empty()) train::adamUpdate(hostParam, hostGrad, m, v, state.step, adam);
+    for (auto [begin, count] : pieces) train::adamUpdate(hostParam, hostGrad, m, v, state.step, adam, begin, count);
+    if (offload) {
+      std::memcpy(param.raw(), hostParam.raw(), param.nbytes());
+      state.stats.offloadBytes += grad.nbytes() + 2 * param.nbytes();
+    }
+  };
+  // ZeRO: the update of this rank's range of group g, then (unless the
+  // group keeps its parameters sharded) the all-gather of the new values.
+  auto zeroStep = [&](size_t g) {
+    auto &state = train->state;
+    const auto &[ranks, params] = sumGroups_[g];
+    const ZeroGroup &z = zero_[g];
+    ZeroShard mine = zeroShard(g, me);
+    auto &shard = state.shards[g];
+    Tensor grad = zeroStage() >= 2 ? shard.grad : flatRange(state.grads, params, z.offsets, mine.lo, mine.hi);
+    Tensor param = z.paramsSharded ? shard.param : flatRange(state.params, params, z.offsets, mine.lo, mine.hi);
+    std::vector<std::pair<int64_t, int64_t>> pieces; // of trained parameters
+    bool all = true;
+    for (size_t i = 0; i < params.size(); ++i) {
+      int64_t a = std::max(mine.lo, z.offsets[i]), b = std::min(mine.hi, z.offsets[i + 1]);
+      if (a >= b) continue;
+      if (train->frozen(params[i])) all = false;
+      else pieces.push_back({a - mine.lo, b - a});
+    }
+    if (all || !pieces.empty()) adamStep("zero:" + std::to_string(g), param, grad, all ? decltype(pieces){} : pieces);
+    if (z.paramsSharded) return; // `param` is the shard: updated in place
+    Tensor full = comm.allGather(ranks, param, zeroCounts(g), zeroTag(0, 2, g, zero_.size()));
+    scatterFlat(full, 0, params, z.offsets, state.params, model_->initializers);
   };
   std::vector<int> stageRanks; // the stage's ranks at this rank's tensor-parallel position
   for (const auto &w : st.workers()) stageRanks.push_back(int(w.ranks(tpIndex)));
@@ -955,16 +1199,21 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       receive(ins.micro_batch(), ins.peers(0));
       break;
     case plan::Instruction::FORWARD:
+      gatherShards(ins.micro_batch(), 0);
       forward(ins.micro_batch());
+      dropGathered();
       break;
     case plan::Instruction::SEND_ACTIVATION:
       for (uint32_t peer : ins.peers()) send(ins.micro_batch(), peer); // every rank of a tp worker
+      if (train && (sendsLeft[ins.micro_batch()] -= ins.peers_size()) <= 0) outbox.erase(ins.micro_batch());
       break;
     case plan::Instruction::RECV_GRADIENT:
       receiveGradient(ins.micro_batch(), ins.peers(0));
       break;
     case plan::Instruction::BACKWARD:
+      gatherShards(ins.micro_batch(), 1);
       backwardStep(ins.micro_batch());
+      dropGathered();
       break;
     case plan::Instruction::SEND_GRADIENT:
       for (uint32_t peer : ins.peers()) sendGradient(ins.micro_batch(), peer);
@@ -979,13 +1228,15 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       sumGradients([](const std::vector<int> &) { return true; });
       auto &state = train->state;
       state.step++;
-      train::AdamSettings adam{train->options.lr, train->options.beta1, train->options.beta2,
-                               train->options.eps, train->options.weightDecay};
+      if (!zero_.empty()) {
+        for (size_t g : myGroups) zeroStep(g);
+        break;
+      }
       for (const auto &p : stageParams_[j]) {
         if (train->frozen(p)) continue;
         Tensor &g = state.grads[p];
         if (!g.defined()) g = Tensor(DType::Float32, state.params.at(p).shape());
-        train::adamUpdate(state.params.at(p), g, state.adamM[p], state.adamV[p], state.step, adam);
+        adamStep(p, state.params.at(p), g, {});
       }
       break;
     }
@@ -1001,6 +1252,12 @@ PlanExecutor::RankTrainState PlanExecutor::initialTrainState(uint32_t r) const {
   if (!training() || isIdleRank(plan_, r)) return state;
   for (const auto &p : stageParams_[plan_.ranks(int(r)).stage()])
     state.params[p] = model_->initializers.at(p).clone();
+  // ZeRO-3: of a sharded group's parameters only this rank's range.
+  for (const auto &[g, z] : zeroShards(r)) {
+    if (!z.paramsSharded) continue;
+    state.shards[g].param = flatRange(state.params, z.params, z.offsets, z.lo, z.hi);
+    for (const auto &p : z.params) state.params.erase(p);
+  }
   return state;
 }
 
@@ -1026,8 +1283,9 @@ double PlanExecutor::trainRank(Communicator &comm, const std::map<std::string, T
                                                        : int64_t(labels.data<int32_t>()[i])) != options.ignoreIndex;
   if (run.denominator == 0) fail("every label is the ignore index " + std::to_string(options.ignoreIndex));
   uint32_t me = uint32_t(comm.rank());
-  if (!isIdleRank(plan_, me) && state.params.empty()) state = initialTrainState(me);
+  if (!isIdleRank(plan_, me) && state.params.empty() && state.shards.empty()) state = initialTrainState(me);
   state.grads.clear();
+  state.stats = {};
   runProgram(comm, inputs, timing, &run);
   Tensor loss = Tensor::scalar<double>(DType::Float64, run.lossPiece).reshaped({1});
   comm.allReduceSum(loss);
@@ -1094,10 +1352,23 @@ std::pair<int64_t, int64_t> PlanExecutor::heldColumns(uint32_t r, const std::str
 }
 
 std::map<std::string, Tensor> PlanExecutor::collectParameters(const std::vector<RankTrainState> &states) const {
+  // ZeRO-3: the sharded groups' parameters put together from their members' ranges.
+  std::map<uint32_t, std::map<std::string, Tensor>> assembled;
+  for (uint32_t r = 0; r < states.size(); ++r)
+    for (const auto &[g, z] : zeroShards(r)) {
+      if (!z.paramsSharded) continue;
+      for (size_t k = 0; k < z.ranks.size(); ++k) {
+        const auto &shards = states.at(size_t(z.ranks[k])).shards;
+        if (shards.count(g))
+          scatterFlat(shards.at(g).param, z.bounds[k], z.params, z.offsets, assembled[r], model_->initializers);
+      }
+    }
   std::map<std::string, Tensor> out;
   for (const auto &src : parameterSources()) {
-    if (src.rank >= states.size() || !states[src.rank].params.count(src.name)) continue;
-    const Tensor &t = states[src.rank].params.at(src.name);
+    if (src.rank >= states.size()) continue;
+    const auto &held = states[src.rank].params.count(src.name) ? states[src.rank].params : assembled[src.rank];
+    if (!held.count(src.name)) continue;
+    const Tensor &t = held.at(src.name);
     if (src.lo == 0 && src.hi == t.shape().back()) {
       out[src.name] = t;
       continue;
@@ -1111,16 +1382,25 @@ std::map<std::string, Tensor> PlanExecutor::collectParameters(const std::vector<
 std::map<std::string, Tensor> PlanExecutor::gatherParameters(Communicator &comm, const RankTrainState &state) const {
   // Rank 0 receives every piece; tags count the pieces in order.
   std::map<std::string, Tensor> out;
+  // ZeRO-3: every member of a sharded group gathers its parameters first.
+  std::map<std::string, Tensor> params = state.params;
+  for (const auto &[g, z] : zeroShards(uint32_t(comm.rank()))) {
+    if (!z.paramsSharded) continue;
+    std::vector<int64_t> counts;
+    for (size_t k = 0; k < z.ranks.size(); ++k) counts.push_back(z.bounds[k + 1] - z.bounds[k]);
+    Tensor full = comm.allGather(z.ranks, state.shards.at(g).param, counts, zeroTag(0, 2, g, zero_.size()));
+    scatterFlat(full, 0, z.params, z.offsets, params, model_->initializers);
+  }
   int64_t k = 0;
   for (const auto &src : parameterSources()) {
     int64_t tag = kSumTagBase - 1 - k++;
     if (comm.rank() == 0) {
-      Tensor piece = src.rank == 0 ? columns(state.params.at(src.name), src.lo, src.hi) : comm.recv(int(src.rank), tag);
+      Tensor piece = src.rank == 0 ? columns(params.at(src.name), src.lo, src.hi) : comm.recv(int(src.rank), tag);
       const Tensor &init = model_->initializers.at(src.name);
       auto [it, fresh] = out.try_emplace(src.name, init.dtype(), init.shape());
       putColumns(it->second, piece, src.lo);
     } else if (uint32_t(comm.rank()) == src.rank) {
-      comm.send(0, tag, columns(state.params.at(src.name), src.lo, src.hi));
+      comm.send(0, tag, columns(params.at(src.name), src.lo, src.hi));
     }
   }
   return out;
@@ -1142,6 +1422,8 @@ plan::Plan PlanExecutor::singleRankPlan(const plan::Plan &in) {
   node->add_ranks(0);
   auto *settings = p.mutable_settings();
   settings->set_micro_batches(1);
+  settings->set_zero_stage(0); // the plain reference: whole state on the one rank
+  settings->set_offload_optimizer(false);
   p.clear_stages();
   auto *stage = p.add_stages();
   stage->set_index(0);

@@ -241,15 +241,19 @@ void groupSum(Communicator &comm, const std::vector<int> &group, int64_t tag,
 }
 
 void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
-                const AdamSettings &s) {
+                const AdamSettings &s, int64_t begin, int64_t count) {
   if (param.dtype() != DType::Float32 || grad.dtype() != DType::Float32 || grad.numel() != param.numel())
     throw std::runtime_error("Adam takes float32 parameters and gradients of the same size");
   if (!m.defined()) m = Tensor(DType::Float32, param.shape());
   if (!v.defined()) v = Tensor(DType::Float32, param.shape());
+  if (m.numel() != param.numel() || v.numel() != param.numel())
+    throw std::runtime_error("Adam state " + m.describe() + " does not fit the parameter " + param.describe());
+  int64_t end = count < 0 ? param.numel() : begin + count;
+  if (begin < 0 || end > param.numel()) throw std::runtime_error("Adam: element range outside the parameter");
   float *p = param.data<float>(), *mm = m.data<float>(), *vv = v.data<float>();
   const float *g = grad.data<float>();
   double c1 = 1 - std::pow(s.beta1, double(step)), c2 = 1 - std::pow(s.beta2, double(step));
-  for (int64_t i = 0, e = param.numel(); i < e; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     double gi = double(g[i]) + s.weightDecay * double(p[i]);
     double mi = s.beta1 * mm[i] + (1 - s.beta1) * gi;
     double vi = s.beta2 * vv[i] + (1 - s.beta2) * gi * gi;

@@ -67,8 +67,10 @@ struct AdamSettings {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
 };
 /// One Adam (PyTorch's torch.optim.Adam, L2 weight decay added to the
-/// gradient) update of `param` at step `step` (1-based), in place.
+/// gradient) update of `param` at step `step` (1-based), in place; of its
+/// elements [begin, begin + count) only when count >= 0 (a ZeRO shard's
+/// piece of one parameter). m and v are made (zeros) when undefined.
 void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
-                const AdamSettings &s);
+                const AdamSettings &s, int64_t begin = 0, int64_t count = -1);
 
 } // namespace hetplan::runtime::train

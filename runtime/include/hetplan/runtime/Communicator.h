@@ -1,8 +1,9 @@
 //===- Communicator.h - moving tensors between ranks ------------*- C++ -*-===//
 //
 // The plan executor talks to other ranks only through this interface: point
-// to point sends and receives of tensors matched by (peer, tag), a barrier
-// and a sum all-reduce. ThreadCommunicator implements it for ranks that are
+// to point sends and receives of tensors matched by (peer, tag), a barrier,
+// a sum all-reduce over all ranks, and a reduce-scatter and an all-gather
+// over a group of ranks (ZeRO's collectives). ThreadCommunicator implements it for ranks that are
 // threads of one process (tests, `hetplan run`); MpiCommunicator.h for
 // ranks that are MPI processes; NcclCommunicator.h (CUDA builds) for GPUs.
 //
@@ -15,6 +16,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace hetplan::runtime {
 
@@ -47,10 +49,36 @@ public:
   /// Every rank passes a tensor of the same shape and float type (float32
   /// or float64); each gets back the elementwise sum, in place.
   virtual void allReduceSum(Tensor &tensor) = 0;
+
+  // Collectives over a group of ranks. `group` lists the members, sorted,
+  // this rank among them; `counts[k]` is member group[k]'s segment, in
+  // elements. Every member passes the same group, counts and `tag` (unused
+  // by other traffic between the members), and members call a group's
+  // collectives in the same order (MPI and NCCL match them by order, not
+  // by tag). The defaults are point-to-point over send/recv (they rely on
+  // buffered sends: ThreadCommGroup, MpiCommunicator).
+
+  /// Sum-reduce-scatter: `in` holds sum(counts) float32 elements on every
+  /// member; returns this member's segment (counts[me] elements, 1-D)
+  /// summed over the members. The default adds in group order.
+  virtual Tensor reduceScatterSum(const std::vector<int> &group, const Tensor &in,
+                                  const std::vector<int64_t> &counts, int64_t tag);
+  /// All-gather: this member passes its counts[me] elements (any element
+  /// type, the same on every member); returns every member's segment
+  /// concatenated in group order (1-D, sum(counts) elements).
+  virtual Tensor allGather(const std::vector<int> &group, const Tensor &mine,
+                           const std::vector<int64_t> &counts, int64_t tag);
   /// Wakes every rank blocked in recv/barrier/allReduceSum, which then throw
   /// CommAborted(why); later calls throw too. For a rank that failed.
   virtual void abort(const std::string &why) = 0;
 };
+
+/// For implementations of the group collectives: checks `group` (sorted,
+/// holds comm.rank(), one count each) and returns the segments' element
+/// offsets (counts.size() + 1 of them); `me` is this rank's index. `what`
+/// names the collective in errors.
+std::vector<int64_t> collectiveOffsets(const Communicator &comm, const std::vector<int> &group,
+                                       const std::vector<int64_t> &counts, size_t &me, const char *what);
 
 /// `size` ranks that are threads of this process. Channels are queues keyed
 /// by (source, destination, tag) behind one mutex and condition variable.

@@ -43,6 +43,13 @@ public:
   Tensor recv(int peer, int64_t tag) override;
   void barrier() override;
   void allReduceSum(Tensor &tensor) override;
+  /// MPI_Reduce_scatter / MPI_Allgatherv over a communicator of the group
+  /// (MPI_Comm_create_group on first use, kept until destruction); the tag
+  /// is unused. Unlike barrier() they do not wait for pending sends.
+  Tensor reduceScatterSum(const std::vector<int> &group, const Tensor &in,
+                          const std::vector<int64_t> &counts, int64_t tag) override;
+  Tensor allGather(const std::vector<int> &group, const Tensor &mine,
+                   const std::vector<int64_t> &counts, int64_t tag) override;
   [[noreturn]] void abort(const std::string &why) override;
   /// Waits until every send of this rank has completed.
   void flush();

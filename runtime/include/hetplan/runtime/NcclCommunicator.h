@@ -56,6 +56,14 @@ public:
   void barrier() override;
   /// float32 (ncclFloat) or float64 (ncclDouble).
   void allReduceSum(Tensor &tensor) override;
+  /// One NCCL group of ncclSend/ncclRecv between every pair of members
+  /// (raw bytes, no header; NCCL's reduce-scatter and all-gather need
+  /// equal segments and a communicator of the group); the sum is on the
+  /// host in group order. The tag is unused: members call them in order.
+  Tensor reduceScatterSum(const std::vector<int> &group, const Tensor &in,
+                          const std::vector<int64_t> &counts, int64_t tag) override;
+  Tensor allGather(const std::vector<int> &group, const Tensor &mine,
+                   const std::vector<int64_t> &counts, int64_t tag) override;
   [[noreturn]] void abort(const std::string &why) override;
 
   struct State;

@@ -7,7 +7,9 @@
 // every micro-batch, talking to the other ranks through a Communicator. run() starts one thread per rank with a
 // ThreadCommunicator; runRank() runs one rank's program with any
 // communicator (MpiCommunicator; a NCCL one later). Outputs are the same as running
-// the whole model on one rank (docs/runtime.md, "Running plans").
+// the whole model on one rank (docs/runtime.md, "Running plans"); so are the
+// losses and weights of training plans with recomputation, ZeRO stages or
+// optimizer offload (docs/runtime.md, "Training memory").
 //
 //===----------------------------------------------------------------------===//
 #ifndef HETPLAN_RUNTIME_PLANEXECUTOR_H
@@ -118,6 +120,38 @@ public:
   struct RankTrainState {
     std::map<std::string, Tensor> params, grads, adamM, adamV;
     int64_t step = 0;
+    /// ZeRO (Settings.zero_stage >= 1), per group of ranks holding the same
+    /// parameters that this rank is in (keys as in zeroShards()): at stage
+    /// >= 2 the summed gradient of this rank's flat range (`grads` then
+    /// lacks the group's parameters), at stage 3 the range's parameter
+    /// values (`params` then holds the group's parameters only while a
+    /// FORWARD or BACKWARD runs). Adam's moments of the range are
+    /// adamM/adamV["zero:<group>"].
+    struct Shard {
+      Tensor grad, param;
+    };
+    std::map<size_t, Shard> shards;
+    /// Settings.offload_optimizer: Adam's moments live here, in host
+    /// memory, and adamM/adamV stay empty. OPTIMIZER_STEP copies the
+    /// gradient and the parameter (or their ZeRO range) down, updates them
+    /// here, and copies the parameter back (docs/runtime.md, "Optimizer
+    /// offload").
+    struct HostStore {
+      std::map<std::string, Tensor> adamM, adamV;
+    } host;
+    /// Measured during the last step.
+    struct Stats {
+      /// The most bytes of activations held at once between FORWARDs and
+      /// their BACKWARDs: every micro-batch's stash (with recompute, the
+      /// stage's inputs; during a BACKWARD, also the rebuilt values), the
+      /// values waiting to be sent and the loss gradients. Parameters and
+      /// model constants are not counted; shared bytes count once.
+      uint64_t peakStashedBytes = 0;
+      /// Optimizer offload: bytes copied between the rank and the host store.
+      uint64_t offloadBytes = 0;
+      /// ZeRO-3: parameter bytes all-gathered before FORWARDs and BACKWARDs.
+      uint64_t gatheredParameterBytes = 0;
+    } stats;
   };
   /// The trained parameters (float32 initializers with >= 2 elements that a
   /// gradient can reach: the compiler's parameter rule).
@@ -139,8 +173,30 @@ public:
   double train(const std::map<std::string, Tensor> &inputs, const Tensor &labels,
                std::vector<RankTrainState> &states, const TrainOptions &options,
                StepTiming *timing = nullptr) const;
+  /// ZeRO's partition (Settings.zero_stage >= 1) for `rank`: per group of
+  /// ranks that hold the same parameters (a stage's data-parallel workers
+  /// at one tensor-parallel position, or every holder of a parameter
+  /// several stages read, such as a tied embedding), keyed by the group's
+  /// index: its parameters flattened in `params` order (each starting at
+  /// `offsets[i]`, `offsets.back()` elements in all) and split into
+  /// contiguous element ranges by bytes, member k of `ranks` holding
+  /// [bounds[k], bounds[k+1]). `paramsSharded`: stage 3 and the group is
+  /// one stage's workers (a group spanning stages keeps its parameters
+  /// whole: gathering them at each FORWARD would make one stage wait for
+  /// another's). Empty at zero_stage 0 or for an idle rank.
+  struct ZeroShard {
+    std::vector<int> ranks;
+    std::vector<std::string> params;
+    std::vector<int64_t> offsets, bounds;
+    bool paramsSharded = false;
+    int64_t lo = 0, hi = 0; // this rank's range
+  };
+  std::map<size_t, ZeroShard> zeroShards(uint32_t rank) const;
+  uint32_t zeroStage() const { return plan_.settings().zero_stage(); }
+
   /// The current parameters: each from the first worker of the first stage
-  /// that reads it (after a step, every holder has the same values).
+  /// that reads it (after a step, every holder has the same values; at
+  /// ZeRO-3 assembled from the holders' ranges).
   std::map<std::string, Tensor> collectParameters(const std::vector<RankTrainState> &states) const;
   /// The same over MPI ranks: rank 0 receives every parameter (others
   /// return an empty map); every rank must call it.
@@ -184,6 +240,13 @@ private:
   /// stage's workers, or for a parameter several stages read, such as tied
   /// embeddings, all of theirs), in a fixed order every rank agrees on.
   std::vector<std::pair<std::vector<int>, std::vector<std::string>>> sumGroups_;
+  /// Per sumGroups_ entry (zero_stage >= 1): its ZeRO partition.
+  struct ZeroGroup {
+    std::vector<int64_t> offsets, bounds;
+    bool paramsSharded = false;
+  };
+  std::vector<ZeroGroup> zero_;
+  ZeroShard zeroShard(size_t group, uint32_t rank) const;
   /// Per stage: MatMul nodes split by columns over the tensor-parallel
   /// ranks -> their weight.
   std::vector<std::map<size_t, std::string>> shardedNodes_;
