@@ -127,10 +127,32 @@ struct StageCost {
   bool fits = false;
   bool recompute = false;     // the stage recomputes its activations
   bool capped = false;        // memory, not speed, bounded a worker's share
+  bool stateFits = true;      // the model state (and the step) fits every worker
   double shortfall = 0;       // bytes missing on the worst worker when !fits
   int shortfallClass = -1;
   double forward = 0, backward = 0;  // one micro-batch, slowest worker
   llvm::SmallVector<double, 8> share;  // samples per worker, per group
+};
+
+/// Maximum over a range of layers in O(1) (a sparse table).
+struct RangeMax {
+  std::vector<std::vector<double>> level;  // level[k][i]: max of [i, i + 2^k)
+  explicit RangeMax(std::vector<double> values = {}) {
+    level.push_back(std::move(values));
+    for (size_t k = 1; (size_t(1) << k) <= level[0].size(); ++k) {
+      const auto &prev = level[k - 1];
+      std::vector<double> next(level[0].size() - (size_t(1) << k) + 1);
+      for (size_t i = 0; i < next.size(); ++i)
+        next[i] = std::max(prev[i], prev[i + (size_t(1) << (k - 1))]);
+      level.push_back(std::move(next));
+    }
+  }
+  double max(int l, int r) const {  // inclusive
+    if (r < l)
+      return 0;
+    int k = 31 - __builtin_clz(unsigned(r - l + 1));
+    return std::max(level[k][l], level[k][r + 1 - (1 << k)]);
+  }
 };
 
 class Search {
@@ -179,6 +201,13 @@ public:
       tpCollectivesPrefix[i + 1] = tpCollectivesPrefix[i] + collectives;
     }
     elementBytes = cost::dtypeBytes(opt.dtype);
+    std::vector<double> activation, parameters;
+    for (const auto &l : model.layers) {
+      activation.push_back(l.largestActivationBytesPerSample);
+      parameters.push_back(double(l.parameters));
+    }
+    largestActivation = RangeMax(std::move(activation));
+    largestParameters = RangeMax(std::move(parameters));
   }
 
   llvm::Expected<Plan> run();
@@ -288,6 +317,18 @@ private:
            layer.stashSplitBytesPerSample / tp;
   }
 
+  /// The largest layer's kept activations per sample on a rank of a tp group.
+  const RangeMax &stashMax(int tp) {
+    auto it = stashMaxByTp.find(tp);
+    if (it == stashMaxByTp.end()) {
+      std::vector<double> values;
+      for (int i = 0; i < L; ++i)
+        values.push_back(layerStash(i, tp));
+      it = stashMaxByTp.emplace(tp, RangeMax(std::move(values))).first;
+    }
+    return it->second;
+  }
+
   /// Memory of one rank of a worker of stage [l, r] (docs/planner.md,
   /// "Memory"): what does not depend on its samples, and what each adds.
   struct Need {
@@ -300,18 +341,13 @@ private:
   };
 
   Need need(int c, int l, int r, int tp, int workers, int inflight, int microBatches,
-            bool recompute, const Savers &sv) const {
+            bool recompute, const Savers &sv) {
     Need n;
     n.framework = isGpu(c) ? opt.deviceContextBytes : 0;
     double params = stageParameters(l, r) / tp;
-    double largest = 0, largestStash = 0, largestLayer = 0;
-    for (int i = l; i <= r; ++i) {
-      largest = std::max(largest, model.layers[i].largestActivationBytesPerSample);
-      if (training && recompute)
-        largestStash = std::max(largestStash, layerStash(i, tp));
-      if (training && sv.zero >= 3)
-        largestLayer = std::max(largestLayer, double(model.layers[i].parameters));
-    }
+    double largest = largestActivation.max(l, r);
+    double largestStash = training && recompute ? stashMax(tp).max(l, r) : 0;
+    double largestLayer = training && sv.zero >= 3 ? largestParameters.max(l, r) : 0;
     // The backward pass of the largest op holds the gradients of its output
     // and of its input at once; at inference its input and output.
     n.transientPerSample = 2 * largest / tp;
@@ -390,7 +426,9 @@ private:
     if (always)
       return evaluateStageWith(sd, l, r, mb, inflight, microBatches, even, sv, true);
     StageCost keep = evaluateStageWith(sd, l, r, mb, inflight, microBatches, even, sv, false);
-    if (!allowed || (keep.fits && !keep.capped))
+    // Recomputation saves activations only: where the model state alone
+    // does not fit, it cannot help.
+    if (!allowed || (keep.fits && !keep.capped) || !keep.stateFits)
       return keep;
     // Recompute where the stage does not fit without, or where memory caps
     // a fast worker's share and recomputing is cheaper overall.
@@ -418,6 +456,7 @@ private:
       double per = perSample(n);
       double room = classes[c].capacity - n.fixed();
       bool stepFits = n.fixed() + n.step <= classes[c].capacity;
+      sc.stateFits &= stepFits && room >= 0;
       if (ignoreMemory) {
         cap[g] = double(mb);
       } else if (!stepFits || room < per) {
@@ -582,6 +621,13 @@ private:
     }
   };
 
+  /// evaluateStage for stage j of `c` over layers [l, r].
+  StageCost costOf(const Candidate &c, int j, int l, int r, int64_t mb, bool even) {
+    int P = int(c.stagesRef().size());
+    return evaluateStage(c.stagesRef()[j], l, r, mb, inflight(j, P, c.microBatches),
+                         c.microBatches, even, c.savers, c.forced(j));
+  }
+
   /// Groups a run of ranks (same class, in order) into TP workers within
   /// nodes; leftover ranks that cannot fill a group stay unused.
   void addWorkers(StageDevices &sd, int cls, llvm::ArrayRef<int> ranks, int tp) {
@@ -735,8 +781,7 @@ private:
       // Time and memory grow with the layers taken: binary search for the
       // last layer that still fits.
       auto ok = [&](int r) {
-        StageCost sc = evaluateStage(c.stagesRef()[j], l, r, mb, inflight(j, P, c.microBatches),
-                                     c.microBatches, even, c.savers, c.forced(j));
+        StageCost sc = costOf(c, j, l, r, mb, even);
         return sc.fits && sc.forward + sc.backward <= tau;
       };
       int best = -1;
@@ -771,8 +816,7 @@ private:
     int P = int(c.stagesRef().size());
     int64_t mb = opt.globalBatch / c.microBatches;
     int l = j ? c.cuts[j - 1] + 1 : 0, r = c.cuts[j];
-    StageCost sc = evaluateStage(c.stagesRef()[j], l, r, mb, inflight(j, P, c.microBatches),
-                                 c.microBatches, even, c.savers, c.forced(j));
+    StageCost sc = costOf(c, j, l, r, mb, even);
     StageTerm term;
     if (!sc.fits)
       return term;
@@ -830,9 +874,7 @@ private:
     c.cuts = cuts;
     for (int j = 0; j < P; ++j) {
       int l = j ? cuts[j - 1] + 1 : 0;
-      StageCost sc = evaluateStage(c.stagesRef()[j], l, cuts[j], mb,
-                                   inflight(j, P, c.microBatches), c.microBatches, even,
-                                   c.savers, c.forced(j));
+      StageCost sc = costOf(c, j, l, cuts[j], mb, even);
       hi = std::max(hi, sc.forward + sc.backward);
     }
     double lo = 0;
@@ -902,8 +944,21 @@ private:
     std::vector<bool> offloads{opt.offload == OffloadPolicy::Always};
     if (training && opt.offload == OffloadPolicy::Search)
       offloads.push_back(true);
+    std::vector<int> zeros = zeroStages(c);
+    if (!evenLayers && zeros.size() * offloads.size() > 1) {
+      // What does not fit with the most memory saved does not fit at all:
+      // one memory-only fill spares the other savers' partitions.
+      Candidate probe = c;
+      probe.savers = {zeros.back(), training && bool(offloads.back())};
+      std::vector<int> cuts;
+      int64_t mb = (opt.globalBatch + c.microBatches - 1) / c.microBatches;
+      if (!fill(probe, kInf, mb, even, cuts)) {
+        c.savers = probe.savers;
+        return false;
+      }
+    }
     for (bool offload : offloads)
-      for (int z : zeroStages(c)) {
+      for (int z : zeros) {
         c.savers = {z, training && offload};
         if (partition(c, even, evenLayers))
           return true;
@@ -1036,13 +1091,18 @@ private:
     if (recompute)
       applied.push_back("recomputation");
     else
-      say("activation recomputation (--recompute auto)", missing(l, r, true, c.savers));
+      say(opt.recompute == RecomputePolicy::Never
+              ? "activation recomputation (--recompute auto)"
+              : "activation recomputation",
+          missing(l, r, true, c.savers));
     if (sd.workers() > 1)
       for (int z = c.savers.zero + 1; z <= 3; ++z) {
         Savers sv = c.savers;
         sv.zero = z;
-        say(llvm::formatv("ZeRO-{0} over the stage's {1} workers (--zero {0})", z,
-                          sd.workers()).str(),
+        say(llvm::formatv("ZeRO-{0} over the stage's {1} workers{2}", z, sd.workers(),
+                          opt.zeroStage >= 0 ? llvm::formatv(" (--zero {0})", z).str()
+                                             : std::string())
+                .str(),
             missing(l, r, recompute, sv));
       }
     if (c.savers.zero > 0)
@@ -1052,7 +1112,10 @@ private:
     } else {
       Savers sv = c.savers;
       sv.offload = true;
-      say("optimizer offload to host memory (--offload auto)", missing(l, r, recompute, sv));
+      say(opt.offload == OffloadPolicy::Never
+              ? "optimizer offload to host memory (--offload auto)"
+              : "optimizer offload to host memory",
+          missing(l, r, recompute, sv));
     }
     if (r > l)
       say(llvm::formatv("a pipeline twice as deep on twice the devices ({0} stages "
@@ -1075,6 +1138,8 @@ private:
   std::vector<double> stashSplitPrefix, layerInputPrefix;
   std::vector<int> tiedLayers;  // layers that read tied parameters
   std::vector<int> classOfRank;
+  RangeMax largestActivation, largestParameters;
+  std::map<int, RangeMax> stashMaxByTp;
   /// evaluateLayout's report of a layout that does not fit: shares are not
   /// capped by memory, and the plan shows how far over each rank is.
   bool ignoreMemory = false;
@@ -1098,8 +1163,7 @@ Plan Search::simulate(const Candidate &c, bool even) {
   for (int j = 0; j < P; ++j) {
     const StageDevices &sd = c.stagesRef()[j];
     int r = c.cuts[j];
-    StageCost sc = evaluateStage(sd, l, r, mb, inflight(j, P, M), M, even, c.savers,
-                                 c.forced(j));
+    StageCost sc = costOf(c, j, l, r, mb, even);
     Stage st;
     st.firstLayer = l;
     st.lastLayer = r;
