@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/planner/Planner.h"
+#include "SyntheticModel.h"
 
 #include "llvm/Support/Error.h"
 
@@ -19,40 +20,13 @@ namespace {
 
 constexpr double GiB = double(1 << 30);
 
+using test::clusterOf;
+
 /// `layers` layers of one large MatMul each: `params` parameters, `stash`
 /// bytes kept for the backward pass per sample, a quarter of it crossing to
 /// the next layer.
 cost::ModelCost model(int layers, int64_t params, double stash, double flops = 1e12) {
-  cost::ModelCost m;
-  m.graphName = "synthetic";
-  for (int i = 0; i < layers; ++i) {
-    cost::LayerCost l;
-    l.name = "layer" + std::to_string(i);
-    l.firstNode = l.lastNode = i;
-    cost::OpCost op;
-    op.name = l.name + ".matmul";
-    op.opType = "MatMul";
-    op.flopsPerSample = flops;
-    op.bytesPerSample = stash;
-    op.weightBytes = double(params) * 2;
-    op.matrixEngine = true;
-    l.ops.push_back(op);
-    l.parameters = params;
-    l.parameterBytes = double(params) * 2;
-    l.stashBytesPerSample = stash;
-    l.outputBytesPerSample = stash / 4;
-    m.layers.push_back(l);
-    m.nodeNames.push_back(l.name);
-    m.parameters += params;
-  }
-  m.inputBytesPerSample = stash / 4;
-  return m;
-}
-
-cluster::Cluster clusterOf(llvm::StringRef spec) {
-  auto c = cluster::Cluster::fromSpec(spec, cluster::DeviceCatalog::builtin());
-  EXPECT_TRUE(bool(c)) << llvm::toString(c.takeError());
-  return std::move(*c);
+  return test::uniformModel(layers, flops, params, stash);
 }
 
 /// One stage of `workers` single-device workers on ranks 0.., all layers.
