@@ -195,6 +195,7 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
         {"first_layer_name", p.model().layers(s.first_layer()).name()},
         {"last_layer_name", p.model().layers(s.last_layer()).name()},
         {"tensor_parallel", int64_t(s.tensor_parallel())},
+        {"recompute", s.recompute()},
         {"workers", std::move(workers)},
         {"forward_s", s.forward_s()},
         {"backward_s", s.backward_s()},
@@ -224,6 +225,8 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
       {"strategy", p.settings().strategy()},
       {"schedule", p.settings().schedule()},
       {"micro_batches", int64_t(p.settings().micro_batches())},
+      {"zero_stage", int64_t(p.settings().zero_stage())},
+      {"offload_optimizer", p.settings().offload_optimizer()},
       {"stages", std::move(stages)},
       {"memory", std::move(memory)},
       {"step_time_s", pr.step_time_s()},
@@ -247,6 +250,8 @@ void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
   int64_t mbSize = s.global_batch() / std::max<int64_t>(1, s.micro_batches());
   os << llvm::formatv("  strategy {0}, {1} schedule, {2} stage(s), {3} micro-batch(es) of {4}\n",
                       s.strategy(), s.schedule(), p.stages_size(), s.micro_batches(), mbSize);
+  if (s.mode() == "train" && runtime::memorySaversText(p) != "none")
+    os << "  memory savers: " << runtime::memorySaversText(p) << "\n";
   os << "  stage  devices                     layers                          tp  samples/worker       fwd+bwd ms  all-reduce ms\n";
   for (const auto &st : p.stages()) {
     std::map<std::string, int> types;
