@@ -321,3 +321,49 @@ TEST(PlannerMemory, LayoutJsonCarriesTheSavers) {
   EXPECT_TRUE(p->stages[0].recompute);
   EXPECT_FALSE(p->stages[1].recompute);
 }
+
+TEST(PlannerMemory, TensorParallelismSplitsOnlyTheSplitActivations) {
+  // Korthikanti et al.: (10 + 24/t) s b h of a block's 34 s b h are kept per
+  // rank of a t-way group. Here 3 of 4 MB are split.
+  auto m = model(2, 50'000'000, 4e6);
+  for (auto &l : m.layers) {
+    l.stashSplitBytesPerSample = 3e6;
+    l.tensorParallelFraction = 1;
+    l.ops[0].tensorParallelSplit = true;
+  }
+  auto c = clusterOf("2xA100-80G");
+  Options o;
+  o.globalBatch = 2;
+  o.recompute = RecomputePolicy::Never;
+  Layout l;
+  l.stageWorkers = {{{0, 1}}};
+  l.lastLayer = {1};
+  l.tensorParallel = 2;
+  l.microBatches = 1;
+  auto p = evaluateLayout(m, c, o, l);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  // 2 samples x 2 layers x (1 MB whole + 3 MB / 2), plus the loss (its
+  // logits are not vocab-parallel here: 4 bytes x 0.5 M elements).
+  EXPECT_DOUBLE_EQ(p->memory[0].activations, 2 * (2 * (1e6 + 1.5e6) + 4 * 1e6 / 2));
+  EXPECT_DOUBLE_EQ(p->memory[1].activations, p->memory[0].activations);
+}
+
+TEST(PlannerMemory, AStageWithoutTheOwnerKeepsACopyOfATiedParameter) {
+  // The last layer reads the first layer's 10 M parameters (a tied LM head).
+  auto m = model(4, 1'000'000, 1e6);
+  m.layers.back().tiedParameters = {{0, 10'000'000}};
+  m.layers.front().parameters += 10'000'000;
+  auto c = clusterOf("2xA100-80G");
+  Options o;
+  o.globalBatch = 2;
+  Layout two;
+  two.stageWorkers = {{{0}}, {{1}}};
+  two.lastLayer = {1, 3};
+  auto p = evaluateLayout(m, c, o, two);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  EXPECT_DOUBLE_EQ(p->memory[0].parameters, 2 * 12e6);  // owner: 2 layers + the table
+  EXPECT_DOUBLE_EQ(p->memory[1].parameters, 2 * 12e6);  // 2 layers + its copy
+  auto one = evaluateLayout(m, c, o, oneStage(1, 4));
+  ASSERT_TRUE(bool(one)) << llvm::toString(one.takeError());
+  EXPECT_DOUBLE_EQ(one->memory[0].parameters, 2 * 14e6);  // counted once
+}
