@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Predicted vs published measured step times (docs/cost-model.md,
-"Accuracy against published measurements").
+"""Predicted vs published measured step times and fit/out-of-memory outcomes
+(docs/cost-model.md, "Accuracy against published measurements").
 
-    /usr/bin/python3 bench/accuracy.py [--hetplan build/bin/hetplan]
+    /usr/bin/python3 bench/accuracy.py [--hetplan build/bin/hetplan] [--fit-only]
 
 For every measured configuration in bench/published/amp_gpt2.json it writes
 the exact layout the published run used (stages, ranks, layer ranges, tensor
@@ -13,7 +13,9 @@ roofline defaults with gradients in the run format, i.e. the cost model before t
 calibration) and prints predicted vs measured, the error, the median and worst
 |error| and the Spearman rank correlation over each cluster's layouts. Runs
 that failed in the publication (out of memory) are listed with what hetplan
-predicts for them.
+predicts for them, and a last table compares hetplan's memory prediction
+(fits, or out of memory, with the peak and capacity of the fullest device)
+with the published outcome of every run.
 """
 import argparse, json, os, statistics, subprocess, tempfile
 
@@ -72,8 +74,10 @@ def price(hetplan, model, cluster, layouts, extra, batch, seq, dtype):
         json.dump({"layouts": layouts}, f)
         path = f.name
     try:
+        # Exactly what the runs did: no recomputation, no ZeRO, no offload.
         cmd = [hetplan, "compile", model, "--cluster", cluster, "--batch", str(batch),
                "--seq", str(seq), "--dtype", dtype, "--allow-missing-weights", "--quiet",
+               "--recompute", "never", "--zero", "0", "--offload", "never",
                "--layout", path] + extra
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     finally:
@@ -85,19 +89,24 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hetplan", default=os.path.join(ROOT, "build/bin/hetplan"))
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "hetplan-accuracy"))
+    ap.add_argument("--fit-only", action="store_true",
+                    help="print only the fit/OOM tables (test/tools/fit-oom.test)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
 
     data = json.load(open(os.path.join(ROOT, "bench/published/amp_gpt2.json")))
     m = data["model"]
-    model = os.path.join(args.work, "amp-gpt2.onnx")
+    # The runs trained with Megatron-LM's default dropout (hidden and
+    # attention 0.1): the graph carries the Dropout nodes whose masks and
+    # outputs the backward pass keeps.
+    model = os.path.join(args.work, "amp-gpt2-dropout.onnx")
     if not os.path.exists(model):
         subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models/gen_transformer.py"),
                         "--family", m["family"], "--config", "gpt2-medium",
                         "--layers", str(m["layers"]), "--hidden", str(m["hidden"]),
                         "--heads", str(m["heads"]), "--vocab", str(m["vocab"]),
-                        "--seq-max", str(m["seq"]), "--weights", "none", "--no-check",
-                        "-o", model], check=True, capture_output=True)
+                        "--seq-max", str(m["seq"]), "--dropout", "0.1", "--weights", "none",
+                        "--no-check", "-o", model], check=True, capture_output=True)
     rows = []
     for cluster in sorted({t["cluster"] for t in data["trials"]}):
         trials = [t for t in data["trials"] if t["cluster"] == cluster]
@@ -105,10 +114,14 @@ def main():
         cfile = os.path.join(ROOT, "bench/clusters", cluster + ".yaml")
         common = (data["global_batch"], m["seq"], data["dtype"])
         after = price(args.hetplan, model, cfile, layouts, ["--grad-dtype", "fp32"], *common)
-        before = price(args.hetplan, model, cfile, layouts, ["--uncalibrated"], *common)
+        before = ([{}] * len(layouts) if args.fit_only else
+                  price(args.hetplan, model, cfile, layouts, ["--uncalibrated"], *common))
         for t, lay, a, b in zip(trials, layouts, after, before):
             rows.append(dict(t, layout=lay, after=a, before=b))
 
+    if args.fit_only:
+        print("\n".join(fit_table(rows)))
+        return
     summary, lines = {}, []
     lines.append("| cluster | run | pp | dp | tp | mb size | micro-batches | measured s | "
                  "before s | before err | predicted s | error | source |")
@@ -152,6 +165,51 @@ def main():
     print("\n".join(stats))
     print()
     print("\n".join(lines))
+    print()
+    print("\n".join(fit_table(rows)))
+
+
+def fit_table(rows):
+    """Fit/OOM: hetplan's memory prediction for every published run (the
+    calibrated model; memory does not depend on the calibration) against
+    whether the run ran or ran out of memory."""
+    out = ["| cluster | run | pp | dp | tp | mb size | micro-batches | fullest device | "
+           "predicted peak / capacity | predicted | published | |",
+           "|" + "---|" * 12]
+    counts = {}
+    for r in rows:
+        a = r["after"]
+        frac = a.get("peak_memory_fraction")
+        pred = "OOM" if a.get("step_time_s") is None else "fits"
+        if frac is None:
+            # Not priced at all: a layout hetplan cannot express (a stage
+            # that holds only one of AMP's no-op layer slots has no layer).
+            pred = "not priced"
+        real = "OOM" if r["measured_s"] is None else "ran"
+        right = pred != "not priced" and (pred == "OOM") == (real == "OOM")
+        key = (r["cluster"], real, pred)
+        counts[key] = counts.get(key, 0) + 1
+        peak = a.get("peak_memory_bytes")
+        cap = a.get("fullest_capacity_bytes")
+        dev = "-"
+        if peak is not None and cap:
+            dev = f"rank {a['fullest_rank']}"
+        where = (f"{peak / 2**30:.1f} / {cap / 2**30:.1f} GiB ({100 * frac:.0f}%)"
+                 if peak is not None and cap else a.get("error", "-")[:70])
+        out.append(f"| {r['cluster']} | {r['trial']} | {r['pp']} | {r['dp']} | {r['mp']} | "
+                   f"{r['micro_batch_size']} | {r['layout']['micro_batches']} | {dev} | "
+                   f"{where} | {pred} | {real} | "
+                   f"{'right' if right else '-' if pred == 'not priced' else '**wrong**'} |")
+    summary = ["| cluster | ran, predicted fits | ran, predicted OOM | OOM, predicted OOM | "
+               "OOM, predicted fits | not priced | right |", "|---|---|---|---|---|---|---|"]
+    for c in sorted({k[0] for k in counts}):
+        n = lambda real, pred: counts.get((c, real, pred), 0)
+        total = sum(v for k, v in counts.items() if k[0] == c)
+        ok = n("ran", "fits") + n("OOM", "OOM")
+        unpriced = n("ran", "not priced") + n("OOM", "not priced")
+        summary.append(f"| {c} | {n('ran', 'fits')} | {n('ran', 'OOM')} | {n('OOM', 'OOM')} | "
+                       f"{n('OOM', 'fits')} | {unpriced} | {ok} of {total} |")
+    return summary + [""] + out
 
 
 if __name__ == "__main__":

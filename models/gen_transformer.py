@@ -224,6 +224,14 @@ class Graph:
         xn = self.op("Div", [x, rms], name + ".div")
         return self.op("Mul", [w, xn], name + ".mul_weight")
 
+    def dropout(self, x, name):
+        """Training graphs (--dropout P): an ONNX Dropout with ratio P where
+        Megatron-LM applies one. At inference it is the identity; the planner
+        counts its mask and output among what the backward pass keeps."""
+        if not getattr(self, "dropout_ratio", 0):
+            return x
+        return self.op("Dropout", [x, self.const(self.dropout_ratio, np.float32)], name)
+
     def gelu(self, x, name, style):
         c = lambda v: self.const(v, np.float32)
         if style == "erf":   # x * 0.5 * (1 + erf(x / sqrt(2)))
@@ -299,6 +307,7 @@ def attention_core(g, p, q, k, v, shapes, head_dim, mask, mask_kind, rope=None):
     else:
         s = g.op("Add", [s, mask], f"{p}.add_mask")
     pr = g.op("Softmax", [s], f"{p}.softmax", axis=-1)
+    pr = g.dropout(pr, f"{p}.attn_dropout")
     ctx = g.op("MatMul", [pr, vh], f"{p}.context")
     ctx = g.op("Transpose", [ctx], f"{p}.context_transpose", perm=[0, 2, 1, 3])
     return g.op("Reshape", [ctx, merge], f"{p}.merge_heads")
@@ -316,6 +325,7 @@ def build_gpt(g, c, gelu):
     tok = g.op("Gather", [wte, ids], "wte", axis=0)
     posv = g.op("Gather", [wpe, pos], "wpe", axis=0)
     x = g.op("Add", [tok, posv], "embeddings")
+    x = g.dropout(x, "embeddings_dropout")
 
     # HF's attn.bias buffer: lower-triangular bool [1, 1, S, S], one shared copy.
     tri = g.big_const("attn.causal_mask", [1, 1, S, S], np.bool_,
@@ -335,6 +345,7 @@ def build_gpt(g, c, gelu):
         ctx = attention_core(g, p + ".attn", q, k, v, shapes, D, mask, "where")
         o = g.linear(ctx, g.weight(p + ".attn.c_proj.weight", [H, H]),
                      g.weight(p + ".attn.c_proj.bias", [H]), p + ".attn.c_proj")
+        o = g.dropout(o, p + ".attn.resid_dropout")
         x = g.op("Add", [x, o], p + ".attn.residual")
         h = g.layer_norm(x, p + ".ln_2", p + ".ln_2", eps)
         f = g.linear(h, g.weight(p + ".mlp.c_fc.weight", [H, F]),
@@ -342,6 +353,7 @@ def build_gpt(g, c, gelu):
         f = g.gelu(f, p + ".mlp.gelu", gelu)
         f = g.linear(f, g.weight(p + ".mlp.c_proj.weight", [F, H]),
                      g.weight(p + ".mlp.c_proj.bias", [H]), p + ".mlp.c_proj")
+        f = g.dropout(f, p + ".mlp.dropout")
         x = g.op("Add", [x, f], p + ".mlp.residual")
 
     x = g.layer_norm(x, "ln_f", "ln_f", eps)
@@ -575,6 +587,10 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gelu", choices=["erf", "tanh"], default="erf",
                     help="GELU decomposition (GPT-2 itself uses tanh, 'gelu_new')")
+    ap.add_argument("--dropout", type=float, default=0.0, metavar="P",
+                    help="GPT only: Dropout(P) nodes where Megatron-LM trains with them "
+                         "(embeddings, attention probabilities, after the attention and "
+                         "MLP projections); default none (an inference export)")
     ap.add_argument("--check-params", type=parse_int, metavar="N",
                     help="fail unless the parameter count is exactly N")
     ap.add_argument("--no-check", action="store_true",
@@ -604,6 +620,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     g = Graph(np.random.default_rng(args.seed))
     g.hidden = c["hidden"]
+    g.dropout_ratio = args.dropout
     inputs, outputs, head = BUILDERS[args.family](g, c, args.gelu)
     params = sum(d.numel for d in g.deferred if d.is_weight)
     weight_bytes = sum(d.nbytes for d in g.deferred if d.is_weight)

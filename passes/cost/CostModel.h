@@ -69,6 +69,17 @@ struct LayerCost {
   int64_t parameters = 0;       // elements of the weights the layer owns
   double parameterBytes = 0;    // at the model dtype
   double stashBytesPerSample = 0;   // activations kept for backward
+  /// The largest activation one op of the layer writes (per sample): the
+  /// backward pass holds its gradient and its input's at once.
+  double largestActivationBytesPerSample = 0;
+  /// The part of stashBytesPerSample that Megatron-style tensor
+  /// parallelism splits across the group (values between a column-parallel
+  /// product and its row-parallel partner, attention heads).
+  double stashSplitBytesPerSample = 0;
+  /// Parameters the layer reads that another layer owns (a tied LM head
+  /// reads the embedding table), as (owner layer, elements): a stage without
+  /// the owner keeps a copy (DeepSpeed's TiedLayerSpec).
+  std::vector<std::pair<int, int64_t>> tiedParameters;
   double outputBytesPerSample = 0;  // what crosses the cut after this layer
   /// Tensor parallelism (Megatron style): the share of FLOPs it splits and
   /// the activation bytes all-reduced per sample when it does (0 = none).

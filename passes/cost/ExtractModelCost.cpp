@@ -5,6 +5,10 @@
 #include "passes/cost/OpCosts.h"
 
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <functional>
+#include <numeric>
 
 using namespace mlir;
 using namespace hetplan::het;
@@ -57,6 +61,178 @@ double activationBytes(ValueRange values, const GraphInfo &info, DType dtype) {
   return total;
 }
 
+
+//===----------------------------------------------------------------------===//
+// What the backward pass keeps (docs/cost-model.md, "Training and memory")
+//===----------------------------------------------------------------------===//
+
+/// What an op's gradient needs from its forward pass.
+enum class Keeps {
+  Nothing,  // linear in its inputs, or data-independent (Add, Transpose, x * c)
+  Inputs,   // its activation inputs (MatMul, LayerNorm, GELU, Erf, Pow, x * y)
+  Output,   // its output (Softmax, Tanh, Sigmoid, Exp, Sqrt, Relu)
+  Mask,     // a one-byte mask per output element (Dropout in training)
+};
+
+Keeps backwardKeeps(NodeOp node, const GraphInfo &info) {
+  StringRef op = node.getOpType();
+  if (op == "Dropout")
+    return Keeps::Mask;
+  static const llvm::StringSet<> output = {
+      "Softmax", "LogSoftmax", "Sigmoid", "Tanh", "Exp", "Sqrt", "Relu", "Reciprocal",
+      "HardSigmoid"};
+  static const llvm::StringSet<> nothing = {
+      "Add", "Sub", "Neg", "Sum", "Mean", "Identity", "Reshape", "Flatten", "Squeeze",
+      "Unsqueeze", "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements",
+      "GatherND", "Cast", "CastLike", "Expand", "Tile", "Pad", "ReduceSum", "ReduceMean",
+      "AveragePool", "GlobalAveragePool", "DepthToSpace", "SpaceToDepth", "Shape", "Size",
+      "ConstantOfShape", "Range", "Trilu", "Resize", "Upsample", "CumSum", "Equal",
+      "Less", "Greater", "Not", "And", "Or", "ArgMax", "ArgMin", "OneHot"};
+  if (output.contains(op))
+    return Keeps::Output;
+  if (nothing.contains(op))
+    return Keeps::Nothing;
+  // A product or quotient by a constant is linear: no data kept.
+  if (op == "Mul" || op == "Div") {
+    int activations = 0;
+    for (Value in : node.getInputs())
+      activations += info.kind(in) == ValueKind::Activation;
+    if (activations < 2 && (op == "Mul" ||
+                            info.kind(node.getInputs()[1]) != ValueKind::Activation))
+      return Keeps::Nothing;
+  }
+  if (op == "Where")
+    return info.kind(node.getInputs()[0]) == ValueKind::Activation ? Keeps::Inputs
+                                                                    : Keeps::Nothing;
+  return Keeps::Inputs;
+}
+
+/// Elementwise ops that a training framework fuses into one kernel when one
+/// feeds only another (PyTorch's JIT fusers, Megatron's fused bias-GELU):
+/// the fused kernel keeps the chain's inputs and recomputes its inside.
+bool isElementwise(NodeOp node) {
+  static const llvm::StringSet<> ops = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Erf", "Tanh", "Sigmoid", "Exp", "Log", "Sqrt",
+      "Relu", "Neg", "Abs", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Clip",
+      "LeakyRelu", "Where", "Cast", "Reciprocal", "Softplus", "Swish", "HardSwish",
+      "HardSigmoid", "Elu", "Selu", "Celu", "Mish"};
+  return node.getDomain().empty() || node.getDomain() == "com.microsoft"
+             ? ops.contains(node.getOpType())
+             : false;
+}
+
+/// Bytes (at `dtype`, the whole call) of the activations the backward pass
+/// of nodes [first, last] keeps: each op keeps what its gradient needs
+/// (backwardKeeps); a chain of elementwise ops in which each feeds only the
+/// next is one fused kernel that keeps the chain's activation inputs when
+/// any of its ops needs data; a tensor kept by several ops counts once.
+/// `split[i - first]` marks the ops tensor parallelism splits; `splitBytes`
+/// gets the part of the result that lies in values it shards: outputs of a
+/// split product whose activation input is whole (column-parallel) or of
+/// an attention product, and everything computed from them until a split
+/// product with a weight reads them (row-parallel: its output is reduced).
+struct Kept {
+  double bytes = 0, splitBytes = 0;
+};
+Kept keptBytes(const GraphInfo &info, int first, int last, DType dtype,
+               const std::vector<bool> &split) {
+  llvm::DenseMap<Operation *, int> index;
+  for (int i = first; i <= last; ++i)
+    index[info.nodes[i]] = i;
+  // Fusion groups: union a producer into its only consumer.
+  std::vector<int> parent(last - first + 1);
+  std::iota(parent.begin(), parent.end(), 0);
+  std::function<int(int)> find = [&](int x) {
+    return parent[x] == x ? x : parent[x] = find(parent[x]);
+  };
+  for (int i = first; i <= last; ++i) {
+    NodeOp node = info.nodes[i];
+    if (!isElementwise(node) || info.isFolded(node) || node.getNumResults() != 1)
+      continue;
+    Value out = node.getResult(0);
+    if (!out.hasOneUse())
+      continue;
+    Operation *user = *out.getUsers().begin();
+    auto it = index.find(user);
+    if (it == index.end() || !isElementwise(cast<NodeOp>(user)))
+      continue;
+    parent[find(i - first)] = find(it->second - first);
+  }
+  // Which groups need data, and the values each group reads from outside.
+  std::vector<bool> needsData(parent.size(), false);
+  for (int i = first; i <= last; ++i) {
+    NodeOp node = info.nodes[i];
+    if (!info.isFolded(node) && isElementwise(node) &&
+        backwardKeeps(node, info) != Keeps::Nothing)
+      needsData[find(i - first)] = true;
+  }
+  llvm::DenseSet<Value> sharded;
+  for (int i = first; i <= last; ++i) {
+    NodeOp node = info.nodes[i];
+    bool anySharded = false, hasWeight = false;
+    for (Value in : node.getInputs()) {
+      anySharded |= sharded.contains(in);
+      hasWeight |= info.kind(in) != ValueKind::Activation;
+    }
+    bool out = split[i - first] && hasWeight ? !anySharded : anySharded || split[i - first];
+    if (out)
+      for (Value r : node.getResults())
+        sharded.insert(r);
+  }
+  llvm::DenseSet<Value> kept;
+  double maskBytes = 0, maskSplit = 0;
+  auto keep = [&](Value v) {
+    if (info.kind(v) == ValueKind::Activation)
+      kept.insert(v);
+  };
+  for (int i = first; i <= last; ++i) {
+    NodeOp node = info.nodes[i];
+    if (info.isFolded(node))
+      continue;
+    int group = find(i - first);
+    if (isElementwise(node)) {
+      if (!needsData[group])
+        continue;
+      for (Value in : node.getInputs()) {
+        auto def = in.getDefiningOp();
+        auto it = def ? index.find(def) : index.end();
+        if (it == index.end() || find(it->second - first) != group)
+          keep(in);
+      }
+      continue;
+    }
+    switch (backwardKeeps(node, info)) {
+    case Keeps::Nothing:
+      break;
+    case Keeps::Inputs:
+      for (Value in : node.getInputs())
+        keep(in);
+      break;
+    case Keeps::Output:
+      for (Value out : node.getResults())
+        keep(out);
+      break;
+    case Keeps::Mask:
+      for (Value out : node.getResults())
+        if (info.kind(out) == ValueKind::Activation)
+          if (auto t = dyn_cast<ShapedType>(out.getType()); t && t.hasStaticShape()) {
+            maskBytes += double(t.getNumElements());
+            if (sharded.contains(out))
+              maskSplit += double(t.getNumElements());
+          }
+      break;
+    }
+  }
+  Kept result{maskBytes, maskSplit};
+  for (Value v : kept) {
+    double b = valueBytes(v.getType(), dtype);
+    result.bytes += b;
+    if (sharded.contains(v))
+      result.splitBytes += b;
+  }
+  return result;
+}
+
 } // namespace
 
 llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &options) {
@@ -100,8 +276,9 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
       const OpCost &cost = costs[i];
       layer.ops.push_back(cost);
       if (cost.launches > 0)
-        layer.stashBytesPerSample +=
-            activationBytes(node.getResults(), info, dtype) / samples;
+        layer.largestActivationBytesPerSample =
+            std::max(layer.largestActivationBytesPerSample,
+                     activationBytes(node.getResults(), info, dtype) / samples);
       if (auto w = matmulWeightBytes(node, info, dtype);
           w && *w >= options.tensorParallelMinWeightBytes) {
         bigFlops += cost.flopsPerSample;
@@ -149,6 +326,12 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
           layer.tensorParallelLossBytesPerSample =
               3.0 * 4.0 * double(t.getNumElements() / t.getShape().back()) / samples;
     }
+    std::vector<bool> splitOps;
+    for (const OpCost &op : layer.ops)
+      splitOps.push_back(op.tensorParallelSplit);
+    Kept kept = keptBytes(info, r.first, r.last, dtype, splitOps);
+    layer.stashBytesPerSample = kept.bytes / samples;
+    layer.stashSplitBytesPerSample = kept.splitBytes / samples;
     model.layers.push_back(std::move(layer));
   }
 
@@ -156,6 +339,31 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
     LayerCost &layer = model.layers[layerOf[p.firstUser]];
     layer.parameters += p.elements;
     layer.parameterBytes += valueBytes(p.value.getType(), dtype);
+  }
+  // Tied parameters: read (directly or through folded ops) by a layer that
+  // does not own them.
+  llvm::DenseMap<Value, size_t> paramIndex;
+  for (auto [k, p] : llvm::enumerate(info.parameters))
+    paramIndex[p.value] = k;
+  for (auto [l, r] : llvm::enumerate(*ranges)) {
+    llvm::DenseSet<size_t> seen;
+    std::function<void(Value)> visit = [&](Value v) {
+      if (auto it = paramIndex.find(v); it != paramIndex.end()) {
+        const Parameter &p = info.parameters[it->second];
+        if (layerOf[p.firstUser] != int(l) && seen.insert(it->second).second)
+          model.layers[l].tiedParameters.push_back({layerOf[p.firstUser], p.elements});
+        return;
+      }
+      auto node = dyn_cast_or_null<NodeOp>(v.getDefiningOp());
+      if (node && info.kind(v) == ValueKind::Constant)
+        for (Value in : node.getInputs())
+          visit(in);
+    };
+    for (int i = r.first; i <= r.last; ++i)
+      if (!info.isFolded(info.nodes[i]))
+        for (Value in : info.nodes[i].getInputs())
+          if (info.kind(in) == ValueKind::Constant)
+            visit(in);
   }
   for (const LayerCost &layer : model.layers) {
     model.parameters += layer.parameters;

@@ -144,7 +144,8 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
     mem->set_optimizer_state(uint64_t(m.optimizerState));
     mem->set_activations(uint64_t(m.activations));
     mem->set_kv_cache(uint64_t(m.kvCache));
-    mem->set_workspace(uint64_t(m.workspace));
+    // The plan's workspace: the CUDA context and the transient buffers.
+    mem->set_workspace(uint64_t(m.workspace + m.framework));
     mem->set_peak(uint64_t(m.peak()));
 
     int j = result.stageOfRank[d.rank];

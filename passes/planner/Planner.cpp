@@ -74,6 +74,9 @@ llvm::Expected<Pin> parsePin(llvm::StringRef text) {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+/// Host link of a device whose catalog entry gives none: PCIe 3.0 x16,
+/// 15.75 GB/s per direction (PCI-SIG: 8 GT/s per lane, 128b/130b coding).
+constexpr double kDefaultPcieGBs = 15.75;
 using cost::Mode;
 
 /// Devices that time the same: one catalog type at one speed factor.
@@ -113,13 +116,43 @@ struct StageDevices {
   int ranksPerNode = 1;       // most ranks of the stage on one node
 };
 
+/// The memory savers a candidate uses (docs/planner.md, "Memory").
+struct Savers {
+  int zero = 0;          // ZeRO stage over each stage's data-parallel workers
+  bool offload = false;  // optimizer state and its step in host memory
+};
+
 /// What a candidate stage costs for a layer range.
 struct StageCost {
   bool fits = false;
+  bool recompute = false;     // the stage recomputes its activations
+  bool capped = false;        // memory, not speed, bounded a worker's share
+  bool stateFits = true;      // the model state (and the step) fits every worker
   double shortfall = 0;       // bytes missing on the worst worker when !fits
   int shortfallClass = -1;
   double forward = 0, backward = 0;  // one micro-batch, slowest worker
   llvm::SmallVector<double, 8> share;  // samples per worker, per group
+};
+
+/// Maximum over a range of layers in O(1) (a sparse table).
+struct RangeMax {
+  std::vector<std::vector<double>> level;  // level[k][i]: max of [i, i + 2^k)
+  explicit RangeMax(std::vector<double> values = {}) {
+    level.push_back(std::move(values));
+    for (size_t k = 1; (size_t(1) << k) <= level[0].size(); ++k) {
+      const auto &prev = level[k - 1];
+      std::vector<double> next(level[0].size() - (size_t(1) << k) + 1);
+      for (size_t i = 0; i < next.size(); ++i)
+        next[i] = std::max(prev[i], prev[i + (size_t(1) << (k - 1))]);
+      level.push_back(std::move(next));
+    }
+  }
+  double max(int l, int r) const {  // inclusive
+    if (r < l)
+      return 0;
+    int k = 31 - __builtin_clz(unsigned(r - l + 1));
+    return std::max(level[k][l], level[k][r + 1 - (1 << k)]);
+  }
 };
 
 class Search {
@@ -135,11 +168,21 @@ public:
     kvPrefix.assign(L + 1, 0);
     tpBytesPrefix.assign(L + 1, 0);
     tpCollectivesPrefix.assign(L + 1, 0);
+    stashSplitPrefix.assign(L + 1, 0);
+    layerInputPrefix.assign(L + 1, 0);
     training = opt.mode == Mode::Train;
     for (int i = 0; i < L; ++i) {
       const auto &l = model.layers[i];
       paramsPrefix[i + 1] = paramsPrefix[i] + double(l.parameters);
       stashPrefix[i + 1] = stashPrefix[i] + l.stashBytesPerSample;
+      stashSplitPrefix[i + 1] = stashSplitPrefix[i] + l.stashSplitBytesPerSample;
+      // Recomputation keeps each layer's input (Megatron's checkpoint of
+      // every layer): the graph inputs, else what crosses the cut before it.
+      layerInputPrefix[i + 1] =
+          layerInputPrefix[i] +
+          (i == 0 ? model.inputBytesPerSample : model.layers[i - 1].outputBytesPerSample);
+      if (!l.tiedParameters.empty())
+        tiedLayers.push_back(i);
       kvPrefix[i + 1] = kvPrefix[i] + l.kvCacheBytesPerSample;
       tpBytesPrefix[i + 1] = tpBytesPrefix[i] + (training && l.tensorParallelLossBytesPerSample > 0
                                                      ? l.tensorParallelLossBytesPerSample
@@ -158,6 +201,13 @@ public:
       tpCollectivesPrefix[i + 1] = tpCollectivesPrefix[i] + collectives;
     }
     elementBytes = cost::dtypeBytes(opt.dtype);
+    std::vector<double> activation, parameters;
+    for (const auto &l : model.layers) {
+      activation.push_back(l.largestActivationBytesPerSample);
+      parameters.push_back(double(l.parameters));
+    }
+    largestActivation = RangeMax(std::move(activation));
+    largestParameters = RangeMax(std::move(parameters));
   }
 
   llvm::Expected<Plan> run();
@@ -180,6 +230,9 @@ private:
                            cost::defaultEfficiency(*d.type).microBatchSeconds});
       }
       classes[it->second].ranks.push_back(d.rank);
+      if (classOfRank.size() <= size_t(d.rank))
+        classOfRank.resize(d.rank + 1, -1);
+      classOfRank[d.rank] = it->second;
     }
     timing.resize(classes.size());
   }
@@ -243,32 +296,115 @@ private:
   // Memory
   //===------------------------------------------------------------------===//
 
-  double usableMemory(int c) const {
-    return classes[c].capacity * (1.0 - opt.reservedMemoryFraction);
+  bool isGpu(int c) const { return classes[c].type->kind == cluster::DeviceKind::GPU; }
+
+  /// Parameters a rank of stage [l, r] holds before any sharding: the
+  /// layers' own and a copy of each tied parameter whose owner is elsewhere.
+  double stageParameters(int l, int r) const {
+    double p = paramsPrefix[r + 1] - paramsPrefix[l];
+    for (int i : tiedLayers)
+      if (i >= l && i <= r)
+        for (auto [owner, n] : model.layers[i].tiedParameters)
+          if (owner < l || owner > r)
+            p += double(n);
+    return p;
   }
 
-  /// Bytes a worker of class c needs besides per-sample activations.
-  double staticBytes(int l, int r, int tp, int64_t microBatches) const {
-    double params = (paramsPrefix[r + 1] - paramsPrefix[l]) / tp;
-    if (training)
-      return params * opt.trainingBytesPerParameter;
-    return params * elementBytes;
+  /// Kept activations of layer i per sample on one rank of a tp group.
+  double layerStash(int i, int tp) const {
+    const cost::LayerCost &layer = model.layers[i];
+    return layer.stashBytesPerSample - layer.stashSplitBytesPerSample +
+           layer.stashSplitBytesPerSample / tp;
   }
 
-  /// Bytes per sample of the worker's share: stashed activations for every
-  /// micro-batch in flight (training), or KV cache of all micro-batches
-  /// resident plus one micro-batch of activations (inference).
-  double perSampleBytes(int l, int r, int tp, int inflight, int microBatches) const {
-    double stash = stashPrefix[r + 1] - stashPrefix[l];
-    if (tp > 1)
-      stash /= tp;  // Megatron splits the large activations across the group
-    if (training)
-      return stash * inflight;
-    double kv = (kvPrefix[r + 1] - kvPrefix[l]) / tp;
-    double largest = 0;
-    for (int i = l; i <= r; ++i)
-      largest = std::max(largest, model.layers[i].stashBytesPerSample / tp);
-    return kv * microBatches + largest;
+  /// The largest layer's kept activations per sample on a rank of a tp group.
+  const RangeMax &stashMax(int tp) {
+    auto it = stashMaxByTp.find(tp);
+    if (it == stashMaxByTp.end()) {
+      std::vector<double> values;
+      for (int i = 0; i < L; ++i)
+        values.push_back(layerStash(i, tp));
+      it = stashMaxByTp.emplace(tp, RangeMax(std::move(values))).first;
+    }
+    return it->second;
+  }
+
+  /// Memory of one rank of a worker of stage [l, r] (docs/planner.md,
+  /// "Memory"): what does not depend on its samples, and what each adds.
+  struct Need {
+    double weights = 0, gradients = 0, optimizer = 0, framework = 0, gather = 0;
+    double step = 0;               // the optimizer step's transient copy
+    double keptPerSample = 0;      // activations kept over all micro-batches in flight
+    double transientPerSample = 0; // the largest op's gradients; a recomputed layer
+    double kvPerSample = 0;        // inference: KV cache of all resident micro-batches
+    double fixed() const { return weights + gradients + optimizer + framework + gather; }
+  };
+
+  Need need(int c, int l, int r, int tp, int workers, int inflight, int microBatches,
+            bool recompute, const Savers &sv) {
+    Need n;
+    n.framework = isGpu(c) ? opt.deviceContextBytes : 0;
+    double params = stageParameters(l, r) / tp;
+    double largest = largestActivation.max(l, r);
+    double largestStash = training && recompute ? stashMax(tp).max(l, r) : 0;
+    double largestLayer = training && sv.zero >= 3 ? largestParameters.max(l, r) : 0;
+    // The backward pass of the largest op holds the gradients of its output
+    // and of its input at once; at inference its input and output.
+    n.transientPerSample = 2 * largest / tp;
+    if (!training) {
+      n.weights = params * elementBytes;
+      n.kvPerSample = (kvPrefix[r + 1] - kvPrefix[l]) / tp * microBatches;
+      return n;
+    }
+    int D = std::max(1, workers);
+    n.weights = params * elementBytes / (sv.zero >= 3 ? D : 1);
+    n.gradients = params * elementBytes / (sv.zero >= 2 ? D : 1);
+    double stateBytes = std::max(0.0, opt.trainingBytesPerParameter - 2.0 * elementBytes);
+    if (!sv.offload) {
+      n.optimizer = params * stateBytes / (sv.zero >= 1 ? D : 1);
+      // Mixed precision: the optimizer steps on an fp32 copy of the
+      // gradients (DeepSpeed's FP16_Optimizer, ZeRO's fp32 partition).
+      if (elementBytes < 4)
+        n.step = params * 4.0 / (sv.zero >= 1 ? D : 1);
+    }
+    // ZeRO-3 gathers the whole parameters of the layer it computes.
+    if (sv.zero >= 3)
+      n.gather = largestLayer / tp * elementBytes;
+    if (recompute) {
+      n.keptPerSample = (layerInputPrefix[r + 1] - layerInputPrefix[l]) * inflight;
+      n.transientPerSample += largestStash;
+    } else {
+      double stash = 0;
+      if (tp == 1)
+        stash = stashPrefix[r + 1] - stashPrefix[l];
+      else
+        stash = (stashPrefix[r + 1] - stashPrefix[l]) -
+                (stashSplitPrefix[r + 1] - stashSplitPrefix[l]) * (1.0 - 1.0 / tp);
+      n.keptPerSample = stash * inflight;
+    }
+    if (r == L - 1) {
+      // The loss: its softmax kept in fp32 for the backward pass (Megatron
+      // computes the cross entropy in fp32), and the gradient of the
+      // model's output in the run format while the backward starts.
+      const cost::LayerCost &last = model.layers[L - 1];
+      double elements = last.outputBytesPerSample / elementBytes;
+      if (last.tensorParallelLossBytesPerSample > 0)
+        elements /= tp;
+      n.keptPerSample += 4.0 * elements * inflight;
+      n.transientPerSample += elementBytes * elements;
+    }
+    return n;
+  }
+
+  /// Bytes per sample that grow with a worker's share, fragmentation included.
+  double perSample(const Need &n) const {
+    return (n.keptPerSample + n.transientPerSample) * (1.0 + opt.allocatorFragmentation) +
+           n.kvPerSample;
+  }
+
+  /// Bytes a rank needs at its peak with `samples` samples.
+  double peakBytes(const Need &n, double samples) const {
+    return n.fixed() + std::max(perSample(n) * samples, n.step);
   }
 
   //===------------------------------------------------------------------===//
@@ -277,28 +413,63 @@ private:
 
   /// Splits `mb` samples among the stage's workers in proportion to their
   /// speed (or evenly), capped by memory, and times the slowest worker.
+  /// `forceRecompute`: -1 the options' policy decides, 0 off, 1 on.
   StageCost evaluateStage(const StageDevices &sd, int l, int r, int64_t mb,
-                          int inflight, int microBatches, bool even) {
+                          int inflight, int microBatches, bool even, const Savers &sv,
+                          int forceRecompute = -1) {
+    if (!training)
+      return evaluateStageWith(sd, l, r, mb, inflight, microBatches, even, sv, false);
+    bool always = forceRecompute == 1 ||
+                  (forceRecompute < 0 && opt.recompute == RecomputePolicy::Always);
+    bool allowed = forceRecompute == 1 ||
+                   (forceRecompute < 0 && opt.recompute != RecomputePolicy::Never);
+    if (always)
+      return evaluateStageWith(sd, l, r, mb, inflight, microBatches, even, sv, true);
+    StageCost keep = evaluateStageWith(sd, l, r, mb, inflight, microBatches, even, sv, false);
+    // Recomputation saves activations only: where the model state alone
+    // does not fit, it cannot help.
+    if (!allowed || (keep.fits && !keep.capped) || !keep.stateFits)
+      return keep;
+    // Recompute where the stage does not fit without, or where memory caps
+    // a fast worker's share and recomputing is cheaper overall.
+    StageCost again = evaluateStageWith(sd, l, r, mb, inflight, microBatches, even, sv, true);
+    if (!again.fits)
+      return keep.fits || keep.shortfall <= again.shortfall ? keep : again;
+    if (!keep.fits)
+      return again;
+    return again.forward + again.backward < keep.forward + keep.backward ? again : keep;
+  }
+
+  StageCost evaluateStageWith(const StageDevices &sd, int l, int r, int64_t mb,
+                              int inflight, int microBatches, bool even, const Savers &sv,
+                              bool recompute) {
     StageCost sc;
+    sc.recompute = recompute;
     size_t G = sd.groups.size();
     llvm::SmallVector<double, 8> cap(G), rate(G);
-    double need0 = staticBytes(l, r, sd.tp, microBatches);
-    double perSample = perSampleBytes(l, r, sd.tp, inflight, microBatches);
     double worst = 0;
     int worstClass = -1;
+    double fewest = kInf;  // bytes per sample of the group that needs the most
     for (size_t g = 0; g < G; ++g) {
       int c = sd.groups[g].cls;
-      double room = usableMemory(c) - need0;
-      if (room < 0 || (perSample > 0 && room < perSample)) {
-        double missing = need0 + perSample - usableMemory(c);
+      Need n = need(c, l, r, sd.tp, sd.workers(), inflight, microBatches, recompute, sv);
+      double per = perSample(n);
+      double room = classes[c].capacity - n.fixed();
+      bool stepFits = n.fixed() + n.step <= classes[c].capacity;
+      sc.stateFits &= stepFits && room >= 0;
+      if (ignoreMemory) {
+        cap[g] = double(mb);
+      } else if (!stepFits || room < per) {
+        double missing = peakBytes(n, 1) - classes[c].capacity;
         if (missing > worst) {
           worst = missing;
           worstClass = c;
         }
         cap[g] = 0;
       } else {
-        cap[g] = perSample > 0 ? std::floor(room / perSample) : double(mb);
+        cap[g] = per > 0 ? std::floor(room / per) : double(mb);
       }
+      fewest = std::min(fewest, per);
       rate[g] = even ? 1.0 : classes[c].peak * sd.tp;
     }
     // Water-fill: proportional shares; a capped group keeps its cap and the
@@ -337,12 +508,14 @@ private:
           left -= share[g] * sd.groups[g].count;
     }
     if (left > 1e-6) {
-      sc.shortfall = std::max(worst, perSample);
+      sc.shortfall = std::max(worst, fewest == kInf ? 0.0 : fewest);
       sc.shortfallClass = worstClass >= 0 ? worstClass : sd.groups[0].cls;
       return sc;
     }
     sc.fits = true;
     sc.share = share;
+    for (size_t g = 0; g < G; ++g)
+      sc.capped |= fixed[g];
     for (size_t g = 0; g < G; ++g) {
       if (share[g] <= 0)
         continue;
@@ -356,12 +529,16 @@ private:
       if (f > sc.forward) {
         sc.forward = f;
         sc.backward = training ? 2.0 * (f - comm) + comm : 0;
+        // Recomputation runs the forward pass (its all-reduces included)
+        // once more before the backward (Megatron's activation checkpoints).
+        if (recompute)
+          sc.backward += f - fixed;
       }
     }
     return sc;
   }
 
-  double allReduceTime(const StageDevices &sd, int l, int r) const {
+  double allReduceTime(const StageDevices &sd, int l, int r, const Savers &sv) const {
     int D = sd.workers();
     if (!training || D <= 1)
       return 0;
@@ -370,20 +547,35 @@ private:
     // format of the forward pass.
     double gradBytes = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp *
                        double(cost::dtypeBytes(opt.gradientDType.value_or(opt.dtype)));
-    return 2.0 * (D - 1) / D * gradBytes / (sd.ringGBs / sd.ringSharers * 1e9) +
-           2.0 * (D - 1) * sd.ringLatencyUs * 1e-6;
+    // ZeRO-1/2 reduce-scatter the gradients and all-gather the parameters:
+    // the bytes of one all-reduce. ZeRO-3 all-gathers the parameters again
+    // in the backward pass: 1.5x (ZeRO paper, section 7.2).
+    double volume = sv.zero >= 3 ? 1.5 : 1.0;
+    return volume * (2.0 * (D - 1) / D * gradBytes / (sd.ringGBs / sd.ringSharers * 1e9) +
+                     2.0 * (D - 1) * sd.ringLatencyUs * 1e-6);
   }
 
-  double optimizerTime(const StageDevices &sd, int l, int r) const {
+  double optimizerTime(const StageDevices &sd, int l, int r, const Savers &sv) const {
     if (!training)
       return 0;
+    // ZeRO shards the update: each worker steps its 1/D of the parameters.
+    double shard = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp /
+                   (sv.zero >= 1 ? std::max(1, sd.workers()) : 1);
     double slowest = 0;
     for (const auto &g : sd.groups) {
       const cluster::DeviceType &type = *classes[g.cls].type;
-      double bw = type.memoryBandwidthBytesPerSec() * cost::defaultEfficiency(type).memory;
-      double bytes = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp *
-                     opt.trainingBytesPerParameter * 2;  // read and write
-      slowest = std::max(slowest, bytes / bw);
+      double t;
+      if (sv.offload) {
+        // ZeRO-Offload: gradients down and parameters up over the device's
+        // PCIe link, Adam on the host's cores (shared by its ranks).
+        double pcie = type.pcie.bandwidthGBs > 0 ? type.pcie.bandwidthGBs : kDefaultPcieGBs;
+        t = 2.0 * shard * elementBytes / (pcie * 1e9) +
+            shard * sd.ranksPerNode / opt.hostAdamParamsPerSecond;
+      } else {
+        double bw = type.memoryBandwidthBytesPerSec() * cost::defaultEfficiency(type).memory;
+        t = shard * opt.trainingBytesPerParameter * 2 / bw;  // read and write
+      }
+      slowest = std::max(slowest, t);
     }
     return slowest;
   }
@@ -421,7 +613,20 @@ private:
     std::vector<int> cuts;  // last layer of each stage
     double estimate = kInf;
     uint64_t order = 0;     // enumeration index: deterministic ties
+    Savers savers;
+    /// Per stage: -1 the recomputation policy decides, 0 off, 1 on (layouts).
+    std::vector<int> forceRecompute;
+    int forced(int j) const {
+      return size_t(j) < forceRecompute.size() ? forceRecompute[j] : -1;
+    }
   };
+
+  /// evaluateStage for stage j of `c` over layers [l, r].
+  StageCost costOf(const Candidate &c, int j, int l, int r, int64_t mb, bool even) {
+    int P = int(c.stagesRef().size());
+    return evaluateStage(c.stagesRef()[j], l, r, mb, inflight(j, P, c.microBatches),
+                         c.microBatches, even, c.savers, c.forced(j));
+  }
 
   /// Groups a run of ranks (same class, in order) into TP workers within
   /// nodes; leftover ranks that cannot fill a group stay unused.
@@ -576,8 +781,7 @@ private:
       // Time and memory grow with the layers taken: binary search for the
       // last layer that still fits.
       auto ok = [&](int r) {
-        StageCost sc = evaluateStage(c.stagesRef()[j], l, r, mb, inflight(j, P, c.microBatches),
-                                     c.microBatches, even);
+        StageCost sc = costOf(c, j, l, r, mb, even);
         return sc.fits && sc.forward + sc.backward <= tau;
       };
       int best = -1;
@@ -612,8 +816,7 @@ private:
     int P = int(c.stagesRef().size());
     int64_t mb = opt.globalBatch / c.microBatches;
     int l = j ? c.cuts[j - 1] + 1 : 0, r = c.cuts[j];
-    StageCost sc = evaluateStage(c.stagesRef()[j], l, r, mb, inflight(j, P, c.microBatches),
-                                 c.microBatches, even);
+    StageCost sc = costOf(c, j, l, r, mb, even);
     StageTerm term;
     if (!sc.fits)
       return term;
@@ -621,7 +824,8 @@ private:
     double bytes;
     if (j + 1 < P)
       term.time += (training ? 2 : 1) * sendTime(c.stagesRef()[j], c.stagesRef()[j + 1], r, mb, bytes);
-    term.tail = allReduceTime(c.stagesRef()[j], l, r) + optimizerTime(c.stagesRef()[j], l, r);
+    term.tail = allReduceTime(c.stagesRef()[j], l, r, c.savers) +
+                optimizerTime(c.stagesRef()[j], l, r, c.savers);
     return term;
   }
 
@@ -670,8 +874,7 @@ private:
     c.cuts = cuts;
     for (int j = 0; j < P; ++j) {
       int l = j ? cuts[j - 1] + 1 : 0;
-      StageCost sc = evaluateStage(c.stagesRef()[j], l, cuts[j], mb,
-                                   inflight(j, P, c.microBatches), c.microBatches, even);
+      StageCost sc = costOf(c, j, l, cuts[j], mb, even);
       hi = std::max(hi, sc.forward + sc.backward);
     }
     double lo = 0;
@@ -719,6 +922,48 @@ private:
         break;
     }
     return c.estimate < kInf;
+  }
+
+  /// ZeRO stages to try for `c`, smallest first: the options' stage, or
+  /// all four where a stage has data-parallel workers to shard over.
+  std::vector<int> zeroStages(const Candidate &c) const {
+    if (!training)
+      return {0};
+    if (opt.zeroStage >= 0)
+      return {opt.zeroStage};
+    bool sharded = llvm::any_of(c.stagesRef(), [](const StageDevices &sd) {
+      return sd.workers() > 1;
+    });
+    return sharded ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
+  }
+
+  /// Partitions `c` with the smallest ZeRO stage that fits and without
+  /// optimizer offload, else (policy Search) with offload; the options'
+  /// fixed choices otherwise (docs/planner.md, "Memory").
+  bool choosePartition(Candidate &c, bool even, bool evenLayers) {
+    std::vector<bool> offloads{opt.offload == OffloadPolicy::Always};
+    if (training && opt.offload == OffloadPolicy::Search)
+      offloads.push_back(true);
+    std::vector<int> zeros = zeroStages(c);
+    if (!evenLayers && zeros.size() * offloads.size() > 1) {
+      // What does not fit with the most memory saved does not fit at all:
+      // one memory-only fill spares the other savers' partitions.
+      Candidate probe = c;
+      probe.savers = {zeros.back(), training && bool(offloads.back())};
+      std::vector<int> cuts;
+      int64_t mb = (opt.globalBatch + c.microBatches - 1) / c.microBatches;
+      if (!fill(probe, kInf, mb, even, cuts)) {
+        c.savers = probe.savers;
+        return false;
+      }
+    }
+    for (bool offload : offloads)
+      for (int z : zeros) {
+        c.savers = {z, training && offload};
+        if (partition(c, even, evenLayers))
+          return true;
+      }
+    return false;
   }
 
   /// For the few candidates that reach the simulation: every position of
@@ -791,16 +1036,18 @@ private:
     int P = int(c.stagesRef().size());
     double worst = 0;
     int worstStage = 0, worstClass = -1;
+    bool worstRecompute = false;
     for (int j = 0; j < P; ++j) {
       int l = int(int64_t(L) * j / P), r = int(int64_t(L) * (j + 1) / P) - 1;
       if (r < l)
         continue;
       StageCost sc = evaluateStage(c.stagesRef()[j], l, r, 1, inflight(j, P, c.microBatches),
-                                   c.microBatches, even);
+                                   c.microBatches, even, c.savers, c.forced(j));
       if (!sc.fits && sc.shortfall > worst) {
         worst = sc.shortfall;
         worstStage = j;
         worstClass = sc.shortfallClass;
+        worstRecompute = sc.recompute;
       }
     }
     if (worst > 0 && (best.bytes == 0 || worst < best.bytes)) {
@@ -811,7 +1058,72 @@ private:
                                                  : std::string("?"),
                                  c.tp)
                        .str();
+      best.fixes = fixesFor(c, worstStage, worstClass >= 0 ? worstClass : 0, worstRecompute);
     }
+  }
+
+  /// What each memory saver not yet used would save on stage j of `c` (its
+  /// even layer share, one sample per worker), and whether that is enough.
+  std::vector<std::string> fixesFor(const Candidate &c, int j, int cls, bool recompute) {
+    int P = int(c.stagesRef().size());
+    int l = int(int64_t(L) * j / P), r = int(int64_t(L) * (j + 1) / P) - 1;
+    const StageDevices &sd = c.stagesRef()[j];
+    int in = inflight(j, P, c.microBatches);
+    double capacity = classes[cls].capacity;
+    auto missing = [&](int ll, int rr, bool re, const Savers &sv) {
+      Need n = need(cls, ll, rr, sd.tp, sd.workers(), in, c.microBatches, re, sv);
+      return peakBytes(n, 1) - capacity;
+    };
+    double now = missing(l, r, recompute, c.savers);
+    std::vector<std::string> fixes, applied;
+    auto say = [&](const std::string &what, double after) {
+      double saved = now - after;
+      if (saved <= 0)
+        return;
+      fixes.push_back(after <= 0
+                          ? llvm::formatv("{0} saves {1:F2} GiB there: enough", what,
+                                          saved / (1 << 30)).str()
+                          : llvm::formatv("{0} saves {1:F2} GiB there, {2:F2} GiB short still",
+                                          what, saved / (1 << 30), after / (1 << 30)).str());
+    };
+    if (!training)
+      return fixes;
+    if (recompute)
+      applied.push_back("recomputation");
+    else
+      say(opt.recompute == RecomputePolicy::Never
+              ? "activation recomputation (--recompute auto)"
+              : "activation recomputation",
+          missing(l, r, true, c.savers));
+    if (sd.workers() > 1)
+      for (int z = c.savers.zero + 1; z <= 3; ++z) {
+        Savers sv = c.savers;
+        sv.zero = z;
+        say(llvm::formatv("ZeRO-{0} over the stage's {1} workers{2}", z, sd.workers(),
+                          opt.zeroStage >= 0 ? llvm::formatv(" (--zero {0})", z).str()
+                                             : std::string())
+                .str(),
+            missing(l, r, recompute, sv));
+      }
+    if (c.savers.zero > 0)
+      applied.push_back(llvm::formatv("ZeRO-{0}", c.savers.zero).str());
+    if (c.savers.offload) {
+      applied.push_back("optimizer offload");
+    } else {
+      Savers sv = c.savers;
+      sv.offload = true;
+      say(opt.offload == OffloadPolicy::Never
+              ? "optimizer offload to host memory (--offload auto)"
+              : "optimizer offload to host memory",
+          missing(l, r, recompute, sv));
+    }
+    if (r > l)
+      say(llvm::formatv("a pipeline twice as deep on twice the devices ({0} stages "
+                        "instead of {1}, half the layers each)", 2 * P, P).str(),
+          missing(l, l + (r - l) / 2, recompute, c.savers));
+    if (!applied.empty())
+      fixes.push_back("already applied there: " + llvm::join(applied, ", "));
+    return fixes;
   }
 
   const cost::ModelCost &model;
@@ -823,6 +1135,14 @@ private:
   std::vector<DeviceClass> classes;
   std::vector<std::vector<std::vector<std::unique_ptr<Table>>>> timing;  // [class][tp][samples]
   std::vector<double> paramsPrefix, stashPrefix, kvPrefix, tpBytesPrefix, tpCollectivesPrefix;
+  std::vector<double> stashSplitPrefix, layerInputPrefix;
+  std::vector<int> tiedLayers;  // layers that read tied parameters
+  std::vector<int> classOfRank;
+  RangeMax largestActivation, largestParameters;
+  std::map<int, RangeMax> stashMaxByTp;
+  /// evaluateLayout's report of a layout that does not fit: shares are not
+  /// capped by memory, and the plan shows how far over each rank is.
+  bool ignoreMemory = false;
   Shortfall best;
   uint64_t evaluated = 0;
 };
@@ -843,15 +1163,16 @@ Plan Search::simulate(const Candidate &c, bool even) {
   for (int j = 0; j < P; ++j) {
     const StageDevices &sd = c.stagesRef()[j];
     int r = c.cuts[j];
-    StageCost sc = evaluateStage(sd, l, r, mb, inflight(j, P, M), M, even);
+    StageCost sc = costOf(c, j, l, r, mb, even);
     Stage st;
     st.firstLayer = l;
     st.lastLayer = r;
     st.tensorParallel = sd.tp;
     st.forwardSeconds = sc.forward;
     st.backwardSeconds = sc.backward;
-    st.allReduceSeconds = allReduceTime(sd, l, r);
-    st.optimizerSeconds = optimizerTime(sd, l, r);
+    st.recompute = sc.recompute;
+    st.allReduceSeconds = allReduceTime(sd, l, r, c.savers);
+    st.optimizerSeconds = optimizerTime(sd, l, r, c.savers);
     if (j + 1 < P)
       st.sendSeconds = sendTime(sd, c.stagesRef()[j + 1], r, mb, st.sendBytes);
     // Integer shares: floor of each worker's share, the remainder to the
@@ -994,36 +1315,32 @@ Plan Search::simulate(const Candidate &c, bool even) {
   plan.modelFlopsUtilization = peak > 0 ? plan.modelFlopsPerStep / (step * peak) : 0;
 
   // Memory per rank from the simulated stash depth.
+  plan.zeroStage = training ? c.savers.zero : 0;
+  plan.offloadOptimizer = training && c.savers.offload;
   plan.memory.resize(cluster.devices.size());
-  for (const auto &d : cluster.devices) {
-    RankMemory &mem = plan.memory[d.rank];
-    mem.capacity = double(d.type->memoryBytes());
-    mem.workspace = mem.capacity * opt.reservedMemoryFraction;
-  }
+  for (const auto &d : cluster.devices)
+    plan.memory[d.rank].capacity = double(d.type->memoryBytes());
   for (int j = 0; j < P; ++j) {
     const Stage &st = plan.stages[j];
-    double params = (paramsPrefix[st.lastLayer + 1] - paramsPrefix[st.firstLayer]) /
-                    st.tensorParallel;
     int depth = training ? std::max(1, peakStash[j]) : 1;
-    double perSample = perSampleBytes(st.firstLayer, st.lastLayer, st.tensorParallel,
-                                      depth, M);
     for (const Worker &w : st.workers)
       for (int rank : w.ranks) {
         RankMemory &mem = plan.memory[rank];
-        if (training) {
-          double weightBytes = elementBytes;
-          mem.parameters = params * weightBytes;
-          mem.gradients = params * weightBytes;
-          mem.optimizerState = params * std::max(0.0, opt.trainingBytesPerParameter -
-                                                           2 * weightBytes);
-          mem.activations = perSample * double(w.samples);
-        } else {
-          mem.parameters = params * elementBytes;
-          double kv = (kvPrefix[st.lastLayer + 1] - kvPrefix[st.firstLayer]) /
-                      st.tensorParallel;
-          mem.kvCache = kv * M * double(w.samples);
-          mem.activations = (perSample - kv * M) * double(w.samples);
-        }
+        Need n = need(classOfRank[rank], st.firstLayer, st.lastLayer, st.tensorParallel,
+                      int(c.stagesRef()[j].workers()), depth, M, st.recompute, c.savers);
+        double samples = double(w.samples);
+        mem.parameters = n.weights;
+        mem.gradients = n.gradients;
+        mem.optimizerState = n.optimizer;
+        mem.framework = n.framework;
+        mem.optimizerStep = n.step;
+        mem.kvCache = n.kvPerSample * samples;
+        mem.activations = n.keptPerSample * samples;
+        mem.workspace = n.gather + n.transientPerSample * samples +
+                        (n.keptPerSample + n.transientPerSample) * samples *
+                            opt.allocatorFragmentation;
+        if (mem.peak() > mem.capacity)
+          plan.fitsMemory = false;
       }
   }
   return plan;
@@ -1089,6 +1406,7 @@ llvm::Expected<Plan> Search::run() {
   });
 
   std::vector<Candidate> kept;  // best few by estimate
+  std::vector<Candidate> keptOffload;  // the same among those that offload
   const size_t keep = 24;
   uint64_t order = 0;
   size_t totalOrders = orders.size();
@@ -1223,19 +1541,22 @@ llvm::Expected<Plan> Search::run() {
             c.microBatches = M;
             c.order = order++;
             ++evaluated;
-            if (!partition(c, even, evenLayers)) {
+            if (!choosePartition(c, even, evenLayers)) {
               noteShortfall(c, even);
               continue;  // more micro-batches may fit where fewer do not
             }
             worse = c.estimate > lastEstimate ? worse + 1 : 0;
             lastEstimate = c.estimate;
-            kept.push_back(std::move(c));
-            std::stable_sort(kept.begin(), kept.end(), [](const Candidate &a, const Candidate &b) {
+            // Offloaded candidates only count when nothing fits without.
+            auto &into = c.savers.offload && opt.offload == OffloadPolicy::Search ? keptOffload
+                                                                                 : kept;
+            into.push_back(std::move(c));
+            std::stable_sort(into.begin(), into.end(), [](const Candidate &a, const Candidate &b) {
               return a.estimate < b.estimate ||
                      (a.estimate == b.estimate && a.order < b.order);
             });
-            if (kept.size() > keep)
-              kept.pop_back();
+            if (into.size() > keep)
+              into.pop_back();
           }
         }
     }
@@ -1243,12 +1564,16 @@ llvm::Expected<Plan> Search::run() {
   if (opt.progress)
     opt.progress(1.0);
 
+  if (kept.empty())
+    kept = std::move(keptOffload);
   if (kept.empty()) {
     std::string msg = "no layout fits in memory";
     if (best.bytes > 0) {
       msg += llvm::formatv(": the closest needs {0:F2} GiB more on {1}", best.bytes / (1 << 30),
                            best.where)
                  .str();
+      if (!best.fixes.empty())
+        msg += " (" + llvm::join(best.fixes, "; ") + ")";
     }
     msg += ". What would fix it: devices with more memory, more devices, "
            "--dtype fp16 or bf16, a smaller --batch";
@@ -1317,9 +1642,63 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
     return llvm::createStringError(llvm::formatv(
         "layout: the last stage ends at layer {0}, not at the model's last layer {1}",
         layout.lastLayer.back(), L - 1));
-  cand.estimate = estimate(cand, even);
-  if (cand.estimate == kInf)
-    return llvm::createStringError("the layout does not fit in memory");
+  if (!layout.recompute.empty()) {
+    if (layout.recompute.size() != layout.stageWorkers.size())
+      return llvm::createStringError("layout: recompute needs one entry per stage");
+    for (bool on : layout.recompute)
+      cand.forceRecompute.push_back(on ? 1 : 0);
+  }
+  if (layout.zeroStage > 3)
+    return llvm::createStringError("layout: zero_stage must be 0, 1, 2 or 3");
+  std::vector<int> zeros =
+      layout.zeroStage >= 0 ? std::vector<int>{layout.zeroStage} : zeroStages(cand);
+  std::vector<bool> offloads;
+  if (layout.offloadOptimizer >= 0)
+    offloads = {layout.offloadOptimizer == 1};
+  else if (opt.offload == OffloadPolicy::Search)
+    offloads = {false, true};
+  else
+    offloads = {opt.offload == OffloadPolicy::Always};
+  bool fits = false;
+  for (bool offload : offloads) {
+    for (int z : zeros) {
+      cand.savers = {training ? z : 0, training && offload};
+      cand.estimate = estimate(cand, even);
+      if ((fits = cand.estimate < kInf))
+        break;
+    }
+    if (fits)
+      break;
+  }
+  if (!fits) {
+    // Price it with memory ignored to say how far over it is.
+    ignoreMemory = true;
+    cand.estimate = estimate(cand, even);
+    Plan p = simulate(cand, even);
+    ignoreMemory = false;
+    p.fitsMemory = false;
+    p.plansEvaluated = 1;
+    if (opt.priceOverCapacity)
+      return p;
+    int fullest = -1;
+    for (size_t r = 0; r < p.memory.size(); ++r)
+      if (p.stageOfRank[r] >= 0 &&
+          (fullest < 0 || p.memory[r].peak() / p.memory[r].capacity >
+                              p.memory[fullest].peak() / p.memory[fullest].capacity))
+        fullest = int(r);
+    if (fullest < 0)
+      return llvm::createStringError("the layout does not fit in memory");
+    const RankMemory &m = p.memory[fullest];
+    auto gib = [](double b) { return b / double(1 << 30); };
+    return llvm::createStringError(llvm::formatv(
+        "the layout does not fit in memory: rank {0} ({1}, stage {2}) needs {3:F2} GiB of "
+        "{4:F2} GiB (weights {5:F2}, gradients {6:F2}, optimizer {7:F2}, activations {8:F2}, "
+        "workspace {9:F2}, framework {10:F2}, optimizer step {11:F2})",
+        fullest, cluster.devices[fullest].type->name, p.stageOfRank[fullest], gib(m.peak()),
+        gib(m.capacity), gib(m.parameters), gib(m.gradients), gib(m.optimizerState),
+        gib(m.activations + m.kvCache), gib(m.workspace), gib(m.framework),
+        gib(m.optimizerStep)));
+  }
   Plan p = simulate(cand, even);
   p.plansEvaluated = 1;
   return p;
@@ -1354,9 +1733,11 @@ llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef text,
     std::string where = objects.size() > 1 ? llvm::formatv("layout {0}: ", i).str() : "";
     for (const auto &kv : o)
       if (kv.first != "micro_batches" && kv.first != "tensor_parallel" &&
-          kv.first != "shares" && kv.first != "stages" && kv.first != "name")
+          kv.first != "shares" && kv.first != "stages" && kv.first != "name" &&
+          kv.first != "zero_stage" && kv.first != "offload_optimizer")
         return fail(where + "unknown field '" + kv.first.str() +
-                    "' (expected micro_batches, tensor_parallel, shares, stages, name)");
+                    "' (expected micro_batches, tensor_parallel, shares, stages, name, "
+                    "zero_stage, offload_optimizer)");
     Layout l;
     l.microBatches = int(o.getInteger("micro_batches").value_or(1));
     l.tensorParallel = int(o.getInteger("tensor_parallel").value_or(1));
@@ -1368,6 +1749,20 @@ llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef text,
       else if (*shares != "speed")
         return fail(where + "shares must be \"even\" or \"speed\"");
     }
+    if (const llvm::json::Value *z = o.get("zero_stage")) {
+      auto v = z->getAsInteger();
+      if (!v || *v < 0 || *v > 3)
+        return fail(where + "zero_stage must be 0, 1, 2 or 3");
+      l.zeroStage = int(*v);
+    }
+    if (const llvm::json::Value *off = o.get("offload_optimizer")) {
+      auto v = off->getAsBoolean();
+      if (!v)
+        return fail(where + "offload_optimizer must be true or false");
+      l.offloadOptimizer = *v ? 1 : 0;
+    }
+    bool anyRecompute = false;
+    std::vector<bool> recompute;
     const llvm::json::Array *stages = o.getArray("stages");
     if (!stages || stages->empty())
       return fail(where + "missing \"stages\" (a list of {workers, last_layer})");
@@ -1391,9 +1786,21 @@ llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef text,
         }
         ws.push_back(std::move(w));
       }
+      if (const llvm::json::Value *rv = so->get("recompute")) {
+        auto v = rv->getAsBoolean();
+        if (!v)
+          return fail(where + "a stage's recompute must be true or false");
+        anyRecompute = true;
+        recompute.push_back(*v);
+      } else {
+        recompute.push_back(false);
+      }
       l.stageWorkers.push_back(std::move(ws));
       l.lastLayer.push_back(int(*last));
     }
+    // Given on any stage: every stage's is fixed (absent: off).
+    if (anyRecompute)
+      l.recompute = std::move(recompute);
     out.push_back(std::move(l));
   }
   return out;

@@ -22,6 +22,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -73,12 +74,23 @@ struct Options {
   /// run format (`dtype`). Mixed-precision stacks usually reduce in fp32
   /// (PyTorch AMP + DDP, DeepSpeed `fp32_allreduce`).
   std::optional<cost::DType> gradientDType;
-  /// Share of each device's memory kept free for the framework, workspace
-  /// and fragmentation.
-  double reservedMemoryFraction = 0.08;
+  /// GPU memory the process holds before any tensor: the CUDA context with
+  /// the framework's and libraries' kernels loaded, cuBLAS/NCCL handles
+  /// (docs/cost-model.md, "Training and memory"). CPU devices pay none.
+  double deviceContextBytes = 512.0 * (1 << 20);
+  /// The caching allocator's fragmentation: bytes reserved but not usable,
+  /// as a share of the memory allocated and freed every micro-batch
+  /// (activations and transient buffers). docs/cost-model.md.
+  double allocatorFragmentation = 0.2;
+  /// Host Adam throughput for an offloaded optimizer step, parameters per
+  /// second per host (ZeRO-Offload's CPU-Adam; docs/cost-model.md).
+  double hostAdamParamsPerSecond = 1e9 / 0.22;
   /// False when the batch may not be split (samples are combined, or the
   /// batch is off dim 0): one worker per stage and one micro-batch.
   bool splitBatch = true;
+  /// evaluateLayout: price a layout even when it does not fit (no share is
+  /// capped by memory; Plan::fitsMemory tells), to report how far over it is.
+  bool priceOverCapacity = false;
   RecomputePolicy recompute = RecomputePolicy::Search;
   /// ZeRO stage over each stage's data-parallel workers: 0..3, or -1 to let
   /// the search choose (the smallest stage that fits).
@@ -100,9 +112,17 @@ struct Worker {
 
 struct RankMemory {
   double capacity = 0, parameters = 0, gradients = 0, optimizerState = 0,
-         activations = 0, kvCache = 0, workspace = 0;
+         activations = 0, kvCache = 0;
+  /// The CUDA context and libraries (0 on a CPU), and the buffers that live
+  /// only while an op runs or the optimizer steps: the largest op's
+  /// gradients, a ZeRO-3 gather buffer, the allocator's fragmentation.
+  double framework = 0, workspace = 0;
+  /// Held only during the optimizer step, when no activations are: the fp32
+  /// gradient copy of a mixed-precision optimizer.
+  double optimizerStep = 0;
   double peak() const {
-    return parameters + gradients + optimizerState + activations + kvCache + workspace;
+    return parameters + gradients + optimizerState + kvCache + framework +
+           std::max(activations + workspace, optimizerStep);
   }
 };
 
@@ -139,6 +159,9 @@ struct Plan {
   int zeroStage = 0;
   /// Optimizer state (and its update) lives in host memory.
   bool offloadOptimizer = false;
+  /// False only for a layout priced with Options::priceOverCapacity that
+  /// needs more memory than some device has (RankMemory shows how much).
+  bool fitsMemory = true;
   std::vector<Stage> stages;
   std::vector<RankMemory> memory;  // by rank; capacity only for unused ranks
   std::vector<int> stageOfRank;    // -1 when a rank is unused
@@ -155,7 +178,9 @@ struct Plan {
 /// Why nothing fits, and what would fix it.
 struct Shortfall {
   double bytes = 0;           // the smallest shortfall over all candidates
-  std::string where;          // "stage 2 on T4 (rank 7)"
+  std::string where;          // "stage 2 of 4 on T4 (tensor parallel 1)"
+  /// For that closest layout: what recomputation, a ZeRO stage, optimizer
+  /// offload or more pipeline stages would save there, and whether enough.
   std::vector<std::string> fixes;
 };
 
@@ -172,7 +197,8 @@ struct Layout {
   /// Per stage, overriding `tensorParallel` where given (same length as
   /// stageWorkers when not empty).
   std::vector<int> stageTensorParallel;
-  /// Per stage recomputation (empty: the options' policy decides).
+  /// Per stage recomputation, on or off (empty: the options' policy decides
+  /// for every stage).
   std::vector<bool> recompute;
   int zeroStage = -1;          // -1: the options decide
   int offloadOptimizer = -1;   // -1: the options decide, 0 no, 1 yes
@@ -180,7 +206,10 @@ struct Layout {
 
 /// Reads layouts from JSON (`hetplan compile --layout FILE`): one layout
 ///   {"micro_batches": 16, "tensor_parallel": 1, "shares": "even"|"speed",
-///    "stages": [{"workers": [[0], [1]], "last_layer": 12}, ...]}
+///    "zero_stage": 0..3, "offload_optimizer": true|false,
+///    "stages": [{"workers": [[0], [1]], "last_layer": 12, "recompute": true}, ...]}
+/// (zero_stage, offload_optimizer absent: the options decide; "recompute"
+/// given on any stage fixes every stage's, absent meaning off)
 /// or {"layouts": [layout, ...]}. Ranks are cluster ranks, layers the
 /// model's layer indices (inclusive last layer of each stage).
 llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef json,

@@ -238,6 +238,8 @@ void explainSettings(const plan::Plan &p, std::ostream &os) {
   field(os, "micro-batches", std::to_string(s.micro_batches()));
   field(os, "schedule", s.schedule().empty() ? "?" : s.schedule());
   field(os, "strategy", s.strategy().empty() ? "?" : s.strategy());
+  if (s.mode() != "infer")
+    field(os, "memory savers", memorySaversText(p));
   if (!s.bound_dims().empty()) {
     std::map<std::string, int64_t> dims(s.bound_dims().begin(), s.bound_dims().end());
     std::string text;
@@ -246,6 +248,27 @@ void explainSettings(const plan::Plan &p, std::ostream &os) {
     field(os, "bound dims", text);
   }
 }
+
+} // namespace
+
+std::string memorySaversText(const plan::Plan &p) {
+  // docs/planner.md, "Memory".
+  std::string savers, recomputed;
+  for (const auto &stage : p.stages())
+    if (stage.recompute())
+      recomputed += (recomputed.empty() ? "" : ", ") + std::to_string(stage.index());
+  if (!recomputed.empty())
+    savers = std::string("recomputation on stage") +
+             (recomputed.find(',') == std::string::npos ? " " : "s ") + recomputed;
+  const auto &s = p.settings();
+  if (s.zero_stage() > 0)
+    savers += (savers.empty() ? "" : "; ") + ("ZeRO-" + std::to_string(s.zero_stage()));
+  if (s.offload_optimizer())
+    savers += (savers.empty() ? "" : "; ") + std::string("optimizer state in host memory");
+  return savers.empty() ? "none" : savers;
+}
+
+namespace {
 
 void explainStages(const plan::Plan &p, std::ostream &os) {
   const bool train = p.settings().mode() != "infer";

@@ -163,6 +163,24 @@ void keep(const std::string &name, const std::string &svg) {
 
 } // namespace
 
+TEST(Explain, SettingsNameTheMemorySavers) {
+  plan::Plan p = makeSamplePlan();
+  p.mutable_stages(1)->set_recompute(true);
+  p.mutable_settings()->set_zero_stage(2);
+  p.mutable_settings()->set_offload_optimizer(true);
+  std::ostringstream os;
+  explainPlan(p, os);
+  EXPECT_NE(os.str().find("  memory savers    recomputation on stage 1; ZeRO-2; optimizer state "
+                          "in host memory\n"),
+            std::string::npos)
+      << os.str();
+  p.mutable_stages(0)->set_recompute(true);
+  std::ostringstream both;
+  explainPlan(p, both);
+  EXPECT_NE(both.str().find("recomputation on stages 0, 1; ZeRO-2"), std::string::npos)
+      << both.str();
+}
+
 TEST(Explain, ReportHasTheKeyLines) {
   std::ostringstream os;
   explainPlan(makeSamplePlan(), os);
@@ -184,6 +202,7 @@ TEST(Explain, ReportHasTheKeyLines) {
            "  micro-batches    4",
            "  schedule         1f1b",
            "  strategy         hetplan",
+           "  memory savers    none",
            "  bound dims       batch=8, sequence=1024",
            "Stages (2, in pipeline order)",
            "  stage  ranks  devices       layers                 TP  batch share  fwd ms  bwd ms  "

@@ -1,6 +1,7 @@
 //===- PlannerTest.cpp - the planner on synthetic models ------------------===//
 
 #include "passes/planner/Planner.h"
+#include "SyntheticModel.h"
 
 #include "llvm/Support/Error.h"
 
@@ -11,40 +12,8 @@ using namespace hetplan::planner;
 
 namespace {
 
-/// `layers` identical transformer-like layers: one big MatMul each.
-cost::ModelCost uniformModel(int layers, double flopsPerSample, int64_t params,
-                             double activationBytes) {
-  cost::ModelCost m;
-  m.graphName = "synthetic";
-  for (int i = 0; i < layers; ++i) {
-    cost::LayerCost l;
-    l.name = "layer" + std::to_string(i);
-    l.firstNode = i;
-    l.lastNode = i;
-    cost::OpCost op;
-    op.name = l.name + ".matmul";
-    op.opType = "MatMul";
-    op.flopsPerSample = flopsPerSample;
-    op.bytesPerSample = activationBytes;
-    op.weightBytes = double(params) * 2;
-    op.matrixEngine = true;
-    l.ops.push_back(op);
-    l.parameters = params;
-    l.parameterBytes = double(params) * 2;
-    l.stashBytesPerSample = activationBytes;
-    l.outputBytesPerSample = activationBytes / 4;
-    m.layers.push_back(l);
-    m.nodeNames.push_back(l.name);
-    m.parameters += params;
-  }
-  return m;
-}
-
-cluster::Cluster clusterOf(llvm::StringRef spec) {
-  auto c = cluster::Cluster::fromSpec(spec, cluster::DeviceCatalog::builtin());
-  EXPECT_TRUE(bool(c)) << llvm::toString(c.takeError());
-  return std::move(*c);
-}
+using test::clusterOf;
+using test::uniformModel;
 
 Plan planOrDie(const cost::ModelCost &m, const cluster::Cluster &c, Options o) {
   auto p = makePlan(m, c, o);

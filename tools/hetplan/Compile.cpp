@@ -123,6 +123,23 @@ cl::opt<std::string> gradDtypeArg(
     "grad-dtype",
     cl::desc("Format of the gradients the data-parallel all-reduce moves (default: --dtype)"),
     cl::value_desc("fp32|fp16|bf16"), cl::sub(compileCmd));
+cl::opt<std::string> recomputeArg(
+    "recompute",
+    cl::desc("Activation recomputation: never; auto (default: per stage, where a stage "
+             "does not fit without it or where it lets memory-capped workers take "
+             "larger shares and is faster); always (every stage)"),
+    cl::value_desc("never|auto|always"), cl::init("auto"), cl::sub(compileCmd));
+cl::opt<std::string> zeroArg(
+    "zero",
+    cl::desc("ZeRO stage over each pipeline stage's data-parallel workers: 0 (replicated), "
+             "1 (optimizer state sharded), 2 (+ gradients), 3 (+ parameters); auto "
+             "(default): the smallest that fits"),
+    cl::value_desc("auto|0|1|2|3"), cl::init("auto"), cl::sub(compileCmd));
+cl::opt<std::string> offloadArg(
+    "offload",
+    cl::desc("Optimizer state and step in host memory (ZeRO-Offload): never; auto "
+             "(default: only when no layout fits without); always"),
+    cl::value_desc("never|auto|always"), cl::init("auto"), cl::sub(compileCmd));
 cl::opt<bool> uncalibratedArg(
     "uncalibrated",
     cl::desc("Ignore the catalog's measured 'achieved' figures (the plain roofline "
@@ -185,6 +202,7 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
         {"first_layer_name", p.model().layers(s.first_layer()).name()},
         {"last_layer_name", p.model().layers(s.last_layer()).name()},
         {"tensor_parallel", int64_t(s.tensor_parallel())},
+        {"recompute", s.recompute()},
         {"workers", std::move(workers)},
         {"forward_s", s.forward_s()},
         {"backward_s", s.backward_s()},
@@ -214,6 +232,8 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
       {"strategy", p.settings().strategy()},
       {"schedule", p.settings().schedule()},
       {"micro_batches", int64_t(p.settings().micro_batches())},
+      {"zero_stage", int64_t(p.settings().zero_stage())},
+      {"offload_optimizer", p.settings().offload_optimizer()},
       {"stages", std::move(stages)},
       {"memory", std::move(memory)},
       {"step_time_s", pr.step_time_s()},
@@ -237,6 +257,8 @@ void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
   int64_t mbSize = s.global_batch() / std::max<int64_t>(1, s.micro_batches());
   os << llvm::formatv("  strategy {0}, {1} schedule, {2} stage(s), {3} micro-batch(es) of {4}\n",
                       s.strategy(), s.schedule(), p.stages_size(), s.micro_batches(), mbSize);
+  if (s.mode() == "train" && runtime::memorySaversText(p) != "none")
+    os << "  memory savers: " << runtime::memorySaversText(p) << "\n";
   os << "  stage  devices                     layers                          tp  samples/worker       fwd+bwd ms  all-reduce ms\n";
   for (const auto &st : p.stages()) {
     std::map<std::string, int> types;
@@ -337,6 +359,28 @@ int runCompile() {
       return fail("--grad-dtype must be fp32, fp16 or bf16, not '" + gradDtypeArg + "'");
     options.gradientDType = *g;
   }
+  if (recomputeArg == "never")
+    options.recompute = planner::RecomputePolicy::Never;
+  else if (recomputeArg == "auto")
+    options.recompute = planner::RecomputePolicy::Search;
+  else if (recomputeArg == "always")
+    options.recompute = planner::RecomputePolicy::Always;
+  else
+    return fail("--recompute must be never, auto or always, not '" + recomputeArg + "'");
+  if (zeroArg == "auto")
+    options.zeroStage = -1;
+  else if (zeroArg.size() == 1 && zeroArg[0] >= '0' && zeroArg[0] <= '3')
+    options.zeroStage = zeroArg[0] - '0';
+  else
+    return fail("--zero must be auto, 0, 1, 2 or 3, not '" + zeroArg + "'");
+  if (offloadArg == "never")
+    options.offload = planner::OffloadPolicy::Never;
+  else if (offloadArg == "auto")
+    options.offload = planner::OffloadPolicy::Search;
+  else if (offloadArg == "always")
+    options.offload = planner::OffloadPolicy::Always;
+  else
+    return fail("--offload must be never, auto or always, not '" + offloadArg + "'");
   std::vector<planner::Layout> layouts;
   if (!layoutArg.empty()) {
     if (!pinArg.empty())
@@ -412,18 +456,44 @@ int runCompile() {
       }
     };
   if (layouts.size() > 1) {
-    // One JSON line per layout: its predicted step time or why it fails.
+    // One JSON line per layout: its predicted step time, or why it fails
+    // with how full its fullest device would be.
+    planner::Options overCapacity = options;
+    overCapacity.priceOverCapacity = true;
     for (size_t i = 0; i < layouts.size(); ++i) {
-      auto p = planner::evaluateLayout(*modelCost, *cl, options, layouts[i]);
+      auto p = planner::evaluateLayout(*modelCost, *cl, overCapacity, layouts[i]);
       llvm::json::Object line{{"index", int64_t(i)}};
       if (p) {
-        line["step_time_s"] = p->stepSeconds;
-        line["samples_per_s"] = p->samplesPerSecond;
-        line["bubble_fraction"] = p->bubbleFraction;
         double peak = 0;
-        for (const auto &m : p->memory)
-          peak = std::max(peak, m.peak() / std::max(1.0, m.capacity));
+        int fullest = -1;
+        for (size_t r = 0; r < p->memory.size(); ++r) {
+          const auto &m = p->memory[r];
+          if (p->stageOfRank[r] < 0 || m.capacity <= 0)
+            continue;
+          if (m.peak() / m.capacity > peak) {
+            peak = m.peak() / m.capacity;
+            fullest = int(r);
+          }
+        }
         line["peak_memory_fraction"] = peak;
+        if (fullest >= 0) {
+          line["peak_memory_bytes"] = p->memory[fullest].peak();
+          line["fullest_rank"] = fullest;
+          line["fullest_capacity_bytes"] = p->memory[fullest].capacity;
+        }
+        line["zero_stage"] = p->zeroStage;
+        line["offload_optimizer"] = p->offloadOptimizer;
+        llvm::json::Array recompute;
+        for (const auto &st : p->stages)
+          recompute.push_back(st.recompute);
+        line["recompute"] = std::move(recompute);
+        if (p->fitsMemory) {
+          line["step_time_s"] = p->stepSeconds;
+          line["samples_per_s"] = p->samplesPerSecond;
+          line["bubble_fraction"] = p->bubbleFraction;
+        } else {
+          line["error"] = "the layout does not fit in memory";
+        }
       } else {
         line["error"] = llvm::toString(p.takeError());
       }

@@ -20,6 +20,10 @@ namespace hetplan::runtime {
 /// rank against capacity with its breakdown, and the prediction.
 void explainPlan(const plan::Plan &plan, std::ostream &os);
 
+/// The memory savers a training plan uses, e.g. "recomputation on stage 0;
+/// ZeRO-2; optimizer state in host memory"; "none" when it uses none.
+std::string memorySaversText(const plan::Plan &plan);
+
 /// An SVG picture of one step as the plan predicts it: one row per rank (one
 /// per stage, showing its slowest rank, when more than 16 ranks work), one
 /// <rect> per instruction placed by predicted_start_s/predicted_end_s,
