@@ -301,7 +301,15 @@ class PlanBackend final : public SessionBackend {
 public:
   PlanBackend(std::unique_ptr<runtime::PlanExecutor> exec, std::string planPath, int threads, bool mpi)
       : exec_(std::move(exec)), path_(std::move(planPath)), threads_(threads) {
-    for (const auto &v : exec_->model().inputs) inputs_.push_back(toInfo(v));
+    for (const auto &v : exec_->model().inputs) {
+      inputs_.push_back(toInfo(v));
+      // The shape the plan was compiled for (global batch, bound dims).
+      for (const auto &io : exec_->plan().settings().inputs())
+        if (io.name() == v.name && !io.dims().empty()) {
+          inputs_.back().hasShape = true;
+          inputs_.back().shape.assign(io.dims().begin(), io.dims().end());
+        }
+    }
     for (const auto &v : exec_->model().outputs) outputs_.push_back(toInfo(v));
     const auto &names = exec_->plan().model().node_names();
     for (size_t i = 0; i < exec_->model().nodes.size(); ++i) {
