@@ -6,7 +6,6 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(HETPLAN_VERSION 0.1.0)
 file(STRINGS ${HETPLAN_SOURCE_DIR}/runtime/include/hetplan/runtime/Plan.h _schema
   REGEX "kPlanSchemaVersion = [0-9]+")
 string(REGEX REPLACE ".*kPlanSchemaVersion = ([0-9]+).*" "\\1" HETPLAN_PLAN_SCHEMA_VERSION "${_schema}")

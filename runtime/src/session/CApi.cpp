@@ -117,7 +117,10 @@ hetplan_status create(const char *path, const hetplan_session_options *options,
 
 extern "C" {
 
-const char *hetplan_version(void) { return "0.1"; }
+#ifndef HETPLAN_VERSION_STRING
+#define HETPLAN_VERSION_STRING "0.1.0"
+#endif
+const char *hetplan_version(void) { return HETPLAN_VERSION_STRING; }
 
 const char *hetplan_status_name(hetplan_status status) {
   switch (status) {

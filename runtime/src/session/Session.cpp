@@ -665,6 +665,10 @@ Status Session::fromPlan(const std::string &path, std::unique_ptr<Session> *sess
 
 Status Session::create(const std::string &path, std::unique_ptr<Session> *session,
                        const SessionOptions &options) {
+  if (!session) return {StatusCode::InvalidArgument, "Session::create: null session pointer"};
+  session->reset();
+  if (!detail::fileReadable(path))
+    return {StatusCode::NotFound, path + ": cannot open the file (an ONNX model or a hetplan plan)"};
   std::ifstream f(path, std::ios::binary);
   char magic[8] = {};
   f.read(magic, sizeof magic);
