@@ -99,6 +99,31 @@ def test_plan_session_matches_model_and_hetplan_run():
     np.testing.assert_array_equal(s2.run({"input_ids": xt})["logits"], got)
 
 
+def test_plan_session_concurrent_runs():
+    """run() releases the GIL; concurrent runs of a plan are separate steps."""
+    import threading
+    plan = hetplan.compile(GPT2, cluster="3xT4", batch=6, seq=8, pin="pp=3,mb=1")
+    s = hetplan.Session(plan, threads=1)
+    inputs = [ids(6, 8, seed) for seed in range(4)]
+    refs = [s.run({"input_ids": x})["logits"] for x in inputs]
+    errors = []
+
+    def worker(k):
+        try:
+            for r in range(3):
+                i = (k + r) % len(inputs)
+                np.testing.assert_array_equal(s.run({"input_ids": inputs[i]})["logits"], refs[i])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
 def test_session_errors():
     raises(lambda: hetplan.Session(os.path.join(WORK, "absent.plan")), "NotFound", "absent.plan")
     bad = os.path.join(WORK, "corrupt.plan")

@@ -345,3 +345,25 @@ TEST(SessionCApi, ErrorsAreCodesWithMessages) {
   EXPECT_STREQ(hetplan_status_name(HETPLAN_UNSUPPORTED), "HETPLAN_UNSUPPORTED");
   EXPECT_EQ(hetplan_dtype_size(HETPLAN_FLOAT16), 2u);
 }
+
+TEST(Session, CudaDeviceRunsOrSaysWhyNot) {
+  hetplan::SessionOptions o;
+  o.device = hetplan::Device::Cuda;
+  std::unique_ptr<Session> s;
+  Status st = Session::fromModel(kGpt2, &s, o);
+  if (!st.ok()) {
+    // No CUDA in this build, or no device: refused at create, saying so.
+    EXPECT_EQ(st.code(), StatusCode::Unsupported) << st.toString();
+    EXPECT_NE(st.message().find("device cuda"), std::string::npos) << st.message();
+    EXPECT_FALSE(s);
+    GTEST_SKIP() << st.message();
+  }
+  std::map<std::string, Tensor> gpu, cpu;
+  ASSERT_TRUE(s->run({{"input_ids", ids(2, 7)}}, &gpu).ok());
+  ASSERT_TRUE(gpt2()->run({{"input_ids", ids(2, 7)}}, &cpu).ok());
+  ASSERT_EQ(gpu["logits"].shape(), cpu["logits"].shape());
+  for (int64_t i = 0; i < cpu["logits"].numel(); ++i) {
+    float want = cpu["logits"].data<float>()[i];
+    ASSERT_NEAR(gpu["logits"].data<float>()[i], want, 1e-4 * (1 + std::fabs(want))) << i;
+  }
+}
