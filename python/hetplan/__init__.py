@@ -24,7 +24,7 @@ import tempfile as _tempfile
 from ._errors import HetplanError
 from . import _hetplan
 
-__all__ = ["HetplanError", "Plan", "Session", "compile", "explain", "executable", "summary",
+__all__ = ["HetplanError", "Plan", "Session", "compile", "explain", "executable", "import_model", "summary",
            "plan_schema_version", "__version__"]
 
 __version__ = "0.1.0"
@@ -56,8 +56,19 @@ def executable():
                        "PATH, or set HETPLAN_EXECUTABLE", "NotFound")
 
 
-def _run_cli(args):
-    cmd = [executable()] + [str(a) for a in args]
+def _tool(name):
+    """hetplan-translate and friends: beside the hetplan executable, else on PATH."""
+    beside = _os.path.join(_os.path.dirname(executable()), name)
+    if _os.path.isfile(beside) and _os.access(beside, _os.X_OK):
+        return beside
+    found = _shutil.which(name)
+    if found:
+        return found
+    raise HetplanError(f"{name} was not found beside {executable()} or on PATH", "NotFound")
+
+
+def _run_cli(args, tool=None):
+    cmd = [tool or executable()] + [str(a) for a in args]
     r = _subprocess.run(cmd, stdout=_subprocess.PIPE, stderr=_subprocess.PIPE, text=True)
     if r.returncode != 0:
         lines = [l for l in r.stderr.splitlines() if l.strip()]
@@ -65,6 +76,17 @@ def _run_cli(args):
         raise HetplanError(msg or (lines[-1] if lines else f"{' '.join(cmd)} exited with {r.returncode}"),
                            "CompileError")
     return r.stdout
+
+
+def import_model(model, shape_inference=True, allow_missing_weights=False):
+    """The model imported into het IR (``hetplan-translate --import-onnx``),
+    as MLIR text: what the passes and ``hetplan-opt`` work on."""
+    args = ["--import-onnx", _os.fspath(model)]
+    if not shape_inference:
+        args.append("--no-shape-inference")
+    if allow_missing_weights:
+        args.append("--allow-missing-weights")
+    return _run_cli(args, tool=_tool("hetplan-translate"))
 
 
 def summary(model, shape_inference=True, allow_missing_weights=False):

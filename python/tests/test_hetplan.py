@@ -44,6 +44,12 @@ def test_import_and_versions():
     assert os.access(hetplan.executable(), os.X_OK)
 
 
+def test_import_model():
+    ir = hetplan.import_model(GPT2)
+    assert ir.startswith("module") and "het.graph" in ir and '#het.dims<"batch", "sequence">' in ir
+    raises(lambda: hetplan.import_model(os.path.join(WORK, "absent.onnx")), "CompileError", "absent.onnx")
+
+
 def test_summary():
     s = hetplan.summary(GPT2)
     assert [i["name"] for i in s["inputs"]] == ["input_ids"]
