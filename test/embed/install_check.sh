@@ -94,4 +94,17 @@ for exe in "$WORK/cmake-build/embed_session" "$WORK/pc_embed_session"; do
   fi
   echo "$exe: ok"
 done
+PYPKG=$P/lib/python3/dist-packages
+if [ -d "$PYPKG/hetplan" ] && [ -n "$PLAN" ]; then
+  step "the installed Python package finds the installed hetplan and runs the plan"
+  out=$(cd "$WORK" && env -u HETPLAN_EXECUTABLE PYTHONPATH="$PYPKG" PATH=/usr/bin:/bin /usr/bin/python3 -c "
+import os, numpy as np, hetplan
+assert os.path.realpath(hetplan.executable()) == os.path.realpath('$P/bin/hetplan'), hetplan.executable()
+plan = hetplan.compile('$MODEL', cluster='3xT4', batch=6, seq=16)
+out = hetplan.Session(plan).run({'input_ids': np.ones((6, 16), np.int64)})['logits']
+print('python', plan.ranks, out.shape)
+") || die "installed Python package: $out"
+  echo "$out" | grep -q "python 3 (6, 16, 512)" || die "installed Python package: $out"
+  echo "$out"
+fi
 echo PASS
