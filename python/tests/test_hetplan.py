@@ -84,7 +84,8 @@ def test_plan_session_matches_model_and_hetplan_run():
     x = ids(6, 16)
     s = hetplan.Session(plan)
     assert s.is_plan and s.ranks == 3 and s.process_rank == -1
-    assert s.inputs == [("input_ids", "int64", (6, 16))]
+    assert s.inputs == [("input_ids", "int64", (6, 16))]  # the shape it was compiled for
+    raises(lambda: s.run({"input_ids": ids(6, 8)}), "InvalidArgument", "[6x16]")
     got = s.run({"input_ids": x})["logits"]
     assert got.shape == (6, 16, 512) and got.dtype == np.float32
     # the whole model on one rank

@@ -303,7 +303,8 @@ public:
       : exec_(std::move(exec)), path_(std::move(planPath)), threads_(threads) {
     for (const auto &v : exec_->model().inputs) {
       inputs_.push_back(toInfo(v));
-      // The shape the plan was compiled for (global batch, bound dims).
+      // The shape the plan was compiled for (global batch, bound dims):
+      // PlanExecutor::checkInputs takes no other.
       for (const auto &io : exec_->plan().settings().inputs())
         if (io.name() == v.name && !io.dims().empty()) {
           inputs_.back().hasShape = true;
