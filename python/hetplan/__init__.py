@@ -140,9 +140,10 @@ class Plan:
         return _hetplan.timeline_svg(self.path)
 
     def save(self, path):
-        """Copies the plan file to ``path``. The plan names its model by a
-        path relative to the plan's folder: keep them side by side, or give
-        the model to Session(model_path=...)."""
+        """Copies the plan file to ``path``. A plan may name its model by a
+        path relative to the plan's folder (``to_dict()["model"]["path"]``):
+        then keep them where they were, or give the model to
+        Session(model_path=...)."""
         _shutil.copyfile(self.path, _os.fspath(path))
         return Plan(path, self.summary)
 
@@ -209,8 +210,15 @@ class Session:
         if isinstance(path, Plan):
             self._plan = path  # keeps a temporary plan alive
             path = path.path
-        self._s = _hetplan.Session(_os.fspath(path), threads, device, ranks, model_path or "", profiling,
-                                   profile_prefix)
+        try:
+            self._s = _hetplan.Session(_os.fspath(path), threads, device, ranks, model_path or "", profiling,
+                                       profile_prefix)
+        except HetplanError as e:
+            hint = "(SessionOptions::modelPath, hetplan_session_options_set_model_path)"
+            if hint in e.message:  # say it the Python way
+                raise HetplanError(e.message.replace(hint, "(hetplan.Session(..., model_path=...))"),
+                                   e.code) from None
+            raise
 
     def run(self, inputs, output_names=None):
         return self._s.run(dict(inputs), list(output_names or []))

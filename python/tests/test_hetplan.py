@@ -100,6 +100,12 @@ def test_plan_session_matches_model_and_hetplan_run():
     subprocess.run([hetplan.executable(), "run", saved.path, "--model", GPT2, "--input", f"input_ids={npy}",
                     "--output", outdir, "--quiet"], check=True)
     np.testing.assert_array_equal(got, np.load(os.path.join(outdir, "logits.npy")))
+    # A plan away from its model says how to point at it, the Python way.
+    away = os.path.join(WORK, "away")
+    os.makedirs(away, exist_ok=True)
+    near = hetplan.compile(GPT2, cluster="3xT4", batch=6, seq=16, output=os.path.join(WORK, "near.plan"))
+    if not os.path.isabs(near.to_dict()["model"]["path"]):  # compile wrote it relative to the plan
+        raises(lambda: hetplan.Session(near.save(os.path.join(away, "p.plan")).path), "NotFound", "model_path=")
     # model_path points a saved plan at its model; views of non-contiguous arrays work
     s2 = hetplan.Session(saved.path, model_path=GPT2, ranks="threads", threads=1)
     xt = np.asfortranarray(x)
