@@ -1,13 +1,16 @@
-/* embed_example.c - a service-like use of the hetplan C API.
+/* embed_example.c - a service-like use of the hetplan C API (C11).
  *
- * Creates one session from a model, then serves N requests from a pool of
- * worker threads that all run on that one session concurrently. Each request
- * is random input_ids [batch x seq] (int64, below --vocab); the program
- * prints a latency summary.
+ * Creates one session from an ONNX model or a compiled plan (hetplan
+ * compile ... -o PLAN; all its ranks run as threads of this process), then
+ * serves N requests from a pool of worker threads that all run on that one
+ * session concurrently. Each request is random input_ids [batch x seq]
+ * (int64, below --vocab); the program prints a latency summary. A plan's
+ * batch and sequence are the ones it was compiled for, unless given.
  *
  *   embed_example [--threads T] [--requests N] [--batch B] [--seq S]
- *                 [--vocab V] MODEL.onnx
+ *                 [--vocab V] [--kernel-threads K] MODEL.onnx|PLAN
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, rand_r under -std=c11 */
 #include "hetplan/hetplan.h"
 
 #include <pthread.h>
@@ -85,8 +88,8 @@ static double percentile(const double *sorted, int n, double p) {
 }
 
 int main(int argc, char **argv) {
-  int threads = 4, requests = 200;
-  int64_t batch = 1, seq = 32, vocab = 512;
+  int threads = 4, requests = 200, kernel_threads = 0;
+  int64_t batch = 0, seq = 0, vocab = 512; /* 0: the plan's, else 1 x 32 */
   const char *model = NULL;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -94,21 +97,29 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--seq") && i + 1 < argc) seq = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--kernel-threads") && i + 1 < argc) kernel_threads = atoi(argv[++i]);
     else if (argv[i][0] != '-' && !model) model = argv[i];
     else {
-      fprintf(stderr, "usage: %s [--threads T] [--requests N] [--batch B] [--seq S] [--vocab V] MODEL.onnx\n", argv[0]);
+      fprintf(stderr, "usage: %s [--threads T] [--requests N] [--batch B] [--seq S] [--vocab V] [--kernel-threads K] MODEL.onnx|PLAN\n", argv[0]);
       return 2;
     }
   }
-  if (!model || threads < 1 || requests < 1 || batch < 1 || seq < 1 || vocab < 1) {
-    fprintf(stderr, "usage: %s [--threads T] [--requests N] [--batch B] [--seq S] [--vocab V] MODEL.onnx\n", argv[0]);
+  if (!model || threads < 1 || requests < 1 || batch < 0 || seq < 0 || vocab < 1 || kernel_threads < 0) {
+    fprintf(stderr, "usage: %s [--threads T] [--requests N] [--batch B] [--seq S] [--vocab V] [--kernel-threads K] MODEL.onnx|PLAN\n", argv[0]);
     return 2;
   }
 
   hetplan_session *session = NULL;
   hetplan_error *err = NULL;
+  hetplan_session_options *options = NULL;
+  if (hetplan_session_options_create(&options) != HETPLAN_OK ||
+      hetplan_session_options_set_threads(options, kernel_threads) != HETPLAN_OK) {
+    fprintf(stderr, "cannot set the session options\n");
+    return 1;
+  }
   double t0 = now_ms();
-  hetplan_status st = hetplan_session_create_from_model(model, &session, &err);
+  hetplan_status st = hetplan_session_create(model, options, &session, &err);
+  hetplan_session_options_free(options);
   if (st != HETPLAN_OK) {
     fprintf(stderr, "%s: %s\n", hetplan_status_name(st), hetplan_error_message(err));
     hetplan_error_free(err);
@@ -123,8 +134,13 @@ int main(int argc, char **argv) {
     hetplan_session_destroy(session);
     return 1;
   }
-  printf("hetplan %s: %s loaded in %.1f ms (input '%s', output '%s')\n", hetplan_version(), model,
-         loaded, in_info.name, out_info.name);
+  /* A plan runs the shape it was compiled for: take its batch and sequence. */
+  if (batch == 0) batch = in_info.rank == 2 && in_info.shape[0] > 0 ? in_info.shape[0] : 1;
+  if (seq == 0) seq = in_info.rank == 2 && in_info.shape[1] > 0 ? in_info.shape[1] : 32;
+  printf("hetplan %s: %s %s loaded in %.1f ms (%d rank%s; input '%s', output '%s')\n", hetplan_version(),
+         hetplan_session_is_plan(session) ? "plan" : "model", model, loaded,
+         hetplan_session_rank_count(session), hetplan_session_rank_count(session) == 1 ? "" : "s",
+         in_info.name, out_info.name);
 
   server srv = {session, in_info.name, batch, seq, vocab, requests, 0, PTHREAD_MUTEX_INITIALIZER,
                 calloc((size_t)requests, sizeof(double)), 0, 0.0};

@@ -1,5 +1,6 @@
 //===- SessionTest.cpp - hetplan::Session and the C API --------------------===//
 #include "hetplan/hetplan.h"
+#include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/Session.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -99,9 +101,122 @@ TEST(Session, CreateErrors) {
   EXPECT_EQ(st.code(), StatusCode::InvalidModel) << st.toString();
   std::remove(garbage.c_str());
 
-  st = Session::fromPlan("model.plan", &s);
-  EXPECT_EQ(st.code(), StatusCode::NotImplemented);
-  EXPECT_NE(st.message().find("not implemented yet"), std::string::npos);
+  st = Session::fromPlan("/nonexistent/model.plan", &s);
+  EXPECT_EQ(st.code(), StatusCode::NotFound) << st.toString();
+  EXPECT_NE(st.message().find("/nonexistent/model.plan: cannot open the plan file"), std::string::npos);
+}
+
+namespace {
+/// A plan file that readPlan accepts (header, schema version, settings)
+/// without the rest: enough for the checks a session makes first.
+std::string writeBarePlan(const std::string &name, const std::string &mode, const std::string &model) {
+  hetplan::plan::Plan p;
+  p.set_schema_version(hetplan::runtime::kPlanSchemaVersion);
+  p.mutable_settings()->set_mode(mode);
+  p.mutable_model()->set_path(model);
+  std::string path = ::testing::TempDir() + "/" + name, error;
+  EXPECT_TRUE(hetplan::runtime::writePlan(path, p, error)) << error;
+  return path;
+}
+} // namespace
+
+TEST(Session, PlanCreateErrorsNameTheProblem) {
+  std::unique_ptr<Session> s;
+  // Not a plan file at all, and a plan file cut short.
+  std::string garbage = ::testing::TempDir() + "/hetplan_session_garbage.plan";
+  { std::ofstream(garbage) << "this is not a plan"; }
+  Status st = Session::fromPlan(garbage, &s);
+  EXPECT_EQ(st.code(), StatusCode::InvalidModel) << st.toString();
+  EXPECT_NE(st.message().find(garbage + ": not a hetplan plan"), std::string::npos) << st.message();
+  std::string good = writeBarePlan("hetplan_session_bare.plan", "infer", kGpt2);
+  std::string bytes;
+  {
+    std::ifstream f(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  std::string cut = ::testing::TempDir() + "/hetplan_session_cut.plan";
+  { std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 3); }
+  st = Session::fromPlan(cut, &s);
+  EXPECT_EQ(st.code(), StatusCode::InvalidModel) << st.toString();
+  EXPECT_NE(st.message().find(cut + ": "), std::string::npos);
+  EXPECT_FALSE(s);
+  // Session::create tells plans from models by the header: the cut plan is
+  // reported as a plan, not as a broken ONNX model.
+  st = Session::create(cut, &s);
+  EXPECT_EQ(st.code(), StatusCode::InvalidModel);
+  EXPECT_EQ(st.message().find("ONNX"), std::string::npos) << st.message();
+
+  // The plan's model is missing: NotFound, saying how to point at it.
+  std::string orphan = writeBarePlan("hetplan_session_orphan.plan", "infer", "gone/model.onnx");
+  st = Session::fromPlan(orphan, &s);
+  EXPECT_EQ(st.code(), StatusCode::NotFound) << st.toString();
+  EXPECT_NE(st.message().find("gone/model.onnx"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("SessionOptions::modelPath"), std::string::npos) << st.message();
+  hetplan::SessionOptions o;
+  o.modelPath = "/nonexistent/other.onnx";
+  st = Session::fromPlan(orphan, &s, o);
+  EXPECT_EQ(st.code(), StatusCode::NotFound);
+  EXPECT_NE(st.message().find("/nonexistent/other.onnx"), std::string::npos) << st.message();
+
+  // A plan that does not match its model (no stages, ranks, node names).
+  st = Session::fromPlan(good, &s);
+  EXPECT_EQ(st.code(), StatusCode::InvalidModel) << st.toString();
+  EXPECT_NE(st.message().find(good), std::string::npos) << st.message();
+
+  // Training plans and CUDA plans are refused with the reason.
+  std::string train = writeBarePlan("hetplan_session_train.plan", "train", kGpt2);
+  st = Session::fromPlan(train, &s);
+  EXPECT_EQ(st.code(), StatusCode::Unsupported) << st.toString();
+  EXPECT_NE(st.message().find("training plan"), std::string::npos);
+  hetplan::SessionOptions cuda;
+  cuda.device = hetplan::Device::Cuda;
+  st = Session::fromPlan(good, &s, cuda);
+  EXPECT_EQ(st.code(), StatusCode::Unsupported) << st.toString();
+  hetplan::SessionOptions negative;
+  negative.threads = -2;
+  EXPECT_EQ(Session::fromModel(kGpt2, &s, negative).code(), StatusCode::InvalidArgument);
+  for (const std::string &f : {garbage, good, cut, orphan, train}) std::remove(f.c_str());
+}
+
+TEST(Session, OptionsThreadsAndProfiling) {
+  hetplan::SessionOptions o;
+  o.threads = 1;
+  o.profiling = true;
+  o.profilePrefix = ::testing::TempDir() + "/hetplan_session_profile";
+  std::unique_ptr<Session> s;
+  ASSERT_TRUE(Session::fromModel(kGpt2, &s, o).ok());
+  EXPECT_FALSE(s->isPlan());
+  EXPECT_EQ(s->ranks(), 1);
+  EXPECT_EQ(s->processRank(), -1);
+  std::map<std::string, Tensor> one, again;
+  ASSERT_TRUE(s->run({{"input_ids", ids(2, 5)}}, &one).ok());
+  ASSERT_TRUE(s->run({{"input_ids", ids(2, 5)}}, &again).ok());
+  // One thread gives the default session's answer.
+  auto plain = gpt2();
+  std::map<std::string, Tensor> ref;
+  ASSERT_TRUE(plain->run({{"input_ids", ids(2, 5)}}, &ref).ok());
+  for (int64_t i = 0; i < ref["logits"].numel(); ++i)
+    ASSERT_NEAR(one["logits"].data<float>()[i], ref["logits"].data<float>()[i], 1e-5);
+  std::string path;
+  Status st = s->endProfiling(&path);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  EXPECT_EQ(path.rfind(o.profilePrefix + "_", 0), 0u) << path;
+  std::ifstream f(path);
+  std::string trace((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(trace.find("\"traceEvents\":["), std::string::npos);
+  EXPECT_NE(trace.find("\"runs\":2"), std::string::npos);
+  EXPECT_NE(trace.find("\"op_type\":\"MatMul\""), std::string::npos);
+  EXPECT_NE(trace.find("\"name\":\"run\""), std::string::npos);
+  std::remove(path.c_str());
+  // A new recording starts empty; a session without profiling says so.
+  ASSERT_TRUE(s->endProfiling(&path).ok());
+  std::ifstream f2(path);
+  std::string empty((std::istreambuf_iterator<char>(f2)), {});
+  EXPECT_NE(empty.find("\"runs\":0"), std::string::npos);
+  std::remove(path.c_str());
+  st = plain->endProfiling(&path);
+  EXPECT_EQ(st.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(st.message().find("profiling is off"), std::string::npos);
 }
 
 TEST(Session, ConcurrentRunsMatchSequentialOnes) {
@@ -180,7 +295,24 @@ TEST(SessionCApi, ErrorsAreCodesWithMessages) {
   EXPECT_NE(std::string(hetplan_error_message(err)).find("/nonexistent.onnx"), std::string::npos);
   hetplan_error_free(err);
   // The error out-parameter is optional.
-  EXPECT_EQ(hetplan_session_create_from_plan("x.plan", &s, nullptr), HETPLAN_NOT_IMPLEMENTED);
+  EXPECT_EQ(hetplan_session_create_from_plan("x.plan", &s, nullptr), HETPLAN_NOT_FOUND);
+  // Options: bad values are refused; a model through hetplan_session_create.
+  hetplan_session_options *o = nullptr;
+  ASSERT_EQ(hetplan_session_options_create(&o), HETPLAN_OK);
+  EXPECT_EQ(hetplan_session_options_set_threads(o, -1), HETPLAN_INVALID_ARGUMENT);
+  EXPECT_EQ(hetplan_session_options_set_device(o, (hetplan_device)7), HETPLAN_INVALID_ARGUMENT);
+  EXPECT_EQ(hetplan_session_options_set_plan_ranks(o, (hetplan_plan_ranks)9), HETPLAN_INVALID_ARGUMENT);
+  EXPECT_EQ(hetplan_session_options_set_threads(nullptr, 1), HETPLAN_INVALID_ARGUMENT);
+  EXPECT_EQ(hetplan_session_options_set_threads(o, 2), HETPLAN_OK);
+  ASSERT_EQ(hetplan_session_create(kGpt2.c_str(), o, &s, nullptr), HETPLAN_OK);
+  EXPECT_EQ(hetplan_session_is_plan(s), 0);
+  EXPECT_EQ(hetplan_session_rank_count(s), 1);
+  const char *trace = nullptr;
+  EXPECT_EQ(hetplan_session_end_profiling(s, &trace, nullptr), HETPLAN_INVALID_ARGUMENT);
+  EXPECT_EQ(trace, nullptr);
+  hetplan_session_destroy(s);
+  s = nullptr;
+  hetplan_session_options_free(o);
 
   ASSERT_EQ(hetplan_session_create_from_model(kGpt2.c_str(), &s, nullptr), HETPLAN_OK);
   int64_t shape[2] = {1, 2};
@@ -212,4 +344,26 @@ TEST(SessionCApi, ErrorsAreCodesWithMessages) {
   hetplan_result_free(nullptr);
   EXPECT_STREQ(hetplan_status_name(HETPLAN_UNSUPPORTED), "HETPLAN_UNSUPPORTED");
   EXPECT_EQ(hetplan_dtype_size(HETPLAN_FLOAT16), 2u);
+}
+
+TEST(Session, CudaDeviceRunsOrSaysWhyNot) {
+  hetplan::SessionOptions o;
+  o.device = hetplan::Device::Cuda;
+  std::unique_ptr<Session> s;
+  Status st = Session::fromModel(kGpt2, &s, o);
+  if (!st.ok()) {
+    // No CUDA in this build, or no device: refused at create, saying so.
+    EXPECT_EQ(st.code(), StatusCode::Unsupported) << st.toString();
+    EXPECT_NE(st.message().find("device cuda"), std::string::npos) << st.message();
+    EXPECT_FALSE(s);
+    GTEST_SKIP() << st.message();
+  }
+  std::map<std::string, Tensor> gpu, cpu;
+  ASSERT_TRUE(s->run({{"input_ids", ids(2, 7)}}, &gpu).ok());
+  ASSERT_TRUE(gpt2()->run({{"input_ids", ids(2, 7)}}, &cpu).ok());
+  ASSERT_EQ(gpu["logits"].shape(), cpu["logits"].shape());
+  for (int64_t i = 0; i < cpu["logits"].numel(); ++i) {
+    float want = cpu["logits"].data<float>()[i];
+    ASSERT_NEAR(gpu["logits"].data<float>()[i], want, 1e-4 * (1 + std::fabs(want))) << i;
+  }
 }

@@ -19,6 +19,7 @@
 #include "passes/GraphSummary.h"
 #include "passes/cluster/Cluster.h"
 #include "tools/hetplan/Commands.h"
+#include "hetplan/runtime/Plan.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -158,9 +159,25 @@ static int runDevices() {
   return 0;
 }
 
+/// `hetplan --help` lists hetplan's commands and options only: the options
+/// libLLVM/libMLIR register at the top level (hundreds of backend flags) are
+/// hidden (still listed by --help-hidden). Subcommands hold hetplan's own.
+static void hideLlvmOptions() {
+  for (auto &[name, option] : cl::getRegisteredOptions(cl::SubCommand::getTopLevel()))
+    if (name != "help" && name != "help-list" && name != "version")
+      option->setHiddenFlag(cl::Hidden);
+}
+
+static void printVersion(llvm::raw_ostream &os) {
+  os << "hetplan " << HETPLAN_VERSION_STRING << " (plan schema version "
+     << hetplan::runtime::kPlanSchemaVersion << ")\n";
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   hetplan::tools::installCrashReport();
+  hideLlvmOptions();
+  cl::SetVersionPrinter(printVersion);
   cl::ParseCommandLineOptions(
       argc, argv,
       "hetplan: plan one neural network across a cluster of different GPUs\n");

@@ -1,8 +1,9 @@
 /*===- hetplan.h - the hetplan runtime's C API ------------------*- C -*-===//
  *
- * Embeds the runtime in a service: create a session from a model once, run
- * it from any number of threads, destroy it. Links against libhetplan.so
- * (only hetplan_* symbols are exported) or the static hetplan_embed.
+ * Embeds the runtime in a service: create a session from a model or a
+ * compiled plan once, run it from any number of threads, destroy it. Links
+ * against libhetplan.so (find_package(hetplan) -> hetplan::hetplan, or
+ * pkg-config hetplan) or the static hetplan_embed.
  *
  *   hetplan_session *s; hetplan_error *err = NULL;
  *   if (hetplan_session_create_from_model("m.onnx", &s, &err) != HETPLAN_OK) {
@@ -50,7 +51,7 @@ typedef enum hetplan_status {
   HETPLAN_UNSUPPORTED = 4,      /* ops/types/attributes the runtime cannot run (reported at create) */
   HETPLAN_RUNTIME_ERROR = 5,    /* a kernel failed while running */
   HETPLAN_OUT_OF_MEMORY = 6,
-  HETPLAN_NOT_IMPLEMENTED = 7,  /* e.g. create_from_plan, for now */
+  HETPLAN_NOT_IMPLEMENTED = 7,  /* not returned any more (kept for the numbering) */
   HETPLAN_INTERNAL = 8
 } hetplan_status;
 
@@ -62,7 +63,23 @@ typedef enum hetplan_dtype {
   HETPLAN_UINT64 = 13, HETPLAN_BFLOAT16 = 16
 } hetplan_dtype;
 
+/* Where a session's kernels run (hetplan_session_options_set_device). */
+typedef enum hetplan_device {
+  HETPLAN_DEVICE_CPU = 0,
+  HETPLAN_DEVICE_CUDA = 1 /* model sessions, CUDA builds: GPU 0; else HETPLAN_UNSUPPORTED */
+} hetplan_device;
+
+/* How a plan session runs the plan's ranks (hetplan_session_options_set_plan_ranks). */
+typedef enum hetplan_plan_ranks {
+  HETPLAN_RANKS_AUTO = 0,       /* MPI when started by mpirun, else in-process */
+  HETPLAN_RANKS_IN_PROCESS = 1, /* every rank a thread of this process */
+  HETPLAN_RANKS_MPI = 2         /* this process is one rank of MPI_COMM_WORLD; runs are
+                                   collective (every process calls run, same order and
+                                   inputs) and every process gets the whole outputs */
+} hetplan_plan_ranks;
+
 typedef struct hetplan_session hetplan_session; /* opaque */
+typedef struct hetplan_session_options hetplan_session_options; /* opaque */
 typedef struct hetplan_result hetplan_result;   /* opaque: one run's outputs */
 typedef struct hetplan_error hetplan_error;     /* opaque: code + message */
 
@@ -96,12 +113,64 @@ HETPLAN_API void hetplan_error_free(hetplan_error *error);
 HETPLAN_API hetplan_status hetplan_session_create_from_model(const char *path,
                                                              hetplan_session **session,
                                                              hetplan_error **error);
-/* A compiled plan file: HETPLAN_NOT_IMPLEMENTED for now. */
+/* A compiled inference plan (hetplan compile ... -o PLAN) and the model it
+ * names (relative to the plan's folder): HETPLAN_NOT_FOUND when either file
+ * is missing, HETPLAN_INVALID_MODEL for a corrupt plan or one that does not
+ * match its model, HETPLAN_UNSUPPORTED for a training plan. Runs every rank
+ * as a thread of this process, or (under mpirun) this process's rank. */
 HETPLAN_API hetplan_status hetplan_session_create_from_plan(const char *path,
                                                             hetplan_session **session,
                                                             hetplan_error **error);
+
+/* Session options, as onnxruntime's SessionOptions: create, set, pass to a
+ * create call (which copies them), free. Defaults: threads 0 (OMP_NUM_THREADS,
+ * else every core), device CPU, plan ranks AUTO, the plan's own model path,
+ * profiling off. Setters return HETPLAN_INVALID_ARGUMENT for NULL or a bad value. */
+HETPLAN_API hetplan_status hetplan_session_options_create(hetplan_session_options **options);
+/* NULL is fine. */
+HETPLAN_API void hetplan_session_options_free(hetplan_session_options *options);
+/* Kernel threads per run (per rank for plans); 0 for the default. */
+HETPLAN_API hetplan_status hetplan_session_options_set_threads(hetplan_session_options *options,
+                                                               int threads);
+HETPLAN_API hetplan_status hetplan_session_options_set_device(hetplan_session_options *options,
+                                                              hetplan_device device);
+HETPLAN_API hetplan_status hetplan_session_options_set_plan_ranks(hetplan_session_options *options,
+                                                                  hetplan_plan_ranks ranks);
+/* Plans: the ONNX model to run instead of the plan's model path (NULL: the plan's). */
+HETPLAN_API hetplan_status hetplan_session_options_set_model_path(hetplan_session_options *options,
+                                                                  const char *model_path);
+/* enable != 0: time every run; hetplan_session_end_profiling writes
+ * FILE_PREFIX_<pid>_<date>_<time>.json (a Chrome/Perfetto trace). NULL prefix:
+ * "hetplan_profile". */
+HETPLAN_API hetplan_status hetplan_session_options_set_profiling(hetplan_session_options *options,
+                                                                 int enable, const char *file_prefix);
+
+/* A model or a plan (told apart by the plan file's header) with options
+ * (NULL: the defaults). */
+HETPLAN_API hetplan_status hetplan_session_create(const char *path,
+                                                  const hetplan_session_options *options,
+                                                  hetplan_session **session, hetplan_error **error);
+HETPLAN_API hetplan_status hetplan_session_create_from_model_with_options(
+    const char *path, const hetplan_session_options *options, hetplan_session **session,
+    hetplan_error **error);
+HETPLAN_API hetplan_status hetplan_session_create_from_plan_with_options(
+    const char *path, const hetplan_session_options *options, hetplan_session **session,
+    hetplan_error **error);
 /* NULL is fine. No run may be in flight on the session. */
 HETPLAN_API void hetplan_session_destroy(hetplan_session *session);
+
+/* 1 for a plan session, 0 for a model session (or NULL). */
+HETPLAN_API int hetplan_session_is_plan(const hetplan_session *session);
+/* The plan's ranks; 1 for a model session, 0 for NULL. */
+HETPLAN_API int hetplan_session_rank_count(const hetplan_session *session);
+/* This process's rank in an MPI plan session, else -1. */
+HETPLAN_API int hetplan_session_process_rank(const hetplan_session *session);
+/* Profiling sessions: writes the trace of the runs so far and starts a new
+ * one; *path (owned by the session) stays valid until the next call or
+ * destroy. HETPLAN_INVALID_ARGUMENT when profiling is off. Not concurrent
+ * with runs on the session. */
+HETPLAN_API hetplan_status hetplan_session_end_profiling(hetplan_session *session,
+                                                         const char **path, hetplan_error **error);
 
 HETPLAN_API size_t hetplan_session_input_count(const hetplan_session *session);
 HETPLAN_API size_t hetplan_session_output_count(const hetplan_session *session);

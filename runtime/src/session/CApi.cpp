@@ -21,6 +21,11 @@ using hetplan::runtime::Tensor;
 
 struct hetplan_session {
   std::unique_ptr<Session> session;
+  std::string profilePath; // the last hetplan_session_end_profiling's file
+};
+
+struct hetplan_session_options {
+  hetplan::SessionOptions options;
 };
 
 struct hetplan_result {
@@ -88,17 +93,22 @@ template <typename Fn> hetplan_status guarded(hetplan_error **error, Fn &&fn) {
   }
 }
 
-hetplan_status create(const char *path, hetplan_session **session, hetplan_error **error,
-                      bool plan) {
+enum class Kind { Model, Plan, Either };
+
+hetplan_status create(const char *path, const hetplan_session_options *options,
+                      hetplan_session **session, hetplan_error **error, Kind kind) {
   if (error) *error = nullptr;
   if (!session) return fail(error, HETPLAN_INVALID_ARGUMENT, "session out-pointer is NULL");
   *session = nullptr;
   if (!path) return fail(error, HETPLAN_INVALID_ARGUMENT, "path is NULL");
   return guarded(error, [&]() -> hetplan_status {
+    hetplan::SessionOptions o = options ? options->options : hetplan::SessionOptions{};
     std::unique_ptr<Session> s;
-    Status st = plan ? Session::fromPlan(path, &s) : Session::fromModel(path, &s);
+    Status st = kind == Kind::Plan    ? Session::fromPlan(path, &s, o)
+                : kind == Kind::Model ? Session::fromModel(path, &s, o)
+                                      : Session::create(path, &s, o);
     if (!st.ok()) return report(error, st);
-    *session = new hetplan_session{std::move(s)};
+    *session = new hetplan_session{std::move(s), {}};
     return HETPLAN_OK;
   });
 }
@@ -107,7 +117,10 @@ hetplan_status create(const char *path, hetplan_session **session, hetplan_error
 
 extern "C" {
 
-const char *hetplan_version(void) { return "0.1"; }
+#ifndef HETPLAN_VERSION_STRING
+#define HETPLAN_VERSION_STRING "0.1.0"
+#endif
+const char *hetplan_version(void) { return HETPLAN_VERSION_STRING; }
 
 const char *hetplan_status_name(hetplan_status status) {
   switch (status) {
@@ -138,11 +151,100 @@ void hetplan_error_free(hetplan_error *error) { delete error; }
 
 hetplan_status hetplan_session_create_from_model(const char *path, hetplan_session **session,
                                                  hetplan_error **error) {
-  return create(path, session, error, /*plan=*/false);
+  return create(path, nullptr, session, error, Kind::Model);
 }
 hetplan_status hetplan_session_create_from_plan(const char *path, hetplan_session **session,
                                                 hetplan_error **error) {
-  return create(path, session, error, /*plan=*/true);
+  return create(path, nullptr, session, error, Kind::Plan);
+}
+hetplan_status hetplan_session_create(const char *path, const hetplan_session_options *options,
+                                      hetplan_session **session, hetplan_error **error) {
+  return create(path, options, session, error, Kind::Either);
+}
+hetplan_status hetplan_session_create_from_model_with_options(const char *path,
+                                                              const hetplan_session_options *options,
+                                                              hetplan_session **session,
+                                                              hetplan_error **error) {
+  return create(path, options, session, error, Kind::Model);
+}
+hetplan_status hetplan_session_create_from_plan_with_options(const char *path,
+                                                             const hetplan_session_options *options,
+                                                             hetplan_session **session,
+                                                             hetplan_error **error) {
+  return create(path, options, session, error, Kind::Plan);
+}
+
+hetplan_status hetplan_session_options_create(hetplan_session_options **options) {
+  if (!options) return HETPLAN_INVALID_ARGUMENT;
+  *options = new (std::nothrow) hetplan_session_options{};
+  return *options ? HETPLAN_OK : HETPLAN_OUT_OF_MEMORY;
+}
+void hetplan_session_options_free(hetplan_session_options *options) { delete options; }
+hetplan_status hetplan_session_options_set_threads(hetplan_session_options *options, int threads) {
+  if (!options || threads < 0) return HETPLAN_INVALID_ARGUMENT;
+  options->options.threads = threads;
+  return HETPLAN_OK;
+}
+hetplan_status hetplan_session_options_set_device(hetplan_session_options *options,
+                                                  hetplan_device device) {
+  if (!options || (device != HETPLAN_DEVICE_CPU && device != HETPLAN_DEVICE_CUDA))
+    return HETPLAN_INVALID_ARGUMENT;
+  options->options.device = static_cast<hetplan::Device>(device);
+  return HETPLAN_OK;
+}
+hetplan_status hetplan_session_options_set_plan_ranks(hetplan_session_options *options,
+                                                      hetplan_plan_ranks ranks) {
+  if (!options || (ranks != HETPLAN_RANKS_AUTO && ranks != HETPLAN_RANKS_IN_PROCESS &&
+                   ranks != HETPLAN_RANKS_MPI))
+    return HETPLAN_INVALID_ARGUMENT;
+  options->options.ranks = static_cast<hetplan::PlanRanks>(ranks);
+  return HETPLAN_OK;
+}
+hetplan_status hetplan_session_options_set_model_path(hetplan_session_options *options,
+                                                      const char *model_path) {
+  if (!options) return HETPLAN_INVALID_ARGUMENT;
+  try {
+    options->options.modelPath = model_path ? model_path : "";
+  } catch (...) {
+    return HETPLAN_OUT_OF_MEMORY;
+  }
+  return HETPLAN_OK;
+}
+hetplan_status hetplan_session_options_set_profiling(hetplan_session_options *options, int enable,
+                                                     const char *file_prefix) {
+  if (!options) return HETPLAN_INVALID_ARGUMENT;
+  try {
+    options->options.profiling = enable != 0;
+    options->options.profilePrefix = file_prefix && *file_prefix ? file_prefix : "hetplan_profile";
+  } catch (...) {
+    return HETPLAN_OUT_OF_MEMORY;
+  }
+  return HETPLAN_OK;
+}
+
+int hetplan_session_is_plan(const hetplan_session *session) {
+  return session && session->session->isPlan() ? 1 : 0;
+}
+int hetplan_session_rank_count(const hetplan_session *session) {
+  return session ? session->session->ranks() : 0;
+}
+int hetplan_session_process_rank(const hetplan_session *session) {
+  return session ? session->session->processRank() : -1;
+}
+hetplan_status hetplan_session_end_profiling(hetplan_session *session, const char **path,
+                                             hetplan_error **error) {
+  if (error) *error = nullptr;
+  if (!session) return fail(error, HETPLAN_INVALID_ARGUMENT, "session is NULL");
+  if (!path) return fail(error, HETPLAN_INVALID_ARGUMENT, "path out-pointer is NULL");
+  *path = nullptr;
+  return guarded(error, [&]() -> hetplan_status {
+    std::string file;
+    Status st = session->session->endProfiling(&file);
+    if (!st.ok()) return report(error, st);
+    session->profilePath = std::move(file);
+    *path = session->profilePath.c_str();
+    return HETPLAN_OK;
+  });
 }
 void hetplan_session_destroy(hetplan_session *session) { delete session; }
 

@@ -1,16 +1,33 @@
-//===- Session.cpp - the embedding API over the single-rank Executor ------===//
+//===- Session.cpp - the embedding API over the Executor and PlanExecutor --===//
 #include "hetplan/runtime/Session.h"
 #include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Model.h"
+#include "hetplan/runtime/MpiCommunicator.h"
+#include "hetplan/runtime/PlanExecutor.h"
+#include "hetplan/runtime/PlanFile.h"
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+#include "hetplan/runtime/CudaBackend.h"
+#endif
+#include "../cpu/kernels/KernelUtil.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <ctime>
 #include <iterator>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <fstream>
 #include <new>
 #include <sstream>
 #include <stdexcept>
+#include <unistd.h>
+#ifdef HETPLAN_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 namespace hetplan {
 
@@ -38,19 +55,81 @@ std::string Status::toString() const {
 
 namespace detail {
 
-/// What a Session runs: today the whole model on the CPU Executor; a plan
-/// backend (multi-rank PlanExecutor) will sit behind the same interface.
+using Clock = std::chrono::steady_clock;
+
+/// What one run timed (SessionOptions::profiling), merged into the
+/// session's Profiler after the run.
+struct RunTrace {
+  struct Event {          // a Chrome trace "X" (complete) event
+    std::string name, cat, op;
+    Clock::time_point start;
+    double seconds;
+    int tid;
+  };
+  struct NodeTime {
+    std::string name, op;
+    double seconds;
+    int64_t calls;
+  };
+  std::vector<Event> events;
+  std::vector<NodeTime> nodes;
+};
+
+/// A small id per thread that runs kernels (the trace's tid).
+int traceThreadId() {
+  static std::atomic<int> next{1000};
+  thread_local int id = next++;
+  return id;
+}
+
+/// Kernel threads of the calling thread for its lifetime (0: leave them):
+/// the runtime's parallel loops (cpu::kernelThreadsOverride) and, with
+/// OpenMP, the team oneDNN's GEMM/Conv use.
+class ThreadSetting {
+public:
+  explicit ThreadSetting(int threads) : threads_(threads) {
+    if (threads_ <= 0) return;
+    previous_ = runtime::cpu::kernelThreadsOverride();
+    runtime::cpu::kernelThreadsOverride() = threads_;
+#ifdef HETPLAN_HAVE_OPENMP
+    previousOmp_ = omp_get_max_threads();
+    omp_set_num_threads(threads_);
+#endif
+  }
+  ~ThreadSetting() {
+    if (threads_ <= 0) return;
+    runtime::cpu::kernelThreadsOverride() = previous_;
+#ifdef HETPLAN_HAVE_OPENMP
+    omp_set_num_threads(previousOmp_);
+#endif
+  }
+  ThreadSetting(const ThreadSetting &) = delete;
+  ThreadSetting &operator=(const ThreadSetting &) = delete;
+
+private:
+  int threads_, previous_ = 0, previousOmp_ = 0;
+};
+
+/// What a Session runs: the whole model on the CPU Executor (or one GPU),
+/// or a plan's ranks on the PlanExecutor.
 class SessionBackend {
 public:
   virtual ~SessionBackend() = default;
   virtual const std::string &source() const = 0;
   virtual const std::vector<TensorInfo> &inputs() const = 0;
   virtual const std::vector<TensorInfo> &outputs() const = 0;
-  /// Inputs are already validated against inputs(). May throw.
-  virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs) const = 0;
+  /// Checks beyond names, types and declared shapes (a plan's batch):
+  /// one line, or "" when the inputs can run.
+  virtual std::string validate(const std::map<std::string, Tensor> &) const { return ""; }
+  /// Inputs are already validated against inputs(). May throw. `trace`,
+  /// when given, receives what the run timed.
+  virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs,
+                                            RunTrace *trace) const = 0;
   /// True when `t`'s bytes may belong to the model (weights) or another
   /// owner the caller must not write through.
   virtual bool sharesModelMemory(const Tensor &t) const = 0;
+  virtual int ranks() const { return 1; }
+  virtual int processRank() const { return -1; }
 };
 
 namespace {
@@ -73,8 +152,8 @@ TensorInfo toInfo(const runtime::ValueInfo &v) {
 class ModelBackend final : public SessionBackend {
 public:
   // The Executor keeps a reference to the Model: both live here, immutable.
-  explicit ModelBackend(runtime::Model model)
-      : model_(std::move(model)), executor_(model_) {
+  ModelBackend(runtime::Model model, int threads)
+      : model_(std::move(model)), executor_(model_), threads_(threads) {
     for (const auto &v : model_.inputs) inputs_.push_back(toInfo(v));
     for (const auto &v : model_.outputs) outputs_.push_back(toInfo(v));
     // The model's bytes (initializers, Constant nodes' values) as sorted,
@@ -101,8 +180,26 @@ public:
   const std::string &source() const override { return model_.path; }
   const std::vector<TensorInfo> &inputs() const override { return inputs_; }
   const std::vector<TensorInfo> &outputs() const override { return outputs_; }
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs) const override {
-    return executor_.run(inputs);
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs,
+                                    RunTrace *trace) const override {
+    ThreadSetting setting(threads_);
+    if (!trace) return executor_.run(inputs);
+    // Each kernel call as a trace event: it ended when the observer hears of it.
+    struct Observer final : runtime::ExecutionObserver {
+      const runtime::Model &model;
+      RunTrace &trace;
+      int tid = traceThreadId();
+      Observer(const runtime::Model &m, RunTrace &t) : model(m), trace(t) {}
+      void nodeRan(size_t node, double seconds) override {
+        auto end = Clock::now();
+        const runtime::Node &n = model.nodes[node];
+        std::string name = n.name.empty() ? n.opType + "#" + std::to_string(node) : n.name;
+        auto start = end - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+        trace.events.push_back({name, "node", n.opType, start, seconds, tid});
+        trace.nodes.push_back({name, n.opType, seconds, 1});
+      }
+    } observer(model_, *trace);
+    return executor_.run(inputs, &observer);
   }
   bool sharesModelMemory(const Tensor &t) const override {
     if (t.isView()) return true;
@@ -117,8 +214,225 @@ public:
 private:
   const runtime::Model model_;
   const runtime::Executor executor_;
+  const int threads_;
   std::vector<TensorInfo> inputs_, outputs_;
   std::vector<std::pair<uintptr_t, uintptr_t>> spans_; // model memory [begin, end), disjoint, sorted
+};
+
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+/// The whole model on one GPU (SessionOptions::device = Cuda). CudaExecutor
+/// serializes its runs (one stream, one cuBLAS handle); outputs are host
+/// copies, so nothing they hold belongs to the model.
+class CudaModelBackend final : public SessionBackend {
+public:
+  explicit CudaModelBackend(runtime::Model model)
+      : model_(std::move(model)), executor_(std::make_unique<runtime::CudaExecutor>(model_)) {
+    for (const auto &v : model_.inputs) inputs_.push_back(toInfo(v));
+    for (const auto &v : model_.outputs) outputs_.push_back(toInfo(v));
+  }
+  std::vector<std::string> check() const { return executor_->check(); }
+  void prepare() { executor_->prepare(); }
+  const std::string &source() const override { return model_.path; }
+  const std::vector<TensorInfo> &inputs() const override { return inputs_; }
+  const std::vector<TensorInfo> &outputs() const override { return outputs_; }
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs,
+                                    RunTrace *) const override {
+    return executor_->run(inputs);
+  }
+  bool sharesModelMemory(const Tensor &t) const override { return t.isView(); }
+
+private:
+  const runtime::Model model_;
+  std::unique_ptr<runtime::CudaExecutor> executor_;
+  std::vector<TensorInfo> inputs_, outputs_;
+};
+#endif
+
+/// The outputs of one plan step that rank `rank` computed, handed to every
+/// other rank (an all-gather over the Communicator) so that each process of
+/// an MPI job can assemble the whole-batch outputs. Per sender: a count,
+/// then per piece its (micro-batch, worker, #outputs) and per output its
+/// name bytes and its tensor, under one tag above the pipeline's tags.
+std::vector<runtime::PlanExecutor::OutputPieces>
+allGatherPieces(runtime::Communicator &comm, runtime::PlanExecutor::OutputPieces mine) {
+  using runtime::DType;
+  constexpr int64_t kTag = (int64_t(1) << 29) + 7;
+  const int me = comm.rank(), n = comm.size();
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    comm.send(peer, kTag, Tensor::scalar<int64_t>(DType::Int64, int64_t(mine.size())));
+    for (const auto &[key, outs] : mine) {
+      Tensor head(DType::Int64, {3});
+      int64_t *h = head.data<int64_t>();
+      h[0] = key.first, h[1] = key.second, h[2] = int64_t(outs.size());
+      comm.send(peer, kTag, head);
+      for (const auto &[name, t] : outs) {
+        Tensor bytes(DType::UInt8, {int64_t(name.size())});
+        std::copy(name.begin(), name.end(), bytes.data<uint8_t>());
+        comm.send(peer, kTag, bytes);
+        comm.send(peer, kTag, t);
+      }
+    }
+  }
+  std::vector<runtime::PlanExecutor::OutputPieces> all(static_cast<size_t>(n));
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    int64_t count = *comm.recv(peer, kTag).data<int64_t>();
+    for (int64_t i = 0; i < count; ++i) {
+      Tensor head = comm.recv(peer, kTag);
+      const int64_t *h = head.data<int64_t>();
+      auto &outs = all[size_t(peer)][{uint32_t(h[0]), uint32_t(h[1])}];
+      for (int64_t k = 0, m = h[2]; k < m; ++k) {
+        Tensor name = comm.recv(peer, kTag);
+        std::string key(reinterpret_cast<const char *>(name.data<uint8_t>()), size_t(name.numel()));
+        outs[key] = comm.recv(peer, kTag);
+      }
+    }
+  }
+  all[size_t(me)] = std::move(mine);
+  comm.barrier(); // every send has completed before the next run reuses the tag
+  return all;
+}
+
+/// A compiled inference plan on the PlanExecutor: every rank a thread of
+/// this process (a fresh ThreadCommGroup per run, so runs are concurrent),
+/// or this process's rank of an MPI job (runs serialized and collective).
+class PlanBackend final : public SessionBackend {
+public:
+  PlanBackend(std::unique_ptr<runtime::PlanExecutor> exec, std::string planPath, int threads, bool mpi)
+      : exec_(std::move(exec)), path_(std::move(planPath)), threads_(threads) {
+    for (const auto &v : exec_->model().inputs) {
+      inputs_.push_back(toInfo(v));
+      // The shape the plan was compiled for (global batch, bound dims):
+      // PlanExecutor::checkInputs takes no other.
+      for (const auto &io : exec_->plan().settings().inputs())
+        if (io.name() == v.name && !io.dims().empty()) {
+          inputs_.back().hasShape = true;
+          inputs_.back().shape.assign(io.dims().begin(), io.dims().end());
+        }
+    }
+    for (const auto &v : exec_->model().outputs) outputs_.push_back(toInfo(v));
+    const auto &names = exec_->plan().model().node_names();
+    for (size_t i = 0; i < exec_->model().nodes.size(); ++i) {
+      const runtime::Node &n = exec_->model().nodes[i];
+      nodeNames_.push_back(i < size_t(names.size()) ? names[int(i)]
+                                                    : (n.name.empty() ? n.opType + "#" + std::to_string(i) : n.name));
+    }
+#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
+    if (mpi) {
+      comm_ = std::make_unique<runtime::MpiCommunicator>();
+      if (comm_->size() != exec_->ranks())
+        throw std::invalid_argument(path_ + ": the plan has " + std::to_string(exec_->ranks()) +
+                                    " ranks, the MPI job has " + std::to_string(comm_->size()) +
+                                    " processes (start it with mpirun -np " +
+                                    std::to_string(exec_->ranks()) + ")");
+    }
+#else
+    if (mpi)
+      throw std::invalid_argument(path_ + ": MPI ranks were asked for, but this hetplan runtime was "
+                                          "built without MPI (install libopenmpi-dev and rebuild)");
+#endif
+  }
+  const std::string &source() const override { return path_; }
+  const std::vector<TensorInfo> &inputs() const override { return inputs_; }
+  const std::vector<TensorInfo> &outputs() const override { return outputs_; }
+  int ranks() const override { return exec_->ranks(); }
+  int processRank() const override {
+#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
+    if (comm_) return comm_->rank();
+#endif
+    return -1;
+  }
+  std::string validate(const std::map<std::string, Tensor> &inputs) const override {
+    try {
+      exec_->checkInputs(inputs);
+      return "";
+    } catch (const std::exception &e) {
+      return e.what();
+    }
+  }
+  bool sharesModelMemory(const Tensor &t) const override { return t.isView(); }
+
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs,
+                                    RunTrace *trace) const override {
+#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
+    if (comm_) return runMpi(inputs, trace);
+#endif
+    const int R = exec_->ranks();
+    runtime::ThreadCommGroup group(R);
+    std::vector<runtime::PlanExecutor::OutputPieces> pieces(static_cast<size_t>(R));
+    std::vector<runtime::PlanExecutor::RankTiming> timing(trace ? static_cast<size_t>(R) : 0);
+    std::vector<Clock::time_point> began(static_cast<size_t>(R)), ended(static_cast<size_t>(R));
+    std::mutex mutex;
+    std::string firstError; // the rank that failed first, not the ranks it aborted
+    bool aborted = false;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < R; ++r)
+      threads.emplace_back([&, r] {
+        ThreadSetting setting(threads_);
+        runtime::Communicator &comm = group.communicator(r);
+        began[size_t(r)] = Clock::now();
+        try {
+          pieces[size_t(r)] = exec_->runRank(comm, inputs, trace ? &timing[size_t(r)] : nullptr);
+        } catch (const runtime::CommAborted &) {
+          std::lock_guard<std::mutex> lock(mutex);
+          aborted = true;
+        } catch (const std::exception &e) {
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (firstError.empty()) firstError = "rank " + std::to_string(r) + ": " + e.what();
+          }
+          comm.abort(e.what());
+        }
+        ended[size_t(r)] = Clock::now();
+      });
+    for (auto &t : threads) t.join();
+    if (!firstError.empty()) throw std::runtime_error(firstError);
+    if (aborted) throw std::runtime_error(path_ + ": a rank was aborted");
+    if (trace)
+      for (int r = 0; r < R; ++r) record(*trace, r, began[size_t(r)], ended[size_t(r)], timing[size_t(r)]);
+    return exec_->gatherOutputs(pieces);
+  }
+
+private:
+#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
+  std::map<std::string, Tensor> runMpi(const std::map<std::string, Tensor> &inputs, RunTrace *trace) const {
+    std::lock_guard<std::mutex> lock(mpiMutex_); // one collective step at a time
+    ThreadSetting setting(threads_);
+    runtime::PlanExecutor::RankTiming timing;
+    auto began = Clock::now();
+    try {
+      auto mine = exec_->runRank(*comm_, inputs, trace ? &timing : nullptr);
+      auto ended = Clock::now();
+      auto all = allGatherPieces(*comm_, std::move(mine));
+      if (trace) record(*trace, comm_->rank(), began, ended, timing);
+      return exec_->gatherOutputs(all);
+    } catch (const std::exception &e) {
+      // The other processes may wait on this one forever: end the job, as
+      // `hetplan run` under mpirun does (inputs were checked alike on every rank).
+      std::fprintf(stderr, "hetplan: error: %s: rank %d: %s\n", path_.c_str(), comm_->rank(), e.what());
+      comm_->abort(e.what());
+    }
+  }
+  std::unique_ptr<runtime::MpiCommunicator> comm_;
+  mutable std::mutex mpiMutex_;
+#endif
+
+  /// One event per rank (its step) and its nodes' summed times.
+  void record(RunTrace &trace, int rank, Clock::time_point began, Clock::time_point ended,
+              const runtime::PlanExecutor::RankTiming &t) const {
+    double seconds = std::chrono::duration<double>(ended - began).count();
+    trace.events.push_back({"rank " + std::to_string(rank) + " step", "rank", "", began, seconds, rank});
+    for (size_t i = 0; i < t.nodeSeconds.size() && i < nodeNames_.size(); ++i)
+      if (t.nodeSamples[i] > 0)
+        trace.nodes.push_back({nodeNames_[i], exec_->model().nodes[i].opType, t.nodeSeconds[i], 1});
+  }
+
+  std::unique_ptr<runtime::PlanExecutor> exec_;
+  std::string path_;
+  int threads_;
+  std::vector<TensorInfo> inputs_, outputs_;
+  std::vector<std::string> nodeNames_;
 };
 
 bool fileReadable(const std::string &path) {
@@ -135,25 +449,159 @@ std::string joinLines(const std::vector<std::string> &lines) {
 } // namespace
 } // namespace detail
 
-Session::Session(std::unique_ptr<detail::SessionBackend> backend) : backend_(std::move(backend)) {}
+/// What a profiling session timed since creation or the last endProfiling.
+struct Session::Profiler {
+  std::string prefix;
+  std::mutex mutex;
+  detail::Clock::time_point origin = detail::Clock::now();
+  std::vector<detail::RunTrace::Event> events;
+  struct Total {
+    std::string op;
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  std::map<std::string, Total> nodes;
+  int64_t runs = 0;
+
+  void merge(detail::RunTrace &trace, detail::Clock::time_point start, detail::Clock::time_point end) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++runs;
+    events.push_back({"run", "session", "", start, std::chrono::duration<double>(end - start).count(),
+                      detail::traceThreadId()});
+    for (auto &e : trace.events) events.push_back(std::move(e));
+    for (const auto &n : trace.nodes) {
+      Total &t = nodes[n.name];
+      t.op = n.op;
+      t.seconds += n.seconds;
+      t.calls += n.calls;
+    }
+  }
+};
+
+namespace {
+std::string jsonString(const std::string &s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += char(c);
+    else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else out += char(c);
+  }
+  return out + "\"";
+}
+
+std::string formatDouble(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+} // namespace
+
+Session::Session(std::unique_ptr<detail::SessionBackend> backend, const SessionOptions &options)
+    : backend_(std::move(backend)) {
+  if (options.profiling) {
+    profiler_ = std::make_unique<Profiler>();
+    profiler_->prefix = options.profilePrefix.empty() ? "hetplan_profile" : options.profilePrefix;
+  }
+}
 Session::~Session() = default;
 
 const std::string &Session::source() const { return backend_->source(); }
 const std::vector<TensorInfo> &Session::inputs() const { return backend_->inputs(); }
 const std::vector<TensorInfo> &Session::outputs() const { return backend_->outputs(); }
+bool Session::isPlan() const { return dynamic_cast<const detail::PlanBackend *>(backend_.get()) != nullptr; }
+int Session::ranks() const { return backend_->ranks(); }
+int Session::processRank() const { return backend_->processRank(); }
+
+Status Session::endProfiling(std::string *path) {
+  if (!path) return {StatusCode::InvalidArgument, "endProfiling: null path pointer"};
+  path->clear();
+  if (!profiler_)
+    return {StatusCode::InvalidArgument,
+            backend_->source() + ": profiling is off (create the session with SessionOptions::profiling)"};
+  Profiler &p = *profiler_;
+  std::lock_guard<std::mutex> lock(p.mutex);
+  char stamp[32];
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d_%H-%M-%S", &tm);
+  std::string file = p.prefix + "_" + std::to_string(::getpid()) + "_" + stamp + ".json";
+  std::ostringstream os;
+  const int pid = ::getpid();
+  os << "{\"traceEvents\":[";
+  bool first = true;
+  for (const auto &e : p.events) {
+    double ts = std::chrono::duration<double, std::micro>(e.start - p.origin).count();
+    os << (first ? "\n" : ",\n") << "{\"name\":" << jsonString(e.name) << ",\"cat\":" << jsonString(e.cat)
+       << ",\"ph\":\"X\",\"ts\":" << formatDouble(ts) << ",\"dur\":" << formatDouble(e.seconds * 1e6)
+       << ",\"pid\":" << pid << ",\"tid\":" << e.tid;
+    if (!e.op.empty()) os << ",\"args\":{\"op_type\":" << jsonString(e.op) << "}";
+    os << "}";
+    first = false;
+  }
+  os << "\n],\n\"displayTimeUnit\":\"ms\",\n\"hetplan\":{\"source\":" << jsonString(backend_->source())
+     << ",\"plan\":" << (isPlan() ? "true" : "false") << ",\"ranks\":" << ranks()
+     << ",\"runs\":" << p.runs << ",\"nodes\":[";
+  // Slowest first: where the time went.
+  std::vector<std::pair<std::string, Profiler::Total>> nodes(p.nodes.begin(), p.nodes.end());
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [](const auto &a, const auto &b) { return a.second.seconds > b.second.seconds; });
+  first = true;
+  for (const auto &[name, t] : nodes) {
+    os << (first ? "\n" : ",\n") << "{\"name\":" << jsonString(name) << ",\"op_type\":" << jsonString(t.op)
+       << ",\"calls\":" << t.calls << ",\"total_s\":" << formatDouble(t.seconds) << "}";
+    first = false;
+  }
+  os << "\n]}}\n";
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out << os.str();
+  out.close();
+  if (!out) return {StatusCode::RuntimeError, file + ": cannot write the profile"};
+  p.events.clear();
+  p.nodes.clear();
+  p.runs = 0;
+  p.origin = detail::Clock::now();
+  *path = file;
+  return Status::OK();
+}
 
 Status Session::fromModel(const std::string &path, std::unique_ptr<Session> *session,
                           const SessionOptions &options) {
   if (!session) return {StatusCode::InvalidArgument, "Session::fromModel: null session pointer"};
   session->reset();
+  if (options.threads < 0)
+    return {StatusCode::InvalidArgument, "SessionOptions::threads is " + std::to_string(options.threads) +
+                                             " (0 for the default, else the threads per run)"};
   if (!detail::fileReadable(path)) return {StatusCode::NotFound, path + ": cannot open the model file"};
   try {
-    auto backend = std::make_unique<detail::ModelBackend>(runtime::loadModel(path));
-    if (options.checkAtLoad) {
-      std::vector<std::string> problems = backend->check();
-      if (!problems.empty()) return {StatusCode::Unsupported, detail::joinLines(problems)};
+    std::unique_ptr<detail::SessionBackend> backend;
+    std::vector<std::string> problems;
+    if (options.device == Device::Cuda) {
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+      auto cuda = std::make_unique<detail::CudaModelBackend>(runtime::loadModel(path));
+      if (options.checkAtLoad) problems = cuda->check();
+      if (problems.empty()) {
+        try {
+          cuda->prepare();
+        } catch (const std::exception &e) {
+          return {StatusCode::Unsupported, path + ": device cuda: " + e.what()};
+        }
+      }
+      backend = std::move(cuda);
+#else
+      return {StatusCode::Unsupported, path + ": device cuda: this hetplan runtime was built without "
+                                              "CUDA (configure with a CUDA toolkit in /usr/local/cuda)"};
+#endif
+    } else {
+      auto cpu = std::make_unique<detail::ModelBackend>(runtime::loadModel(path), options.threads);
+      if (options.checkAtLoad) problems = cpu->check();
+      backend = std::move(cpu);
     }
-    session->reset(new Session(std::move(backend)));
+    if (!problems.empty()) return {StatusCode::Unsupported, detail::joinLines(problems)};
+    session->reset(new Session(std::move(backend), options));
     return Status::OK();
   } catch (const std::bad_alloc &) {
     return {StatusCode::OutOfMemory, path + ": out of memory while loading the model"};
@@ -163,11 +611,70 @@ Status Session::fromModel(const std::string &path, std::unique_ptr<Session> *ses
 }
 
 Status Session::fromPlan(const std::string &path, std::unique_ptr<Session> *session,
-                         const SessionOptions &) {
-  if (session) session->reset();
-  return {StatusCode::NotImplemented,
-          path + ": running a plan file is not implemented yet; create the session from the "
-                 "ONNX model with Session::fromModel"};
+                         const SessionOptions &options) {
+  if (!session) return {StatusCode::InvalidArgument, "Session::fromPlan: null session pointer"};
+  session->reset();
+  if (options.threads < 0)
+    return {StatusCode::InvalidArgument, "SessionOptions::threads is " + std::to_string(options.threads) +
+                                             " (0 for the default, else the threads per rank)"};
+  if (!detail::fileReadable(path)) return {StatusCode::NotFound, path + ": cannot open the plan file"};
+  if (options.device == Device::Cuda)
+    return {StatusCode::Unsupported, path + ": device cuda: plans run on CPU ranks in this runtime "
+                                            "(a model session runs on one GPU)"};
+  try {
+    hetplan::plan::Plan plan;
+    std::string error;
+    if (!runtime::readPlan(path, plan, error)) return {StatusCode::InvalidModel, error};
+    if (plan.settings().mode() == "train")
+      return {StatusCode::Unsupported, path + ": a training plan; a session runs inference plans (train "
+                                              "with `hetplan run PLAN --labels FILE.npy`)"};
+    // The model: the option, else the plan's path (relative to the plan's folder).
+    std::string model = options.modelPath;
+    if (model.empty()) {
+      model = plan.model().path();
+      auto slash = path.find_last_of('/');
+      if (!model.empty() && model[0] != '/' && slash != std::string::npos) model = path.substr(0, slash + 1) + model;
+    }
+    if (!detail::fileReadable(model))
+      return {StatusCode::NotFound,
+              path + ": cannot open the plan's model '" + model + "'" +
+                  (options.modelPath.empty() ? "; give the ONNX file the plan was compiled from as the "
+                                               "session's model path (SessionOptions::modelPath, "
+                                               "hetplan_session_options_set_model_path)"
+                                             : "")};
+    bool mpi = options.ranks == PlanRanks::Mpi ||
+               (options.ranks == PlanRanks::Auto && runtime::launchedByMpi());
+    auto exec = runtime::PlanExecutor::load(path, options.modelPath);
+    try {
+      auto backend = std::make_unique<detail::PlanBackend>(std::move(exec), path, options.threads, mpi);
+      session->reset(new Session(std::move(backend), options));
+    } catch (const std::invalid_argument &e) {
+      return {StatusCode::InvalidArgument, e.what()};
+    }
+    return Status::OK();
+  } catch (const std::bad_alloc &) {
+    return {StatusCode::OutOfMemory, path + ": out of memory while loading the plan"};
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    // PlanExecutor refuses what it cannot run (a node without a CPU kernel, tp > 1).
+    bool unsupported = what.find("no CPU kernel") != std::string::npos ||
+                       what.find("not supported") != std::string::npos;
+    return {unsupported ? StatusCode::Unsupported : StatusCode::InvalidModel,
+            what.rfind(path, 0) == 0 ? what : path + ": " + what};
+  }
+}
+
+Status Session::create(const std::string &path, std::unique_ptr<Session> *session,
+                       const SessionOptions &options) {
+  if (!session) return {StatusCode::InvalidArgument, "Session::create: null session pointer"};
+  session->reset();
+  if (!detail::fileReadable(path))
+    return {StatusCode::NotFound, path + ": cannot open the file (an ONNX model or a hetplan plan)"};
+  std::ifstream f(path, std::ios::binary);
+  char magic[8] = {};
+  f.read(magic, sizeof magic);
+  bool plan = f.gcount() == 8 && std::string(magic, 8) == "HETPLAN\n";
+  return plan ? fromPlan(path, session, options) : fromModel(path, session, options);
 }
 
 Status Session::run(const std::map<std::string, Tensor> &inputs,
@@ -217,10 +724,20 @@ Status Session::run(const std::map<std::string, Tensor> &inputs,
     if (std::none_of(backend_->outputs().begin(), backend_->outputs().end(),
                      [&](const TensorInfo &o) { return o.name == n; }))
       return {StatusCode::InvalidArgument, src + ": unknown output '" + n + "'"};
+  std::string invalid = backend_->validate(inputs);
+  if (!invalid.empty())
+    return {StatusCode::InvalidArgument, invalid.rfind(src, 0) == 0 ? invalid : src + ": " + invalid};
 
   std::map<std::string, Tensor> produced;
   try {
-    produced = backend_->run(inputs);
+    if (profiler_) {
+      detail::RunTrace trace;
+      auto start = detail::Clock::now();
+      produced = backend_->run(inputs, &trace);
+      profiler_->merge(trace, start, detail::Clock::now());
+    } else {
+      produced = backend_->run(inputs, nullptr);
+    }
     for (auto &[name, t] : produced) {
       if (!outputNames.empty() &&
           std::find(outputNames.begin(), outputNames.end(), name) == outputNames.end())

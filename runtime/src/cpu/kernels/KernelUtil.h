@@ -38,9 +38,18 @@ namespace hetplan::runtime::cpu {
   default: throw std::runtime_error(std::string("unsupported element type ") + dtypeName(DT)); \
   }
 
-/// Threads a kernel may use: OMP_NUM_THREADS when set (> 0), else the
-/// hardware concurrency. Read once.
+/// The calling thread's kernel threads when > 0 (Session's threads option
+/// sets it around its runs, SessionOptions::threads); 0: kernelThreads()'s default.
+inline int &kernelThreadsOverride() {
+  thread_local int n = 0;
+  return n;
+}
+
+/// Threads a kernel may use: the calling thread's kernelThreadsOverride()
+/// when set, else OMP_NUM_THREADS when set (> 0), else the hardware
+/// concurrency (read once).
 inline int kernelThreads() {
+  if (int o = kernelThreadsOverride(); o > 0) return o;
   static const int n = [] {
     if (const char *e = std::getenv("OMP_NUM_THREADS")) {
       int v = std::atoi(e);
