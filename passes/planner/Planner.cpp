@@ -111,6 +111,10 @@ struct StageDevices {
   /// same time; when the rings leave the node they share its NIC.
   int ringSharers = 1;
   int ranksPerNode = 1;       // most ranks of the stage on one node
+  /// The same devices grouped at other tensor-parallel degrees: the search
+  /// prices every one for the stage's layer range and keeps the fastest
+  /// (StageCost::variant), so each stage has its own degree.
+  std::vector<StageDevices> alternatives;
 };
 
 /// What a candidate stage costs for a layer range.
@@ -120,6 +124,9 @@ struct StageCost {
   int shortfallClass = -1;
   double forward = 0, backward = 0;  // one micro-batch, slowest worker
   llvm::SmallVector<double, 8> share;  // samples per worker, per group
+  /// Which grouping of the stage's devices: 0 the stage itself, v > 0 its
+  /// alternatives[v - 1] (another tensor-parallel degree).
+  int variant = 0;
 };
 
 class Search {
@@ -275,10 +282,47 @@ private:
   // Stage evaluation
   //===------------------------------------------------------------------===//
 
-  /// Splits `mb` samples among the stage's workers in proportion to their
-  /// speed (or evenly), capped by memory, and times the slowest worker.
+  /// The grouping of the stage's devices that `sc` was priced with.
+  static const StageDevices &chosen(const StageDevices &sd, const StageCost &sc) {
+    return sc.variant == 0 ? sd : sd.alternatives[size_t(sc.variant - 1)];
+  }
+
+  /// Prices layers [l, r] on every tensor-parallel grouping of the stage's
+  /// devices and keeps the one with the least compute per micro-batch plus
+  /// its once-per-step gradient all-reduce and optimizer step spread over
+  /// the micro-batches (ties: the first, the smallest degree).
   StageCost evaluateStage(const StageDevices &sd, int l, int r, int64_t mb,
                           int inflight, int microBatches, bool even) {
+    StageCost best = evaluateGrouping(sd, l, r, mb, inflight, microBatches, even);
+    if (sd.alternatives.empty())
+      return best;
+    auto score = [&](const StageDevices &x, const StageCost &sc) {
+      return sc.forward + sc.backward +
+             (allReduceTime(x, l, r) + optimizerTime(x, l, r)) / std::max(microBatches, 1);
+    };
+    double bestScore = best.fits ? score(sd, best) : kInf;
+    for (size_t v = 0; v < sd.alternatives.size(); ++v) {
+      const StageDevices &x = sd.alternatives[v];
+      StageCost sc = evaluateGrouping(x, l, r, mb, inflight, microBatches, even);
+      sc.variant = int(v + 1);
+      if (!sc.fits) {
+        if (!best.fits && sc.shortfall < best.shortfall)
+          best = sc;
+        continue;
+      }
+      double s = score(x, sc);
+      if (s < bestScore * (1 - 1e-12)) {
+        bestScore = s;
+        best = sc;
+      }
+    }
+    return best;
+  }
+
+  /// Splits `mb` samples among the stage's workers in proportion to their
+  /// speed (or evenly), capped by memory, and times the slowest worker.
+  StageCost evaluateGrouping(const StageDevices &sd, int l, int r, int64_t mb,
+                             int inflight, int microBatches, bool even) {
     StageCost sc;
     size_t G = sd.groups.size();
     llvm::SmallVector<double, 8> cap(G), rate(G);
@@ -441,6 +485,27 @@ private:
     group.count = int(group.ranks.size());
     if (group.count)
       sd.groups.push_back(std::move(group));
+  }
+
+  /// The stage's devices grouped into workers of each degree in `tps` (as
+  /// many as its runs of one class fill), for the search to choose from.
+  void addAlternatives(StageDevices &sd, llvm::ArrayRef<int> tps) {
+    for (int t : tps) {
+      if (t == sd.tp)
+        continue;
+      StageDevices alt;
+      alt.tp = t;
+      for (const WorkerGroup &g : sd.groups) {
+        std::vector<int> ranks;
+        for (const auto &w : g.ranks)
+          ranks.insert(ranks.end(), w.begin(), w.end());
+        addWorkers(alt, g.cls, ranks, t);
+      }
+      if (alt.groups.empty())
+        continue;
+      finishStage(alt);
+      sd.alternatives.push_back(std::move(alt));
+    }
   }
 
   void finishStage(StageDevices &sd) {
@@ -619,9 +684,12 @@ private:
       return term;
     term.time = sc.forward + sc.backward;
     double bytes;
+    const StageDevices &sd = chosen(c.stagesRef()[j], sc);
+    // The next stage's grouping is chosen by its own term; its first one
+    // stands in for it here (the simulation uses the chosen ones).
     if (j + 1 < P)
-      term.time += (training ? 2 : 1) * sendTime(c.stagesRef()[j], c.stagesRef()[j + 1], r, mb, bytes);
-    term.tail = allReduceTime(c.stagesRef()[j], l, r) + optimizerTime(c.stagesRef()[j], l, r);
+      term.time += (training ? 2 : 1) * sendTime(sd, c.stagesRef()[j + 1], r, mb, bytes);
+    term.tail = allReduceTime(sd, l, r) + optimizerTime(sd, l, r);
     return term;
   }
 
@@ -790,7 +858,7 @@ private:
     // sample per worker shows how far memory is from enough.
     int P = int(c.stagesRef().size());
     double worst = 0;
-    int worstStage = 0, worstClass = -1;
+    int worstStage = 0, worstClass = -1, worstTp = c.tp;
     for (int j = 0; j < P; ++j) {
       int l = int(int64_t(L) * j / P), r = int(int64_t(L) * (j + 1) / P) - 1;
       if (r < l)
@@ -801,6 +869,7 @@ private:
         worst = sc.shortfall;
         worstStage = j;
         worstClass = sc.shortfallClass;
+        worstTp = chosen(c.stagesRef()[j], sc).tp;
       }
     }
     if (worst > 0 && (best.bytes == 0 || worst < best.bytes)) {
@@ -809,7 +878,7 @@ private:
                                  worstStage, P,
                                  worstClass >= 0 ? classes[worstClass].type->name
                                                  : std::string("?"),
-                                 c.tp)
+                                 worstTp)
                        .str();
     }
   }
@@ -837,13 +906,17 @@ Plan Search::simulate(const Candidate &c, bool even) {
   int64_t mb = (opt.globalBatch + M - 1) / M;
 
   // Stage timings and integer shares per worker.
-  int l = 0;
   plan.stageOfRank.assign(cluster.devices.size(), -1);
+  // Each stage's grouping (tensor-parallel degree) first: a transfer's
+  // price depends on both ends.
   std::vector<StageCost> costs;
+  for (int j = 0, l = 0; j < P; l = c.cuts[j] + 1, ++j)
+    costs.push_back(evaluateStage(c.stagesRef()[j], l, c.cuts[j], mb, inflight(j, P, M), M, even));
+  int l = 0;
   for (int j = 0; j < P; ++j) {
-    const StageDevices &sd = c.stagesRef()[j];
+    const StageCost &sc = costs[j];
+    const StageDevices &sd = chosen(c.stagesRef()[j], sc);
     int r = c.cuts[j];
-    StageCost sc = evaluateStage(sd, l, r, mb, inflight(j, P, M), M, even);
     Stage st;
     st.firstLayer = l;
     st.lastLayer = r;
@@ -853,7 +926,8 @@ Plan Search::simulate(const Candidate &c, bool even) {
     st.allReduceSeconds = allReduceTime(sd, l, r);
     st.optimizerSeconds = optimizerTime(sd, l, r);
     if (j + 1 < P)
-      st.sendSeconds = sendTime(sd, c.stagesRef()[j + 1], r, mb, st.sendBytes);
+      st.sendSeconds = sendTime(sd, chosen(c.stagesRef()[j + 1], costs[j + 1]), r, mb,
+                                st.sendBytes);
     // Integer shares: floor of each worker's share, the remainder to the
     // workers with the largest fractional parts (ties by position).
     struct Slot { size_t g; int w; double frac; };
@@ -884,7 +958,6 @@ Plan Search::simulate(const Candidate &c, bool even) {
         st.workers.push_back(std::move(worker));
       }
     plan.stages.push_back(std::move(st));
-    costs.push_back(sc);
     l = r + 1;
   }
 
@@ -1125,12 +1198,14 @@ llvm::Expected<Plan> Search::run() {
         sequence.push_back({c, classes[c].ranks[i]});
     int N = int(sequence.size());
 
-    std::vector<int> tps{1};
+    // Tensor-parallel degrees: one for every stage when pinned, else each
+    // stage picks its own among 1, 2, 4, 8 (StageDevices::alternatives).
+    std::vector<int> tps{1}, stageTps;
     if (opt.strategy == Strategy::Pinned && opt.pin.tp)
       tps = {opt.pin.tp};
     else if (hasTP && !even)
       for (int t = 2; t <= opt.maxTensorParallel; t *= 2)
-        tps.push_back(t);
+        (opt.strategy == Strategy::Pinned ? tps : stageTps).push_back(t);
 
     std::vector<int> Ps;
     if (opt.strategy == Strategy::DataParallel) {
@@ -1180,6 +1255,8 @@ llvm::Expected<Plan> Search::run() {
           }
           if (!stages)
             continue;
+          for (StageDevices &sd : *stages)
+            addAlternatives(sd, stageTps);
           auto stagesShared = std::make_shared<const std::vector<StageDevices>>(*stages);
           if (workersPerStage && llvm::any_of(*stages, [&](const StageDevices &s) {
                 return s.workers() != workersPerStage;
@@ -1286,16 +1363,28 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
   cand.tp = layout.tensorParallel;
   cand.microBatches = layout.microBatches;
   cand.cuts = layout.lastLayer;
-  for (const auto &workers : layout.stageWorkers) {
+  if (!layout.stageTensorParallel.empty() &&
+      layout.stageTensorParallel.size() != layout.stageWorkers.size())
+    return llvm::createStringError("a layout gives a tensor-parallel degree for every stage or none");
+  for (const auto &[j, workers] : llvm::enumerate(layout.stageWorkers)) {
     StageDevices sd;
-    sd.tp = layout.tensorParallel;
+    sd.tp = layout.stageTensorParallel.empty() ? layout.tensorParallel
+                                               : layout.stageTensorParallel[j];
     for (const auto &w : workers) {
       if (int(w.size()) != sd.tp)
-        return llvm::createStringError("a worker must have tensorParallel ranks");
+        return llvm::createStringError(llvm::formatv(
+            "layout: stage {0} has tensor parallelism {1}, so each of its workers needs {1} "
+            "ranks (one has {2})",
+            j, sd.tp, w.size()));
       for (int rank : w)
         if (!classOf.count(rank))
           return llvm::createStringError(
               llvm::formatv("layout: rank {0} is not in the cluster", rank));
+      for (int rank : w)
+        if (classOf.at(rank) != classOf.at(w[0]))
+          return llvm::createStringError(llvm::formatv(
+              "layout: stage {0} mixes device types in one worker (ranks {1} and {2})", j, w[0],
+              rank));
       int c = classOf.at(w[0]);
       if (sd.groups.empty() || sd.groups.back().cls != c)
         sd.groups.push_back({c, 0, {}});
@@ -1377,6 +1466,17 @@ llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef text,
       auto last = so ? so->getInteger("last_layer") : std::nullopt;
       if (!workers || workers->empty() || !last)
         return fail(where + "each stage needs \"workers\" (lists of ranks) and \"last_layer\"");
+      // A stage's own tensor-parallel degree; the layout's otherwise.
+      if (so->get("tensor_parallel")) {
+        auto t = so->getInteger("tensor_parallel");
+        if (!t || *t < 1)
+          return fail(where + "a stage's tensor_parallel must be a whole number, at least 1");
+        if (l.stageTensorParallel.empty())
+          l.stageTensorParallel.assign(l.stageWorkers.size(), l.tensorParallel);
+        l.stageTensorParallel.push_back(int(*t));
+      } else if (!l.stageTensorParallel.empty()) {
+        l.stageTensorParallel.push_back(l.tensorParallel);
+      }
       std::vector<std::vector<int>> ws;
       for (const llvm::json::Value &wv : *workers) {
         const llvm::json::Array *ranks = wv.getAsArray();

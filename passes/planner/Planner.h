@@ -182,7 +182,8 @@ struct Layout {
 ///   {"micro_batches": 16, "tensor_parallel": 1, "shares": "even"|"speed",
 ///    "stages": [{"workers": [[0], [1]], "last_layer": 12}, ...]}
 /// or {"layouts": [layout, ...]}. Ranks are cluster ranks, layers the
-/// model's layer indices (inclusive last layer of each stage).
+/// model's layer indices (inclusive last layer of each stage). A stage may
+/// give its own "tensor_parallel" (its workers then have that many ranks).
 llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef json,
                                                  llvm::StringRef bufferName);
 
