@@ -10,6 +10,7 @@
 
 #include "passes/cost/CostModel.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
@@ -269,8 +270,8 @@ double layerForwardTime(const LayerCost &layer, double samples,
   if (tp <= 1)
     return layerForwardTime(layer, samples, device, dtype, eff, profiles);
   double total = 0;
-  for (const OpCost &op : layer.ops) {
-    if (!op.tensorParallelSplit) {
+  for (auto [k, op] : llvm::enumerate(layer.ops)) {
+    if (!layer.splitAt(k, tp)) {
       total += opTime(op, samples, device, dtype, eff, profiles);
       continue;
     }

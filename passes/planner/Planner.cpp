@@ -140,29 +140,12 @@ public:
     paramsPrefix.assign(L + 1, 0);
     stashPrefix.assign(L + 1, 0);
     kvPrefix.assign(L + 1, 0);
-    tpBytesPrefix.assign(L + 1, 0);
-    tpCollectivesPrefix.assign(L + 1, 0);
     training = opt.mode == Mode::Train;
     for (int i = 0; i < L; ++i) {
       const auto &l = model.layers[i];
       paramsPrefix[i + 1] = paramsPrefix[i] + double(l.parameters);
       stashPrefix[i + 1] = stashPrefix[i] + l.stashBytesPerSample;
       kvPrefix[i + 1] = kvPrefix[i] + l.kvCacheBytesPerSample;
-      tpBytesPrefix[i + 1] = tpBytesPrefix[i] + (training && l.tensorParallelLossBytesPerSample > 0
-                                                     ? l.tensorParallelLossBytesPerSample
-                                                     : l.tensorParallelAllReduceBytesPerSample);
-      // Collectives per forward pass (each pays the link latency): three
-      // small ones for the vocab-parallel loss, else one per split pair
-      // (Megatron: two in a transformer block, attention and MLP).
-      double collectives = 0;
-      if (training && l.tensorParallelLossBytesPerSample > 0)
-        collectives = 3;
-      else if (l.tensorParallelAllReduceBytesPerSample > 0)
-        collectives = l.outputBytesPerSample > 0
-                          ? std::round(l.tensorParallelAllReduceBytesPerSample /
-                                       l.outputBytesPerSample)
-                          : 1;
-      tpCollectivesPrefix[i + 1] = tpCollectivesPrefix[i] + collectives;
     }
     elementBytes = cost::dtypeBytes(opt.dtype);
   }
@@ -222,27 +205,96 @@ private:
     return *slot;
   }
 
+  /// Per-sample bytes and counts of a `tp`-way group's collectives, as
+  /// prefix sums over layers: forward all-reduces (Megatron's row MatMuls)
+  /// and all-gathers (column MatMuls without a pair), backward all-reduces
+  /// (the column MatMuls' input gradients; training only).
+  struct Traffic {
+    std::vector<double> forwardReduce, forwardGather, backwardReduce;
+    std::vector<double> forwardReduces, forwardGathers, backwardReduces;
+  };
+  const Traffic &traffic(int tp) {
+    auto &slot = trafficByTp[tp];
+    if (slot)
+      return *slot;
+    slot = std::make_unique<Traffic>();
+    Traffic &t = *slot;
+    for (auto *v : {&t.forwardReduce, &t.forwardGather, &t.backwardReduce, &t.forwardReduces,
+                    &t.forwardGathers, &t.backwardReduces})
+      v->assign(L + 1, 0);
+    for (int i = 0; i < L; ++i) {
+      const cost::LayerCost &l = model.layers[i];
+      double fr = 0, fg = 0, br = 0, frn = 0, fgn = 0, brn = 0;
+      if (!l.tensorParallelUnits.empty()) {
+        // What the runtime runs (cost::TensorParallelUnit).
+        for (const cost::TensorParallelUnit &u : l.tensorParallelUnits) {
+          if (!u.fits(tp))
+            continue;
+          double f = u.forwardElementsPerSample * elementBytes;
+          (u.pair ? fr : fg) += f;
+          (u.pair ? frn : fgn) += u.forwardCollectives;
+          if (training) {
+            br += u.backwardElementsPerSample * elementBytes;
+            brn += u.backwardCollectives;
+          }
+        }
+      } else if (training && l.tensorParallelLossBytesPerSample > 0) {
+        // Estimates for a model costed without units: the vocab-parallel
+        // loss's three small all-reduces, else one per split pair
+        // (Megatron: attention and MLP), as many bytes again backward.
+        fr = br = l.tensorParallelLossBytesPerSample;
+        frn = brn = 3;
+      } else if (l.tensorParallelAllReduceBytesPerSample > 0) {
+        fr = l.tensorParallelAllReduceBytesPerSample;
+        br = training ? fr : 0;
+        frn = l.outputBytesPerSample > 0 ? std::round(fr / l.outputBytesPerSample) : 1;
+        brn = training ? frn : 0;
+      }
+      t.forwardReduce[i + 1] = t.forwardReduce[i] + fr;
+      t.forwardGather[i + 1] = t.forwardGather[i] + fg;
+      t.backwardReduce[i + 1] = t.backwardReduce[i] + br;
+      t.forwardReduces[i + 1] = t.forwardReduces[i] + frn;
+      t.forwardGathers[i + 1] = t.forwardGathers[i] + fgn;
+      t.backwardReduces[i + 1] = t.backwardReduces[i] + brn;
+    }
+    return t;
+  }
+
   /// Forward seconds of layers [l, r] for `samples` samples on one worker
   /// (a rank of its tensor-parallel group): compute, and the group's
-  /// all-reduces (`comm`; Megatron's backward all-reduces as many bytes
-  /// again, so the backward pass costs 2 x compute + comm).
+  /// forward collectives (`comm`); `backComm`: the backward pass's
+  /// collectives (the backward costs 2 x compute + backComm). Rings on the
+  /// worker's node link: an all-reduce moves 2 (tp-1)/tp of the bytes, an
+  /// all-gather (tp-1)/tp, each step paying the link latency.
   double forwardTime(int c, int tp, int64_t samples, int l, int r,
-                     const StageDevices &sd, double *commOut = nullptr) {
+                     const StageDevices &sd, double *commOut = nullptr,
+                     double *backCommOut = nullptr) {
     if (commOut)
       *commOut = 0;
+    if (backCommOut)
+      *backCommOut = 0;
     if (samples == 0)
       return 0;
     const Table &t = table(c, std::max(tp, 1), samples);
     double compute = t.all[r + 1] - t.all[l];
     if (tp <= 1)
       return compute;
-    double bytes = (tpBytesPrefix[r + 1] - tpBytesPrefix[l]) * double(samples);
-    double collectives = tpCollectivesPrefix[r + 1] - tpCollectivesPrefix[l];
-    double comm = bytes == 0 ? 0
-                             : 2.0 * (tp - 1) / tp * bytes / (sd.tpGBs * 1e9) +
-                                   2.0 * (tp - 1) * sd.tpLatencyUs * 1e-6 * collectives;
+    const Traffic &tr = traffic(tp);
+    auto span = [&](const std::vector<double> &v) { return v[r + 1] - v[l]; };
+    double bw = sd.tpGBs * 1e9, lat = sd.tpLatencyUs * 1e-6, n = double(samples);
+    double share = double(tp - 1) / tp;
+    auto reduce = [&](double bytes, double count) {
+      return bytes == 0 && count == 0 ? 0 : 2 * share * bytes * n / bw + 2.0 * (tp - 1) * lat * count;
+    };
+    auto gather = [&](double bytes, double count) {
+      return bytes == 0 && count == 0 ? 0 : share * bytes * n / bw + double(tp - 1) * lat * count;
+    };
+    double comm = reduce(span(tr.forwardReduce), span(tr.forwardReduces)) +
+                  gather(span(tr.forwardGather), span(tr.forwardGathers));
     if (commOut)
       *commOut = comm;
+    if (backCommOut)
+      *backCommOut = reduce(span(tr.backwardReduce), span(tr.backwardReduces));
     return compute + comm;
   }
 
@@ -392,14 +444,14 @@ private:
         continue;
       // Workers of a group get floor or ceil of the share; the slowest has ceil.
       int64_t samples = int64_t(std::ceil(share[g] - 1e-9));
-      double comm = 0;
-      double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd, &comm);
+      double comm = 0, backComm = 0;
+      double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd, &comm, &backComm);
       double fixed = classes[sd.groups[g].cls].microBatchSeconds;
       f += fixed;
       comm += fixed;  // paid once more by the backward pass, not doubled
       if (f > sc.forward) {
         sc.forward = f;
-        sc.backward = training ? 2.0 * (f - comm) + comm : 0;
+        sc.backward = training ? 2.0 * (f - comm) + fixed + backComm : 0;
       }
     }
     return sc;
@@ -891,7 +943,8 @@ private:
   int elementBytes = 2;
   std::vector<DeviceClass> classes;
   std::vector<std::vector<std::vector<std::unique_ptr<Table>>>> timing;  // [class][tp][samples]
-  std::vector<double> paramsPrefix, stashPrefix, kvPrefix, tpBytesPrefix, tpCollectivesPrefix;
+  std::vector<double> paramsPrefix, stashPrefix, kvPrefix;
+  std::map<int, std::unique_ptr<Traffic>> trafficByTp;
   Shortfall best;
   uint64_t evaluated = 0;
 };
