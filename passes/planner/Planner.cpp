@@ -1310,8 +1310,8 @@ llvm::Expected<Plan> Search::run() {
             continue;
           for (StageDevices &sd : *stages)
             addAlternatives(sd, stageTps);
-          auto stagesShared = std::make_shared<const std::vector<StageDevices>>(*stages);
-          if (workersPerStage && llvm::any_of(*stages, [&](const StageDevices &s) {
+          auto stagesShared = std::make_shared<const std::vector<StageDevices>>(std::move(*stages));
+          if (workersPerStage && llvm::any_of(*stagesShared, [&](const StageDevices &s) {
                 return s.workers() != workersPerStage;
               }))
             continue;
