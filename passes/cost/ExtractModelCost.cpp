@@ -208,7 +208,7 @@ std::vector<TensorParallelUnit> findTensorParallelUnits(const GraphInfo &info, i
         continue;
       }
       if (llvm::is_contained({"Add", "Sub", "Mul", "Div", "Pow", "Where"}, op)) {
-        bool ok = outRank >= fromRight + 1;
+        bool ok = outRank >= fromRight + 1, mixed = false;
         int bias = -1;
         for (auto [k, v] : llvm::enumerate(inputs)) {
           if (!ok)
@@ -221,8 +221,14 @@ std::vector<TensorParallelUnit> findTensorParallelUnits(const GraphInfo &info, i
           int r = int(shape->size());
           if (split.count(v)) {
             const SplitValue &sv = split[v];
-            ok = r - 1 - sv.axis == fromRight && sv.extent == first0.extent &&
-                 sv.fresh == first0.fresh;
+            ok = r - 1 - sv.axis == fromRight && sv.extent == first0.extent;
+            if (sv.fresh != first0.fresh) {
+              // Outputs of two column MatMuls (SwiGLU's gate and up): both
+              // must be contiguous slices.
+              needsPlain.push_back({root, sv.fresh});
+              needsPlain.push_back({root, first0.fresh});
+              mixed = true;
+            }
             continue;
           }
           int64_t d = r > fromRight ? (*shape)[size_t(r - 1 - fromRight)] : 1;
@@ -241,6 +247,8 @@ std::vector<TensorParallelUnit> findTensorParallelUnits(const GraphInfo &info, i
           continue;
         }
         same.axis = outRank - 1 - fromRight;
+        if (mixed)
+          same.fresh = -1;
         if (bias >= 0) {
           members.push_back({root, {i, Role::Bias, bias}, first0.fresh});
           split[node.getResult(0)] = same;
