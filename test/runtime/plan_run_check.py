@@ -84,8 +84,13 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--tp", type=int, nargs="?", const=2, default=0,
                     help="tensor-parallel layout of this degree (2 x N ranks, see cluster_tp)")
+    ap.add_argument("--mixed-tp", action="store_true",
+                    help="two stages of different tensor parallelism (2 workers of 2 ranks, then 1 of 4; "
+                         "a --layout on cluster_tp(4)); gpt2's tied embedding is read by both")
     ap.add_argument("models", nargs="*")
     a = ap.parse_args()
+    if a.mixed_tp:
+        a.tp = 4
     mpi_prefix = []
     if a.mpi is not None:
         mpirun = shutil.which(a.mpi)
@@ -148,6 +153,13 @@ def main():
         layout = ["--batch", "1", "--pin", "pp=3,mb=1"] if fixed1 else ["--batch", "14", "--pin", "pp=2,mb=2"]
         if a.tp:
             layout = ["--batch", "12", "--pin", "pp=1,mb=2,tp=%d" % a.tp]
+        if a.mixed_tp:
+            mixed = os.path.join(work, "layout.json")
+            with open(mixed, "w") as f:
+                f.write('{"micro_batches": 2, "stages": ['
+                        '{"workers": [[0, 1], [2, 3]], "last_layer": 1, "tensor_parallel": 2}, '
+                        '{"workers": [[4, 5, 6, 7]], "last_layer": 3, "tensor_parallel": 4}]}')
+            layout = ["--batch", "12", "--layout", mixed]
         cmd = [a.hetplan, "compile", model, "--mode", a.mode, "--cluster", cluster,
                *layout, "--dtype", "fp32", "--quiet", "-o", plan]
         if "gpt2" in name or "bert" in name or "llama" in name:
@@ -158,7 +170,7 @@ def main():
             failures += 1
             continue
         rc, explain = run([a.hetplan, "explain", plan])
-        if a.tp and not any(l.split()[:1] == ["0"] and " %d  " % a.tp in l for l in explain.split("Stages (")[1].splitlines()[1:3]):
+        if a.tp and not a.mixed_tp and not any(l.split()[:1] == ["0"] and " %d  " % a.tp in l for l in explain.split("Stages (")[1].splitlines()[1:3]):
             print(f"FAIL {name}: expected a stage with tensor parallelism {a.tp}\n{explain}")
             failures += 1
             continue
@@ -172,7 +184,11 @@ def main():
             continue
         shares = [l.split() for l in explain.splitlines()]
         uneven = any("+" in tok and len(set(tok.split("+"))) > 1 for l in shares for tok in l)
-        if not fixed1 and not uneven:
+        if a.mixed_tp and ("stage 0 tensor parallel 2:" not in explain or "stage 1 tensor parallel 4:" not in explain):
+            print(f"FAIL {name}: expected stages of tensor parallelism 2 and 4\n{explain}")
+            failures += 1
+            continue
+        if not fixed1 and not uneven and not a.mixed_tp:
             print(f"FAIL {name}: expected unequal batch shares\n{explain}")
             failures += 1
             continue

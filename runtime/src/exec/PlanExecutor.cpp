@@ -69,6 +69,8 @@ int64_t gradTag(uint32_t mb, size_t i) { return kTrainTagBase + int64_t(mb) * kT
 int64_t flagTag(uint32_t mb) { return kTrainTagBase + int64_t(mb) * kTrainTagsPerMicroBatch + kTrainTagsPerMicroBatch - 1; }
 constexpr int64_t kSumTagBase = (int64_t(1) << 30) + (int64_t(1) << 29);
 int64_t sumTag(size_t group) { return kSumTagBase + 2 * int64_t(group); }
+// A sum handed to a worker's other tensor-parallel ranks (sumFollowers_).
+int64_t followTag(size_t group) { return kSumTagBase + (int64_t(1) << 28) + int64_t(group); }
 
 // Tensor-parallel traffic inside a worker: per (micro-batch, node), the
 // forward all-gather and the backward sum. Above `hetplan run`'s MPI output
@@ -529,7 +531,18 @@ void PlanExecutor::checkTraining() {
   stageNodes_.assign(S, {});
   stageParams_.assign(S, {});
   std::map<std::pair<std::string, uint32_t>, std::set<int>> holders; // (param, tp index)
-  std::map<std::string, uint32_t> tpOf;
+  std::map<std::string, std::set<std::pair<int, int>>> followers;     // param -> (rank, its worker's first)
+  std::map<std::string, std::set<uint32_t>> degrees;                  // param -> degrees of its readers
+  for (size_t j = 0; j < S; ++j)
+    for (size_t i : io_[j].metaNodes)
+      m.nodes[i].forEachRead([&](const std::string &in) {
+        if (trainable_.count(in)) degrees[in].insert(plan_.stages(int(j)).tensor_parallel());
+      });
+  for (size_t j = 0; j < S; ++j)
+    for (size_t i = plan_.stages(int(j)).first_node(); i <= plan_.stages(int(j)).last_node(); ++i)
+      m.nodes[i].forEachRead([&](const std::string &in) {
+        if (trainable_.count(in)) degrees[in].insert(plan_.stages(int(j)).tensor_parallel());
+      });
   for (size_t j = 0; j < S; ++j) {
     const auto &st = plan_.stages(int(j));
     if (io_[j].received.size() >= size_t(kTrainTagsPerMicroBatch - 1))
@@ -542,20 +555,39 @@ void PlanExecutor::checkTraining() {
         if (trainable_.count(in)) stageParams_[j].insert(in);
       });
     for (const auto &p : stageParams_[j]) {
-      auto [it, fresh] = tpOf.emplace(p, st.tensor_parallel());
-      if (!fresh && it->second != st.tensor_parallel())
-        fail("parameter '" + p + "' is read by stages of different tensor parallelism (" +
-             std::to_string(it->second) + " and " + std::to_string(st.tensor_parallel()) +
-             "); training such a plan is not supported");
+      if (degrees[p].size() > 1) {
+        // Stages of different degrees read it (a tied embedding): each
+        // worker's ranks hold the same whole copy. The workers' first ranks
+        // sum it; each then hands the sum to its worker's other ranks.
+        for (size_t s2 = 0; s2 < S; ++s2)
+          if (tpParams_[s2].count(p))
+            fail("parameter '" + p + "' is split by stage " + std::to_string(s2) +
+                 " and read by stages of different tensor parallelism; training such a plan is not supported");
+        for (const auto &w : st.workers()) {
+          holders[{p, 0}].insert(int(w.ranks(0)));
+          for (int k = 1; k < w.ranks_size(); ++k) followers[p].insert({int(w.ranks(k)), int(w.ranks(0))});
+        }
+        continue;
+      }
       // One sum per position in the tensor-parallel group: the ranks at
       // position k hold the same shard (or the same replicated copy).
       for (uint32_t k = 0; k < st.tensor_parallel(); ++k)
         for (const auto &w : st.workers()) holders[{p, k}].insert(int(w.ranks(int(k))));
     }
   }
-  std::map<std::vector<int>, std::vector<std::string>> groups;
-  for (const auto &[key, ranks] : holders) groups[std::vector<int>(ranks.begin(), ranks.end())].push_back(key.first);
-  sumGroups_.assign(groups.begin(), groups.end());
+  std::map<std::pair<std::vector<int>, std::vector<std::pair<int, int>>>, std::vector<std::string>> groups;
+  for (const auto &[key, ranks] : holders) {
+    auto f = followers.find(key.first);
+    std::vector<std::pair<int, int>> fs;
+    if (f != followers.end()) fs.assign(f->second.begin(), f->second.end());
+    groups[{std::vector<int>(ranks.begin(), ranks.end()), fs}].push_back(key.first);
+  }
+  sumGroups_.clear();
+  sumFollowers_.clear();
+  for (auto &[key, params] : groups) {
+    sumGroups_.push_back({key.first, params});
+    sumFollowers_.push_back(key.second);
+  }
   if (plan_.settings().micro_batches() >= (1u << 16))
     fail("training supports fewer than 65536 micro-batches");
 }
@@ -1121,7 +1153,10 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   auto sumGradients = [&](const std::function<bool(const std::vector<int> &)> &select) {
     for (size_t g = 0; g < sumGroups_.size(); ++g) {
       const auto &[ranks, params] = sumGroups_[g];
-      if (train->summed.count(g) || !std::binary_search(ranks.begin(), ranks.end(), int(me)) || !select(ranks))
+      const auto &follow = sumFollowers_[g];  // tensor-parallel ranks that get the sum
+      bool member = std::binary_search(ranks.begin(), ranks.end(), int(me));
+      bool follower = std::any_of(follow.begin(), follow.end(), [&](const auto &f) { return f.first == int(me); });
+      if (train->summed.count(g) || (!member && !follower) || !select(ranks))
         continue;
       std::vector<Tensor *> tensors;
       for (const auto &p : params) {
@@ -1129,7 +1164,12 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
         if (!gr.defined()) gr = Tensor(DType::Float32, train->state.params.at(p).shape());
         tensors.push_back(&gr);
       }
-      train::groupSum(comm, ranks, sumTag(g), tensors);
+      if (member) train::groupSum(comm, ranks, sumTag(g), tensors);
+      for (auto [to, from] : follow)
+        for (Tensor *t : tensors) {
+          if (from == int(me)) comm.send(to, followTag(g), *t);
+          if (to == int(me)) *t = comm.recv(from, followTag(g));
+        }
       train->summed.insert(g);
     }
   };

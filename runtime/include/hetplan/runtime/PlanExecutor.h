@@ -199,6 +199,10 @@ private:
   /// stage's workers, or for a parameter several stages read, such as tied
   /// embeddings, all of theirs), in a fixed order every rank agrees on.
   std::vector<std::pair<std::vector<int>, std::vector<std::string>>> sumGroups_;
+  /// Per sum group: (rank, source) pairs -- for a parameter read by stages
+  /// of different tensor parallelism, the workers' first ranks sum it and
+  /// each sends the sum to its worker's other ranks.
+  std::vector<std::vector<std::pair<int, int>>> sumFollowers_;
   /// Per stage: how each split node runs on the tensor-parallel ranks (the
   /// plan's Stage.tensor_parallel_nodes); the others run whole.
   std::vector<std::map<size_t, plan::TensorParallelNode>> tpNodes_;
