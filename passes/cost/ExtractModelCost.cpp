@@ -479,9 +479,7 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
     layer.name = r.name;
     layer.firstNode = r.first;
     layer.lastNode = r.last;
-    double bigFlops = 0, attentionFlops = 0;
-    bool hasAttention = false;
-    std::vector<size_t> splitAttention;  // split only when the MatMuls are
+    double bigFlops = 0;  // MatMuls by a weight worth splitting
     for (int i = r.first; i <= r.last; ++i) {
       NodeOp node = info.nodes[i];
       const OpCost &cost = costs[i];
@@ -490,16 +488,9 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
         layer.stashBytesPerSample +=
             activationBytes(node.getResults(), info, dtype) / samples;
       if (auto w = matmulWeightBytes(node, info, dtype);
-          w && *w >= options.tensorParallelMinWeightBytes) {
+          w && *w >= options.tensorParallelMinWeightBytes)
         bigFlops += cost.flopsPerSample;
-        layer.ops.back().tensorParallelSplit = true;
-      }
       bool fused = node.getDomain().empty() && node.getOpType() == "Attention";
-      if (fused || isActivationProduct(node, info)) {
-        hasAttention = true;
-        attentionFlops += cost.flopsPerSample;
-        splitAttention.push_back(layer.ops.size() - 1);
-      }
       // KV cache: the keys and values an attention reads.
       if (fused && node.getInputs().size() >= 3) {
         if (node.getNumResults() >= 3)
@@ -517,43 +508,21 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
       }
     }
     double flops = layer.flopsPerSample();
-    double split = bigFlops + (bigFlops > 0 ? attentionFlops : 0);
-    layer.tensorParallelFraction = flops > 0 ? std::min(1.0, split / flops) : 0;
-    double out = activationBytes(liveAcross(info, r.last), info, dtype) / samples;
-    layer.outputBytesPerSample = out;
-    if (bigFlops > 0) {
-      for (size_t k : splitAttention)
-        layer.ops[k].tensorParallelSplit = true;
-      layer.tensorParallelAllReduceBytesPerSample = (hasAttention ? 2 : 1) * out;
-      // The model's output (an LM head): in training, Megatron's
-      // vocab-parallel cross entropy (mpu/cross_entropy.py) reduces the
-      // row max, the target logit and the sum of exponentials, three fp32
-      // values per row of the split logits, never the logits themselves.
-      std::vector<Value> live = liveAcross(info, r.last);
-      if (r.last + 1 == int(info.nodes.size()) && live.size() == 1)
-        if (auto t = dyn_cast<ShapedType>(live[0].getType());
-            t && t.hasStaticShape() && t.getRank() >= 2 && t.getShape().back() > 0)
-          layer.tensorParallelLossBytesPerSample =
-              3.0 * 4.0 * double(t.getNumElements() / t.getShape().back()) / samples;
-    }
-    // What a tensor-parallel group splits, as the runtime runs it: these
-    // replace the estimates above.
+    layer.outputBytesPerSample = activationBytes(liveAcross(info, r.last), info, dtype) / samples;
+    // Tensor parallelism as the runtime runs it: what runs split is exactly the units: a layer without any (a tied LM
+    // head, a MatMul by a Transpose of a weight) runs whole on every rank.
     layer.tensorParallelUnits = findTensorParallelUnits(info, r.first, r.last);
-    if (!layer.tensorParallelUnits.empty()) {
-      double splitFlops = 0;
-      for (OpCost &op : layer.ops)
-        op.tensorParallelSplit = false;
-      for (auto [u, unit] : llvm::enumerate(layer.tensorParallelUnits))
-        for (const TensorParallelNode &n : unit.nodes) {
-          OpCost &op = layer.ops[size_t(n.node - r.first)];
-          op.tensorParallelUnit = int(u);
-          splitFlops += op.flopsPerSample;
-        }
-      layer.tensorParallelFraction =
-          bigFlops > 0 && flops > 0 ? std::min(1.0, splitFlops / flops) : 0;
-      layer.tensorParallelAllReduceBytesPerSample = 0;
-      layer.tensorParallelLossBytesPerSample = 0;
-    }
+    double splitFlops = 0;
+    for (OpCost &op : layer.ops)
+      op.tensorParallelSplit = false;
+    for (auto [u, unit] : llvm::enumerate(layer.tensorParallelUnits))
+      for (const TensorParallelNode &n : unit.nodes) {
+        OpCost &op = layer.ops[size_t(n.node - r.first)];
+        op.tensorParallelUnit = int(u);
+        splitFlops += op.flopsPerSample;
+      }
+    layer.tensorParallelFraction = bigFlops > 0 && flops > 0 ? std::min(1.0, splitFlops / flops) : 0;
+
     model.layers.push_back(std::move(layer));
   }
 
