@@ -10,7 +10,6 @@
 
 #include "passes/cost/CostModel.h"
 
-#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
@@ -270,7 +269,8 @@ double layerForwardTime(const LayerCost &layer, double samples,
   if (tp <= 1)
     return layerForwardTime(layer, samples, device, dtype, eff, profiles);
   double total = 0;
-  for (auto [k, op] : llvm::enumerate(layer.ops)) {
+  for (size_t k = 0; k < layer.ops.size(); ++k) {
+    const OpCost &op = layer.ops[k];
     if (!layer.splitAt(k, tp)) {
       total += opTime(op, samples, device, dtype, eff, profiles);
       continue;
