@@ -6,7 +6,12 @@
 // batch -- with the same cost model and schedule simulation, and compares the
 // best of them with the plan hetplan's search returns.
 //
-//   hetplan-bench-plan-quality MODEL CLUSTER BATCH [SEQ] [train|infer]
+//   hetplan-bench-plan-quality MODEL CLUSTER BATCH [SEQ] [train|infer] [tp]
+//
+// With `tp`, every stage also takes every tensor-parallel degree (1, 2, 4,
+// 8) whose workers its devices fill (runs of one type in one node), each
+// stage its own, and hetplan's search chooses its degrees per stage too;
+// without it both use tensor parallelism 1.
 //
 //===----------------------------------------------------------------------===//
 
@@ -46,7 +51,9 @@ int main(int argc, char **argv) {
   planner::Options opt;
   opt.globalBatch = po.batch;
   opt.mode = argc > 5 && std::string(argv[5]) == "infer" ? cost::Mode::Infer : cost::Mode::Train;
-  opt.maxTensorParallel = 1;  // the enumeration below covers tp = 1
+  bool perStageTp = argc > 6 && std::string(argv[6]) == "tp";
+  if (!perStageTp)
+    opt.maxTensorParallel = 1;  // the enumeration below covers tp = 1
 
   auto t0 = std::chrono::steady_clock::now();
   auto best = planner::makePlan(costed->cost, *cl, opt);
@@ -65,13 +72,14 @@ int main(int argc, char **argv) {
   double bestEnumerated = 1e300;
   planner::Layout bestLayout;
   auto describe = [&](const std::vector<std::vector<int>> &stageRanks,
-                      const std::vector<int> &lastLayers, int M) {
+                      const std::vector<int> &lastLayers, int M, const std::vector<int> &tps) {
     std::string out;
     for (size_t j = 0; j < stageRanks.size(); ++j) {
       out += "[";
       for (int r : stageRanks[j])
         out += cl->devices[r].type->name.substr(0, 4) + " ";
-      out += "L.." + std::to_string(lastLayers[j]) + "] ";
+      out += "L.." + std::to_string(lastLayers[j]) +
+             (j < tps.size() && tps[j] > 1 ? " tp" + std::to_string(tps[j]) : "") + "] ";
     }
     return out + "M=" + std::to_string(M);
   };
@@ -98,25 +106,59 @@ int main(int argc, char **argv) {
         int P = int(stages.size());
         if (P > L)
           continue;
+        // The degrees each stage's devices can be grouped into: runs of
+        // `t` devices of one type in one node.
+        std::vector<std::vector<int>> degrees(P);
+        for (int j = 0; j < P; ++j)
+          for (int t = 1; t <= (perStageTp ? opt.maxTensorParallel : 1); t *= 2) {
+            const auto &st = stages[j];
+            bool ok = st.size() % size_t(t) == 0;
+            for (size_t i = 0; ok && i < st.size(); ++i)
+              ok = key[st[i][0]] == key[st[i - i % t][0]];
+            if (ok)
+              degrees[j].push_back(t);
+          }
+        std::vector<int> tps(P, 1);
         // Every layer split into P non-empty ranges.
         std::vector<int> cuts(P);
         std::function<void(int, int)> split = [&](int j, int from) {
           if (j == P - 1) {
             cuts[j] = L - 1;
-            for (int M : Ms) {
-              planner::Layout layout{stages, cuts, 1, M};
-              ++layouts;
-              auto p = planner::evaluateLayout(costed->cost, *cl, opt, layout);
-              if (!p) {
-                llvm::consumeError(p.takeError());
-                continue;
+            // Every degree per stage, every micro-batch count.
+            std::function<void(int)> chooseTp = [&](int s) {
+              if (s < P) {
+                for (int t : degrees[s]) {
+                  tps[s] = t;
+                  chooseTp(s + 1);
+                }
+                return;
               }
-              ++feasible;
-              if (p->stepSeconds < bestEnumerated) {
-                bestEnumerated = p->stepSeconds;
-                bestLayout = layout;
+              planner::Layout layout{{}, cuts, 1, 1};
+              for (int q = 0; q < P; ++q) {
+                layout.stageWorkers.emplace_back();
+                for (size_t i = 0; i < stages[q].size(); i += size_t(tps[q])) {
+                  layout.stageWorkers.back().emplace_back();
+                  for (int k = 0; k < tps[q]; ++k)
+                    layout.stageWorkers.back().back().push_back(stages[q][i + size_t(k)][0]);
+                }
               }
-            }
+              layout.stageTensorParallel = tps;
+              for (int M : Ms) {
+                layout.microBatches = M;
+                ++layouts;
+                auto p = planner::evaluateLayout(costed->cost, *cl, opt, layout);
+                if (!p) {
+                  llvm::consumeError(p.takeError());
+                  continue;
+                }
+                ++feasible;
+                if (p->stepSeconds < bestEnumerated) {
+                  bestEnumerated = p->stepSeconds;
+                  bestLayout = layout;
+                }
+              }
+            };
+            chooseTp(0);
             return;
           }
           for (int c = from; c <= L - (P - j); ++c) {
@@ -151,21 +193,24 @@ int main(int argc, char **argv) {
       feasible, bestEnumerated, enumSeconds, ratio);
   if (getenv("HETPLAN_BENCH_VERBOSE")) {
     std::vector<std::vector<int>> ranks;
-    std::vector<int> last;
+    std::vector<int> last, tps;
     for (const auto &st : best->stages) {
       ranks.emplace_back();
       for (const auto &w : st.workers)
-        ranks.back().push_back(w.ranks[0]);
+        ranks.back().insert(ranks.back().end(), w.ranks.begin(), w.ranks.end());
       last.push_back(st.lastLayer);
+      tps.push_back(st.tensorParallel);
     }
-    llvm::outs() << "  hetplan:    " << describe(ranks, last, best->microBatches) << "\n";
+    llvm::outs() << "  hetplan:    " << describe(ranks, last, best->microBatches, tps) << "\n";
     ranks.clear();
     for (const auto &st : bestLayout.stageWorkers) {
       ranks.emplace_back();
       for (const auto &w : st)
-        ranks.back().push_back(w[0]);
+        ranks.back().insert(ranks.back().end(), w.begin(), w.end());
     }
-    llvm::outs() << "  enumerated: " << describe(ranks, bestLayout.lastLayer, bestLayout.microBatches)
+    llvm::outs() << "  enumerated: "
+                 << describe(ranks, bestLayout.lastLayer, bestLayout.microBatches,
+                             bestLayout.stageTensorParallel)
                  << "\n";
   }
   return ratio <= 1.02 ? 0 : 3;

@@ -273,8 +273,9 @@ double layerForwardTime(const LayerCost &layer, double samples,
   if (tp <= 1)
     return layerForwardTime(layer, samples, device, dtype, eff, profiles);
   double total = 0;
-  for (const OpCost &op : layer.ops) {
-    if (!op.tensorParallelSplit) {
+  for (size_t k = 0; k < layer.ops.size(); ++k) {
+    const OpCost &op = layer.ops[k];
+    if (!layer.splitAt(k, tp)) {
       total += opTime(op, samples, device, dtype, eff, profiles);
       continue;
     }

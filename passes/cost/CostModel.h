@@ -42,6 +42,9 @@ struct OpCost {
   /// MatMuls and the attention products); every rank runs 1/tp of it as its
   /// own, smaller kernel. The other ops run whole on every rank.
   bool tensorParallelSplit = false;
+  /// The LayerCost::tensorParallelUnits entry this op belongs to (-1: none):
+  /// then it runs at 1/tp of its size exactly when that unit fits tp.
+  int tensorParallelUnit = -1;
   /// Kernel launches per call: 0 for ops that cost nothing at run time
   /// (views such as Reshape/Squeeze, and ops whose inputs are all weights,
   /// constants or shapes: folded at plan time), 1 otherwise.
@@ -57,6 +60,42 @@ struct OpCost {
   /// FLOPs and bytes of one call processing `samples` samples.
   double flops(double samples) const { return flopsPerSample * samples; }
   double bytes(double samples) const { return bytesPerSample * samples + weightBytes; }
+};
+
+/// How a node runs on each rank of a tensor-parallel group (the runtime
+/// executes what the plan lists: docs/runtime.md, "Tensor-parallel stages").
+enum class TensorParallelRole : uint8_t {
+  Local,    // runs unchanged on its rank's slice of split values
+  Column,   // MatMul: this rank's columns of the weight; output stays split
+  Row,      // MatMul: this rank's rows of the weight on a split input, then all-reduce
+  Bias,     // Add of a 1-D weight (input `axis`) sliced like the split value
+  Split,    // Split on the split axis: each output keeps its rank's slice
+  Reshape,  // target dim `axis` divided by tp
+  Gather,   // MatMul: this rank's columns, then all-gather (no pair)
+};
+struct TensorParallelNode {
+  int node = 0;        // top-level node index
+  TensorParallelRole role = TensorParallelRole::Local;
+  int axis = 0;        // Reshape: output dim split; Bias: which input is the bias
+  int segments = 1;    // Column/Bias: the weight's columns are this many
+                       // equal parts (fused Q|K|V), each split over the group
+};
+/// Nodes split together: a Megatron region (column-parallel MatMuls, what
+/// runs on their split outputs, the row-parallel MatMuls that end it, one
+/// all-reduce per row MatMul forward and one per column MatMul backward) or
+/// a lone column-split MatMul whose output is all-gathered.
+struct TensorParallelUnit {
+  bool pair = false;
+  /// The split dims' greatest common divisor: degrees dividing it split
+  /// every dim evenly; others run the unit's nodes whole.
+  int64_t divisor = 0;
+  std::vector<TensorParallelNode> nodes;
+  /// Elements per sample all-reduced (pairs: the row MatMuls' outputs) or
+  /// all-gathered (lone: the output) in forward, and all-reduced in
+  /// backward (the column MatMuls' input gradients; training only).
+  double forwardElementsPerSample = 0, backwardElementsPerSample = 0;
+  int forwardCollectives = 0, backwardCollectives = 0;
+  bool fits(int tp) const { return tp > 1 && divisor > 0 && divisor % tp == 0; }
 };
 
 /// A contiguous range of top-level nodes that the planner may place as a unit
@@ -89,6 +128,18 @@ struct LayerCost {
   /// LM head), Megatron's vocab-parallel cross entropy all-reduces three
   /// fp32 values per row instead of the logits (0 = not such a layer).
   double tensorParallelLossBytesPerSample = 0;
+  /// What a tensor-parallel group splits (when not empty, it replaces the
+  /// two estimates above: ops split by their unit, traffic by the units).
+  std::vector<TensorParallelUnit> tensorParallelUnits;
+  /// Whether op `k` runs at 1/tp of its size on a `tp`-way group.
+  bool splitAt(size_t k, int tp) const {
+    const OpCost &op = ops[k];
+    if (tp <= 1)
+      return false;
+    if (op.tensorParallelUnit >= 0)
+      return tensorParallelUnits[size_t(op.tensorParallelUnit)].fits(tp);
+    return op.tensorParallelSplit;
+  }
   /// Inference with a KV cache: bytes per sample of cached keys and values.
   double kvCacheBytesPerSample = 0;
 

@@ -5,10 +5,13 @@
 #include "passes/cost/OpCosts.h"
 
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/Sequence.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <functional>
+#include <map>
 #include <numeric>
+#include <set>
 
 using namespace mlir;
 using namespace hetplan::het;
@@ -51,6 +54,388 @@ bool feedsSoftmax(Value v, int depth = 4) {
           return true;
   }
   return false;
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor parallelism: what a tp-way group splits
+//===----------------------------------------------------------------------===//
+
+/// A value split over the group: along `axis`, `extent` elements in all,
+/// each rank holding its contiguous 1/tp -- except while `fresh` names the
+/// column MatMul it came straight from (through elementwise ops), whose
+/// columns may be segments (a fused Q|K|V weight split by a later Split).
+struct SplitValue {
+  int axis = 0;
+  int root = 0;       // a column MatMul of the region (union-find)
+  int64_t extent = 0;
+  int fresh = -1;
+};
+
+bool isUnaryElementwise(StringRef op) {
+  return llvm::is_contained({"Erf", "Gelu", "Relu", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Abs",
+                             "Sqrt", "Reciprocal", "Softplus", "Identity", "Cast", "LeakyRelu",
+                             "Elu", "HardSigmoid", "Silu", "Mish", "FastGelu"},
+                            op);
+}
+
+std::optional<llvm::SmallVector<int64_t>> staticShape(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  if (!t || !t.hasStaticShape())
+    return std::nullopt;
+  return llvm::SmallVector<int64_t>(t.getShape());
+}
+
+int64_t product(ArrayRef<int64_t> dims) {
+  int64_t p = 1;
+  for (int64_t d : dims)
+    p *= d;
+  return p;
+}
+
+/// A float initializer of rank `rank` that only this node reads.
+std::optional<llvm::SmallVector<int64_t>> ownWeight(Value v, int64_t rank) {
+  if (!v.getDefiningOp<WeightOp>() || !v.hasOneUse())
+    return std::nullopt;
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  if (!t || !t.hasStaticShape() || t.getRank() != rank || !isa<FloatType>(t.getElementType()))
+    return std::nullopt;
+  return llvm::SmallVector<int64_t>(t.getShape());
+}
+
+int64_t normalizeAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
+int64_t intAttr(NodeOp node, StringRef name, int64_t otherwise) {
+  if (auto a = dyn_cast_or_null<IntegerAttr>(node.getOnnxAttr(name)))
+    return a.getInt();
+  return otherwise;
+}
+
+/// Finds Megatron's column/row regions among nodes [first, last] (one
+/// layer), the same rules the runtime executes (docs/runtime.md,
+/// "Tensor-parallel stages"): a MatMul by a 2-D weight no other node reads
+/// starts a region split by the weight's columns; elementwise ops, Softmax
+/// off the split axis, Transpose, Reshape (the outermost dim of the split
+/// one divided), Split along it (a fused Q|K|V weight) and MatMuls of two
+/// values split on a batch dim (attention heads) run on each rank's slice;
+/// a MatMul by a 2-D weight of a value split on its last axis takes the
+/// weight's rows and all-reduces. A region that meets anything else, or
+/// whose split values leave it, is dropped: its first MatMuls are split by
+/// columns alone and all-gathered.
+std::vector<TensorParallelUnit> findTensorParallelUnits(const GraphInfo &info, int first,
+                                                        int last) {
+  using Role = TensorParallelRole;
+  double samples = double(std::max<int64_t>(info.samples, 1));
+  auto perSample = [&](Value v) { return double(numElements(v.getType())) / samples; };
+  std::set<int> lone;  // column MatMuls whose region failed: all-gathered
+  for (int round = 0;; ++round) {
+    llvm::DenseMap<Value, SplitValue> split;
+    std::map<int, int> parent;
+    auto find = [&](int x) {
+      while (parent[x] != x)
+        x = parent[x] = parent[parent[x]];
+      return x;
+    };
+    auto unite = [&](int a, int b) {
+      a = find(a);
+      b = find(b);
+      parent[std::max(a, b)] = std::min(a, b);
+      return std::min(a, b);
+    };
+    struct Member {
+      int root;
+      TensorParallelNode node;
+      int seed = -1;  // Column/Bias: the column MatMul whose columns it slices
+    };
+    std::vector<Member> members;
+    std::set<int> failed, rowSeen;
+    std::map<int, int> segmentsOf;
+    std::map<int, int64_t> columnsOf;
+    std::vector<std::pair<int, int64_t>> extents;
+    std::vector<std::pair<int, double>> forwardElements, backwardElements;
+    std::vector<std::pair<int, int>> needsPlain;  // (root, seed): no segments allowed
+    std::set<Operation *> accepted;
+    for (int i = first; i <= last; ++i) {
+      NodeOp node = info.nodes[i];
+      auto inputs = node.getInputs();
+      llvm::SmallVector<size_t> splitIn;
+      for (auto [k, v] : llvm::enumerate(inputs))
+        if (split.count(v))
+          splitIn.push_back(k);
+      StringRef op = node.getOpType();
+      bool plain = node.getDomain().empty() && node->getNumRegions() == 0;
+      if (splitIn.empty()) {
+        if (plain && op == "MatMul" && inputs.size() == 2 && node.getNumResults() == 1 &&
+            info.kind(inputs[0]) == ValueKind::Activation && !lone.count(i))
+          if (auto w = ownWeight(inputs[1], 2)) {
+            parent[i] = i;
+            segmentsOf[i] = 1;
+            columnsOf[i] = (*w)[1];
+            auto out = staticShape(node.getResult(0));
+            if (!out)
+              continue;
+            split[node.getResult(0)] = {int(out->size()) - 1, i, (*w)[1], i};
+            members.push_back({i, {i, Role::Column}, i});
+            backwardElements.push_back({i, perSample(inputs[0])});
+            accepted.insert(node);
+          }
+        continue;
+      }
+      int root = split[inputs[splitIn[0]]].root;
+      for (size_t k : splitIn)
+        root = unite(root, split[inputs[k]].root);
+      const SplitValue first0 = split[inputs[splitIn[0]]];
+      auto fail = [&]() { failed.insert(root); };
+      if (!plain) {
+        fail();
+        continue;
+      }
+      auto inShape = staticShape(inputs[splitIn[0]]);
+      auto outShape = node.getNumResults() ? staticShape(node.getResult(0)) : std::nullopt;
+      if (!inShape || !outShape) {
+        fail();
+        continue;
+      }
+      int inRank = int(inShape->size()), outRank = int(outShape->size());
+      int fromRight = inRank - 1 - first0.axis;
+      auto emit = [&](Role role, SplitValue out, int axis = 0) {
+        members.push_back({root, {i, role, axis}, -1});
+        split[node.getResult(0)] = out;
+        accepted.insert(node);
+      };
+      SplitValue same = first0;
+      same.root = root;
+      if (isUnaryElementwise(op) && splitIn.size() == 1 && inputs.size() == 1) {
+        same.axis = outRank - 1 - fromRight;
+        emit(Role::Local, same);
+        continue;
+      }
+      if (llvm::is_contained({"Add", "Sub", "Mul", "Div", "Pow", "Where"}, op)) {
+        bool ok = outRank >= fromRight + 1, mixed = false;
+        int bias = -1;
+        for (auto [k, v] : llvm::enumerate(inputs)) {
+          if (!ok)
+            break;
+          auto shape = staticShape(v);
+          if (!shape) {
+            ok = false;
+            break;
+          }
+          int r = int(shape->size());
+          if (split.count(v)) {
+            const SplitValue &sv = split[v];
+            ok = r - 1 - sv.axis == fromRight && sv.extent == first0.extent;
+            if (sv.fresh != first0.fresh) {
+              // Outputs of two column MatMuls (SwiGLU's gate and up): both
+              // must be contiguous slices.
+              needsPlain.push_back({root, sv.fresh});
+              needsPlain.push_back({root, first0.fresh});
+              mixed = true;
+            }
+            continue;
+          }
+          int64_t d = r > fromRight ? (*shape)[size_t(r - 1 - fromRight)] : 1;
+          if (d == 1)
+            continue;
+          // A bias on the split columns of a column MatMul's output.
+          if (op == "Add" && bias < 0 && fromRight == 0 && first0.fresh >= 0 && ownWeight(v, 1) &&
+              d == first0.extent) {
+            bias = int(k);
+            continue;
+          }
+          ok = false;
+        }
+        if (!ok) {
+          fail();
+          continue;
+        }
+        same.axis = outRank - 1 - fromRight;
+        if (mixed)
+          same.fresh = -1;
+        if (bias >= 0) {
+          members.push_back({root, {i, Role::Bias, bias}, first0.fresh});
+          split[node.getResult(0)] = same;
+          accepted.insert(node);
+        } else {
+          emit(Role::Local, same);
+        }
+        continue;
+      }
+      if ((op == "Softmax" || op == "LogSoftmax") && splitIn.size() == 1) {
+        int64_t axis = normalizeAxis(intAttr(node, "axis", node.getOpset() >= 13 ? -1 : 1), inRank);
+        if (axis == first0.axis || (node.getOpset() < 13 && axis <= first0.axis)) {
+          fail();
+          continue;
+        }
+        needsPlain.push_back({root, first0.fresh});
+        emit(Role::Local, same);
+        continue;
+      }
+      if (op == "Transpose" && splitIn.size() == 1) {
+        llvm::SmallVector<int64_t> perm;
+        if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(node.getOnnxAttr("perm")))
+          perm.assign(a.asArrayRef().begin(), a.asArrayRef().end());
+        else
+          for (int k = inRank - 1; k >= 0; --k)
+            perm.push_back(k);
+        auto it = llvm::find(perm, first0.axis);
+        if (it == perm.end()) {
+          fail();
+          continue;
+        }
+        same.axis = int(it - perm.begin());
+        same.fresh = -1;
+        needsPlain.push_back({root, first0.fresh});
+        emit(Role::Local, same);
+        continue;
+      }
+      if (op == "Split" && splitIn.size() == 1 && splitIn[0] == 0 &&
+          normalizeAxis(intAttr(node, "axis", 0), inRank) == first0.axis && first0.fresh >= 0 &&
+          segmentsOf[first0.fresh] == 1) {
+        int n = int(node.getNumResults());
+        bool equal = first0.extent % n == 0;
+        for (Value r : node.getResults()) {
+          auto shape = staticShape(r);
+          equal &= shape && int(shape->size()) == inRank &&
+                   (*shape)[size_t(first0.axis)] * n == first0.extent;
+        }
+        if (!equal) {
+          fail();
+          continue;
+        }
+        segmentsOf[first0.fresh] = n;
+        members.push_back({root, {i, Role::Split, first0.axis}, -1});
+        for (Value r : node.getResults())
+          split[r] = {first0.axis, root, first0.extent / n, -1};
+        extents.push_back({root, first0.extent / n});
+        accepted.insert(node);
+        continue;
+      }
+      if (op == "Reshape" && splitIn.size() == 1 && splitIn[0] == 0) {
+        ArrayRef<int64_t> in = *inShape, out = *outShape;
+        int a = first0.axis;
+        int64_t prefix = product(in.take_front(a));
+        int j = -1;
+        for (int k = 0; k <= outRank && j < 0; ++k)
+          if (product(out.take_front(k)) == prefix && k < outRank)
+            j = k;
+        bool ok = j >= 0;
+        if (ok) {
+          if (out[j] >= in[a])  // merged with inner dims
+            ok = out[j] % in[a] == 0 &&
+                 llvm::any_of(llvm::seq<int>(a + 1, inRank + 1), [&](int e) {
+                   return product(in.slice(a, e - a)) == out[j];
+                 });
+          else  // split into dims, the outermost keeps the slices
+            ok = in[a] % out[j] == 0 &&
+                 llvm::any_of(llvm::seq<int>(j + 1, outRank + 1), [&](int e) {
+                   return product(out.slice(j, e - j)) == in[a];
+                 });
+        }
+        if (!ok) {
+          fail();
+          continue;
+        }
+        extents.push_back({root, out[j]});
+        needsPlain.push_back({root, first0.fresh});
+        emit(Role::Reshape, {j, root, out[j], -1}, j);
+        continue;
+      }
+      if (op == "MatMul" && inputs.size() == 2) {
+        if (splitIn.size() == 1 && splitIn[0] == 0 && first0.axis == inRank - 1)
+          if (auto w = ownWeight(inputs[1], 2); w && (*w)[0] == first0.extent) {
+            needsPlain.push_back({root, first0.fresh});
+            members.push_back({root, {i, Role::Row}, -1});
+            forwardElements.push_back({root, perSample(node.getResult(0))});
+            rowSeen.insert(root);
+            accepted.insert(node);
+            continue;  // the output is whole again
+          }
+        if (splitIn.size() == 2) {
+          const SplitValue &b = split[inputs[1]];
+          auto bShape = staticShape(inputs[1]);
+          if (bShape && int(bShape->size()) == inRank && b.axis == first0.axis &&
+              first0.axis < inRank - 2 && b.extent == first0.extent) {
+            needsPlain.push_back({root, first0.fresh});
+            needsPlain.push_back({root, b.fresh});
+            emit(Role::Local, {first0.axis, root, first0.extent, -1});
+            continue;
+          }
+        }
+      }
+      fail();
+    }
+    // Split values read outside their region (another layer, the graph's
+    // outputs, a node that could not take them) drop the region.
+    for (auto &[v, sv] : split)
+      for (Operation *user : v.getUsers())
+        if (!accepted.count(user))
+          failed.insert(find(sv.root));
+    for (auto [root, seed] : needsPlain)
+      if (seed >= 0 && segmentsOf[seed] > 1)
+        failed.insert(find(root));
+    for (auto &[seed, p] : parent)
+      if (!rowSeen.count(find(seed)))
+        failed.insert(find(seed));
+    std::set<int> failedRoots;
+    for (int r : failed)
+      failedRoots.insert(find(r));
+    bool more = false;
+    for (auto &[seed, p] : parent)
+      if (failedRoots.count(find(seed)) && lone.insert(seed).second)
+        more = true;
+    if (more && round < 64)
+      continue;
+
+    // The regions that hold, then the lone column MatMuls.
+    std::map<int, TensorParallelUnit> regions;
+    for (const Member &m : members) {
+      int root = find(m.root);
+      if (failedRoots.count(root))
+        continue;
+      TensorParallelUnit &u = regions[root];
+      u.pair = true;
+      TensorParallelNode n = m.node;
+      if (m.seed >= 0)
+        n.segments = segmentsOf[m.seed];
+      if (n.role == Role::Column) {
+        u.divisor = std::gcd(u.divisor, columnsOf[m.seed] / segmentsOf[m.seed]);
+        ++u.backwardCollectives;
+      }
+      if (n.role == Role::Row)
+        ++u.forwardCollectives;
+      u.nodes.push_back(n);
+    }
+    for (auto [root, e] : extents)
+      if (regions.count(find(root)))
+        regions[find(root)].divisor = std::gcd(regions[find(root)].divisor, e);
+    for (auto [root, e] : forwardElements)
+      if (regions.count(find(root)))
+        regions[find(root)].forwardElementsPerSample += e;
+    for (auto [seed, e] : backwardElements)
+      if (regions.count(find(seed)))
+        regions[find(seed)].backwardElementsPerSample += e;
+    std::vector<TensorParallelUnit> units;
+    for (auto &[root, u] : regions) {
+      llvm::sort(u.nodes, [](const TensorParallelNode &a, const TensorParallelNode &b) {
+        return a.node < b.node;
+      });
+      units.push_back(std::move(u));
+    }
+    for (int i : lone) {
+      NodeOp node = info.nodes[i];
+      TensorParallelUnit u;
+      u.divisor = (*ownWeight(node.getInputs()[1], 2))[1];
+      u.nodes.push_back({i, Role::Gather});
+      u.forwardElementsPerSample = perSample(node.getResult(0));
+      u.backwardElementsPerSample = perSample(node.getInputs()[0]);
+      u.forwardCollectives = u.backwardCollectives = 1;
+      units.push_back(std::move(u));
+    }
+    llvm::sort(units, [](const TensorParallelUnit &a, const TensorParallelUnit &b) {
+      return a.nodes.front().node < b.nodes.front().node;
+    });
+    return units;
+  }
 }
 
 double activationBytes(ValueRange values, const GraphInfo &info, DType dtype) {
@@ -268,9 +653,7 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
     layer.name = r.name;
     layer.firstNode = r.first;
     layer.lastNode = r.last;
-    double bigFlops = 0, attentionFlops = 0;
-    bool hasAttention = false;
-    std::vector<size_t> splitAttention;  // split only when the MatMuls are
+    double bigFlops = 0;  // MatMuls by a weight worth splitting
     for (int i = r.first; i <= r.last; ++i) {
       NodeOp node = info.nodes[i];
       const OpCost &cost = costs[i];
@@ -280,16 +663,9 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
             std::max(layer.largestActivationBytesPerSample,
                      activationBytes(node.getResults(), info, dtype) / samples);
       if (auto w = matmulWeightBytes(node, info, dtype);
-          w && *w >= options.tensorParallelMinWeightBytes) {
+          w && *w >= options.tensorParallelMinWeightBytes)
         bigFlops += cost.flopsPerSample;
-        layer.ops.back().tensorParallelSplit = true;
-      }
       bool fused = node.getDomain().empty() && node.getOpType() == "Attention";
-      if (fused || isActivationProduct(node, info)) {
-        hasAttention = true;
-        attentionFlops += cost.flopsPerSample;
-        splitAttention.push_back(layer.ops.size() - 1);
-      }
       // KV cache: the keys and values an attention reads.
       if (fused && node.getInputs().size() >= 3) {
         if (node.getNumResults() >= 3)
@@ -307,28 +683,25 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
       }
     }
     double flops = layer.flopsPerSample();
-    double split = bigFlops + (bigFlops > 0 ? attentionFlops : 0);
-    layer.tensorParallelFraction = flops > 0 ? std::min(1.0, split / flops) : 0;
-    double out = activationBytes(liveAcross(info, r.last), info, dtype) / samples;
-    layer.outputBytesPerSample = out;
-    if (bigFlops > 0) {
-      for (size_t k : splitAttention)
-        layer.ops[k].tensorParallelSplit = true;
-      layer.tensorParallelAllReduceBytesPerSample = (hasAttention ? 2 : 1) * out;
-      // The model's output (an LM head): in training, Megatron's
-      // vocab-parallel cross entropy (mpu/cross_entropy.py) reduces the
-      // row max, the target logit and the sum of exponentials, three fp32
-      // values per row of the split logits, never the logits themselves.
-      std::vector<Value> live = liveAcross(info, r.last);
-      if (r.last + 1 == int(info.nodes.size()) && live.size() == 1)
-        if (auto t = dyn_cast<ShapedType>(live[0].getType());
-            t && t.hasStaticShape() && t.getRank() >= 2 && t.getShape().back() > 0)
-          layer.tensorParallelLossBytesPerSample =
-              3.0 * 4.0 * double(t.getNumElements() / t.getShape().back()) / samples;
-    }
+    layer.outputBytesPerSample = activationBytes(liveAcross(info, r.last), info, dtype) / samples;
+    // Tensor parallelism as the runtime runs it: what runs split is exactly the units: a layer without any (a tied LM
+    // head, a MatMul by a Transpose of a weight) runs whole on every rank.
+    layer.tensorParallelUnits = findTensorParallelUnits(info, r.first, r.last);
+    double splitFlops = 0;
+    for (OpCost &op : layer.ops)
+      op.tensorParallelSplit = false;
+    for (auto [u, unit] : llvm::enumerate(layer.tensorParallelUnits))
+      for (const TensorParallelNode &n : unit.nodes) {
+        OpCost &op = layer.ops[size_t(n.node - r.first)];
+        op.tensorParallelUnit = int(u);
+        splitFlops += op.flopsPerSample;
+      }
+    layer.tensorParallelFraction = bigFlops > 0 && flops > 0 ? std::min(1.0, splitFlops / flops) : 0;
+    // What the backward keeps (Korthikanti et al.), the split part divided
+    // by the tensor-parallel degree: the ops of the units run on slices.
     std::vector<bool> splitOps;
     for (const OpCost &op : layer.ops)
-      splitOps.push_back(op.tensorParallelSplit);
+      splitOps.push_back(op.tensorParallelUnit >= 0);
     Kept kept = keptBytes(info, r.first, r.last, dtype, splitOps);
     layer.stashBytesPerSample = kept.bytes / samples;
     layer.stashSplitBytesPerSample = kept.splitBytes / samples;

@@ -6,6 +6,11 @@
 
 #include <algorithm>
 
+// The plan's roles are the cost model's, in the same order.
+static_assert(int(hetplan::cost::TensorParallelRole::Gather) == hetplan::plan::TensorParallelNode::GATHER &&
+              int(hetplan::cost::TensorParallelRole::Row) == hetplan::plan::TensorParallelNode::ROW &&
+              int(hetplan::cost::TensorParallelRole::Reshape) == hetplan::plan::TensorParallelNode::RESHAPE);
+
 namespace hetplan::planner {
 
 namespace {
@@ -110,6 +115,38 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
     stage->set_last_node(model.layers[st.lastLayer].lastNode);
     stage->set_tensor_parallel(st.tensorParallel);
     stage->set_recompute(training && st.recompute);
+    if (st.tensorParallel > 1) {
+      auto *traffic = stage->mutable_tensor_parallel_traffic();
+      for (int l = st.firstLayer; l <= st.lastLayer; ++l)
+        for (const cost::TensorParallelUnit &u : model.layers[l].tensorParallelUnits) {
+          if (!u.fits(st.tensorParallel))
+            continue;
+          for (const cost::TensorParallelNode &n : u.nodes) {
+            auto *node = stage->add_tensor_parallel_nodes();
+            node->set_node(uint32_t(n.node));
+            node->set_role(plan::TensorParallelNode::Role(int(n.role)));
+            node->set_axis(n.axis);
+            node->set_segments(uint32_t(n.segments));
+          }
+          if (u.pair) {
+            traffic->set_forward_all_reduces(traffic->forward_all_reduces() +
+                                             uint32_t(u.forwardCollectives));
+            traffic->set_forward_all_reduce_elements(traffic->forward_all_reduce_elements() +
+                                                     u.forwardElementsPerSample);
+          } else {
+            traffic->set_forward_all_gathers(traffic->forward_all_gathers() +
+                                             uint32_t(u.forwardCollectives));
+            traffic->set_forward_all_gather_elements(traffic->forward_all_gather_elements() +
+                                                     u.forwardElementsPerSample);
+          }
+          if (training) {
+            traffic->set_backward_all_reduces(traffic->backward_all_reduces() +
+                                              uint32_t(u.backwardCollectives));
+            traffic->set_backward_all_reduce_elements(traffic->backward_all_reduce_elements() +
+                                                      u.backwardElementsPerSample);
+          }
+        }
+    }
     for (const Worker &w : st.workers) {
       auto *worker = stage->add_workers();
       for (int r : w.ranks)

@@ -114,6 +114,10 @@ struct StageDevices {
   /// same time; when the rings leave the node they share its NIC.
   int ringSharers = 1;
   int ranksPerNode = 1;       // most ranks of the stage on one node
+  /// The same devices grouped at other tensor-parallel degrees: the search
+  /// prices every one for the stage's layer range and keeps the fastest
+  /// (StageCost::variant), so each stage has its own degree.
+  std::vector<StageDevices> alternatives;
 };
 
 /// The memory savers a candidate uses (docs/planner.md, "Memory").
@@ -132,6 +136,9 @@ struct StageCost {
   int shortfallClass = -1;
   double forward = 0, backward = 0;  // one micro-batch, slowest worker
   llvm::SmallVector<double, 8> share;  // samples per worker, per group
+  /// Which grouping of the stage's devices: 0 the stage itself, v > 0 its
+  /// alternatives[v - 1] (another tensor-parallel degree).
+  int variant = 0;
 };
 
 /// Maximum over a range of layers in O(1) (a sparse table).
@@ -166,8 +173,6 @@ public:
     paramsPrefix.assign(L + 1, 0);
     stashPrefix.assign(L + 1, 0);
     kvPrefix.assign(L + 1, 0);
-    tpBytesPrefix.assign(L + 1, 0);
-    tpCollectivesPrefix.assign(L + 1, 0);
     stashSplitPrefix.assign(L + 1, 0);
     layerInputPrefix.assign(L + 1, 0);
     training = opt.mode == Mode::Train;
@@ -184,21 +189,6 @@ public:
       if (!l.tiedParameters.empty())
         tiedLayers.push_back(i);
       kvPrefix[i + 1] = kvPrefix[i] + l.kvCacheBytesPerSample;
-      tpBytesPrefix[i + 1] = tpBytesPrefix[i] + (training && l.tensorParallelLossBytesPerSample > 0
-                                                     ? l.tensorParallelLossBytesPerSample
-                                                     : l.tensorParallelAllReduceBytesPerSample);
-      // Collectives per forward pass (each pays the link latency): three
-      // small ones for the vocab-parallel loss, else one per split pair
-      // (Megatron: two in a transformer block, attention and MLP).
-      double collectives = 0;
-      if (training && l.tensorParallelLossBytesPerSample > 0)
-        collectives = 3;
-      else if (l.tensorParallelAllReduceBytesPerSample > 0)
-        collectives = l.outputBytesPerSample > 0
-                          ? std::round(l.tensorParallelAllReduceBytesPerSample /
-                                       l.outputBytesPerSample)
-                          : 1;
-      tpCollectivesPrefix[i + 1] = tpCollectivesPrefix[i] + collectives;
     }
     elementBytes = cost::dtypeBytes(opt.dtype);
     std::vector<double> activation, parameters;
@@ -268,27 +258,96 @@ private:
     return *slot;
   }
 
+  /// Per-sample bytes and counts of a `tp`-way group's collectives, as
+  /// prefix sums over layers: forward all-reduces (Megatron's row MatMuls)
+  /// and all-gathers (column MatMuls without a pair), backward all-reduces
+  /// (the column MatMuls' input gradients; training only).
+  struct Traffic {
+    std::vector<double> forwardReduce, forwardGather, backwardReduce;
+    std::vector<double> forwardReduces, forwardGathers, backwardReduces;
+  };
+  const Traffic &traffic(int tp) {
+    auto &slot = trafficByTp[tp];
+    if (slot)
+      return *slot;
+    slot = std::make_unique<Traffic>();
+    Traffic &t = *slot;
+    for (auto *v : {&t.forwardReduce, &t.forwardGather, &t.backwardReduce, &t.forwardReduces,
+                    &t.forwardGathers, &t.backwardReduces})
+      v->assign(L + 1, 0);
+    for (int i = 0; i < L; ++i) {
+      const cost::LayerCost &l = model.layers[i];
+      double fr = 0, fg = 0, br = 0, frn = 0, fgn = 0, brn = 0;
+      if (!l.tensorParallelUnits.empty()) {
+        // What the runtime runs (cost::TensorParallelUnit).
+        for (const cost::TensorParallelUnit &u : l.tensorParallelUnits) {
+          if (!u.fits(tp))
+            continue;
+          double f = u.forwardElementsPerSample * elementBytes;
+          (u.pair ? fr : fg) += f;
+          (u.pair ? frn : fgn) += u.forwardCollectives;
+          if (training) {
+            br += u.backwardElementsPerSample * elementBytes;
+            brn += u.backwardCollectives;
+          }
+        }
+      } else if (training && l.tensorParallelLossBytesPerSample > 0) {
+        // Estimates for a model costed without units: the vocab-parallel
+        // loss's three small all-reduces, else one per split pair
+        // (Megatron: attention and MLP), as many bytes again backward.
+        fr = br = l.tensorParallelLossBytesPerSample;
+        frn = brn = 3;
+      } else if (l.tensorParallelAllReduceBytesPerSample > 0) {
+        fr = l.tensorParallelAllReduceBytesPerSample;
+        br = training ? fr : 0;
+        frn = l.outputBytesPerSample > 0 ? std::round(fr / l.outputBytesPerSample) : 1;
+        brn = training ? frn : 0;
+      }
+      t.forwardReduce[i + 1] = t.forwardReduce[i] + fr;
+      t.forwardGather[i + 1] = t.forwardGather[i] + fg;
+      t.backwardReduce[i + 1] = t.backwardReduce[i] + br;
+      t.forwardReduces[i + 1] = t.forwardReduces[i] + frn;
+      t.forwardGathers[i + 1] = t.forwardGathers[i] + fgn;
+      t.backwardReduces[i + 1] = t.backwardReduces[i] + brn;
+    }
+    return t;
+  }
+
   /// Forward seconds of layers [l, r] for `samples` samples on one worker
   /// (a rank of its tensor-parallel group): compute, and the group's
-  /// all-reduces (`comm`; Megatron's backward all-reduces as many bytes
-  /// again, so the backward pass costs 2 x compute + comm).
+  /// forward collectives (`comm`); `backComm`: the backward pass's
+  /// collectives (the backward costs 2 x compute + backComm). Rings on the
+  /// worker's node link: an all-reduce moves 2 (tp-1)/tp of the bytes, an
+  /// all-gather (tp-1)/tp, each step paying the link latency.
   double forwardTime(int c, int tp, int64_t samples, int l, int r,
-                     const StageDevices &sd, double *commOut = nullptr) {
+                     const StageDevices &sd, double *commOut = nullptr,
+                     double *backCommOut = nullptr) {
     if (commOut)
       *commOut = 0;
+    if (backCommOut)
+      *backCommOut = 0;
     if (samples == 0)
       return 0;
     const Table &t = table(c, std::max(tp, 1), samples);
     double compute = t.all[r + 1] - t.all[l];
     if (tp <= 1)
       return compute;
-    double bytes = (tpBytesPrefix[r + 1] - tpBytesPrefix[l]) * double(samples);
-    double collectives = tpCollectivesPrefix[r + 1] - tpCollectivesPrefix[l];
-    double comm = bytes == 0 ? 0
-                             : 2.0 * (tp - 1) / tp * bytes / (sd.tpGBs * 1e9) +
-                                   2.0 * (tp - 1) * sd.tpLatencyUs * 1e-6 * collectives;
+    const Traffic &tr = traffic(tp);
+    auto span = [&](const std::vector<double> &v) { return v[r + 1] - v[l]; };
+    double bw = sd.tpGBs * 1e9, lat = sd.tpLatencyUs * 1e-6, n = double(samples);
+    double share = double(tp - 1) / tp;
+    auto reduce = [&](double bytes, double count) {
+      return bytes == 0 && count == 0 ? 0 : 2 * share * bytes * n / bw + 2.0 * (tp - 1) * lat * count;
+    };
+    auto gather = [&](double bytes, double count) {
+      return bytes == 0 && count == 0 ? 0 : share * bytes * n / bw + double(tp - 1) * lat * count;
+    };
+    double comm = reduce(span(tr.forwardReduce), span(tr.forwardReduces)) +
+                  gather(span(tr.forwardGather), span(tr.forwardGathers));
     if (commOut)
       *commOut = comm;
+    if (backCommOut)
+      *backCommOut = reduce(span(tr.backwardReduce), span(tr.backwardReduces));
     return compute + comm;
   }
 
@@ -411,12 +470,50 @@ private:
   // Stage evaluation
   //===------------------------------------------------------------------===//
 
-  /// Splits `mb` samples among the stage's workers in proportion to their
-  /// speed (or evenly), capped by memory, and times the slowest worker.
-  /// `forceRecompute`: -1 the options' policy decides, 0 off, 1 on.
+  /// The grouping of the stage's devices that `sc` was priced with.
+  static const StageDevices &chosen(const StageDevices &sd, const StageCost &sc) {
+    return sc.variant == 0 ? sd : sd.alternatives[size_t(sc.variant - 1)];
+  }
+
+  /// Prices layers [l, r] on every tensor-parallel grouping of the stage's
+  /// devices and keeps the one with the least compute per micro-batch plus
+  /// its once-per-step gradient all-reduce and optimizer step spread over
+  /// the micro-batches (ties: the first, the smallest degree). Each grouping
+  /// decides its recomputation (evaluateRecompute).
   StageCost evaluateStage(const StageDevices &sd, int l, int r, int64_t mb,
                           int inflight, int microBatches, bool even, const Savers &sv,
                           int forceRecompute = -1) {
+    StageCost best = evaluateRecompute(sd, l, r, mb, inflight, microBatches, even, sv, forceRecompute);
+    if (sd.alternatives.empty())
+      return best;
+    auto score = [&](const StageDevices &x, const StageCost &sc) {
+      return sc.forward + sc.backward +
+             (allReduceTime(x, l, r, sv) + optimizerTime(x, l, r, sv)) / std::max(microBatches, 1);
+    };
+    double bestScore = best.fits ? score(sd, best) : kInf;
+    for (size_t v = 0; v < sd.alternatives.size(); ++v) {
+      const StageDevices &x = sd.alternatives[v];
+      StageCost sc = evaluateRecompute(x, l, r, mb, inflight, microBatches, even, sv, forceRecompute);
+      sc.variant = int(v + 1);
+      if (!sc.fits) {
+        if (!best.fits && sc.shortfall < best.shortfall)
+          best = sc;
+        continue;
+      }
+      double s = score(x, sc);
+      if (s < bestScore * (1 - 1e-12)) {
+        bestScore = s;
+        best = sc;
+      }
+    }
+    return best;
+  }
+
+  /// One grouping: whether its stage recomputes.
+  /// `forceRecompute`: -1 the options' policy decides, 0 off, 1 on.
+  StageCost evaluateRecompute(const StageDevices &sd, int l, int r, int64_t mb,
+                              int inflight, int microBatches, bool even, const Savers &sv,
+                              int forceRecompute) {
     if (!training)
       return evaluateStageWith(sd, l, r, mb, inflight, microBatches, even, sv, false);
     bool always = forceRecompute == 1 ||
@@ -440,6 +537,8 @@ private:
     return again.forward + again.backward < keep.forward + keep.backward ? again : keep;
   }
 
+  /// Splits `mb` samples among the stage's workers in proportion to their
+  /// speed (or evenly), capped by memory, and times the slowest worker.
   StageCost evaluateStageWith(const StageDevices &sd, int l, int r, int64_t mb,
                               int inflight, int microBatches, bool even, const Savers &sv,
                               bool recompute) {
@@ -521,14 +620,14 @@ private:
         continue;
       // Workers of a group get floor or ceil of the share; the slowest has ceil.
       int64_t samples = int64_t(std::ceil(share[g] - 1e-9));
-      double comm = 0;
-      double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd, &comm);
+      double comm = 0, backComm = 0;
+      double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd, &comm, &backComm);
       double fixed = classes[sd.groups[g].cls].microBatchSeconds;
       f += fixed;
       comm += fixed;  // paid once more by the backward pass, not doubled
       if (f > sc.forward) {
         sc.forward = f;
-        sc.backward = training ? 2.0 * (f - comm) + comm : 0;
+        sc.backward = training ? 2.0 * (f - comm) + fixed + backComm : 0;
         // Recomputation runs the forward pass (its all-reduces included)
         // once more before the backward (Megatron's activation checkpoints).
         if (recompute)
@@ -646,6 +745,27 @@ private:
     group.count = int(group.ranks.size());
     if (group.count)
       sd.groups.push_back(std::move(group));
+  }
+
+  /// The stage's devices grouped into workers of each degree in `tps` (as
+  /// many as its runs of one class fill), for the search to choose from.
+  void addAlternatives(StageDevices &sd, llvm::ArrayRef<int> tps) {
+    for (int t : tps) {
+      if (t == sd.tp)
+        continue;
+      StageDevices alt;
+      alt.tp = t;
+      for (const WorkerGroup &g : sd.groups) {
+        std::vector<int> ranks;
+        for (const auto &w : g.ranks)
+          ranks.insert(ranks.end(), w.begin(), w.end());
+        addWorkers(alt, g.cls, ranks, t);
+      }
+      if (alt.groups.empty())
+        continue;
+      finishStage(alt);
+      sd.alternatives.push_back(std::move(alt));
+    }
   }
 
   void finishStage(StageDevices &sd) {
@@ -822,10 +942,12 @@ private:
       return term;
     term.time = sc.forward + sc.backward;
     double bytes;
+    const StageDevices &sd = chosen(c.stagesRef()[j], sc);
+    // The next stage's grouping is chosen by its own term; its first one
+    // stands in for it here (the simulation uses the chosen ones).
     if (j + 1 < P)
-      term.time += (training ? 2 : 1) * sendTime(c.stagesRef()[j], c.stagesRef()[j + 1], r, mb, bytes);
-    term.tail = allReduceTime(c.stagesRef()[j], l, r, c.savers) +
-                optimizerTime(c.stagesRef()[j], l, r, c.savers);
+      term.time += (training ? 2 : 1) * sendTime(sd, c.stagesRef()[j + 1], r, mb, bytes);
+    term.tail = allReduceTime(sd, l, r, c.savers) + optimizerTime(sd, l, r, c.savers);
     return term;
   }
 
@@ -1035,7 +1157,7 @@ private:
     // sample per worker shows how far memory is from enough.
     int P = int(c.stagesRef().size());
     double worst = 0;
-    int worstStage = 0, worstClass = -1;
+    int worstStage = 0, worstClass = -1, worstTp = c.tp;
     bool worstRecompute = false;
     for (int j = 0; j < P; ++j) {
       int l = int(int64_t(L) * j / P), r = int(int64_t(L) * (j + 1) / P) - 1;
@@ -1048,6 +1170,7 @@ private:
         worstStage = j;
         worstClass = sc.shortfallClass;
         worstRecompute = sc.recompute;
+        worstTp = chosen(c.stagesRef()[j], sc).tp;
       }
     }
     if (worst > 0 && (best.bytes == 0 || worst < best.bytes)) {
@@ -1056,7 +1179,7 @@ private:
                                  worstStage, P,
                                  worstClass >= 0 ? classes[worstClass].type->name
                                                  : std::string("?"),
-                                 c.tp)
+                                 worstTp)
                        .str();
       best.fixes = fixesFor(c, worstStage, worstClass >= 0 ? worstClass : 0, worstRecompute);
     }
@@ -1134,7 +1257,8 @@ private:
   int elementBytes = 2;
   std::vector<DeviceClass> classes;
   std::vector<std::vector<std::vector<std::unique_ptr<Table>>>> timing;  // [class][tp][samples]
-  std::vector<double> paramsPrefix, stashPrefix, kvPrefix, tpBytesPrefix, tpCollectivesPrefix;
+  std::vector<double> paramsPrefix, stashPrefix, kvPrefix;
+  std::map<int, std::unique_ptr<Traffic>> trafficByTp;
   std::vector<double> stashSplitPrefix, layerInputPrefix;
   std::vector<int> tiedLayers;  // layers that read tied parameters
   std::vector<int> classOfRank;
@@ -1157,13 +1281,17 @@ Plan Search::simulate(const Candidate &c, bool even) {
   int64_t mb = (opt.globalBatch + M - 1) / M;
 
   // Stage timings and integer shares per worker.
-  int l = 0;
   plan.stageOfRank.assign(cluster.devices.size(), -1);
+  // Each stage's grouping (tensor-parallel degree) first: a transfer's
+  // price depends on both ends.
   std::vector<StageCost> costs;
+  for (int j = 0, l = 0; j < P; l = c.cuts[j] + 1, ++j)
+    costs.push_back(costOf(c, j, l, c.cuts[j], mb, even));
+  int l = 0;
   for (int j = 0; j < P; ++j) {
-    const StageDevices &sd = c.stagesRef()[j];
+    const StageCost &sc = costs[j];
+    const StageDevices &sd = chosen(c.stagesRef()[j], sc);
     int r = c.cuts[j];
-    StageCost sc = costOf(c, j, l, r, mb, even);
     Stage st;
     st.firstLayer = l;
     st.lastLayer = r;
@@ -1174,7 +1302,8 @@ Plan Search::simulate(const Candidate &c, bool even) {
     st.allReduceSeconds = allReduceTime(sd, l, r, c.savers);
     st.optimizerSeconds = optimizerTime(sd, l, r, c.savers);
     if (j + 1 < P)
-      st.sendSeconds = sendTime(sd, c.stagesRef()[j + 1], r, mb, st.sendBytes);
+      st.sendSeconds = sendTime(sd, chosen(c.stagesRef()[j + 1], costs[j + 1]), r, mb,
+                                st.sendBytes);
     // Integer shares: floor of each worker's share, the remainder to the
     // workers with the largest fractional parts (ties by position).
     struct Slot { size_t g; int w; double frac; };
@@ -1205,7 +1334,6 @@ Plan Search::simulate(const Candidate &c, bool even) {
         st.workers.push_back(std::move(worker));
       }
     plan.stages.push_back(std::move(st));
-    costs.push_back(sc);
     l = r + 1;
   }
 
@@ -1443,12 +1571,14 @@ llvm::Expected<Plan> Search::run() {
         sequence.push_back({c, classes[c].ranks[i]});
     int N = int(sequence.size());
 
-    std::vector<int> tps{1};
+    // Tensor-parallel degrees: one for every stage when pinned, else each
+    // stage picks its own among 1, 2, 4, 8 (StageDevices::alternatives).
+    std::vector<int> tps{1}, stageTps;
     if (opt.strategy == Strategy::Pinned && opt.pin.tp)
       tps = {opt.pin.tp};
     else if (hasTP && !even)
       for (int t = 2; t <= opt.maxTensorParallel; t *= 2)
-        tps.push_back(t);
+        (opt.strategy == Strategy::Pinned ? tps : stageTps).push_back(t);
 
     std::vector<int> Ps;
     if (opt.strategy == Strategy::DataParallel) {
@@ -1498,8 +1628,10 @@ llvm::Expected<Plan> Search::run() {
           }
           if (!stages)
             continue;
-          auto stagesShared = std::make_shared<const std::vector<StageDevices>>(*stages);
-          if (workersPerStage && llvm::any_of(*stages, [&](const StageDevices &s) {
+          for (StageDevices &sd : *stages)
+            addAlternatives(sd, stageTps);
+          auto stagesShared = std::make_shared<const std::vector<StageDevices>>(std::move(*stages));
+          if (workersPerStage && llvm::any_of(*stagesShared, [&](const StageDevices &s) {
                 return s.workers() != workersPerStage;
               }))
             continue;
@@ -1611,16 +1743,28 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
   cand.tp = layout.tensorParallel;
   cand.microBatches = layout.microBatches;
   cand.cuts = layout.lastLayer;
-  for (const auto &workers : layout.stageWorkers) {
+  if (!layout.stageTensorParallel.empty() &&
+      layout.stageTensorParallel.size() != layout.stageWorkers.size())
+    return llvm::createStringError("a layout gives a tensor-parallel degree for every stage or none");
+  for (const auto &[j, workers] : llvm::enumerate(layout.stageWorkers)) {
     StageDevices sd;
-    sd.tp = layout.tensorParallel;
+    sd.tp = layout.stageTensorParallel.empty() ? layout.tensorParallel
+                                               : layout.stageTensorParallel[j];
     for (const auto &w : workers) {
       if (int(w.size()) != sd.tp)
-        return llvm::createStringError("a worker must have tensorParallel ranks");
+        return llvm::createStringError(llvm::formatv(
+            "layout: stage {0} has tensor parallelism {1}, so each of its workers needs {1} "
+            "ranks (one has {2})",
+            j, sd.tp, w.size()));
       for (int rank : w)
         if (!classOf.count(rank))
           return llvm::createStringError(
               llvm::formatv("layout: rank {0} is not in the cluster", rank));
+      for (int rank : w)
+        if (classOf.at(rank) != classOf.at(w[0]))
+          return llvm::createStringError(llvm::formatv(
+              "layout: stage {0} mixes device types in one worker (ranks {1} and {2})", j, w[0],
+              rank));
       int c = classOf.at(w[0]);
       if (sd.groups.empty() || sd.groups.back().cls != c)
         sd.groups.push_back({c, 0, {}});
@@ -1772,6 +1916,17 @@ llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef text,
       auto last = so ? so->getInteger("last_layer") : std::nullopt;
       if (!workers || workers->empty() || !last)
         return fail(where + "each stage needs \"workers\" (lists of ranks) and \"last_layer\"");
+      // A stage's own tensor-parallel degree; the layout's otherwise.
+      if (so->get("tensor_parallel")) {
+        auto t = so->getInteger("tensor_parallel");
+        if (!t || *t < 1)
+          return fail(where + "a stage's tensor_parallel must be a whole number, at least 1");
+        if (l.stageTensorParallel.empty())
+          l.stageTensorParallel.assign(l.stageWorkers.size(), l.tensorParallel);
+        l.stageTensorParallel.push_back(int(*t));
+      } else if (!l.stageTensorParallel.empty()) {
+        l.stageTensorParallel.push_back(l.tensorParallel);
+      }
       std::vector<std::vector<int>> ws;
       for (const llvm::json::Value &wv : *workers) {
         const llvm::json::Array *ranks = wv.getAsArray();

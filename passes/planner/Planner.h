@@ -211,7 +211,8 @@ struct Layout {
 /// (zero_stage, offload_optimizer absent: the options decide; "recompute"
 /// given on any stage fixes every stage's, absent meaning off)
 /// or {"layouts": [layout, ...]}. Ranks are cluster ranks, layers the
-/// model's layer indices (inclusive last layer of each stage).
+/// model's layer indices (inclusive last layer of each stage). A stage may
+/// give its own "tensor_parallel" (its workers then have that many ranks).
 llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef json,
                                                  llvm::StringRef bufferName);
 

@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <algorithm>
 #include <random>
 
 using namespace hetplan::runtime;
@@ -82,23 +83,51 @@ static double maxNormError(const Tensor &a, const Tensor &b, double floor = 0) {
   return m > 0 ? d / m : d;
 }
 
-/// Columns [lo, hi) of the last axis, as a new tensor.
-static Tensor columnsOf(const Tensor &t, int64_t lo, int64_t hi) {
-  std::vector<int64_t> shape = t.shape();
-  int64_t n = shape.back(), rows = n ? t.numel() / n : 0;
-  shape.back() = hi - lo;
-  Tensor out(t.dtype(), shape);
-  size_t e = dtypeSize(t.dtype());
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(static_cast<char *>(out.raw()) + size_t(r * (hi - lo)) * e,
-                static_cast<const char *>(t.raw()) + size_t(r * n + lo) * e, size_t(hi - lo) * e);
-  return out;
-}
-
 static double maxAbs(const Tensor &t) {
   double m = 0;
   for (double v : asDoubles(t)) m = std::max(m, std::fabs(v));
   return m;
+}
+
+/// The tensor-parallel collectives each rank ran in one step against the
+/// plan's priced Stage.tensor_parallel_traffic: per micro-batch, the
+/// all-reduces and all-gathers and their elements per sample of the
+/// worker's share. Prints one line; false on a mismatch.
+static bool checkTensorParallelTraffic(const PlanExecutor &exec, const PlanExecutor::StepTiming &timing) {
+  const auto &plan = exec.plan();
+  bool train = exec.training();
+  uint32_t M = plan.settings().micro_batches();
+  int ranks = 0;
+  int64_t collectives = 0;
+  for (const auto &r : plan.ranks()) {
+    const auto &st = plan.stages(int(r.stage()));
+    if (st.tensor_parallel() <= 1 || r.rank() >= timing.ranks.size()) continue;
+    const auto &w = st.workers(int(r.worker()));
+    if (std::find(w.ranks().begin(), w.ranks().end(), r.rank()) == w.ranks().end()) continue;
+    const auto &t = st.tensor_parallel_traffic();
+    const auto &got = timing.ranks[r.rank()];
+    double samples = double(w.samples()) * M;
+    struct { const char *what; int64_t count, want; double elements, wantElements; } rows[] = {
+        {"forward all-reduces", got.forwardAllReduces, int64_t(t.forward_all_reduces()) * M,
+         got.forwardAllReduceElements, t.forward_all_reduce_elements() * samples},
+        {"forward all-gathers", got.forwardAllGathers, int64_t(t.forward_all_gathers()) * M,
+         got.forwardAllGatherElements, t.forward_all_gather_elements() * samples},
+        {"backward all-reduces", got.backwardAllReduces, train ? int64_t(t.backward_all_reduces()) * M : 0,
+         got.backwardAllReduceElements, train ? t.backward_all_reduce_elements() * samples : 0}};
+    for (const auto &row : rows) {
+      if (row.count != row.want || std::fabs(row.elements - row.wantElements) > 1e-6 * std::max(1.0, row.wantElements)) {
+        std::printf("FAIL: rank %u ran %lld %s of %.0f elements, the plan priced %lld of %.0f\n", r.rank(),
+                    (long long)row.count, row.what, row.elements, (long long)row.want, row.wantElements);
+        return false;
+      }
+      collectives += row.count;
+    }
+    ++ranks;
+  }
+  if (ranks)
+    std::printf("ok: tensor-parallel collectives on %d ranks (%lld in all) match the plan's priced traffic\n",
+                ranks, (long long)collectives);
+  return true;
 }
 
 static int compareTraining(const PlanExecutor &exec, const std::map<std::string, Tensor> &inputs,
@@ -124,7 +153,9 @@ static int compareTraining(const PlanExecutor &exec, const std::map<std::string,
   bool ok = true;
   std::vector<double> refLosses;
   for (int s = 1; s <= steps; ++s) {
-    double a = exec.train(inputs, labels, mine, options);
+    PlanExecutor::StepTiming timing;
+    double a = exec.train(inputs, labels, mine, options, &timing);
+    ok &= checkTensorParallelTraffic(exec, timing);
     double b = single.train(inputs, labels, ref, options);
     refLosses.push_back(b);
     double e = std::fabs(a - b) / std::max(std::fabs(b), 1e-30);
@@ -150,11 +181,23 @@ static int compareTraining(const PlanExecutor &exec, const std::map<std::string,
         for (size_t i = 0; i < z.params.size(); ++i) {
           int64_t a = std::max(z.lo, z.offsets[i]), b = std::min(z.hi, z.offsets[i + 1]);
           const Tensor &want = ref[0].grads.at(z.params[i]);
-          int64_t cols = want.shape().back();
-          auto [clo, chi] = exec.heldColumns(uint32_t(r), z.params[i]);
+          // Only the elements the rank holds (a tensor-parallel rank's
+          // columns or rows of a split weight) carry its gradient.
+          PlanExecutor::Held h = exec.held(uint32_t(r), z.params[i]);
+          int64_t stride = 1, extent = 1;
+          if (!h.whole()) {
+            for (size_t d = size_t(h.axis) + 1; d < want.shape().size(); ++d) stride *= want.shape()[d];
+            extent = want.shape()[size_t(h.axis)];
+          }
+          auto holds = [&](int64_t k) {
+            if (h.whole()) return true;
+            int64_t at = (k / stride) % extent;
+            for (auto [lo, hi] : h.ranges)
+              if (at >= lo && at < hi) return true;
+            return false;
+          };
           for (int64_t e = a; e < b; ++e) {
-            int64_t c = (e - z.offsets[i]) % cols;
-            if (c < clo || c >= chi) continue;
+            if (!holds(e - z.offsets[i])) continue;
             double w = want.data<float>()[e - z.offsets[i]];
             d = std::max(d, std::fabs(double(got[e - z.lo]) - w));
             m = std::max(m, std::fabs(w));
@@ -165,12 +208,12 @@ static int compareTraining(const PlanExecutor &exec, const std::map<std::string,
         if (err > worst) { worst = err; worstName = "ZeRO range of group " + std::to_string(grp) + " on rank " + std::to_string(r); }
       }
       for (const auto &[name, g] : mine[r].grads) {
-        // A tensor-parallel rank computes its columns of a split weight.
-        auto [lo, hi] = exec.heldColumns(uint32_t(r), name);
+        // A tensor-parallel rank computes its part (columns, rows) of a
+        // split weight.
+        auto held = exec.held(uint32_t(r), name);
         const Tensor &want = ref[0].grads.at(name);
-        double err = lo == 0 && hi == want.shape().back()
-                         ? maxNormError(g, want, 1e-3 * largest)
-                         : maxNormError(columnsOf(g, lo, hi), columnsOf(want, lo, hi), 1e-3 * largest);
+        double err = maxNormError(PlanExecutor::heldPart(g, held), PlanExecutor::heldPart(want, held),
+                                  1e-3 * largest);
         ++checked;
         if (err > worst) { worst = err; worstName = name + " on rank " + std::to_string(r); }
       }
@@ -310,8 +353,9 @@ int main(int argc, char **argv) {
         ref[name] = all;
       }
     }
-    auto got = exec->run(inputs);
-    bool ok = true;
+    PlanExecutor::StepTiming timing;
+    auto got = exec->run(inputs, &timing);
+    bool ok = checkTensorParallelTraffic(*exec, timing);
     for (const auto &[name, r] : ref) {
       const Tensor &g = got.at(name);
       if (g.shape() != r.shape() || g.dtype() != r.dtype()) {

@@ -31,15 +31,13 @@ import cpu_clusters  # noqa: E402
 CLUSTER = cpu_clusters.CPU3
 
 
-# --tp: two nodes of two CPUs (the second at half speed): one stage, two
-# data-parallel workers of 2 tensor-parallel ranks each, uneven 4+2 shares.
-CLUSTER_TP = """nodes:
-  - name: a
-    devices: [{type: CPU, count: 2}]
-  - name: b
-    devices: [{type: CPU, count: 2}]
-    speed_factors: {CPU: 0.5}
-"""
+# --tp [N]: two nodes of N CPUs (the second at half speed): one stage, two
+# data-parallel workers of N tensor-parallel ranks each, uneven 4+2 shares.
+# The plan must split Megatron-style (column/row pairs) and every rank's
+# collectives must be the ones the plan priced (hetplan-plan-equivalence).
+def cluster_tp(n):
+    return ("nodes:\n  - name: a\n    devices: [{type: CPU, count: %d}]\n"
+            "  - name: b\n    devices: [{type: CPU, count: %d}]\n    speed_factors: {CPU: 0.5}\n" % (n, n))
 
 
 def run(cmd, timeout=None):
@@ -88,11 +86,17 @@ def main():
     ap.add_argument("--generate", action="append", default=[], metavar="CONFIG",
                     help="gpt2 config of models/gen_transformer.py to generate and check")
     ap.add_argument("--python", default=sys.executable)
-    ap.add_argument("--tp", action="store_true", help="tensor-parallel layout (4 ranks, see CLUSTER_TP)")
+    ap.add_argument("--tp", type=int, nargs="?", const=2, default=0,
+                    help="tensor-parallel layout of this degree (2 x N ranks, see cluster_tp)")
+    ap.add_argument("--mixed-tp", action="store_true",
+                    help="two stages of different tensor parallelism (2 workers of 2 ranks, then 1 of 4; "
+                         "a --layout on cluster_tp(4)); gpt2's tied embedding is read by both")
     ap.add_argument("--memory", default="", metavar="ARGS",
                     help="hetplan-plan-equivalence options that set training memory options on the plan")
     ap.add_argument("models", nargs="*")
     a = ap.parse_args()
+    if a.mixed_tp:
+        a.tp = 4
     mpi_prefix = []
     if a.mpi is not None:
         mpirun = shutil.which(a.mpi)
@@ -101,7 +105,7 @@ def main():
             return 77
         # self,vader: in-process and shared memory; never a network interface.
         mpi_prefix = [mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader",
-                      "-np", "4" if a.tp else "3"]
+                      "-np", str(2 * a.tp) if a.tp else "3"]
 
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work, exist_ok=True)
@@ -136,7 +140,7 @@ def main():
 
     cluster = os.path.join(a.work, "cpus.yaml")
     with open(cluster, "w") as f:
-        f.write(CLUSTER_TP if a.tp else CLUSTER)
+        f.write(cluster_tp(a.tp) if a.tp else CLUSTER)
 
     failures = 0
     for model in models:
@@ -154,7 +158,14 @@ def main():
                      for l in summary.split("outputs:")[0].split("inputs:")[-1].splitlines()[1:])
         layout = ["--batch", "1", "--pin", "pp=3,mb=1"] if fixed1 else ["--batch", "14", "--pin", "pp=2,mb=2"]
         if a.tp:
-            layout = ["--batch", "12", "--pin", "pp=1,mb=2,tp=2"]
+            layout = ["--batch", "12", "--pin", "pp=1,mb=2,tp=%d" % a.tp]
+        if a.mixed_tp:
+            mixed = os.path.join(work, "layout.json")
+            with open(mixed, "w") as f:
+                f.write('{"micro_batches": 2, "stages": ['
+                        '{"workers": [[0, 1], [2, 3]], "last_layer": 1, "tensor_parallel": 2}, '
+                        '{"workers": [[4, 5, 6, 7]], "last_layer": 3, "tensor_parallel": 4}]}')
+            layout = ["--batch", "12", "--layout", mixed]
         cmd = [a.hetplan, "compile", model, "--mode", a.mode, "--cluster", cluster,
                *layout, "--dtype", "fp32", "--quiet", "-o", plan]
         if "gpt2" in name or "bert" in name or "llama" in name:
@@ -165,8 +176,12 @@ def main():
             failures += 1
             continue
         rc, explain = run([a.hetplan, "explain", plan])
-        if a.tp and not any(l.split()[:1] == ["0"] and " 2  " in l for l in explain.split("Stages (")[1].splitlines()[1:3]):
-            print(f"FAIL {name}: expected a stage with tensor parallelism 2\n{explain}")
+        if a.tp and not a.mixed_tp and not any(l.split()[:1] == ["0"] and " %d  " % a.tp in l for l in explain.split("Stages (")[1].splitlines()[1:3]):
+            print(f"FAIL {name}: expected a stage with tensor parallelism {a.tp}\n{explain}")
+            failures += 1
+            continue
+        if a.tp and " 0 row MatMuls" in explain:
+            print(f"FAIL {name}: expected Megatron column/row pairs\n{explain}")
             failures += 1
             continue
         if not fixed1 and not a.tp and "Stages (2" not in explain:
@@ -175,7 +190,11 @@ def main():
             continue
         shares = [l.split() for l in explain.splitlines()]
         uneven = any("+" in tok and len(set(tok.split("+"))) > 1 for l in shares for tok in l)
-        if not fixed1 and not uneven:
+        if a.mixed_tp and ("stage 0 tensor parallel 2:" not in explain or "stage 1 tensor parallel 4:" not in explain):
+            print(f"FAIL {name}: expected stages of tensor parallelism 2 and 4\n{explain}")
+            failures += 1
+            continue
+        if not fixed1 and not uneven and not a.mixed_tp:
             print(f"FAIL {name}: expected unequal batch shares\n{explain}")
             failures += 1
             continue
@@ -192,7 +211,7 @@ def main():
 
         # input_names.txt: the real input names, in the order of in_*.npy
         inputs = sorted(glob.glob(os.path.join(work, "in_*.npy")))
-        args = mpi_prefix + [a.hetplan, "run", plan, "--output", os.path.join(work, "out"), "--ranks", "4" if a.tp else "3", "--quiet"]
+        args = mpi_prefix + [a.hetplan, "run", plan, "--output", os.path.join(work, "out"), "--ranks", str(2 * a.tp) if a.tp else "3", "--quiet"]
         trained = os.path.join(work, "trained.onnx")
         if a.mode == "train":
             # The equivalence check's settings: 2 steps, Adam eps 1e-4.

@@ -209,7 +209,7 @@ TEST(CostModel, ResNet50Is4GMacs) {
   // The first block hands 256 x 56 x 56 fp32 values to the next.
   EXPECT_DOUBLE_EQ(cost->layers[1].outputBytesPerSample, 256.0 * 56 * 56 * 4);
   EXPECT_DOUBLE_EQ(cost->inputBytesPerSample, 3.0 * 224 * 224 * 4);
-  // Convolutions: no Megatron split, no KV cache; the head's 8 MB FC splits.
+  // Convolutions: no Megatron split, no KV cache.
   for (const cost::LayerCost &layer : cost->layers) {
     if (&layer != &cost->layers.back())
       EXPECT_EQ(layer.tensorParallelFraction, 0) << layer.name;
@@ -218,8 +218,10 @@ TEST(CostModel, ResNet50Is4GMacs) {
   }
   // Parameters sit with their first consumer: the FC layer's 2048 x 1000 in the head.
   EXPECT_EQ(cost->layers.back().parameters, 2048 * 1000 + 1000);
-  EXPECT_GT(cost->layers.back().tensorParallelFraction, 0.9);
-  EXPECT_DOUBLE_EQ(cost->layers.back().tensorParallelAllReduceBytesPerSample, 1000 * 4);
+  // The head's 8 MB FC is a Gemm, which the runtime does not split: it runs
+  // whole on every rank of a tensor-parallel group, so nothing is priced split.
+  EXPECT_EQ(cost->layers.back().tensorParallelFraction, 0);
+  EXPECT_TRUE(cost->layers.back().tensorParallelUnits.empty());
 }
 
 TEST(CostModel, Gpt2SmallParametersFlopsAndBlocks) {
@@ -257,7 +259,27 @@ TEST(CostModel, Gpt2SmallParametersFlopsAndBlocks) {
   EXPECT_DOUBLE_EQ(block.outputBytesPerSample, residual);
   EXPECT_EQ(block.parameters, 7087872);         // 12 of these make the 85M body
   EXPECT_GT(block.tensorParallelFraction, 0.95);
-  EXPECT_DOUBLE_EQ(block.tensorParallelAllReduceBytesPerSample, 2 * residual);
+  // Megatron's two pairs (tensorParallelUnits, as the runtime runs them):
+  // the attention (the fused Q|K|V projection by columns in three segments,
+  // so that a rank holds the same heads of each; the output projection by
+  // rows) and the MLP (c_fc by columns, GELU on the slices, c_proj by rows).
+  // Each all-reduces the residual once forward and its input's gradient
+  // once backward. The attention's 12 heads split 2, 3, 4, 6 or 12 ways,
+  // not 8; the MLP's 3072 columns 8 ways too.
+  ASSERT_EQ(block.tensorParallelUnits.size(), 2u);
+  for (const cost::TensorParallelUnit &u : block.tensorParallelUnits) {
+    EXPECT_TRUE(u.pair);
+    EXPECT_EQ(u.forwardCollectives, 1);
+    EXPECT_EQ(u.backwardCollectives, 1);
+    EXPECT_DOUBLE_EQ(u.forwardElementsPerSample, double(seq * hidden));
+    EXPECT_DOUBLE_EQ(u.backwardElementsPerSample, double(seq * hidden));
+    EXPECT_TRUE(u.fits(2) && u.fits(4) && u.fits(12));
+  }
+  EXPECT_FALSE(block.tensorParallelUnits[0].fits(8));
+  EXPECT_TRUE(block.tensorParallelUnits[1].fits(8));
+  const cost::TensorParallelNode &qkv = block.tensorParallelUnits[0].nodes.front();
+  EXPECT_EQ(qkv.role, cost::TensorParallelRole::Column);
+  EXPECT_EQ(qkv.segments, 3);
   // K and V: 2 x seq x hidden values per sample.
   EXPECT_DOUBLE_EQ(block.kvCacheBytesPerSample, 2 * residual);
   EXPECT_GT(block.stashBytesPerSample, 10 * residual);
@@ -268,22 +290,20 @@ TEST(CostModel, Gpt2SmallParametersFlopsAndBlocks) {
   ASSERT_EQ(cost->layers.back().tiedParameters.size(), 1u);
   EXPECT_EQ(cost->layers.back().tiedParameters[0].first, 0);
   EXPECT_EQ(cost->layers.back().tiedParameters[0].second, 50257 * 768);
-  EXPECT_GT(cost->layers.back().tensorParallelFraction, 0.99);
-  EXPECT_DOUBLE_EQ(cost->layers.back().tensorParallelAllReduceBytesPerSample,
-                   cost->layers.back().outputBytesPerSample);
-  // Training reduces three fp32 per token of the split logits (Megatron's
-  // vocab-parallel cross entropy), not the logits.
-  EXPECT_DOUBLE_EQ(cost->layers.back().tensorParallelLossBytesPerSample, 3.0 * 4 * seq);
-  EXPECT_EQ(block.tensorParallelLossBytesPerSample, 0);
-  // Megatron splits the four weight MatMuls and the attention products;
-  // LayerNorm, softmax, GELU and the residual adds run whole on every rank.
+  // The tied LM head multiplies by Transpose(wte), not by a weight of its
+  // own: it runs whole on every rank of a group, as the runtime runs it.
+  EXPECT_TRUE(cost->layers.back().tensorParallelUnits.empty());
+  EXPECT_EQ(cost->layers.back().tensorParallelFraction, 0);
+  // The pairs' ops run on each rank's slice (the MatMuls, the attention
+  // products, softmax, GELU, the biases); LayerNorm and the residual adds
+  // run whole on every rank.
   int split = 0;
   for (const cost::OpCost &op : block.ops) {
-    split += op.tensorParallelSplit;
-    if (op.tensorParallelSplit)
-      EXPECT_TRUE(op.matrixEngine) << op.name;
+    split += op.tensorParallelUnit >= 0;
+    if (op.opType == "LayerNormalization")
+      EXPECT_LT(op.tensorParallelUnit, 0) << op.name;
   }
-  EXPECT_GE(split, 6);
+  EXPECT_GE(split, 20);
   EXPECT_LT(split, int(block.ops.size()));
   EXPECT_EQ(cost->layers.front().kvCacheBytesPerSample, 0);
 }
@@ -426,8 +446,17 @@ TEST(CostModel, FusedAttentionBlockSplitsAndCaches) {
   double add = 16.0 * 512;
   double all = 4 * matmul + layer.ops[3].flopsPerSample + add;
   EXPECT_DOUBLE_EQ(layer.flopsPerSample(), all);
-  EXPECT_DOUBLE_EQ(layer.tensorParallelFraction, (all - add) / all);
-  EXPECT_DOUBLE_EQ(layer.tensorParallelAllReduceBytesPerSample, 2 * hidden);
+  // The fused Attention op does not run on head slices in the runtime: the
+  // four projections are split by columns and all-gathered, the attention
+  // runs whole.
+  EXPECT_DOUBLE_EQ(layer.tensorParallelFraction, 4 * matmul / all);
+  ASSERT_EQ(layer.tensorParallelUnits.size(), 4u);
+  for (const cost::TensorParallelUnit &u : layer.tensorParallelUnits) {
+    EXPECT_FALSE(u.pair);
+    EXPECT_EQ(u.nodes.size(), 1u);
+    EXPECT_EQ(u.nodes[0].role, cost::TensorParallelRole::Gather);
+    EXPECT_DOUBLE_EQ(u.forwardElementsPerSample, hidden / 4);
+  }
   EXPECT_DOUBLE_EQ(layer.kvCacheBytesPerSample, 2 * hidden);
   EXPECT_DOUBLE_EQ(layer.outputBytesPerSample, hidden);
   // Stash: what the backward keeps: x (the projections' input, once), q, k

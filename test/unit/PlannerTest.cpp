@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 using namespace hetplan;
 using namespace hetplan::planner;
 
@@ -252,4 +254,75 @@ TEST(Planner, LayoutsReadFromJson) {
   auto p = evaluateLayout(model, cluster, o, l);
   ASSERT_FALSE(bool(p));
   EXPECT_NE(llvm::toString(p.takeError()).find("last layer"), std::string::npos);
+}
+
+TEST(Planner, EachStageChoosesItsTensorParallelDegree) {
+  // Layers too large for a T4 alone (11 GB of weights, gradients and Adam
+  // state each) but not for an A100-80G: T4 stages need tensor parallelism
+  // to fit, A100 stages do best without its all-reduces. The search gives
+  // each stage its own degree, and that beats every single degree.
+  auto model = uniformModel(8, 4e11, 700'000'000, 4e6);
+  for (auto &l : model.layers) {
+    l.ops[0].tensorParallelSplit = true;
+    l.tensorParallelFraction = 1;
+    l.tensorParallelAllReduceBytesPerSample = 2e6;
+  }
+  auto cluster = clusterOf("2xA100-80G,4xT4");
+  Options o;
+  o.globalBatch = 16;
+  Plan p = planOrDie(model, cluster, o);
+  std::set<int> degrees;
+  for (const Stage &st : p.stages) {
+    degrees.insert(st.tensorParallel);
+    for (const Worker &w : st.workers)
+      EXPECT_EQ(int(w.ranks.size()), st.tensorParallel);
+  }
+  EXPECT_GT(degrees.size(), 1u) << "every stage has tensor parallelism " << *degrees.begin();
+  for (int tp : {1, 2, 4}) {
+    Options pinned = o;
+    pinned.strategy = Strategy::Pinned;
+    pinned.pin.tp = tp;
+    auto uniform = makePlan(model, cluster, pinned);
+    if (!uniform) {
+      llvm::consumeError(uniform.takeError());
+      continue;
+    }
+    EXPECT_LE(p.stepSeconds, uniform->stepSeconds * (1 + 1e-9)) << "tp " << tp;
+  }
+}
+
+TEST(Planner, LayoutGivesEachStageItsOwnDegree) {
+  auto model = uniformModel(4, 1e11, 10'000'000, 1e6);
+  for (auto &l : model.layers) {
+    l.ops[0].tensorParallelSplit = true;
+    l.tensorParallelAllReduceBytesPerSample = 1e5;
+  }
+  auto cluster = clusterOf("2xA100-80G,2xT4");
+  auto layouts = parseLayouts(R"({"micro_batches": 2, "stages": [
+      {"workers": [[2], [3]], "last_layer": 1},
+      {"workers": [[0, 1]], "last_layer": 3, "tensor_parallel": 2}]})",
+                              "test.json");
+  ASSERT_TRUE(bool(layouts)) << llvm::toString(layouts.takeError());
+  ASSERT_EQ((*layouts)[0].stageTensorParallel, (std::vector<int>{1, 2}));
+  Options o;
+  o.globalBatch = 8;
+  auto p = evaluateLayout(model, cluster, o, (*layouts)[0]);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  ASSERT_EQ(p->stages.size(), 2u);
+  EXPECT_EQ(p->stages[0].tensorParallel, 1);
+  EXPECT_EQ(p->stages[1].tensorParallel, 2);
+  EXPECT_EQ(p->stages[0].workers.size(), 2u);
+  ASSERT_EQ(p->stages[1].workers.size(), 1u);
+  EXPECT_EQ(p->stages[1].workers[0].ranks, (std::vector<int>{0, 1}));
+  // Each A100 holds half of its stage's parameters (both stages have two
+  // layers of the same size).
+  EXPECT_NEAR(p->memory[0].parameters * 2, p->memory[2].parameters, 1.0);
+  // A worker of the wrong size names the stage and its degree.
+  auto bad = parseLayouts(R"({"stages": [{"workers": [[0]], "last_layer": 3, "tensor_parallel": 2}]})",
+                          "bad.json");
+  ASSERT_TRUE(bool(bad));
+  auto err = evaluateLayout(model, cluster, o, (*bad)[0]);
+  ASSERT_FALSE(bool(err));
+  EXPECT_NE(llvm::toString(err.takeError()).find("stage 0 has tensor parallelism 2"),
+            std::string::npos);
 }

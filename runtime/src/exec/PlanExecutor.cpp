@@ -76,6 +76,9 @@ constexpr int64_t kZeroTagBase = kSumTagBase + (int64_t(1) << 28);
 int64_t zeroTag(uint32_t mb, int phase, size_t group, size_t groups) {
   return kZeroTagBase + (int64_t(mb) * 3 + phase) * int64_t(groups) + int64_t(group);
 }
+// A sum handed to a worker's other tensor-parallel ranks (sumFollowers_):
+// between the sums (below 2^27 above kSumTagBase) and ZeRO's gathers.
+int64_t followTag(size_t group) { return kSumTagBase + (int64_t(1) << 27) + int64_t(group); }
 
 // Tensor-parallel traffic inside a worker: per (micro-batch, node), the
 // forward all-gather and the backward sum. Above `hetplan run`'s MPI output
@@ -87,31 +90,62 @@ int64_t tpTag(uint32_t mb, size_t node, size_t nodes, int phase) {
   return tag;
 }
 
-/// Columns [lo, hi) of the last axis (float32), copied.
-Tensor columns(const Tensor &t, int64_t lo, int64_t hi) {
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+/// Copies between `whole` and `part` the index ranges `ranges` of `axis`
+/// (part holds them back to back): part from whole, or whole from part.
+void copyRanges(const Tensor &whole, int axis, const Ranges &ranges, Tensor &part, bool toPart) {
+  const auto &shape = whole.shape();
+  int64_t outer = 1, inner = 1, n = shape.at(size_t(axis)), w = 0;
+  for (int d = 0; d < axis; ++d) outer *= shape[size_t(d)];
+  for (size_t d = size_t(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+  for (auto [lo, hi] : ranges) w += hi - lo;
+  size_t e = dtypeSize(whole.dtype()) * size_t(inner);
+  char *big = static_cast<char *>(const_cast<void *>(whole.raw()));
+  char *small = static_cast<char *>(part.raw());
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t at = 0;
+    for (auto [lo, hi] : ranges) {
+      char *b = big + size_t(o * n + lo) * e, *p = small + size_t(o * w + at) * e;
+      if (toPart) std::memcpy(p, b, size_t(hi - lo) * e);
+      else std::memcpy(b, p, size_t(hi - lo) * e);
+      at += hi - lo;
+    }
+  }
+}
+
+/// The index ranges of `axis` in `t`, back to back (a copy).
+Tensor slices(const Tensor &t, int axis, const Ranges &ranges) {
   std::vector<int64_t> shape = t.shape();
-  int64_t n = shape.back(), rows = n ? t.numel() / n : 0;
-  shape.back() = hi - lo;
+  int64_t w = 0;
+  for (auto [lo, hi] : ranges) w += hi - lo;
+  shape.at(size_t(axis)) = w;
   Tensor out(t.dtype(), shape);
-  size_t e = dtypeSize(t.dtype());
-  const char *src = static_cast<const char *>(t.raw());
-  char *dst = static_cast<char *>(out.raw());
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + size_t(r * (hi - lo)) * e, src + size_t(r * n + lo) * e, size_t(hi - lo) * e);
+  copyRanges(t, axis, ranges, out, true);
   return out;
 }
 
-/// Writes `part` into columns [lo, lo + part's width) of `dst`.
-void putColumns(Tensor &dst, const Tensor &part, int64_t lo) {
-  int64_t n = dst.shape().back(), w = part.shape().back(), rows = n ? dst.numel() / n : 0;
-  size_t e = dtypeSize(dst.dtype());
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(static_cast<char *>(dst.raw()) + size_t(r * n + lo) * e,
-                static_cast<const char *>(part.raw()) + size_t(r * w) * e, size_t(w) * e);
+/// Writes `part` (the ranges back to back) into `dst`'s ranges of `axis`.
+void putSlices(Tensor &dst, const Tensor &part, int axis, const Ranges &ranges) {
+  copyRanges(dst, axis, ranges, const_cast<Tensor &>(part), false);
 }
 
-/// The columns of an N-wide weight that tensor-parallel rank k of t holds.
-std::pair<int64_t, int64_t> shardColumns(int64_t n, int64_t k, int64_t t) { return {n * k / t, n * (k + 1) / t}; }
+/// A tensor of `shape` that is zero except for `part` in `ranges` of `axis`.
+Tensor zerosWith(const std::vector<int64_t> &shape, const Tensor &part, int axis, const Ranges &ranges) {
+  Tensor out(part.dtype(), shape);
+  putSlices(out, part, axis, ranges);
+  return out;
+}
+
+/// What tensor-parallel rank k of t holds of an axis of size n: the k-th
+/// 1/t of each of `segments` equal parts (one part: a contiguous 1/t).
+Ranges shardRanges(int64_t n, int64_t segments, int64_t k, int64_t t) {
+  Ranges out;
+  int64_t part = n / std::max<int64_t>(segments, 1);
+  for (int64_t s = 0; s < std::max<int64_t>(segments, 1); ++s)
+    out.push_back({s * part + part * k / t, s * part + part * (k + 1) / t});
+  return out;
+}
 
 const char kDummy[16] = {};
 
@@ -300,25 +334,54 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
     io_[j - 1].shapes.assign(need.begin(), need.end());
   }
 
-  // Tensor parallelism: in a stage of tp > 1, every MatMul whose second
-  // input is a 2-D float32 weight read by no other node is split by
-  // columns over the worker's ranks (docs/runtime.md, "Tensor-parallel
-  // stages"); everything else runs replicated.
+  // Tensor parallelism: in a stage of tp > 1, the nodes the plan lists
+  // run split over the worker's ranks as it says (Megatron's column/row
+  // pairs, column MatMuls gathered; docs/runtime.md, "Tensor-parallel
+  // stages"); everything else runs replicated. Checked here: the weights
+  // are 2-D (1-D for a bias) initializers only that node reads.
   std::map<std::string, int> readers;
   for (const auto &n : m.nodes)
     n.forEachRead([&](const std::string &in) { readers[in]++; });
-  shardedNodes_.assign(S, {});
+  tpNodes_.assign(S, {});
+  tpParams_.assign(S, {});
   for (size_t j = 0; j < S; ++j) {
     const auto &st = plan_.stages(int(j));
-    if (st.tensor_parallel() <= 1) continue;
-    for (size_t i = st.first_node(); i <= st.last_node(); ++i) {
-      const Node &n = m.nodes[i];
-      if (n.opType != "MatMul" || n.inputs.size() != 2) continue;
-      auto w = m.initializers.find(n.inputs[1]);
-      if (w == m.initializers.end() || w->second.dtype() != DType::Float32 || w->second.rank() != 2 ||
-          w->second.dim(1) < int64_t(st.tensor_parallel()) || readers[n.inputs[1]] != 1)
-        continue;
-      shardedNodes_[j][i] = n.inputs[1];
+    for (const auto &tn : st.tensor_parallel_nodes()) {
+      std::string where = "stage " + std::to_string(j) + ": tensor-parallel node " + std::to_string(tn.node());
+      if (st.tensor_parallel() <= 1) fail(where + " in a stage without tensor parallelism");
+      if (tn.node() < st.first_node() || tn.node() > st.last_node()) fail(where + " is outside the stage");
+      const Node &n = m.nodes[tn.node()];
+      auto weight = [&](size_t input, int64_t rank) -> const std::string & {
+        const Tensor *w = input < n.inputs.size() && m.initializers.count(n.inputs[input])
+                              ? &m.initializers.at(n.inputs[input]) : nullptr;
+        if (!w || w->rank() != rank || readers[n.inputs[input]] != 1)
+          fail(where + " (" + n.describe() + "): input " + std::to_string(input) + " is not a " +
+               std::to_string(rank) + "-D weight only it reads");
+        return n.inputs[input];
+      };
+      auto expect = [&](const char *op) {
+        if (n.opType != op) fail(where + " is " + n.describe() + ", the plan splits it as a " + op);
+      };
+      int segments = int(std::max<uint32_t>(tn.segments(), 1));
+      switch (tn.role()) {
+      case plan::TensorParallelNode::COLUMN:
+      case plan::TensorParallelNode::GATHER:
+        expect("MatMul");
+        tpParams_[j][weight(1, 2)] = {1, segments};
+        break;
+      case plan::TensorParallelNode::ROW:
+        expect("MatMul");
+        tpParams_[j][weight(1, 2)] = {0, 1};
+        break;
+      case plan::TensorParallelNode::BIAS:
+        expect("Add");
+        tpParams_[j][weight(size_t(tn.axis()), 1)] = {0, segments};
+        break;
+      case plan::TensorParallelNode::SPLIT: expect("Split"); break;
+      case plan::TensorParallelNode::RESHAPE: expect("Reshape"); break;
+      default: break;
+      }
+      tpNodes_[j][tn.node()] = tn;
     }
   }
 
@@ -481,7 +544,18 @@ void PlanExecutor::checkTraining() {
   stageNodes_.assign(S, {});
   stageParams_.assign(S, {});
   std::map<std::pair<std::string, uint32_t>, std::set<int>> holders; // (param, tp index)
-  std::map<std::string, uint32_t> tpOf;
+  std::map<std::string, std::set<std::pair<int, int>>> followers;     // param -> (rank, its worker's first)
+  std::map<std::string, std::set<uint32_t>> degrees;                  // param -> degrees of its readers
+  for (size_t j = 0; j < S; ++j)
+    for (size_t i : io_[j].metaNodes)
+      m.nodes[i].forEachRead([&](const std::string &in) {
+        if (trainable_.count(in)) degrees[in].insert(plan_.stages(int(j)).tensor_parallel());
+      });
+  for (size_t j = 0; j < S; ++j)
+    for (size_t i = plan_.stages(int(j)).first_node(); i <= plan_.stages(int(j)).last_node(); ++i)
+      m.nodes[i].forEachRead([&](const std::string &in) {
+        if (trainable_.count(in)) degrees[in].insert(plan_.stages(int(j)).tensor_parallel());
+      });
   for (size_t j = 0; j < S; ++j) {
     const auto &st = plan_.stages(int(j));
     if (io_[j].received.size() >= size_t(kTrainTagsPerMicroBatch - 1))
@@ -494,20 +568,39 @@ void PlanExecutor::checkTraining() {
         if (trainable_.count(in)) stageParams_[j].insert(in);
       });
     for (const auto &p : stageParams_[j]) {
-      auto [it, fresh] = tpOf.emplace(p, st.tensor_parallel());
-      if (!fresh && it->second != st.tensor_parallel())
-        fail("parameter '" + p + "' is read by stages of different tensor parallelism (" +
-             std::to_string(it->second) + " and " + std::to_string(st.tensor_parallel()) +
-             "); training such a plan is not supported");
+      if (degrees[p].size() > 1) {
+        // Stages of different degrees read it (a tied embedding): each
+        // worker's ranks hold the same whole copy. The workers' first ranks
+        // sum it; each then hands the sum to its worker's other ranks.
+        for (size_t s2 = 0; s2 < S; ++s2)
+          if (tpParams_[s2].count(p))
+            fail("parameter '" + p + "' is split by stage " + std::to_string(s2) +
+                 " and read by stages of different tensor parallelism; training such a plan is not supported");
+        for (const auto &w : st.workers()) {
+          holders[{p, 0}].insert(int(w.ranks(0)));
+          for (int k = 1; k < w.ranks_size(); ++k) followers[p].insert({int(w.ranks(k)), int(w.ranks(0))});
+        }
+        continue;
+      }
       // One sum per position in the tensor-parallel group: the ranks at
       // position k hold the same shard (or the same replicated copy).
       for (uint32_t k = 0; k < st.tensor_parallel(); ++k)
         for (const auto &w : st.workers()) holders[{p, k}].insert(int(w.ranks(int(k))));
     }
   }
-  std::map<std::vector<int>, std::vector<std::string>> groups;
-  for (const auto &[key, ranks] : holders) groups[std::vector<int>(ranks.begin(), ranks.end())].push_back(key.first);
-  sumGroups_.assign(groups.begin(), groups.end());
+  std::map<std::pair<std::vector<int>, std::vector<std::pair<int, int>>>, std::vector<std::string>> groups;
+  for (const auto &[key, ranks] : holders) {
+    auto f = followers.find(key.first);
+    std::vector<std::pair<int, int>> fs;
+    if (f != followers.end()) fs.assign(f->second.begin(), f->second.end());
+    groups[{std::vector<int>(ranks.begin(), ranks.end()), fs}].push_back(key.first);
+  }
+  sumGroups_.clear();
+  sumFollowers_.clear();
+  for (auto &[key, params] : groups) {
+    sumGroups_.push_back({key.first, params});
+    sumFollowers_.push_back(key.second);
+  }
   if (plan_.settings().micro_batches() >= (1u << 16))
     fail("training supports fewer than 65536 micro-batches");
 
@@ -515,6 +608,11 @@ void PlanExecutor::checkTraining() {
   // equal contiguous element ranges (all float32, so equal bytes), member
   // k of the sorted ranks taking the k-th (docs/runtime.md, "ZeRO").
   uint32_t zero = plan_.settings().zero_stage();
+  for (size_t g = 0; zero && g < sumFollowers_.size(); ++g)
+    if (!sumFollowers_[g].empty())
+      fail("ZeRO-" + std::to_string(zero) + " with parameter '" + sumGroups_[g].second.front() +
+           "' read by stages of different tensor parallelism is not supported: use ZeRO 0 or one "
+           "tensor-parallel degree for the stages that share it");
   zero_.assign(zero ? sumGroups_.size() : 0, {});
   for (size_t g = 0; g < zero_.size(); ++g) {
     const auto &[ranks, params] = sumGroups_[g];
@@ -701,8 +799,28 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   for (int k = 0; k < tp; ++k)
     if (self.ranks(k) == me) tpIndex = k;
   std::vector<int> tpRanks(self.ranks().begin(), self.ranks().end());
-  const auto &sharded = shardedNodes_[j];
+  std::vector<int> tpGroup = tpRanks;  // sorted: groupSum's order
+  std::sort(tpGroup.begin(), tpGroup.end());
+  const auto &splitNodes = tpNodes_[j];
   size_t numNodes = model_->nodes.size();
+  // This rank's part of the weight a split node reads as input `input`
+  // (tpParams_): where it lies along which axis, and a copy.
+  struct Part {
+    int axis;
+    Ranges ranges;
+    Tensor value;
+    /// `inputs` with input `i` replaced by this part.
+    std::vector<const Tensor *> in(std::vector<const Tensor *> inputs, size_t i) const {
+      inputs[i] = &value;
+      return inputs;
+    }
+  };
+  auto mineOf = [&](const Node &n, size_t input, const Tensor &w) {
+    auto [axis, segments] = tpParams_[j].at(n.inputs[input]);
+    Ranges ranges = shardRanges(w.dim(axis), segments, tpIndex, tp);
+    Tensor value = slices(w, axis, ranges);
+    return Part{axis, std::move(ranges), std::move(value)};
+  };
 
   std::vector<size_t> nodes;
   for (size_t i = st.first_node(); i <= st.last_node(); ++i) nodes.push_back(i);
@@ -869,33 +987,105 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       for (const auto &s : out->shapes) keepAll.insert(s);
     if (train)
       for (const auto &[k, v] : values) keepAll.insert(k); // received, re-run and parameters
-    // Split MatMuls: this rank's columns, then an all-gather in the worker.
+    // Split nodes (the plan's tensor_parallel_nodes): column MatMuls keep
+    // their columns of the output, row MatMuls all-reduce their partial
+    // sums, gathered ones all-gather; biases, Splits and Reshapes work on
+    // this rank's slice; the rest runs unchanged on the slices.
     Executor::NodeHook hook = [&](size_t node, KernelContext &ctx) {
-      auto it = sharded.find(node);
-      if (it == sharded.end()) return false;
-      const Tensor &w = ctx.in(1);
-      auto [lo, hi] = shardColumns(w.dim(1), tpIndex, tp);
-      Tensor mine = columns(w, lo, hi);
-      KernelContext part{ctx.node, ctx.opset, {ctx.inputs[0], &mine}, std::vector<Tensor>(1)};
-      findKernel("MatMul")->run(part);
-      int64_t tag = tpTag(mb, node, numNodes, 0);
-      for (int k = 0; k < tp; ++k)
-        if (k != tpIndex) comm.send(tpRanks[size_t(k)], tag, part.outputs[0]);
-      std::vector<int64_t> shape = part.outputs[0].shape();
-      shape.back() = w.dim(1);
-      Tensor full(part.outputs[0].dtype(), shape);
-      for (int k = 0; k < tp; ++k) {
-        Tensor piece = k == tpIndex ? part.outputs[0] : comm.recv(tpRanks[size_t(k)], tag);
-        auto [plo, phi] = shardColumns(w.dim(1), k, tp);
-        if (piece.shape().back() != phi - plo || piece.numel() / (phi - plo) != full.numel() / w.dim(1))
-          fail(who + "tensor-parallel piece " + piece.describe() + " from rank " +
-               std::to_string(tpRanks[size_t(k)]) + " does not fit " + full.describe());
-        putColumns(full, piece, plo);
+      auto it = splitNodes.find(node);
+      if (it == splitNodes.end()) return false;
+      const plan::TensorParallelNode &tn = it->second;
+      const Node &n = model_->nodes[node];
+      auto run = [&](const char *op, std::vector<const Tensor *> in) {
+        KernelContext part{ctx.node, ctx.opset, std::move(in), std::vector<Tensor>(ctx.outputs.size())};
+        findKernel(op)->run(part);
+        return std::move(part.outputs);
+      };
+      switch (tn.role()) {
+      case plan::TensorParallelNode::COLUMN: {
+        Part w = mineOf(n, 1, ctx.in(1));
+        ctx.outputs[0] = std::move(run("MatMul", {ctx.inputs[0], &w.value})[0]);
+        return true;
       }
-      ctx.outputs[0] = std::move(full);
-      return true;
+      case plan::TensorParallelNode::ROW: {
+        Part w = mineOf(n, 1, ctx.in(1));
+        Tensor y = std::move(run("MatMul", {ctx.inputs[0], &w.value})[0]);
+        train::groupSum(comm, tpGroup, tpTag(mb, node, numNodes, 0), {&y});
+        if (timing) {
+          timing->forwardAllReduces++;
+          timing->forwardAllReduceElements += double(y.numel());
+        }
+        ctx.outputs[0] = std::move(y);
+        return true;
+      }
+      case plan::TensorParallelNode::BIAS: {
+        size_t b = size_t(tn.axis());
+        Part bias = mineOf(n, b, ctx.in(b));
+        ctx.outputs[0] = std::move(run("Add", bias.in(ctx.inputs, b))[0]);
+        return true;
+      }
+      case plan::TensorParallelNode::SPLIT: {
+        const Tensor &x = ctx.in(0);
+        int axis = int(tn.axis()), parts = int(ctx.outputs.size());
+        int64_t width = x.dim(axis) / parts;
+        if (width * parts != x.dim(axis))
+          fail(who + n.describe() + ": " + x.describe() + " does not split into " + std::to_string(parts) + " equal parts");
+        for (int i = 0; i < parts; ++i) ctx.outputs[size_t(i)] = slices(x, axis, {{i * width, (i + 1) * width}});
+        return true;
+      }
+      case plan::TensorParallelNode::RESHAPE: {
+        // The whole tensor's target (0 copies a dim, -1 takes the rest),
+        // then its split dim divided among the ranks.
+        const Tensor &x = ctx.in(0);
+        std::vector<int64_t> target = ctx.in(1).toInt64Vector();
+        int64_t whole = x.numel() * tp, known = 1;
+        int rest = -1;
+        for (size_t d = 0; d < target.size(); ++d) {
+          if (target[d] == 0 && !n.getInt("allowzero", 0) && int64_t(d) < x.rank()) target[d] = x.dim(int64_t(d));
+          if (target[d] == -1) rest = int(d);
+          else known *= target[d];
+        }
+        if (rest >= 0 && known > 0) target[size_t(rest)] = whole / known;
+        size_t axis = size_t(tn.axis());
+        if (axis >= target.size() || target[axis] % tp != 0 || shapeNumel(target) != whole)
+          fail(who + n.describe() + ": cannot split the reshape of " + x.describe() + " to " +
+               shapeString(target) + " on dim " + std::to_string(axis) + " over " + std::to_string(tp) + " ranks");
+        target[axis] /= tp;
+        ctx.outputs[0] = x.reshaped(target);
+        return true;
+      }
+      case plan::TensorParallelNode::GATHER: {
+        const Tensor &w = ctx.in(1);
+        Part mine = mineOf(n, 1, w);
+        Tensor piece = std::move(run("MatMul", {ctx.inputs[0], &mine.value})[0]);
+        int64_t tag = tpTag(mb, node, numNodes, 0);
+        for (int k = 0; k < tp; ++k)
+          if (k != tpIndex) comm.send(tpRanks[size_t(k)], tag, piece);
+        std::vector<int64_t> shape = piece.shape();
+        shape.back() = w.dim(1);
+        Tensor full(piece.dtype(), shape);
+        for (int k = 0; k < tp; ++k) {
+          Tensor got = k == tpIndex ? piece : comm.recv(tpRanks[size_t(k)], tag);
+          Ranges theirs = shardRanges(w.dim(1), tpParams_[j].at(n.inputs[1]).second, k, tp);
+          int64_t width = 0;
+          for (auto [lo, hi] : theirs) width += hi - lo;
+          if (got.shape().back() != width || got.numel() / std::max<int64_t>(width, 1) != full.numel() / w.dim(1))
+            fail(who + "tensor-parallel piece " + got.describe() + " from rank " +
+                 std::to_string(tpRanks[size_t(k)]) + " does not fit " + full.describe());
+          putSlices(full, got, int(full.rank()) - 1, theirs);
+        }
+        if (timing) {
+          timing->forwardAllGathers++;
+          timing->forwardAllGatherElements += double(full.numel());
+        }
+        ctx.outputs[0] = std::move(full);
+        return true;
+      }
+      default:
+        return false;  // LOCAL: the kernel runs on the slices as they are
+      }
     };
-    const Executor::NodeHook *hookPtr = sharded.empty() || tp < 2 ? nullptr : &hook;
+    const Executor::NodeHook *hookPtr = splitNodes.empty() || tp < 2 ? nullptr : &hook;
     std::map<std::string, Tensor> result;
     if (timing && !replay) { // a profile times each node once per micro-batch
       TimingObserver observer(*timing, n);
@@ -1061,33 +1251,75 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     train->requires.erase(mb);
     std::map<std::string, Tensor> grads = std::move(seeds);
     train->seeds.erase(mb);
-    // Split MatMuls: this rank's columns of dY give its weight columns'
-    // gradient and a partial dX, summed over the worker's ranks.
+    // Split nodes backward: a column MatMul's slice of dY gives its weight
+    // columns' gradient and a partial dX, summed over the worker's ranks
+    // (Megatron's backward all-reduce); a row MatMul's whole dY gives its
+    // rows' gradient and the slice of dX; a sliced bias or Split puts its
+    // slice's gradient back in place. Parameter gradients are zero outside
+    // this rank's part.
     train::GradientHook hook = [&](size_t node, GradientContext &ctx) {
-      auto it = sharded.find(node);
-      if (it == sharded.end()) return false;
-      const Tensor &w = ctx.in(1);
-      auto [lo, hi] = shardColumns(w.dim(1), tpIndex, tp);
-      Tensor mine = columns(w, lo, hi);
-      GradientContext part{ctx.node, ctx.opset, {ctx.inputs[0], &mine}, {nullptr},
-                           {columns(ctx.outputGrads.at(0), lo, hi)}, ctx.wantGrad, std::vector<Tensor>(2)};
-      findGradient("MatMul")->run(part);
-      if (ctx.wantGrad[0]) {
-        Tensor dx = part.inputGrads[0].defined() ? part.inputGrads[0] : Tensor(DType::Float32, ctx.in(0).shape());
-        std::vector<int> group = tpRanks;
-        std::sort(group.begin(), group.end());
-        train::groupSum(comm, group, tpTag(mb, node, numNodes, 2), {&dx});
-        ctx.inputGrads[0] = std::move(dx);
+      auto it = splitNodes.find(node);
+      if (it == splitNodes.end()) return false;
+      const plan::TensorParallelNode &tn = it->second;
+      const Node &n = model_->nodes[node];
+      auto run = [&](const char *op, std::vector<const Tensor *> in, std::vector<Tensor> dy) {
+        GradientContext part{ctx.node, ctx.opset, std::move(in), ctx.outputs, std::move(dy),
+                             ctx.wantGrad, std::vector<Tensor>(ctx.inputs.size())};
+        findGradient(op)->run(part);
+        part.inputGrads.resize(ctx.inputs.size());
+        return std::move(part.inputGrads);
+      };
+      auto sumDx = [&](Tensor &dx) {
+        train::groupSum(comm, tpGroup, tpTag(mb, node, numNodes, 2), {&dx});
+        if (timing) {
+          timing->backwardAllReduces++;
+          timing->backwardAllReduceElements += double(dx.numel());
+        }
+      };
+      switch (tn.role()) {
+      case plan::TensorParallelNode::COLUMN:
+      case plan::TensorParallelNode::ROW:
+      case plan::TensorParallelNode::GATHER: {
+        const Tensor &w = ctx.in(1);
+        Part mine = mineOf(n, 1, w);
+        Tensor dy = ctx.outputGrads.at(0);
+        if (tn.role() == plan::TensorParallelNode::GATHER) dy = slices(dy, int(dy.rank()) - 1, mine.ranges);
+        auto g = run("MatMul", {ctx.inputs[0], &mine.value}, {dy});
+        ctx.inputGrads.assign(2, Tensor());
+        if (ctx.wantGrad[0]) {
+          Tensor dx = g[0].defined() ? g[0] : Tensor(DType::Float32, ctx.in(0).shape());
+          if (tn.role() != plan::TensorParallelNode::ROW) sumDx(dx);
+          ctx.inputGrads[0] = std::move(dx);
+        }
+        if (ctx.wantGrad[1] && g[1].defined()) ctx.inputGrads[1] = zerosWith(w.shape(), g[1], mine.axis, mine.ranges);
+        return true;
       }
-      if (ctx.wantGrad[1] && part.inputGrads[1].defined()) {
-        Tensor dw(DType::Float32, w.shape()); // zero outside this rank's columns
-        putColumns(dw, part.inputGrads[1], lo);
-        ctx.inputGrads[1] = std::move(dw);
+      case plan::TensorParallelNode::BIAS: {
+        size_t b = size_t(tn.axis());
+        Part bias = mineOf(n, b, ctx.in(b));
+        auto g = run("Add", bias.in(ctx.inputs, b), ctx.outputGrads);
+        if (g[b].defined()) g[b] = zerosWith(ctx.in(b).shape(), g[b], bias.axis, bias.ranges);
+        ctx.inputGrads = std::move(g);
+        return true;
       }
-      return true;
+      case plan::TensorParallelNode::SPLIT: {
+        const Tensor &x = ctx.in(0);
+        int axis = int(tn.axis());
+        int64_t width = x.dim(axis) / int64_t(ctx.outputGrads.size());
+        Tensor dx(x.dtype(), x.shape());
+        for (size_t i = 0; i < ctx.outputGrads.size(); ++i)
+          if (ctx.outputGrads[i].defined())
+            putSlices(dx, ctx.outputGrads[i], axis, {{int64_t(i) * width, int64_t(i + 1) * width}});
+        ctx.inputGrads.assign(ctx.inputs.size(), Tensor());
+        if (ctx.wantGrad[0]) ctx.inputGrads[0] = std::move(dx);
+        return true;
+      }
+      default:
+        return false;  // LOCAL and RESHAPE: the usual gradient on the slices
+      }
     };
     train::backward(*model_, stageNodes_[j], lookup, requires, grads,
-                    sharded.empty() || tp < 2 ? nullptr : &hook);
+                    splitNodes.empty() || tp < 2 ? nullptr : &hook);
     for (const auto &p : stageParams_[j]) {
       auto it = grads.find(p);
       if (it != grads.end() && it->second.defined()) train::accumulate(train->state.grads[p], it->second);
@@ -1126,7 +1358,10 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   auto sumGradients = [&](const std::function<bool(const std::vector<int> &)> &select) {
     for (size_t g = 0; g < sumGroups_.size(); ++g) {
       const auto &[ranks, params] = sumGroups_[g];
-      if (train->summed.count(g) || !std::binary_search(ranks.begin(), ranks.end(), int(me)) || !select(ranks))
+      const auto &follow = sumFollowers_[g];  // tensor-parallel ranks that get the sum
+      bool member = std::binary_search(ranks.begin(), ranks.end(), int(me));
+      bool follower = std::any_of(follow.begin(), follow.end(), [&](const auto &f) { return f.first == int(me); });
+      if (train->summed.count(g) || (!member && !follower) || !select(ranks))
         continue;
       train->summed.insert(g);
       if (g < zero_.size() && zeroStage() >= 2) {
@@ -1142,7 +1377,13 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
         if (!gr.defined()) gr = Tensor(DType::Float32, model_->initializers.at(p).shape());
         tensors.push_back(&gr);
       }
-      train::groupSum(comm, ranks, sumTag(g), tensors);
+      if (member) train::groupSum(comm, ranks, sumTag(g), tensors);
+      for (auto [to, from] : follow)
+        for (Tensor *t : tensors) {
+          if (from == int(me)) comm.send(to, followTag(g), *t);
+          if (to == int(me)) *t = comm.recv(from, followTag(g));
+        }
+      train->summed.insert(g);
     }
   };
 
@@ -1315,8 +1556,8 @@ double PlanExecutor::train(const std::map<std::string, Tensor> &inputs, const Te
 }
 
 /// Where the current value of each parameter lives: the ranks of the first
-/// worker of the first stage reading it, each with the columns it holds
-/// (all of them unless the stage splits the weight over its ranks).
+/// worker of the first stage reading it, each with the part it holds (all
+/// of it unless the stage splits the weight over its ranks).
 std::vector<PlanExecutor::ParamSource> PlanExecutor::parameterSources() const {
   std::vector<ParamSource> out;
   std::set<std::string> seen;
@@ -1324,31 +1565,30 @@ std::vector<PlanExecutor::ParamSource> PlanExecutor::parameterSources() const {
     for (const auto &p : stageParams_[st.index()]) {
       if (!seen.insert(p).second) continue;
       const auto &w = st.workers(0);
-      bool split = false;
-      for (const auto &[node, param] : shardedNodes_[st.index()]) split |= param == p;
-      int64_t cols = model_->initializers.at(p).shape().back();
-      if (!split) {
-        out.push_back({p, w.ranks(0), 0, cols});
+      if (!tpParams_[st.index()].count(p)) {
+        out.push_back({p, w.ranks(0), Held{}});
         continue;
       }
-      for (int k = 0; k < w.ranks_size(); ++k) {
-        auto [lo, hi] = shardColumns(cols, k, w.ranks_size());
-        out.push_back({p, w.ranks(k), lo, hi});
-      }
+      for (int k = 0; k < w.ranks_size(); ++k) out.push_back({p, w.ranks(k), held(w.ranks(k), p)});
     }
   return out;
 }
 
-std::pair<int64_t, int64_t> PlanExecutor::heldColumns(uint32_t r, const std::string &param) const {
-  int64_t cols = model_->initializers.at(param).shape().back();
-  if (isIdleRank(plan_, r)) return {0, 0};
+PlanExecutor::Held PlanExecutor::held(uint32_t r, const std::string &param) const {
+  if (isIdleRank(plan_, r)) return Held{0, {}};
   const auto &rank = plan_.ranks(int(r));
   const auto &w = plan_.stages(int(rank.stage())).workers(int(rank.worker()));
-  for (const auto &[node, p] : shardedNodes_[rank.stage()])
-    if (p == param)
-      for (int k = 0; k < w.ranks_size(); ++k)
-        if (w.ranks(k) == r) return shardColumns(cols, k, w.ranks_size());
-  return {0, cols};
+  auto it = tpParams_[rank.stage()].find(param);
+  if (it == tpParams_[rank.stage()].end()) return Held{};
+  auto [axis, segments] = it->second;
+  for (int k = 0; k < w.ranks_size(); ++k)
+    if (w.ranks(k) == r)
+      return Held{axis, shardRanges(model_->initializers.at(param).dim(axis), segments, k, w.ranks_size())};
+  return Held{};
+}
+
+Tensor PlanExecutor::heldPart(const Tensor &t, const Held &h) {
+  return h.whole() ? t : slices(t, h.axis, h.ranges);
 }
 
 std::map<std::string, Tensor> PlanExecutor::collectParameters(const std::vector<RankTrainState> &states) const {
@@ -1369,12 +1609,12 @@ std::map<std::string, Tensor> PlanExecutor::collectParameters(const std::vector<
     const auto &held = states[src.rank].params.count(src.name) ? states[src.rank].params : assembled[src.rank];
     if (!held.count(src.name)) continue;
     const Tensor &t = held.at(src.name);
-    if (src.lo == 0 && src.hi == t.shape().back()) {
+    if (src.held.whole()) {
       out[src.name] = t;
       continue;
     }
     auto [it, fresh] = out.try_emplace(src.name, t.dtype(), t.shape());
-    putColumns(it->second, columns(t, src.lo, src.hi), src.lo);
+    putSlices(it->second, heldPart(t, src.held), src.held.axis, src.held.ranges);
   }
   return out;
 }
@@ -1395,12 +1635,16 @@ std::map<std::string, Tensor> PlanExecutor::gatherParameters(Communicator &comm,
   for (const auto &src : parameterSources()) {
     int64_t tag = kSumTagBase - 1 - k++;
     if (comm.rank() == 0) {
-      Tensor piece = src.rank == 0 ? columns(params.at(src.name), src.lo, src.hi) : comm.recv(int(src.rank), tag);
+      Tensor piece = src.rank == 0 ? heldPart(params.at(src.name), src.held) : comm.recv(int(src.rank), tag);
       const Tensor &init = model_->initializers.at(src.name);
+      if (src.held.whole()) {
+        out[src.name] = piece;
+        continue;
+      }
       auto [it, fresh] = out.try_emplace(src.name, init.dtype(), init.shape());
-      putColumns(it->second, piece, src.lo);
+      putSlices(it->second, piece, src.held.axis, src.held.ranges);
     } else if (uint32_t(comm.rank()) == src.rank) {
-      comm.send(0, tag, columns(params.at(src.name), src.lo, src.hi));
+      comm.send(0, tag, heldPart(params.at(src.name), src.held));
     }
   }
   return out;

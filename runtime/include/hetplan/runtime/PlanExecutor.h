@@ -64,6 +64,13 @@ public:
     std::vector<double> nodeSeconds;    // per model node, summed over micro-batches
     std::vector<int64_t> nodeSamples;   // samples those runs processed, summed
     std::vector<double> forwardSeconds; // per micro-batch: the stage's node range
+    /// Tensor-parallel collectives this rank joined (summed over
+    /// micro-batches) and the elements of the whole tensors they produced
+    /// (an all-gather's gathered output): to check against the plan's
+    /// Stage.tensor_parallel_traffic.
+    int64_t forwardAllReduces = 0, forwardAllGathers = 0, backwardAllReduces = 0;
+    double forwardAllReduceElements = 0, forwardAllGatherElements = 0,
+           backwardAllReduceElements = 0;
   };
   /// A timed step: per rank (idle ranks empty) and the wall time of run().
   struct StepTiming {
@@ -205,17 +212,25 @@ public:
   /// one micro-batch (the single-device reference a step must agree with).
   static plan::Plan singleRankPlan(const plan::Plan &plan);
 
-  /// A piece of a parameter's current value: columns [lo, hi) of its last
-  /// axis held by `rank` (all columns unless a tensor-parallel stage splits it).
+  /// The part of a parameter a rank computes and updates: index ranges
+  /// [lo, hi) along `axis` (a tensor-parallel stage's columns or rows of a
+  /// weight), or all of it when `axis` < 0. Its gradient and values
+  /// elsewhere are zero / stale.
+  struct Held {
+    int axis = -1;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    bool whole() const { return axis < 0; }
+  };
+  /// A piece of a parameter's current value and the rank holding it.
   struct ParamSource {
     std::string name;
     uint32_t rank;
-    int64_t lo, hi;
+    Held held;
   };
   std::vector<ParamSource> parameterSources() const;
-  /// The columns [lo, hi) of `param`'s last axis that `rank` computes and
-  /// updates (its gradient and values elsewhere are zero / stale).
-  std::pair<int64_t, int64_t> heldColumns(uint32_t rank, const std::string &param) const;
+  Held held(uint32_t rank, const std::string &param) const;
+  /// The elements of `t` that `h` names (a copy; `t` itself when whole).
+  static Tensor heldPart(const Tensor &t, const Held &h);
 
 private:
   struct TrainRun;
@@ -247,9 +262,17 @@ private:
   };
   std::vector<ZeroGroup> zero_;
   ZeroShard zeroShard(size_t group, uint32_t rank) const;
-  /// Per stage: MatMul nodes split by columns over the tensor-parallel
-  /// ranks -> their weight.
-  std::vector<std::map<size_t, std::string>> shardedNodes_;
+  /// Per sum group: (rank, source) pairs -- for a parameter read by stages
+  /// of different tensor parallelism, the workers' first ranks sum it and
+  /// each sends the sum to its worker's other ranks.
+  std::vector<std::vector<std::pair<int, int>>> sumFollowers_;
+  /// Per stage: how each split node runs on the tensor-parallel ranks (the
+  /// plan's Stage.tensor_parallel_nodes); the others run whole.
+  std::vector<std::map<size_t, plan::TensorParallelNode>> tpNodes_;
+  /// Per stage: the parameters its ranks hold a part of -> (axis,
+  /// segments): the part of tensor-parallel rank k of t is the k-th 1/t of
+  /// each of `segments` equal parts of that axis.
+  std::vector<std::map<std::string, std::pair<int, int>>> tpParams_;
 };
 
 } // namespace hetplan::runtime
