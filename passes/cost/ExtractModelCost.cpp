@@ -654,6 +654,10 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
     layer.firstNode = r.first;
     layer.lastNode = r.last;
     double bigFlops = 0;  // MatMuls by a weight worth splitting
+    // For the memory model: Megatron's split points (the weight MatMuls,
+    // and the attention products when those are split).
+    std::vector<bool> splitOps;
+    std::vector<size_t> attentionOps;
     for (int i = r.first; i <= r.last; ++i) {
       NodeOp node = info.nodes[i];
       const OpCost &cost = costs[i];
@@ -662,10 +666,14 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
         layer.largestActivationBytesPerSample =
             std::max(layer.largestActivationBytesPerSample,
                      activationBytes(node.getResults(), info, dtype) / samples);
-      if (auto w = matmulWeightBytes(node, info, dtype);
-          w && *w >= options.tensorParallelMinWeightBytes)
+      auto w = matmulWeightBytes(node, info, dtype);
+      bool big = w && *w >= options.tensorParallelMinWeightBytes;
+      if (big)
         bigFlops += cost.flopsPerSample;
+      splitOps.push_back(big);
       bool fused = node.getDomain().empty() && node.getOpType() == "Attention";
+      if (fused || isActivationProduct(node, info))
+        attentionOps.push_back(splitOps.size() - 1);
       // KV cache: the keys and values an attention reads.
       if (fused && node.getInputs().size() >= 3) {
         if (node.getNumResults() >= 3)
@@ -698,10 +706,12 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
       }
     layer.tensorParallelFraction = bigFlops > 0 && flops > 0 ? std::min(1.0, splitFlops / flops) : 0;
     // What the backward keeps (Korthikanti et al.), the split part divided
-    // by the tensor-parallel degree: the ops of the units run on slices.
-    std::vector<bool> splitOps;
-    for (const OpCost &op : layer.ops)
-      splitOps.push_back(op.tensorParallelUnit >= 0);
+    // by the tensor-parallel degree: keptBytes follows the shards from the
+    // split points (a column MatMul makes its output a shard, a row MatMul
+    // makes it whole again; what runs between inherits).
+    if (bigFlops > 0)
+      for (size_t k : attentionOps)
+        splitOps[k] = true;
     Kept kept = keptBytes(info, r.first, r.last, dtype, splitOps);
     layer.stashBytesPerSample = kept.bytes / samples;
     layer.stashSplitBytesPerSample = kept.splitBytes / samples;

@@ -106,12 +106,15 @@ static bool checkTensorParallelTraffic(const PlanExecutor &exec, const PlanExecu
     if (std::find(w.ranks().begin(), w.ranks().end(), r.rank()) == w.ranks().end()) continue;
     const auto &t = st.tensor_parallel_traffic();
     const auto &got = timing.ranks[r.rank()];
-    double samples = double(w.samples()) * M;
+    // A recomputing stage runs each micro-batch's forward, and its
+    // collectives, twice (priced so: the backward includes the replay).
+    int64_t passes = train && st.recompute() ? 2 : 1;
+    double samples = double(w.samples()) * M, forwardSamples = samples * double(passes);
     struct { const char *what; int64_t count, want; double elements, wantElements; } rows[] = {
-        {"forward all-reduces", got.forwardAllReduces, int64_t(t.forward_all_reduces()) * M,
-         got.forwardAllReduceElements, t.forward_all_reduce_elements() * samples},
-        {"forward all-gathers", got.forwardAllGathers, int64_t(t.forward_all_gathers()) * M,
-         got.forwardAllGatherElements, t.forward_all_gather_elements() * samples},
+        {"forward all-reduces", got.forwardAllReduces, int64_t(t.forward_all_reduces()) * M * passes,
+         got.forwardAllReduceElements, t.forward_all_reduce_elements() * forwardSamples},
+        {"forward all-gathers", got.forwardAllGathers, int64_t(t.forward_all_gathers()) * M * passes,
+         got.forwardAllGatherElements, t.forward_all_gather_elements() * forwardSamples},
         {"backward all-reduces", got.backwardAllReduces, train ? int64_t(t.backward_all_reduces()) * M : 0,
          got.backwardAllReduceElements, train ? t.backward_all_reduce_elements() * samples : 0}};
     for (const auto &row : rows) {
