@@ -23,6 +23,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "onnx/checker.h"
 #include "onnx/defs/parser.h"
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
@@ -865,6 +866,18 @@ std::string inferShapes(onnx::ModelProto &model) {
              "' is newer than libonnx knows (" +
              std::to_string(it->second.second) + "); types come from value_info";
   }
+  // libonnx's inference functions index attributes and inputs without
+  // checking them (they crash on malformed nodes); its checker proves the
+  // node/attribute/input structure first, and a model it refuses is typed
+  // from its value_info only (het's own shape rules bind the rest).
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    return "skipped: ONNX's checker refuses the model (" + what +
+           "); types come from value_info";
+  }
   try {
     onnx::shape_inference::InferShapes(
         model, onnx::OpSchemaRegistry::Instance(),
@@ -887,13 +900,28 @@ OwningOpRef<ModuleOp> importOnnxFile(llvm::StringRef path, MLIRContext *context,
                                      std::string &error) {
   context->loadDialect<HetDialect>();
   std::string file = path.str();
+  // Regular files only: a FIFO would block and /dev/zero read forever.
+  if (llvm::sys::fs::exists(path) && !llvm::sys::fs::is_regular_file(path)) {
+    error = file + ": not a regular file";
+    return {};
+  }
+  // mmap (for large files): pages of weight payloads are never touched.
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    error = file + ": cannot open: " + buffer.getError().message();
+    return {};
+  }
+  return importOnnxBytes((*buffer)->getBuffer(), path, context, options, error);
+}
+
+OwningOpRef<ModuleOp> importOnnxBytes(llvm::StringRef bytes, llvm::StringRef path,
+                                      MLIRContext *context,
+                                      const ImportOptions &options,
+                                      std::string &error) {
+  context->loadDialect<HetDialect>();
+  std::string file = path.str();
   try {
-    // mmap (for large files): pages of weight payloads are never touched.
-    auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                              /*RequiresNullTerminator=*/false);
-    if (!buffer)
-      fail(file + ": cannot open: " + buffer.getError().message());
-    llvm::StringRef bytes = (*buffer)->getBuffer();
     if (bytes.empty())
       fail(file + ": empty file, not an ONNX model");
 

@@ -105,6 +105,10 @@ struct Model {
 
 /// Reads an ONNX model; throws std::runtime_error with one line on error.
 Model loadModel(const std::string &path);
+/// Reads an ONNX model from `size` bytes at `data` (copied: the caller may
+/// free them after the call). `path` names the model in errors, and external
+/// data is read relative to its folder.
+Model parseModel(const void *data, size_t size, const std::string &path);
 /// Writes `model` (read by loadModel) as one self-contained ONNX file at
 /// `path`: every initializer inline (raw_data), those named in `replace`
 /// with the given values (same shape and type; trained weights). Written to
