@@ -1,6 +1,8 @@
 //===- FuzzModel.cpp - limits shared by the model fuzz targets ------------===//
 #include "FuzzModel.h"
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstdlib>
 
 namespace hetplan::fuzz {
@@ -82,5 +84,6 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
   // One kernel thread: findings reproduce, and the fuzzer does not compete
   // with itself for the cores.
   setenv("OMP_NUM_THREADS", "1", 0);
+  google::protobuf::SetLogHandler(nullptr); // invalid UTF-8 in strings is logged per parse
   return 0;
 }

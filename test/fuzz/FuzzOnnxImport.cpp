@@ -14,7 +14,14 @@
 
 #include "mlir/IR/MLIRContext.h"
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstdlib>
+
+extern "C" int LLVMFuzzerInitialize(int *, char ***) {
+  google::protobuf::SetLogHandler(nullptr); // invalid UTF-8 in strings is logged per parse
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);

@@ -12,6 +12,8 @@
 #include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/PlanFile.h"
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <sstream>
 #include <stdexcept>
 
@@ -26,6 +28,11 @@ void exercise(const hetplan::plan::Plan &plan) {
   (void)timelineSvg(plan);
 }
 } // namespace
+
+extern "C" int LLVMFuzzerInitialize(int *, char ***) {
+  google::protobuf::SetLogHandler(nullptr); // invalid UTF-8 in strings is logged per parse
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string bytes(reinterpret_cast<const char *>(data), size);
