@@ -973,6 +973,16 @@ OwningOpRef<ModuleOp> importOnnxBytes(llvm::StringRef bytes, llvm::StringRef pat
   } catch (const std::exception &e) {
     error = file + ": " + e.what();
   }
+  // One line: libonnx's messages (the text parser's "Error context:", the
+  // checker's) span several.
+  std::string oneLine;
+  for (char ch : error) {
+    if (ch == '\n' || ch == '\r') ch = ' ';
+    if (ch == ' ' && !oneLine.empty() && oneLine.back() == ' ') continue;
+    oneLine += ch;
+  }
+  while (!oneLine.empty() && oneLine.back() == ' ') oneLine.pop_back();
+  error = oneLine;
   return {};
 }
 

@@ -44,8 +44,15 @@ void reshape(KernelContext &c) {
   bool allowZero = c.node.getInt("allowzero", 0);
   int64_t known = 1, neg = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0 && !allowZero) shape[i] = x.dim(i);
-    if (shape[i] == -1) neg = i; else known *= shape[i];
+    if (shape[i] == 0 && !allowZero) {
+      if (static_cast<int64_t>(i) >= x.rank())
+        throw std::runtime_error("Reshape: shape entry " + std::to_string(i) + " is 0 (copy the input's dim) but the input " +
+                                 x.describe() + " has no dim " + std::to_string(i));
+      shape[i] = x.dim(i);
+    }
+    if (shape[i] < -1 || (shape[i] == -1 && neg >= 0))
+      throw std::runtime_error("Reshape: shape has a dim below -1 or more than one -1");
+    if (shape[i] == -1) neg = i; else known = checkedMul(known, shape[i], "Reshape's element count");
   }
   if (neg >= 0) shape[neg] = known ? x.numel() / known : 0;
   c.outputs[0] = x.reshaped(shape);
@@ -55,6 +62,8 @@ void flatten(KernelContext &c) {
   const Tensor &x = c.in(0);
   int64_t axis = c.node.getInt("axis", 1);
   if (axis < 0) axis += x.rank();
+  if (axis < 0 || axis > x.rank())
+    throw std::runtime_error("Flatten: axis " + std::to_string(c.node.getInt("axis", 1)) + " is out of range for " + x.describe());
   int64_t a = 1;
   for (int64_t i = 0; i < axis; ++i) a *= x.dim(i);
   c.outputs[0] = x.reshaped({a, a ? x.numel() / a : 0});
