@@ -23,6 +23,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "onnx/checker.h"
 #include "onnx/defs/parser.h"
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
@@ -31,6 +32,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 using namespace mlir;
@@ -891,6 +893,25 @@ std::string inferShapes(onnx::ModelProto &model) {
   };
   try {
     verifyNodes(model.graph());
+    // ONNX's checker over the graph's structure (values defined before use,
+    // topological order, ...), on a copy whose initializers are graph
+    // inputs: their payloads were stripped, which check_model would refuse.
+    onnx::ModelProto shape = model;
+    auto *g = shape.mutable_graph();
+    std::set<std::string> declared;
+    for (const auto &in : g->input()) declared.insert(in.name());
+    for (const auto &init : g->initializer()) {
+      if (declared.count(init.name())) continue;
+      auto *in = g->add_input();
+      in->set_name(init.name());
+      auto *tt = in->mutable_type()->mutable_tensor_type();
+      tt->set_elem_type(init.data_type());
+      auto *sh = tt->mutable_shape();
+      for (int64_t d : init.dims()) sh->add_dim()->set_dim_value(d);
+    }
+    g->clear_initializer();
+    g->clear_sparse_initializer();
+    onnx::checker::check_model(shape);
   } catch (const std::exception &e) {
     std::string what = e.what();
     std::replace(what.begin(), what.end(), '\n', ' ');
