@@ -39,15 +39,25 @@ SMLoc bracketStart(SMLoc loc, StringRef text) {
   return *q == '[' || *q == '{' ? SMLoc::getFromPointer(q) : loc;
 }
 
+/// Deepest nesting of mappings/sequences accepted. Cluster files and
+/// catalogs nest 5 deep; the limit stops a hostile file (nested 100,000
+/// deep) from overflowing the stack of this recursive copy.
+constexpr int kMaxYamlDepth = 64;
+
 bool convert(yaml::Node *node, YamlValue &out, YamlReader &reader,
-             StringRef text) {
+             StringRef text, int depth = 0) {
   if (!node) {
     out.kind = YamlValue::Null;
     return true;
   }
   out.loc = node->getSourceRange().Start;
-  if (isa<yaml::MappingNode, yaml::SequenceNode>(node))
+  if (isa<yaml::MappingNode, yaml::SequenceNode>(node)) {
     out.loc = bracketStart(out.loc, text);
+    if (depth >= kMaxYamlDepth)
+      return reader.error(out.loc, "nested more than " +
+                                       Twine(kMaxYamlDepth) +
+                                       " levels deep (not a cluster file)");
+  }
   switch (node->getType()) {
   case yaml::Node::NK_Null:
     out.kind = YamlValue::Null;
@@ -87,7 +97,7 @@ bool convert(yaml::Node *node, YamlValue &out, YamlReader &reader,
         return reader.error(field.keyLoc, "keys must be plain strings");
       SmallString<64> storage;
       field.key = keyScalar->getValue(storage).str();
-      if (!convert(kv.getValue(), field.value, reader, text))
+      if (!convert(kv.getValue(), field.value, reader, text, depth + 1))
         return false;
       if (field.value.isNull() && !field.value.loc.isValid())
         field.value.loc = field.keyLoc;
@@ -99,7 +109,7 @@ bool convert(yaml::Node *node, YamlValue &out, YamlReader &reader,
     out.kind = YamlValue::Sequence;
     for (yaml::Node &item : *cast<yaml::SequenceNode>(node)) {
       YamlValue value;
-      if (!convert(&item, value, reader, text))
+      if (!convert(&item, value, reader, text, depth + 1))
         return false;
       out.items.push_back(std::move(value));
     }

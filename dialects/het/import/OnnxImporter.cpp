@@ -23,12 +23,16 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "onnx/checker.h"
 #include "onnx/defs/parser.h"
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
 
 #include <cstring>
+#include <functional>
+#include <map>
+#include <set>
 #include <stdexcept>
 
 using namespace mlir;
@@ -865,6 +869,54 @@ std::string inferShapes(onnx::ModelProto &model) {
              "' is newer than libonnx knows (" +
              std::to_string(it->second.second) + "); types come from value_info";
   }
+  // libonnx's inference functions index attributes and inputs without
+  // checking them (they crash on malformed nodes): every node, subgraphs
+  // included, must first pass its schema's own check (attribute types,
+  // required attributes, input/output counts). A model with a node that
+  // does not is typed from its value_info only (het's own shape rules bind
+  // the rest). (Not onnx::checker::check_model: it also checks weights,
+  // which the importer strips before parsing.)
+  std::map<std::string, int64_t> versions;
+  for (const auto &opset : model.opset_import())
+    versions[canonicalDomain(opset.domain())] = opset.version();
+  std::function<void(const onnx::GraphProto &)> verifyNodes = [&](const onnx::GraphProto &g) {
+    for (const auto &node : g.node()) {
+      auto v = versions.find(canonicalDomain(node.domain()));
+      if (v != versions.end())
+        if (const auto *schema = onnx::OpSchemaRegistry::Schema(node.op_type(), int(v->second), node.domain()))
+          schema->Verify(node);
+      for (const auto &attr : node.attribute()) {
+        if (attr.has_g()) verifyNodes(attr.g());
+        for (const auto &sub : attr.graphs()) verifyNodes(sub);
+      }
+    }
+  };
+  try {
+    verifyNodes(model.graph());
+    // ONNX's checker over the graph's structure (values defined before use,
+    // topological order, ...), on a copy whose initializers are graph
+    // inputs: their payloads were stripped, which check_model would refuse.
+    onnx::ModelProto shape = model;
+    auto *g = shape.mutable_graph();
+    std::set<std::string> declared;
+    for (const auto &in : g->input()) declared.insert(in.name());
+    for (const auto &init : g->initializer()) {
+      if (declared.count(init.name())) continue;
+      auto *in = g->add_input();
+      in->set_name(init.name());
+      auto *tt = in->mutable_type()->mutable_tensor_type();
+      tt->set_elem_type(init.data_type());
+      auto *sh = tt->mutable_shape();
+      for (int64_t d : init.dims()) sh->add_dim()->set_dim_value(d);
+    }
+    g->clear_initializer();
+    g->clear_sparse_initializer();
+    onnx::checker::check_model(shape);
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    return "skipped: a node fails its ONNX schema (" + what + "); types come from value_info";
+  }
   try {
     onnx::shape_inference::InferShapes(
         model, onnx::OpSchemaRegistry::Instance(),
@@ -887,17 +939,28 @@ OwningOpRef<ModuleOp> importOnnxFile(llvm::StringRef path, MLIRContext *context,
                                      std::string &error) {
   context->loadDialect<HetDialect>();
   std::string file = path.str();
+  // Regular files only: a FIFO would block and /dev/zero read forever.
+  if (llvm::sys::fs::exists(path) && !llvm::sys::fs::is_regular_file(path)) {
+    error = file + ": not a regular file";
+    return {};
+  }
+  // mmap (for large files): pages of weight payloads are never touched.
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    error = file + ": cannot open: " + buffer.getError().message();
+    return {};
+  }
+  return importOnnxBytes((*buffer)->getBuffer(), path, context, options, error);
+}
+
+OwningOpRef<ModuleOp> importOnnxBytes(llvm::StringRef bytes, llvm::StringRef path,
+                                      MLIRContext *context,
+                                      const ImportOptions &options,
+                                      std::string &error) {
+  context->loadDialect<HetDialect>();
+  std::string file = path.str();
   try {
-    // Regular files only: /dev/zero would be read forever, a FIFO block.
-    llvm::sys::fs::file_status status;
-    if (!llvm::sys::fs::status(path, status) && status.type() != llvm::sys::fs::file_type::regular_file)
-      fail(file + ": not a regular file");
-    // mmap (for large files): pages of weight payloads are never touched.
-    auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                              /*RequiresNullTerminator=*/false);
-    if (!buffer)
-      fail(file + ": cannot open: " + buffer.getError().message());
-    llvm::StringRef bytes = (*buffer)->getBuffer();
     if (bytes.empty())
       fail(file + ": empty file, not an ONNX model");
 
@@ -949,6 +1012,16 @@ OwningOpRef<ModuleOp> importOnnxFile(llvm::StringRef path, MLIRContext *context,
   } catch (const std::exception &e) {
     error = file + ": " + e.what();
   }
+  // One line: libonnx's messages (the text parser's "Error context:", the
+  // checker's) span several.
+  std::string oneLine;
+  for (char ch : error) {
+    if (ch == '\n' || ch == '\r') ch = ' ';
+    if (ch == ' ' && !oneLine.empty() && oneLine.back() == ' ') continue;
+    oneLine += ch;
+  }
+  while (!oneLine.empty() && oneLine.back() == ' ') oneLine.pop_back();
+  error = oneLine;
   return {};
 }
 

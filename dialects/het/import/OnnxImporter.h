@@ -33,6 +33,15 @@ mlir::OwningOpRef<mlir::ModuleOp> importOnnxFile(llvm::StringRef path,
                                                  const ImportOptions &options,
                                                  std::string &error);
 
+/// Imports an ONNX model from `bytes` (binary or text, as above); `path`
+/// names it in errors and locations, and external data is looked up beside
+/// it. The fuzz target of the importer calls this.
+mlir::OwningOpRef<mlir::ModuleOp> importOnnxBytes(llvm::StringRef bytes,
+                                                  llvm::StringRef path,
+                                                  mlir::MLIRContext *context,
+                                                  const ImportOptions &options,
+                                                  std::string &error);
+
 /// The highest ONNX IR version the importer reads.
 int64_t maxSupportedIrVersion();
 

@@ -60,6 +60,10 @@ Tensor readNpy(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return decodeNpy(bytes, path);
+}
+
+Tensor decodeNpy(const std::string &bytes, const std::string &path) {
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0)
     fail(path, "not a .npy file (no \\x93NUMPY magic)");
   unsigned major = uint8_t(bytes[6]);
@@ -111,10 +115,12 @@ Tensor readNpy(const std::string &path) {
   // The size the header claims, in checked arithmetic, against the bytes the
   // file has: before anything is allocated.
   size_t dataStart = start + headerLen;
-  uint64_t need = dtypeSize(type);
-  for (int64_t dim : shape)
-    if (__builtin_mul_overflow(need, uint64_t(dim), &need))
-      fail(path, "shape " + shapeText + " overflows the size of a tensor");
+  size_t need = 0;
+  try {
+    need = checkedBytes(checkedNumel(shape), dtypeSize(type), "shape " + shapeText);
+  } catch (const std::exception &) {
+    fail(path, "shape " + shapeText + " overflows the size of a tensor");
+  }
   if (bytes.size() - dataStart != need)
     fail(path, "holds " + std::to_string(bytes.size() - dataStart) + " bytes of data, shape " + shapeText +
                    " of " + dtypeName(type) + " needs " + std::to_string(need));

@@ -523,7 +523,8 @@ void PlanExecutor::checkInputs(const std::map<std::string, Tensor> &inputs) cons
       }
     }
   }
-  for (const auto &[name, t] : inputs) {
+  for (const auto &input : inputs) {
+    const std::string &name = input.first; // (clang < 16 cannot capture a structured binding)
     bool known = std::any_of(model_->inputs.begin(), model_->inputs.end(),
                              [&](const ValueInfo &v) { return v.name == name; });
     if (!known) fail("the model has no input '" + name + "'");

@@ -1,5 +1,6 @@
 //===- Executor.cpp - runs an ONNX graph on the CPU -----------------------===//
 #include "hetplan/runtime/Executor.h"
+#include "hetplan/runtime/ModelVerifier.h"
 #include "hetplan/runtime/Kernels.h"
 #include "OpRegistry.h"
 
@@ -183,6 +184,18 @@ void Executor::foldConstants() {
   std::set<std::string> graphInputs;
   for (const auto &in : model_.inputs) graphInputs.insert(in.name);
   int64_t opset = model_.opset("");
+  // What the verifier knows: declared shapes, initializers and the values
+  // folded so far.
+  ValueFacts facts = modelFacts(model_);
+  facts.constant = [this](const std::string &v) -> const Tensor * {
+    if (auto it = folded_.find(v); it != folded_.end()) return &it->second;
+    auto jt = model_.initializers.find(v);
+    return jt == model_.initializers.end() ? nullptr : &jt->second;
+  };
+  facts.shape = [this, declared = facts.shape](const std::string &v) -> const std::vector<int64_t> * {
+    if (auto it = folded_.find(v); it != folded_.end()) return &it->second.shape();
+    return declared(v);
+  };
   // Initializers each folded value depends on (transitively).
   auto &deps = foldDepsOf_;
   for (size_t idx : order_) {
@@ -209,6 +222,8 @@ void Executor::foldConstants() {
       } else { allConst = false; break; }
     }
     if (!allConst) continue;
+    // No kernel runs on a node that breaks ONNX's rules (ModelVerifier.h).
+    if (!verifyNode(n, opset, facts).empty()) continue;
     // Only what the load-time check accepts is run here; anything else
     // (or a kernel error) is left to run time, which reports it.
     DType t0 = cc.in(0);
@@ -452,7 +467,9 @@ void checkNode(const Node &n, int64_t opset, const std::map<std::string, DType> 
 } // namespace
 
 std::vector<std::string> Executor::check() const {
-  std::vector<std::string> problems;
+  // ONNX's rules for every node first (ModelVerifier.h), then what the
+  // kernels support.
+  std::vector<std::string> problems = verifyModel(model_);
   std::map<std::string, DType> types = model_.valueTypes;
   for (const auto *list : {&model_.inputs, &model_.outputs})
     for (const auto &v : *list)
@@ -558,7 +575,10 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
     if (!inputs.count(in.name))
       throw std::runtime_error(model_.path + ": input '" + in.name + "' was not given");
   bool onlyDeclared = true; // every given name a declared graph input
-  for (const auto &[name, t] : inputs) {
+  for (const auto &entry : inputs) {
+    // (not a structured binding: clang before 16 cannot capture one)
+    const std::string &name = entry.first;
+    const Tensor &t = entry.second;
     auto it = slotOf_.find(name);
     if (it != slotOf_.end()) {
       st.value[size_t(it->second)] = t; // may override initializers

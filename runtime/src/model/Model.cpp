@@ -65,8 +65,12 @@ Tensor convertTensor(const onnx::TensorProto &tp, const std::string &where,
   for (int64_t d : shape) if (d < 0) fail(where + ": negative dimension");
   if (dt == DType::String || dtypeSize(dt) == 0)
     fail(where + ": element type " + std::to_string(tp.data_type()) + " (" + dtypeName(dt) + ") is not supported");
-  int64_t n = shapeNumel(shape);
-  size_t bytes = static_cast<size_t>(n) * dtypeSize(dt);
+  int64_t n = 0;
+  size_t bytes = 0;
+  try {
+    n = checkedNumel(shape);
+    bytes = checkedBytes(n, dtypeSize(dt), "shape " + shapeString(shape));
+  } catch (const std::exception &e) { fail(where + ": " + e.what()); }
   if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location; int64_t offset = 0, length = -1;
     for (const auto &e : tp.external_data()) {
@@ -118,26 +122,33 @@ Tensor convertTensor(const onnx::TensorProto &tp, const std::string &where,
     if (bytes) std::memcpy(t.raw(), raw.data(), bytes);
     return t;
   }
-  Tensor t(dt, shape);
-  auto need = [&](int have) {
-    if (have != n) fail(where + ": has " + std::to_string(have) + " values, shape " + shapeString(shape) + " needs " + std::to_string(n));
-  };
+  // The value count of the typed field must match before anything is
+  // allocated: a shape of 2^40 with no values must not cost 4 TB.
+  int have = 0;
   switch (dt) {
-  case DType::Float32: need(tp.float_data_size()); copyTyped<decltype(tp.float_data()), float>(tp.float_data(), t); break;
-  case DType::Float64: need(tp.double_data_size()); copyTyped<decltype(tp.double_data()), double>(tp.double_data(), t); break;
-  case DType::Int64: need(tp.int64_data_size()); copyTyped<decltype(tp.int64_data()), int64_t>(tp.int64_data(), t); break;
+  case DType::Float32: have = tp.float_data_size(); break;
+  case DType::Float64: have = tp.double_data_size(); break;
+  case DType::Int64: have = tp.int64_data_size(); break;
+  case DType::UInt32: case DType::UInt64: have = tp.uint64_data_size(); break;
+  default: have = tp.int32_data_size(); break;
+  }
+  if (have != n) fail(where + ": has " + std::to_string(have) + " values, shape " + shapeString(shape) + " needs " + std::to_string(n));
+  Tensor t(dt, shape);
+  switch (dt) {
+  case DType::Float32: copyTyped<decltype(tp.float_data()), float>(tp.float_data(), t); break;
+  case DType::Float64: copyTyped<decltype(tp.double_data()), double>(tp.double_data(), t); break;
+  case DType::Int64: copyTyped<decltype(tp.int64_data()), int64_t>(tp.int64_data(), t); break;
   case DType::UInt32: case DType::UInt64:
-    need(tp.uint64_data_size());
     if (dt == DType::UInt32) copyTyped<decltype(tp.uint64_data()), uint32_t>(tp.uint64_data(), t);
     else copyTyped<decltype(tp.uint64_data()), uint64_t>(tp.uint64_data(), t);
     break;
-  case DType::Int32: need(tp.int32_data_size()); copyTyped<decltype(tp.int32_data()), int32_t>(tp.int32_data(), t); break;
-  case DType::Int16: need(tp.int32_data_size()); copyTyped<decltype(tp.int32_data()), int16_t>(tp.int32_data(), t); break;
+  case DType::Int32: copyTyped<decltype(tp.int32_data()), int32_t>(tp.int32_data(), t); break;
+  case DType::Int16: copyTyped<decltype(tp.int32_data()), int16_t>(tp.int32_data(), t); break;
   case DType::UInt16: case DType::Float16: case DType::BFloat16:
-    need(tp.int32_data_size()); copyTyped<decltype(tp.int32_data()), uint16_t>(tp.int32_data(), t); break;
-  case DType::Int8: need(tp.int32_data_size()); copyTyped<decltype(tp.int32_data()), int8_t>(tp.int32_data(), t); break;
+    copyTyped<decltype(tp.int32_data()), uint16_t>(tp.int32_data(), t); break;
+  case DType::Int8: copyTyped<decltype(tp.int32_data()), int8_t>(tp.int32_data(), t); break;
   case DType::UInt8: case DType::Bool:
-    need(tp.int32_data_size()); copyTyped<decltype(tp.int32_data()), uint8_t>(tp.int32_data(), t); break;
+    copyTyped<decltype(tp.int32_data()), uint8_t>(tp.int32_data(), t); break;
   default: fail(where + std::string(": element type ") + dtypeName(dt) + " is not supported");
   }
   return t;
@@ -346,10 +357,13 @@ Model loadModel(const std::string &path, const std::function<void(const std::str
   size_t size = 0;
   auto map = mapFile(path, size);
   if (checkSha256) checkSha256(sha256Hex(map.get(), size));
+  return parseModel(map.get(), size, path);
+}
+
+Model parseModel(const void *data, size_t size, const std::string &path) {
   auto proto = std::make_shared<onnx::ModelProto>();
-  if (size > static_cast<size_t>(INT32_MAX) || !proto->ParseFromArray(map.get(), static_cast<int>(size)))
+  if (size > static_cast<size_t>(INT32_MAX) || !proto->ParseFromArray(data, static_cast<int>(size)))
     fail(path + ": not a readable ONNX model (protobuf parse failed)");
-  map.reset();
   auto storage = std::make_shared<Storage>();
   storage->proto = proto;
   std::shared_ptr<const void> holder(storage, storage.get());

@@ -99,16 +99,66 @@ uint16_t floatToBfloat16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+int64_t checkedMul(int64_t a, int64_t b, const std::string &what) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) throw std::runtime_error(what + " overflows");
+  return r;
+}
+
+int64_t checkedAdd(int64_t a, int64_t b, const std::string &what) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) throw std::runtime_error(what + " overflows");
+  return r;
+}
+
+int64_t checkedNumel(const std::vector<int64_t> &shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw std::runtime_error("negative dimension in shape " + shapeString(shape));
+  return shapeNumel(shape);
+}
+
+size_t checkedBytes(int64_t count, size_t elemSize, const std::string &what) {
+  int64_t bytes;
+  if (count < 0 || elemSize > size_t(INT64_MAX) ||
+      __builtin_mul_overflow(count, static_cast<int64_t>(elemSize), &bytes))
+    throw std::runtime_error(what + ": " + std::to_string(count) + " elements of " +
+                             std::to_string(elemSize) + " bytes overflow the size of a tensor");
+  return static_cast<size_t>(bytes);
+}
+
 int64_t shapeNumel(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  // The product of the non-zero dims must fit, so that strides and partial
+  // products over a shape with a 0 dim cannot wrap either.
+  int64_t n = 1, nonZero = 1;
+  bool zero = false;
+  for (int64_t d : shape) {
+    if (d == 0) { zero = true; continue; }
+    if (__builtin_mul_overflow(nonZero, d, &nonZero))
+      throw std::runtime_error("the element count of shape " + shapeString(shape) + " overflows");
+  }
+  n = zero ? 0 : nonZero;
   return n;
 }
 
+namespace {
+size_t gMaxTensorBytes = 0;
+}
+void setMaxTensorBytes(size_t bytes) { gMaxTensorBytes = bytes; }
+size_t maxTensorBytes() { return gMaxTensorBytes; }
+
+size_t Tensor::nbytes() const {
+  int64_t bytes;
+  if (__builtin_mul_overflow(numel(), static_cast<int64_t>(dtypeSize(dtype_)), &bytes))
+    throw std::runtime_error("the byte size of tensor " + describe() + " overflows");
+  return static_cast<size_t>(bytes);
+}
+
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
-  for (int64_t d : shape_)
-    if (d < 0) throw std::runtime_error("negative dimension in shape " + shapeString(shape_));
+  checkedNumel(shape_);
   size_t bytes = std::max<size_t>(nbytes(), 1);
+  if (gMaxTensorBytes && bytes > gMaxTensorBytes)
+    throw std::runtime_error("tensor " + describe() + " needs " + std::to_string(bytes) +
+                             " bytes, more than the limit of " + std::to_string(gMaxTensorBytes));
   auto buf = std::shared_ptr<uint8_t>(new uint8_t[bytes](), std::default_delete<uint8_t[]>());
   data_ = buf.get();
   holder_ = buf;
@@ -118,6 +168,7 @@ Tensor Tensor::view(DType dtype, std::vector<int64_t> shape, const void *data,
                     std::shared_ptr<const void> holder) {
   Tensor t;
   t.dtype_ = dtype; t.shape_ = std::move(shape);
+  t.nbytes(); // the shape's size in checked arithmetic (throws on overflow)
   t.data_ = const_cast<void *>(data); t.holder_ = std::move(holder); t.view_ = true;
   return t;
 }

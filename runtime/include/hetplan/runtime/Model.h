@@ -110,6 +110,10 @@ struct Model {
 /// read once); it throws to refuse the file.
 Model loadModel(const std::string &path,
                 const std::function<void(const std::string &)> &checkSha256 = {});
+/// Reads an ONNX model from `size` bytes at `data` (copied: the caller may
+/// free them after the call). `path` names the model in errors, and external
+/// data is read relative to its folder.
+Model parseModel(const void *data, size_t size, const std::string &path);
 /// Writes `model` (read by loadModel) as one self-contained ONNX file at
 /// `path`: every initializer inline (raw_data), those named in `replace`
 /// with the given values (same shape and type; trained weights). Written to

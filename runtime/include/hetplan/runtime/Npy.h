@@ -17,6 +17,9 @@ namespace hetplan::runtime {
 
 /// Reads an .npy file; throws std::runtime_error("PATH: what") on error.
 Tensor readNpy(const std::string &path);
+/// The tensor in the bytes of an .npy file; `path` names it in errors. Only
+/// the bytes given are read and nothing is allocated beyond what they hold.
+Tensor decodeNpy(const std::string &bytes, const std::string &path);
 /// The bytes of an .npy file (version 1.0 header when it fits, else 2.0).
 std::string encodeNpy(const Tensor &tensor);
 /// Writes `tensor` to `path`; throws std::runtime_error on error.

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "hetplan/runtime/Checked.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,7 +60,8 @@ public:
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
   int64_t dim(int64_t i) const { return shape_[i < 0 ? i + rank() : i]; }
   int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtypeSize(dtype_); }
+  /// numel() * element size (checked: throws rather than wrap).
+  size_t nbytes() const;
   /// True when the bytes belong to someone else (mapped file, model proto).
   bool isView() const { return view_; }
 
@@ -86,8 +89,13 @@ private:
   bool view_ = false;
 };
 
-/// Element count of a shape.
+/// Element count of a shape; throws when it overflows int64 (Checked.h).
 int64_t shapeNumel(const std::vector<int64_t> &shape);
+/// Largest owned tensor (bytes) the Tensor constructor allocates; larger
+/// ones throw a one-line error instead. Unlimited (0) by default; the fuzz
+/// targets and embedders that run untrusted models set a budget.
+void setMaxTensorBytes(size_t bytes);
+size_t maxTensorBytes();
 /// numpy broadcasting of two shapes; throws on incompatible shapes.
 std::vector<int64_t> broadcastShapes(const std::vector<int64_t> &a,
                                      const std::vector<int64_t> &b);

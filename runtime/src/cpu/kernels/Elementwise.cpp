@@ -3,6 +3,7 @@
 #include "KernelUtil.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -253,7 +254,16 @@ __attribute__((target("avx,f16c"))) void floatToHalfF16c(const float *s, uint16_
   for (; i < n; ++i) d[i] = floatToHalf(s[i]);
 }
 bool haveF16c() {
+#if defined(__clang__) && __clang_major__ < 15
+  // (clang before 15 has no "f16c" for __builtin_cpu_supports: ask CPUID,
+  // with the OS saving AVX state; the fuzz build uses Debian's clang 14)
+  static const bool yes = [] {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && (c & bit_AVX) && (c & bit_OSXSAVE);
+  }();
+#else
   static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+#endif
   return yes;
 }
 #else
@@ -361,6 +371,8 @@ template <typename F> void regArith(const std::string &name, F f, std::vector<DT
 template <typename F> void regCompare(const std::string &name, F f, std::vector<DType> types) {
   registerKernel(name, {[f](KernelContext &c) {
                           const Tensor &a = c.in(0), &b = c.in(1);
+                          if (a.dtype() != b.dtype())
+                            throw std::runtime_error(std::string("mixed element types ") + dtypeName(a.dtype()) + " and " + dtypeName(b.dtype()));
                           HP_DISPATCH_ALL(a.dtype(), c.outputs[0] = binaryBroadcast<T, T, bool>(a, b, DType::Bool, [&](T x, T y) { return f(x, y); }));
                         },
                         nullptr, types});
@@ -374,6 +386,9 @@ template <typename F> void regVariadic(const std::string &name, F f, bool mean =
                             if (!c.hasInput(i)) continue;
                             ++count;
                             if (i == 0) continue;
+                            if (c.in(i).dtype() != acc.dtype())
+                              throw std::runtime_error(std::string("mixed element types ") + dtypeName(acc.dtype()) + " and " +
+                                                       dtypeName(c.in(i).dtype()));
                             HP_DISPATCH_NUMERIC(acc.dtype(), acc = binaryBroadcast<T, T, T>(acc, c.in(i), acc.dtype(), [&](T x, T y) { return static_cast<T>(f(x, y)); }));
                           }
                           if (mean) {
@@ -392,6 +407,8 @@ template <typename T> T modOp(T x, T y, bool fmodMode) {
   if constexpr (std::is_floating_point_v<T>) return static_cast<T>(std::fmod(x, y));
   else {
     if (y == 0) return 0;
+    if constexpr (std::is_signed_v<T>)
+      if (y == -1) return 0; // INT_MIN % -1 traps on x86
     T r = static_cast<T>(x % y);
     if constexpr (std::is_signed_v<T>)
       if (!fmodMode && r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
@@ -454,14 +471,14 @@ void registerElementwiseKernels() {
     return [b, l](double x) { return x < -l ? x + b : (x > l ? x - b : 0.0); };
   });
   regNumericUnary("Relu", [](auto z) { using T = decltype(z); return [](T x) { return x < T(0) ? T(0) : x; }; }, kSignedAndFloat);
-  regNumericUnary("Neg", [](auto z) { using T = decltype(z); return [](T x) { return static_cast<T>(-x); }; }, kSignedAndFloat);
-  regNumericUnary("Abs", [](auto z) { using T = decltype(z); return [](T x) { if constexpr (std::is_unsigned_v<T>) return x; else return static_cast<T>(x < T(0) ? -x : x); }; }, kNumericTypes);
+  regNumericUnary("Neg", [](auto z) { using T = decltype(z); return [](T x) { return wrapSub(T(0), x); }; }, kSignedAndFloat);
+  regNumericUnary("Abs", [](auto z) { using T = decltype(z); return [](T x) { if constexpr (std::is_unsigned_v<T>) return x; else return x < T(0) ? wrapSub(T(0), x) : x; }; }, kNumericTypes);
   regNumericUnary("Sign", [](auto z) { using T = decltype(z); return [](T x) { return static_cast<T>(x > T(0) ? 1 : (x < T(0) ? -1 : 0)); }; }, kNumericTypes);
 
-  regArith("Add", [](auto x, auto y) { return x + y; });
-  regArith("Sub", [](auto x, auto y) { return x - y; });
-  regArith("Mul", [](auto x, auto y) { return x * y; });
-  regArith("Div", [](auto x, auto y) { return x / y; });
+  regArith("Add", [](auto x, auto y) { return wrapAdd(x, y); });
+  regArith("Sub", [](auto x, auto y) { return wrapSub(x, y); });
+  regArith("Mul", [](auto x, auto y) { return wrapMul(x, y); });
+  regArith("Div", [](auto x, auto y) { return safeDiv(x, y); });
   registerKernel("Mod", {[](KernelContext &c) {
                            const Tensor &a = c.in(0), &b = c.in(1);
                            bool fmodMode = c.node.getInt("fmod", 0) != 0;
@@ -607,7 +624,7 @@ void registerElementwiseKernels() {
                            nullptr, {DType::Bool}});
   regVariadic("Max", [](auto x, auto y) { return x > y ? x : y; });
   regVariadic("Min", [](auto x, auto y) { return x < y ? x : y; });
-  regVariadic("Sum", [](auto x, auto y) { return x + y; });
+  regVariadic("Sum", [](auto x, auto y) { return wrapAdd(x, y); });
   regVariadic("Mean", [](auto x, auto y) { return x + y; }, true);
   registerKernel("Clip", {[](KernelContext &c) {
                             const Tensor &x = c.in(0);

@@ -8,6 +8,7 @@
 #pragma once
 #include "hetplan/runtime/Model.h"
 
+#include <stdexcept>
 #include <vector>
 
 namespace hetplan::runtime::cpu {
@@ -30,9 +31,18 @@ struct Window {
 /// match the spatial rank.
 Window makeWindow(const Node &n, const std::vector<int64_t> &inSpatial, std::vector<int64_t> kernel, bool pool);
 
-/// The spatial dims of an [N, C, spatial...] tensor.
+/// The spatial dims of an [N, C, spatial...] tensor; throws below rank 2.
 inline std::vector<int64_t> spatialOf(const Tensor &t) {
+  if (t.rank() < 2) throw std::runtime_error("input " + t.describe() + " is not [N, C, spatial...]");
   return std::vector<int64_t>(t.shape().begin() + 2, t.shape().end());
 }
+
+/// The shapes a Conv (or, with `transpose`, a ConvTranspose) kernel indexes
+/// with, checked before it does: x is [N, C, spatial...] with at least one
+/// spatial dim, w has x's rank and element type, group divides the
+/// channels, w's channel dims fit, `kernel` equals w's spatial dims, and a
+/// bias (when given) holds one value per output channel. `op` names the op.
+void checkConvOperands(const char *op, const Tensor &x, const Tensor &w, int64_t group,
+                       const std::vector<int64_t> &kernel, bool transpose, const Tensor *bias);
 
 } // namespace hetplan::runtime::cpu

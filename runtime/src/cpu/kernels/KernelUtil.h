@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace hetplan::runtime::cpu {
@@ -151,6 +152,11 @@ inline int64_t broadcastRowInner(const std::vector<int64_t> &s, const std::vecto
 /// out = f(a, b) with numpy broadcasting; A, B input element types, O output.
 template <typename A, typename B, typename O, typename F>
 Tensor binaryBroadcast(const Tensor &a, const Tensor &b, DType outType, F f) {
+  // The operands' bytes are read as A and B: their element sizes must be
+  // those (a model can give any types; only the kernel knows which it takes).
+  if (dtypeSize(a.dtype()) != sizeof(A) || dtypeSize(b.dtype()) != sizeof(B))
+    throw std::runtime_error("operands " + a.describe() + " and " + b.describe() +
+                             " do not have the element types the op needs");
   auto shape = broadcastShapes(a.shape(), b.shape());
   Tensor out(outType, shape);
   const A *pa = a.data<A>(); const B *pb = b.data<B>(); O *po = out.data<O>();
@@ -197,9 +203,46 @@ Tensor binaryBroadcast(const Tensor &a, const Tensor &b, DType outType, F f) {
   return out;
 }
 
+/// Integer arithmetic that wraps (two's complement, as numpy and ONNX's
+/// reference do) instead of overflowing, which is undefined in C++; floats
+/// as usual. Integer division by zero gives 0 (numpy's result) and
+/// INT_MIN / -1 wraps, where the CPU would trap.
+template <typename T> T wrapAdd(T x, T y) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    using U = std::make_unsigned_t<T>;
+    using W = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, U>;
+    return static_cast<T>(static_cast<U>(W(U(x)) + W(U(y))));
+  } else return static_cast<T>(x + y);
+}
+template <typename T> T wrapSub(T x, T y) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    using U = std::make_unsigned_t<T>;
+    using W = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, U>;
+    return static_cast<T>(static_cast<U>(W(U(x)) - W(U(y))));
+  } else return static_cast<T>(x - y);
+}
+template <typename T> T wrapMul(T x, T y) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    using U = std::make_unsigned_t<T>;
+    using W = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, U>;
+    return static_cast<T>(static_cast<U>(W(U(x)) * W(U(y))));
+  } else return static_cast<T>(x * y);
+}
+template <typename T> T safeDiv(T x, T y) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (y == 0) return 0;
+    if constexpr (std::is_signed_v<T>)
+      if (y == -1) return wrapSub<T>(0, x);
+    return static_cast<T>(x / y);
+  } else return static_cast<T>(x / y);
+}
+
 inline int64_t normAxis(int64_t axis, int64_t rank) {
   int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= std::max<int64_t>(rank, 1))
+  // Strictly inside the rank: callers index per-dim arrays with the result
+  // (a rank-0 tensor has no axis; callers that treat a scalar as rank 1
+  // pass max(rank, 1)).
+  if (a < 0 || a >= rank)
     throw std::runtime_error("axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
   return a;
 }

@@ -17,6 +17,7 @@ namespace {
 
 void matmul(KernelContext &c) {
   const Tensor &a = c.in(0), &b = c.in(1);
+  if (a.dtype() != b.dtype()) throw std::runtime_error("MatMul of " + a.describe() + " and " + b.describe() + ": element types differ");
   MatMulShape ms = matmulShape(a.shape(), b.shape());
   int64_t M = ms.M, K = ms.K, N = ms.N;
   const auto &ab = ms.aBatch, &bb = ms.bBatch, &batch = ms.batch;
@@ -48,7 +49,12 @@ void matmul(KernelContext &c) {
 void gemmKernel(KernelContext &c) {
   const Tensor &a = c.in(0), &b = c.in(1);
   bool ta = c.node.getInt("transA", 0), tb = c.node.getInt("transB", 0);
+  if (a.rank() != 2 || b.rank() != 2 || a.dtype() != b.dtype() || (c.hasInput(2) && c.in(2).dtype() != a.dtype()))
+    throw std::runtime_error("Gemm needs 2-D A and B of one element type, not " + a.describe() + " and " + b.describe());
   int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
+  if ((tb ? b.dim(1) : b.dim(0)) != K)
+    throw std::runtime_error("Gemm shapes " + a.describe() + " and " + b.describe() + " do not match (transA " +
+                             std::to_string(ta) + ", transB " + std::to_string(tb) + ")");
   double alpha = c.node.getFloat("alpha", 1.0f), beta = c.node.getFloat("beta", 1.0f);
   Tensor out(a.dtype(), {M, N});
   HP_DISPATCH_FLOAT(a.dtype(), {
@@ -68,8 +74,9 @@ void gemmKernel(KernelContext &c) {
 
 void conv(KernelContext &c) {
   const Tensor &x = c.in(0), &wt = c.in(1);
+  auto ks = c.node.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + std::min<int64_t>(2, wt.rank()), wt.shape().end()));
+  checkConvOperands("Conv", x, wt, c.node.getInt("group", 1), ks, false, c.hasInput(2) ? &c.in(2) : nullptr);
   int64_t N = x.dim(0), C = x.dim(1), M = wt.dim(0), G = c.node.getInt("group", 1);
-  auto ks = c.node.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + 2, wt.shape().end()));
   Window w = makeWindow(c.node, spatialOf(x), ks, false);
   size_t r = w.in.size();
   int64_t Cg = C / G, Mg = M / G, kSize = shapeNumel(w.kernel), inSize = shapeNumel(w.in), outSize = shapeNumel(w.out);
@@ -189,18 +196,27 @@ void conv(KernelContext &c) {
 void convTranspose(KernelContext &c) {
   const Tensor &x = c.in(0), &wt = c.in(1);
   const Node &nd = c.node;
+  auto ks = nd.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + std::min<int64_t>(2, wt.rank()), wt.shape().end()));
+  checkConvOperands("ConvTranspose", x, wt, nd.getInt("group", 1), ks, true, c.hasInput(2) ? &c.in(2) : nullptr);
   int64_t N = x.dim(0), C = x.dim(1), G = nd.getInt("group", 1), Mg = wt.dim(1), M = Mg * G, Cg = C / G;
   auto in = spatialOf(x);
   size_t r = in.size();
-  auto ks = nd.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + 2, wt.shape().end()));
   auto stride = nd.getInts("strides", std::vector<int64_t>(r, 1)), dil = nd.getInts("dilations", std::vector<int64_t>(r, 1));
   auto outPad = nd.getInts("output_padding", std::vector<int64_t>(r, 0));
   auto pads = nd.getInts("pads", std::vector<int64_t>(2 * r, 0));
   auto outShapeAttr = nd.getInts("output_shape");
   std::string autoPad = nd.getString("auto_pad", "NOTSET");
+  if (stride.size() != r || dil.size() != r || outPad.size() != r || pads.size() != 2 * r ||
+      (!outShapeAttr.empty() && outShapeAttr.size() < r))
+    throw std::runtime_error("ConvTranspose: strides/dilations/output_padding/pads/output_shape do not match the " +
+                             std::to_string(r) + " spatial dims of " + x.describe());
   std::vector<int64_t> outSp(r), padB(r);
   for (size_t i = 0; i < r; ++i) {
-    int64_t full = stride[i] * (in[i] - 1) + outPad[i] + (ks[i] - 1) * dil[i] + 1;
+    if (stride[i] <= 0 || dil[i] <= 0 || outPad[i] < 0 || pads[i] < 0 || pads[i + r] < 0)
+      throw std::runtime_error("ConvTranspose: strides and dilations must be positive, pads and output_padding not negative");
+    int64_t full = checkedAdd(checkedAdd(checkedMul(stride[i], in[i] - 1, "ConvTranspose's output size"), outPad[i],
+                                         "ConvTranspose's output size"),
+                              checkedMul(ks[i] - 1, dil[i], "ConvTranspose's kernel extent") + 1, "ConvTranspose's output size");
     if (!outShapeAttr.empty()) {
       outSp[i] = outShapeAttr[outShapeAttr.size() - r + i];
       // ONNX's total_padding rule (pads ignored); the halves round down
@@ -360,8 +376,23 @@ void globalPool(KernelContext &c, bool isMax) {
   c.outputs[0] = std::move(out);
 }
 
+/// Inputs first..last of a normalization op: `x`'s element type and `count`
+/// values each (one per channel), or a one-line error naming the rule.
+void requirePerChannel(const KernelContext &c, size_t first, size_t last, int64_t count, const char *op) {
+  const Tensor &x = c.in(0);
+  for (size_t i = first; i <= last; ++i) {
+    const Tensor &p = c.in(i);
+    if (p.dtype() != x.dtype() || p.numel() != count)
+      throw std::runtime_error(std::string(op) + " input " + std::to_string(i) + " is " + p.describe() + "; X " +
+                               x.describe() + " needs " + std::to_string(count) + " " + dtypeName(x.dtype()) +
+                               " values (one per channel)");
+  }
+}
+
 void batchNorm(KernelContext &c) {
   const Tensor &x = c.in(0);
+  if (x.rank() < 1) throw std::runtime_error("BatchNormalization input X must have rank >= 1 (N, C, ...)");
+  requirePerChannel(c, 1, 4, x.rank() > 1 ? x.dim(1) : 1, "BatchNormalization");
   int64_t N = x.dim(0), C = x.rank() > 1 ? x.dim(1) : 1, S = x.numel() / std::max<int64_t>(N * C, 1);
   double eps = c.node.getFloat("epsilon", 1e-5f);
   Tensor out(x.dtype(), x.shape());
@@ -430,6 +461,12 @@ void layerNorm(KernelContext &c) {
   bool floatDone = false;
   HP_DISPATCH_FLOAT(x.dtype(), {
     Tensor scale = c.in(1);
+    for (size_t i = 1; i < 3; ++i)
+      if (c.hasInput(i) && (c.in(i).dtype() != x.dtype() ||
+                            broadcastShapes(c.in(i).shape(), std::vector<int64_t>(x.shape().begin() + axis, x.shape().end())) !=
+                                std::vector<int64_t>(x.shape().begin() + axis, x.shape().end())))
+        throw std::runtime_error("LayerNormalization input " + std::to_string(i) + " " + c.in(i).describe() +
+                                 " does not broadcast to the normalized dims of " + x.describe());
     Tensor sb = binaryBroadcast<T, T, T>(Tensor(x.dtype(), std::vector<int64_t>(x.shape().begin() + axis, x.shape().end())), scale, x.dtype(), [](T, T y) { return y; });
     Tensor bb;
     if (c.hasInput(2)) bb = binaryBroadcast<T, T, T>(Tensor(x.dtype(), sb.shape()), c.in(2), x.dtype(), [](T, T y) { return y; });
@@ -467,6 +504,8 @@ void layerNorm(KernelContext &c) {
 
 void instanceNorm(KernelContext &c) {
   const Tensor &x = c.in(0);
+  if (x.rank() < 2) throw std::runtime_error("InstanceNormalization input " + x.describe() + " needs rank >= 2 (N, C, ...)");
+  requirePerChannel(c, 1, 2, x.dim(1), "InstanceNormalization");
   int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(N * C, 1);
   double eps = c.node.getFloat("epsilon", 1e-5f);
   Tensor out(x.dtype(), x.shape());
@@ -488,6 +527,8 @@ void instanceNorm(KernelContext &c) {
 
 void lrn(KernelContext &c) {
   const Tensor &x = c.in(0);
+  if (x.rank() < 2) throw std::runtime_error("LRN input " + x.describe() + " needs rank >= 2 (N, C, ...)");
+  if (c.node.getInt("size", 1) <= 0) throw std::runtime_error("LRN size must be positive");
   int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(N * C, 1), size = c.node.getInt("size", 1);
   double alpha = c.node.getFloat("alpha", 1e-4f), beta = c.node.getFloat("beta", 0.75f), bias = c.node.getFloat("bias", 1.0f);
   int64_t lo = (size - 1) / 2, hi = size - 1 - lo;

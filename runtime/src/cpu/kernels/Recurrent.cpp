@@ -103,6 +103,11 @@ Tensor swap01(const Tensor &t) {
 void recurrent(KernelContext &c, Kind k) {
   const Node &n = c.node;
   const int64_t layout = n.getInt("layout", 0);
+  // Every float input is float32 and X has rank 3 before anything indexes.
+  for (size_t i : {0, 1, 2, 3, 5, 6, 7})
+    if (c.hasInput(i) && c.in(i).dtype() != DType::Float32)
+      throw std::runtime_error(n.opType + ": input " + std::to_string(i) + " is " + c.in(i).describe() + ", not float32");
+  if (c.in(0).rank() != 3) throw std::runtime_error(n.opType + ": X must be rank 3, it is " + c.in(0).describe());
   Tensor X = layout == 1 ? swap01(c.in(0)) : c.in(0);
   const Tensor &W = c.in(1), &R = c.in(2);
   if (X.rank() != 3 || W.rank() != 3 || R.rank() != 3)
@@ -114,6 +119,11 @@ void recurrent(KernelContext &c, Kind k) {
   if (W.dim(0) != D || W.dim(1) != GH || W.dim(2) != I || R.dim(0) != D || R.dim(1) != GH || R.dim(2) != H)
     throw std::runtime_error(n.opType + ": W " + shapeString(W.shape()) + " / R " + shapeString(R.shape()) +
                              " do not match X " + shapeString(X.shape()) + " and hidden_size " + std::to_string(H));
+  // B is [D, 2*G*H], P (LSTM peepholes) [D, 3*H].
+  if (c.hasInput(3) && c.in(3).numel() != D * 2 * GH)
+    throw std::runtime_error(n.opType + ": B " + c.in(3).describe() + " needs " + std::to_string(D * 2 * GH) + " values");
+  if (k == Kind::LSTM && c.hasInput(7) && c.in(7).numel() != D * 3 * H)
+    throw std::runtime_error(n.opType + ": P " + c.in(7).describe() + " needs " + std::to_string(D * 3 * H) + " values");
   const bool reverseOnly = n.getString("direction", "forward") == "reverse";
   const float clip = n.has("clip") ? n.getFloat("clip", 0) : -1.0f;
   const bool lbr = k == Kind::GRU && n.getInt("linear_before_reset", 0) != 0;
@@ -134,6 +144,7 @@ void recurrent(KernelContext &c, Kind k) {
   }
   auto stateIn = [&](size_t i) -> Tensor {
     if (!c.hasInput(i)) return Tensor(DType::Float32, {D, Bn, H});
+    if (c.in(i).rank() != 3) throw std::runtime_error(n.opType + ": initial state " + c.in(i).describe() + " must be rank 3");
     Tensor t = layout == 1 ? swap01(c.in(i)) : c.in(i);
     if (t.numel() != D * Bn * H) throw std::runtime_error(n.opType + ": initial state shape " + shapeString(c.in(i).shape()));
     return t;

@@ -44,8 +44,15 @@ void reshape(KernelContext &c) {
   bool allowZero = c.node.getInt("allowzero", 0);
   int64_t known = 1, neg = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0 && !allowZero) shape[i] = x.dim(i);
-    if (shape[i] == -1) neg = i; else known *= shape[i];
+    if (shape[i] == 0 && !allowZero) {
+      if (static_cast<int64_t>(i) >= x.rank())
+        throw std::runtime_error("Reshape: shape entry " + std::to_string(i) + " is 0 (copy the input's dim) but the input " +
+                                 x.describe() + " has no dim " + std::to_string(i));
+      shape[i] = x.dim(i);
+    }
+    if (shape[i] < -1 || (shape[i] == -1 && neg >= 0))
+      throw std::runtime_error("Reshape: shape has a dim below -1 or more than one -1");
+    if (shape[i] == -1) neg = i; else known = checkedMul(known, shape[i], "Reshape's element count");
   }
   if (neg >= 0) shape[neg] = known ? x.numel() / known : 0;
   c.outputs[0] = x.reshaped(shape);
@@ -55,6 +62,8 @@ void flatten(KernelContext &c) {
   const Tensor &x = c.in(0);
   int64_t axis = c.node.getInt("axis", 1);
   if (axis < 0) axis += x.rank();
+  if (axis < 0 || axis > x.rank())
+    throw std::runtime_error("Flatten: axis " + std::to_string(c.node.getInt("axis", 1)) + " is out of range for " + x.describe());
   int64_t a = 1;
   for (int64_t i = 0; i < axis; ++i) a *= x.dim(i);
   c.outputs[0] = x.reshaped({a, a ? x.numel() / a : 0});
@@ -134,10 +143,20 @@ void transpose(KernelContext &c) {
 void concat(KernelContext &c) {
   std::vector<const Tensor *> ins;
   for (size_t i = 0; i < c.inputs.size(); ++i) if (c.hasInput(i)) ins.push_back(c.inputs[i]);
+  if (ins.empty()) throw std::runtime_error("Concat needs at least one input");
   int64_t axis = normAxis(c.node.getInt("axis", 0), ins[0]->rank());
   std::vector<int64_t> shape = ins[0]->shape();
+  if (shape.empty()) throw std::runtime_error("Concat inputs must have rank >= 1");
   shape[axis] = 0;
-  for (auto *t : ins) shape[axis] += t->dim(axis);
+  for (auto *t : ins) {
+    // Same type, rank and dims (but the axis) as the first input.
+    bool same = t->dtype() == ins[0]->dtype() && t->rank() == ins[0]->rank();
+    for (int64_t d = 0; same && d < t->rank(); ++d) same = d == axis || t->dim(d) == ins[0]->dim(d);
+    if (!same)
+      throw std::runtime_error("Concat inputs " + ins[0]->describe() + " and " + t->describe() +
+                               " differ in type, rank or a dim other than the axis " + std::to_string(axis));
+    shape[axis] = checkedAdd(shape[axis], t->dim(axis), "Concat's output dim");
+  }
   Tensor out(ins[0]->dtype(), shape);
   size_t es = dtypeSize(out.dtype());
   int64_t outer = 1, inner = 1;
@@ -168,8 +187,17 @@ void split(KernelContext &c) {
   int64_t n = c.numOutputs();
   if (parts.empty()) {
     int64_t each = (x.dim(axis) + n - 1) / n;
-    for (int64_t i = 0; i < n; ++i) parts.push_back(std::min(each, x.dim(axis) - i * each));
+    for (int64_t i = 0; i < n; ++i) parts.push_back(std::max<int64_t>(0, std::min(each, x.dim(axis) - i * each)));
   }
+  int64_t total = 0;
+  for (int64_t p : parts) {
+    if (p < 0) throw std::runtime_error("Split sizes must not be negative");
+    total = checkedAdd(total, p, "Split sizes");
+  }
+  if (static_cast<int64_t>(parts.size()) != n || total != x.dim(axis))
+    throw std::runtime_error("Split into " + std::to_string(parts.size()) + " parts of " + std::to_string(total) +
+                             " in all: the node has " + std::to_string(n) + " outputs and axis " + std::to_string(axis) +
+                             " of " + x.describe() + " has " + std::to_string(x.dim(axis)));
   int64_t start = 0;
   for (int64_t i = 0; i < n; ++i) { c.outputs[i] = sliceAxis(x, axis, start, parts[i]); start += parts[i]; }
 }
@@ -217,13 +245,17 @@ void expand(KernelContext &c) {
 void tile(KernelContext &c) {
   const Tensor &x = c.in(0);
   auto reps = c.in(1).toInt64Vector();
+  if (static_cast<int64_t>(reps.size()) != x.rank())
+    throw std::runtime_error("Tile repeats has " + std::to_string(reps.size()) + " values for " + x.describe());
+  for (int64_t r : reps)
+    if (r < 0) throw std::runtime_error("Tile repeats must not be negative");
   // view as [r0, d0, r1, d1, ...] with stride 0 on the repeats
   std::vector<int64_t> shape, strides, outShape;
   auto st = stridesOf(x.shape());
   for (int64_t i = 0; i < x.rank(); ++i) {
     shape.push_back(reps[i]); strides.push_back(0);
     shape.push_back(x.dim(i)); strides.push_back(st[i]);
-    outShape.push_back(reps[i] * x.dim(i));
+    outShape.push_back(checkedMul(reps[i], x.dim(i), "Tile's output dim"));
   }
   c.outputs[0] = gatherStrided(x, shape, strides, 0).reshaped(outShape);
 }
@@ -254,6 +286,17 @@ void gatherElements(KernelContext &c) {
   const Tensor &x = c.in(0), &it = c.in(1);
   int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
   auto idx = it.toInt64Vector();
+  if (it.rank() != x.rank())
+    throw std::runtime_error("GatherElements indices " + it.describe() + " and data " + x.describe() + " differ in rank");
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (d != axis && it.dim(d) > x.dim(d))
+      throw std::runtime_error("GatherElements indices " + it.describe() + " exceed data " + x.describe() + " on dim " +
+                               std::to_string(d));
+  for (int64_t &k : idx) {
+    if (k < -x.dim(axis) || k >= x.dim(axis))
+      throw std::runtime_error("GatherElements index " + std::to_string(k) + " out of range for axis " +
+                               std::to_string(axis) + " of " + x.describe());
+  }
   Tensor out(x.dtype(), it.shape());
   auto sx = stridesOf(x.shape()), si = stridesOf(it.shape());
   size_t es = dtypeSize(x.dtype());
@@ -293,8 +336,16 @@ void constantOfShape(KernelContext &c) {
 void range(KernelContext &c) {
   const Tensor &s = c.in(0);
   HP_DISPATCH_NUMERIC(s.dtype(), {
+    if (s.numel() != 1 || c.in(1).numel() != 1 || c.in(2).numel() != 1 || c.in(1).dtype() != s.dtype() ||
+        c.in(2).dtype() != s.dtype())
+      throw std::runtime_error("Range's start, limit and delta must be scalars of one type");
     T start = s.data<T>()[0], limit = c.in(1).data<T>()[0], delta = c.in(2).data<T>()[0];
-    int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((static_cast<double>(limit) - start) / static_cast<double>(delta))));
+    double count = std::ceil((static_cast<double>(limit) - start) / static_cast<double>(delta));
+    if (!(static_cast<double>(delta) != 0) || !std::isfinite(count) || count > 9.0e15)
+      throw std::runtime_error("Range with start " + std::to_string(double(start)) + ", limit " +
+                               std::to_string(double(limit)) + " and delta " + std::to_string(double(delta)) +
+                               " has no finite length");
+    int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
     Tensor out(s.dtype(), {n});
     for (int64_t i = 0; i < n; ++i) out.data<T>()[i] = static_cast<T>(start + i * delta);
     c.outputs[0] = std::move(out);
@@ -308,14 +359,27 @@ void pad(KernelContext &c) {
   std::string mode = c.node.getString("mode", "constant");
   if (c.opset >= 18 && c.hasInput(3)) {
     auto axes = c.in(3).toInt64Vector();
+    if (pads.size() != 2 * axes.size())
+      throw std::runtime_error("Pad has " + std::to_string(pads.size()) + " pads for " + std::to_string(axes.size()) + " axes");
     std::vector<int64_t> full(2 * r, 0);
     for (size_t i = 0; i < axes.size(); ++i) { int64_t a = normAxis(axes[i], r); full[a] = pads[i]; full[a + r] = pads[i + axes.size()]; }
     pads = full;
   }
+  if (static_cast<int64_t>(pads.size()) != 2 * r)
+    throw std::runtime_error("Pad has " + std::to_string(pads.size()) + " pads for " + x.describe() + " (needs " +
+                             std::to_string(2 * r) + ")");
   std::vector<int64_t> shape(r);
-  for (int64_t i = 0; i < r; ++i) shape[i] = x.dim(i) + pads[i] + pads[i + r];
+  for (int64_t i = 0; i < r; ++i)
+    shape[i] = checkedAdd(checkedAdd(x.dim(i), pads[i], "Pad's output dim"), pads[i + r], "Pad's output dim");
+  if (mode != "constant")
+    for (int64_t d = 0; d < r; ++d)
+      if (x.dim(d) == 0 && shape[d] > 0)
+        throw std::runtime_error("Pad mode '" + mode + "' cannot pad axis " + std::to_string(d) + " of " + x.describe() +
+                                 ": it is empty");
   Tensor out(x.dtype(), shape);
   size_t es = dtypeSize(x.dtype());
+  if (c.opset >= 11 && c.hasInput(2) && (c.in(2).dtype() != x.dtype() || c.in(2).numel() < 1))
+    throw std::runtime_error("Pad's constant_value " + c.in(2).describe() + " is not one " + dtypeName(x.dtype()));
   Tensor value = Tensor(x.dtype(), {});
   if (c.opset < 11) {
     float v = c.node.getFloat("value", 0.f);
@@ -504,7 +568,12 @@ void argExtreme(KernelContext &c, bool isMax) {
 void topk(KernelContext &c) {
   const Tensor &x = c.in(0);
   int64_t axis = normAxis(c.node.getInt("axis", -1), x.rank());
+  if (x.rank() < 1) throw std::runtime_error("TopK input must have rank >= 1");
+  if (c.opset >= 10 && c.in(1).numel() != 1) throw std::runtime_error("TopK's K must hold one value, it is " + c.in(1).describe());
   int64_t k = c.opset < 10 ? c.node.getInt("k", 1) : c.in(1).toInt64Vector()[0];
+  if (k < 0 || k > x.dim(axis))
+    throw std::runtime_error("TopK's K " + std::to_string(k) + " is not in [0, " + std::to_string(x.dim(axis)) +
+                             "] (axis " + std::to_string(axis) + " of " + x.describe() + ")");
   bool largest = c.node.getInt("largest", 1), sorted = c.node.getInt("sorted", 1);
   (void)sorted;
   int64_t outer = 1, len = x.dim(axis), inner = 1;
@@ -566,6 +635,15 @@ void trilu(KernelContext &c) {
   c.outputs[0] = std::move(out);
 }
 
+/// floor(length * scale) for a finite, positive scale (else a one-line error).
+int64_t resizedLength(int64_t length, double scale, int64_t axis) {
+  double v = std::floor(double(length) * scale);
+  if (!(scale > 0) || !std::isfinite(scale) || !(v < 9.0e15))
+    throw std::runtime_error("Resize scale " + std::to_string(scale) + " for axis " + std::to_string(axis) +
+                             " must be finite and positive");
+  return static_cast<int64_t>(v);
+}
+
 void resize(KernelContext &c) {
   const Tensor &x = c.in(0);
   int64_t r = x.rank();
@@ -579,17 +657,32 @@ void resize(KernelContext &c) {
     ctm = "asymmetric"; nearestMode = "floor";
     std::vector<float> s = c.opset < 9 ? c.node.getFloats("scales") : std::vector<float>{};
     if (c.opset >= 9) { Tensor st = castTensor(c.in(1), DType::Float32); s.assign(st.data<float>(), st.data<float>() + st.numel()); }
-    for (int64_t i = 0; i < r; ++i) { scales[i] = s[i]; outShape[i] = static_cast<int64_t>(std::floor(x.dim(i) * s[i])); }
+    if (static_cast<int64_t>(s.size()) != r)
+      throw std::runtime_error("Upsample has " + std::to_string(s.size()) + " scales for " + x.describe());
+    for (int64_t i = 0; i < r; ++i) { scales[i] = s[i]; outShape[i] = resizedLength(x.dim(i), s[i], i); }
   } else {
     size_t scalesIdx = c.opset >= 11 ? 2 : 1, sizesIdx = 3;
     if (c.hasInput(sizesIdx) && c.in(sizesIdx).numel() > 0) {
       sizesGiven = true;
       auto sz = c.in(sizesIdx).toInt64Vector();
+      if (static_cast<int64_t>(sz.size()) != r)
+        throw std::runtime_error("Resize has " + std::to_string(sz.size()) + " sizes for " + x.describe());
       for (int64_t i = 0; i < r; ++i) { outShape[i] = sz[i]; scales[i] = double(sz[i]) / x.dim(i); }
     } else if (c.hasInput(scalesIdx) && c.in(scalesIdx).numel() > 0) {
       Tensor st = castTensor(c.in(scalesIdx), DType::Float32);
-      for (int64_t i = 0; i < r; ++i) { scales[i] = st.data<float>()[i]; outShape[i] = static_cast<int64_t>(std::floor(x.dim(i) * scales[i])); }
+      if (st.numel() != r) throw std::runtime_error("Resize has " + std::to_string(st.numel()) + " scales for " + x.describe());
+      for (int64_t i = 0; i < r; ++i) { scales[i] = st.data<float>()[i]; outShape[i] = resizedLength(x.dim(i), scales[i], i); }
     }
+  }
+  // Scales finite and positive, sizes representable, and no output index
+  // that would read an empty input dim.
+  for (int64_t d = 0; d < r; ++d) {
+    if (!sizesGiven && (!(scales[d] > 0) || !std::isfinite(scales[d]) || double(x.dim(d)) * scales[d] > 9.0e15))
+      throw std::runtime_error("Resize scale " + std::to_string(scales[d]) + " for axis " + std::to_string(d) +
+                               " must be finite and positive");
+    if (outShape[d] < 0 || (outShape[d] > 0 && x.dim(d) == 0))
+      throw std::runtime_error("Resize cannot make axis " + std::to_string(d) + " of " + x.describe() + " " +
+                               std::to_string(outShape[d]) + " long");
   }
   if (mode == "linear" && ctm == "half_pixel" && c.opset < 11 && !upsample) ctm = "asymmetric";
   // The resized length as ONNX's reference defines it: scale * length, not
@@ -727,8 +820,8 @@ void resize(KernelContext &c) {
           corners.assign(1, {0, 1.0});
           for (int64_t d = 0; d + 1 < r; ++d) {
             next.clear();
-            for (auto [off, wgt] : corners)
-              taps(d, idx[d], [&](int64_t toff, double tw) {
+            for (const auto &corner : corners) // (no structured binding: clang < 16 cannot capture one)
+              taps(d, idx[d], [&, off = corner.first, wgt = corner.second](int64_t toff, double tw) {
                 if (wgt * tw != 0) next.push_back({off + toff, wgt * tw});
               });
             corners.swap(next);
@@ -736,8 +829,10 @@ void resize(KernelContext &c) {
           for (int64_t j = 0; j < W; ++j) {
             if (crop && outside[r - 1][j]) { dst[j] = static_cast<T>(extrapolation); continue; }
             double acc = 0;
-            for (auto [off, wgt] : corners)
-              taps(r - 1, j, [&](int64_t toff, double tw) { acc += wgt * tw * double(px[off + toff]); });
+            for (const auto &corner : corners)
+              taps(r - 1, j, [&, off = corner.first, wgt = corner.second](int64_t toff, double tw) {
+                acc += wgt * tw * double(px[off + toff]);
+              });
             dst[j] = static_cast<T>(acc);
           }
         }

@@ -16,11 +16,26 @@
 
 namespace hetplan::runtime::cpu {
 
-/// Transpose's `perm` for a rank-`rank` input (default: the dims reversed).
+/// Transpose's `perm` for a rank-`rank` input (default: the dims reversed);
+/// throws unless it is a permutation of 0..rank-1 (the verifier checks this
+/// at load when the rank is declared; here it is the rank met at run time).
 inline std::vector<int64_t> transposePerm(const Node &n, int64_t rank) {
   std::vector<int64_t> perm(rank);
   std::iota(perm.rbegin(), perm.rend(), 0);
-  return n.getInts("perm", perm);
+  perm = n.getInts("perm", perm);
+  std::vector<char> seen(static_cast<size_t>(rank), 0);
+  bool ok = static_cast<int64_t>(perm.size()) == rank;
+  for (int64_t p : perm) {
+    if (!ok || p < 0 || p >= rank || seen[static_cast<size_t>(p)]) { ok = false; break; }
+    seen[static_cast<size_t>(p)] = 1;
+  }
+  if (!ok) {
+    std::string s;
+    for (int64_t p : perm) s += (s.empty() ? "" : ",") + std::to_string(p);
+    throw std::runtime_error("perm [" + s + "] is not a permutation of the " + std::to_string(rank) +
+                             " dims of the input");
+  }
+  return perm;
 }
 
 /// Slice's arguments, with absent axes defaulting to 0, 1, ... and absent

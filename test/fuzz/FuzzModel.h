@@ -1,0 +1,44 @@
+//===- FuzzModel.h - limits shared by the model fuzz targets ----*- C++ -*-===//
+//
+// The model targets load (and run) arbitrary ONNX bytes. Two kinds of input
+// are legitimate but would make a fuzzer report an out-of-memory or a
+// timeout rather than a bug, so they are refused before anything runs:
+// models whose declared sizes exceed a budget, and Loop nodes (ONNX lets a
+// Loop run until a kernel fails, with no iteration limit). Every tensor the
+// runtime allocates is capped too (setMaxTensorBytes): a size computed at
+// run time (ConstantOfShape, Expand, Tile, Resize...) beyond it is a
+// one-line error, as it would be in an embedder that sets the same limit.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "hetplan/runtime/Model.h"
+
+#include <cstdint>
+
+// Both model targets: caps tensor allocations (kMaxTensorBytes) and kernel
+// threads once, before the first input.
+extern "C" int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+namespace hetplan::fuzz {
+
+/// External data resolves below a folder that does not exist.
+inline constexpr const char *kModelPath = "/nonexistent-hetplan-fuzz/model.onnx";
+/// Largest tensor any kernel may allocate while fuzzing.
+inline constexpr size_t kMaxTensorBytes = size_t(4) << 20;
+/// Largest declared element count of one value; largest node count.
+inline constexpr int64_t kMaxDeclaredElements = int64_t(1) << 18;
+inline constexpr size_t kMaxNodes = 256;
+
+/// Reads the model (parseModel; throws its one-line errors) and says
+/// whether it is within the budget below.
+bool loadWithinBudget(const uint8_t *data, size_t size, runtime::Model &model);
+/// False for a model the targets do not run: over the budget, or with a
+/// Loop anywhere (subgraphs included).
+bool withinBudget(const runtime::Model &model);
+/// Small deterministic inputs for every graph input: declared dims, unknown
+/// ones 2 (nothing above kMaxDeclaredElements elements); false when an
+/// input has a type the runtime has no values for.
+bool makeInputs(const runtime::Model &model, std::map<std::string, runtime::Tensor> &inputs);
+
+} // namespace hetplan::fuzz
