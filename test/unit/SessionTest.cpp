@@ -318,8 +318,13 @@ TEST(SessionCApi, ErrorsAreCodesWithMessages) {
   int64_t shape[2] = {1, 2};
   int64_t data[2] = {3, 4};
   float fdata[2] = {3, 4};
+  // Sizes that overflow: 2^62 x 4 elements wrap to 0 in unchecked
+  // arithmetic, which 0 bytes of data would then satisfy.
+  int64_t wrap[2] = {int64_t(1) << 62, 4}, huge[2] = {1, int64_t(1) << 61};
   hetplan_result *r = nullptr;
   struct Case { hetplan_tensor t; const char *msg; } cases[] = {
+      {{"input_ids", HETPLAN_INT64, 2, wrap, data, 0}, "is too large"},
+      {{"input_ids", HETPLAN_INT64, 2, huge, data, 0}, "is too large"},
       {{"input_ids", HETPLAN_INT64, 2, shape, data, 8}, "nbytes is 8"},
       {{"input_ids", HETPLAN_FLOAT32, 2, shape, fdata, sizeof fdata}, "float32"},
       {{"tokens", HETPLAN_INT64, 2, shape, data, sizeof data}, "unknown input 'tokens'"},

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "hetplan/hetplan.h"
+#include "hetplan/runtime/Checked.h"
 #include "hetplan/runtime/Session.h"
 
 #include <cstring>
@@ -289,12 +290,19 @@ hetplan_status hetplan_session_run(const hetplan_session *session, const hetplan
                     where + ": unknown dtype " + std::to_string(static_cast<int>(t.dtype)));
       if (t.rank && !t.shape) return fail(error, HETPLAN_INVALID_ARGUMENT, where + ": shape is NULL");
       std::vector<int64_t> shape(t.shape, t.shape + t.rank);
-      size_t count = 1;
-      for (int64_t d : shape) {
+      for (int64_t d : shape)
         if (d < 0) return fail(error, HETPLAN_INVALID_ARGUMENT, where + ": negative dimension");
-        count *= static_cast<size_t>(d);
+      // Checked: a shape whose size overflows must not wrap to a small
+      // byte count that 0 bytes of data would satisfy.
+      size_t want = 0;
+      try {
+        want = hetplan::runtime::checkedBytes(hetplan::runtime::checkedNumel(shape),
+                                              hetplan::runtime::dtypeSize(static_cast<DType>(t.dtype)),
+                                              where);
+      } catch (const std::exception &e) {
+        return fail(error, HETPLAN_INVALID_ARGUMENT,
+                    where + ": shape " + hetplan::runtime::shapeString(shape) + " is too large (" + e.what() + ")");
       }
-      size_t want = count * hetplan::runtime::dtypeSize(static_cast<DType>(t.dtype));
       if (t.nbytes != want)
         return fail(error, HETPLAN_INVALID_ARGUMENT,
                     where + ": nbytes is " + std::to_string(t.nbytes) + ", the shape " +
