@@ -17,6 +17,7 @@
 
 #include "hetplan/runtime/Npy.h"
 #include "hetplan/runtime/Files.h"
+#include "hetplan/runtime/Trace.h"
 #include "hetplan/runtime/MpiCommunicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
 #include "hetplan/runtime/PlanFile.h"
@@ -61,6 +62,11 @@ cl::opt<int> runRanks("ranks", cl::desc("Ranks (threads); must equal the plan's 
 cl::opt<std::string> runModel("model", cl::desc("The model file (default: the path in the plan)"),
                               cl::value_desc("MODEL"), cl::sub(runCmd));
 cl::opt<bool> runQuiet("quiet", cl::desc("No summary line"), cl::sub(runCmd));
+cl::opt<std::string> runTrace("trace",
+                              cl::desc("Write the measured step (the last, for training) as a "
+                                       "Chrome/Perfetto trace: a thread per rank, an event per "
+                                       "instruction (chrome://tracing, ui.perfetto.dev)"),
+                              cl::value_desc("OUT.json"), cl::sub(runCmd));
 cl::opt<bool> runJson("json",
                       cl::desc("Print the result as one JSON object (outputs with their files, "
                                "dtypes and shapes; losses of a training plan) instead of text"),
@@ -188,7 +194,7 @@ using StepTiming = hetplan::runtime::PlanExecutor::StepTiming;
 /// else null: without it PlanExecutor reads no clock.
 StepTiming *profileTiming() {
   static StepTiming timing;
-  return runProfile.empty() ? nullptr : &timing;
+  return runProfile.empty() && runTrace.empty() ? nullptr : &timing;
 }
 
 /// Fits time = fixed + per_sample * samples for one node from (samples per
@@ -327,7 +333,7 @@ int trainSteps(const hetplan::runtime::PlanExecutor &exec,
     params = exec.collectParameters(states);
     // --profile: what the training memory options measured in the last
     // step, per rank (docs/runtime.md, "Training memory").
-    if (profileTiming()) {
+    if (!runProfile.empty()) {
       const auto &settings = exec.plan().settings();
       llvm::outs() << "memory (last step, bytes; zero_stage " << settings.zero_stage() << ", offload "
                    << (settings.offload_optimizer() ? "on" : "off") << ")\n"
@@ -373,6 +379,8 @@ int trainSteps(const hetplan::runtime::PlanExecutor &exec,
 int runRun() {
   using namespace hetplan::runtime;
   std::vector<std::string> written; // temporary files, removed on failure
+  if (!runTrace.empty() && launchedByMpi())
+    return fail("--trace times the ranks of one process: run without mpirun");
   try {
     auto exec = PlanExecutor::load(runPlan, runModel);
     if (!launchedByMpi() && runRanks != 0 && runRanks != exec->ranks())
@@ -439,7 +447,20 @@ int runRun() {
       if (std::rename(tmp.c_str(), final.c_str()) != 0)
         throw std::runtime_error(final + ": cannot write");
     written.clear();
-    if (StepTiming *timing = profileTiming()) writeMeasuredProfile(*exec, *timing, runProfile);
+    if (StepTiming *timing = profileTiming(); timing && !runProfile.empty())
+      writeMeasuredProfile(*exec, *timing, runProfile);
+    if (StepTiming *timing = profileTiming(); timing && !runTrace.empty()) {
+      std::vector<TraceSpan> spans;
+      double first = -1;
+      for (size_t r = 0; r < timing->ranks.size(); ++r)
+        for (auto [a, b] : timing->ranks[r].instructionSpans)
+          if (first < 0 || a < first) first = a;
+      for (size_t r = 0; r < timing->ranks.size(); ++r)
+        for (auto [i, span] : llvm::enumerate(timing->ranks[r].instructionSpans))
+          spans.push_back({uint32_t(r), uint32_t(i), span.first - first, span.second - first});
+      std::string error;
+      if (!writeTrace(exec->plan(), spans, runTrace, error)) throw std::runtime_error(error);
+    }
     if (runJson) {
       llvm::json::Array outs;
       for (const auto &[name, t] : outputs) {

@@ -1435,7 +1435,12 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   for (const auto &w : st.workers()) stageRanks.push_back(int(w.ranks(tpIndex)));
   std::sort(stageRanks.begin(), stageRanks.end());
 
+  auto clock = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  if (timing) timing->instructionSpans.clear();
   for (const auto &ins : rank.program()) {
+    double started = timing ? clock() : 0;
     switch (ins.kind()) {
     case plan::Instruction::RECV_ACTIVATION:
       receive(ins.micro_batch(), ins.peers(0));
@@ -1485,6 +1490,7 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     default:
       fail(who + "unexpected instruction " + plan::Instruction::Kind_Name(ins.kind()));
     }
+    if (timing) timing->instructionSpans.push_back({started, clock()});
   }
   return pieces;
 }

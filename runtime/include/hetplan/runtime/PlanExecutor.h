@@ -68,6 +68,9 @@ public:
     /// micro-batches) and the elements of the whole tensors they produced
     /// (an all-gather's gathered output): to check against the plan's
     /// Stage.tensor_parallel_traffic.
+    /// Per instruction of the rank's program, in order: (start, end) in
+    /// seconds of a steady clock (a trace subtracts the step's first start).
+    std::vector<std::pair<double, double>> instructionSpans;
     int64_t forwardAllReduces = 0, forwardAllGathers = 0, backwardAllReduces = 0;
     double forwardAllReduceElements = 0, forwardAllGatherElements = 0,
            backwardAllReduceElements = 0;
