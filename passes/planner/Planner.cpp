@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <numeric>
 
 namespace hetplan::planner {
@@ -723,9 +724,23 @@ private:
   /// evaluateStage for stage j of `c` over layers [l, r].
   StageCost costOf(const Candidate &c, int j, int l, int r, int64_t mb, bool even) {
     int P = int(c.stagesRef().size());
+    if (costCache) {
+      auto key = std::make_tuple(j, l, r, mb, even);
+      auto it = costCache->find(key);
+      if (it != costCache->end())
+        return it->second;
+      StageCost sc = evaluateStage(c.stagesRef()[j], l, r, mb, inflight(j, P, c.microBatches),
+                                   c.microBatches, even, c.savers, c.forced(j));
+      costCache->emplace(key, sc);
+      return sc;
+    }
     return evaluateStage(c.stagesRef()[j], l, r, mb, inflight(j, P, c.microBatches),
                          c.microBatches, even, c.savers, c.forced(j));
   }
+  /// While partition() works on one candidate (its devices, savers and
+  /// micro-batches fixed), the binary search on the bottleneck prices the
+  /// same stage ranges again and again: their costs are kept here.
+  std::map<std::tuple<int, int, int, int64_t, bool>, StageCost> *costCache = nullptr;
 
   /// Groups a run of ranks (same class, in order) into TP workers within
   /// nodes; leftover ranks that cannot fill a group stay unused.
@@ -976,6 +991,13 @@ private:
   /// Finds the cuts of `c` minimising the bottleneck, then nudges each cut
   /// by one layer while the estimate improves.
   bool partition(Candidate &c, bool even, bool evenLayers) {
+    std::map<std::tuple<int, int, int, int64_t, bool>, StageCost> cache;
+    costCache = &cache;
+    bool ok = partitionWith(c, even, evenLayers);
+    costCache = nullptr;
+    return ok;
+  }
+  bool partitionWith(Candidate &c, bool even, bool evenLayers) {
     int P = int(c.stagesRef().size());
     if (P > L)
       return false;
