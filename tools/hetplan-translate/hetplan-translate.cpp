@@ -21,28 +21,32 @@
 
 namespace cl = llvm::cl;
 
+static cl::OptionCategory translateOptions("hetplan-translate options");
+
 static cl::opt<std::string> inputFilename(cl::Positional,
                                           cl::desc("<input file>"),
-                                          cl::Required);
+                                          cl::Required, cl::cat(translateOptions));
 static cl::opt<std::string> outputFilename("o", cl::desc("Output file"),
                                            cl::value_desc("filename"),
-                                           cl::init("-"));
+                                           cl::init("-"), cl::cat(translateOptions));
 static cl::opt<bool> importOnnx("import-onnx",
                                 cl::desc("Import an ONNX model (.onnx or "
-                                         ".onnxtext) into het IR"));
+                                         ".onnxtext) into het IR"), cl::cat(translateOptions));
 static cl::opt<bool> noShapeInference(
     "no-shape-inference",
     cl::desc("Do not run libonnx shape inference; use the model's value_info "
-             "only"));
+             "only"), cl::cat(translateOptions));
 static cl::opt<bool> allowMissingWeights(
     "allow-missing-weights",
-    cl::desc("Accept absent external-data files (plan from shapes only)"));
+    cl::desc("Accept absent external-data files (plan from shapes only)"), cl::cat(translateOptions));
 static cl::opt<bool> printDebugInfo(
-    "print-debuginfo", cl::desc("Print locations (ONNX node names) in the IR"));
+    "print-debuginfo", cl::desc("Print locations (ONNX node names) in the IR"), cl::cat(translateOptions));
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   hetplan::tools::installCrashReport();
+  // --help lists hetplan-translate's options, not LLVM's backend flags.
+  cl::HideUnrelatedOptions(translateOptions);
   cl::ParseCommandLineOptions(argc, argv, "hetplan translation tool\n");
   auto error = [](const llvm::Twine &message) {
     llvm::WithColor::error(llvm::errs(), "hetplan-translate") << message << "\n";
