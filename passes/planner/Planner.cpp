@@ -73,6 +73,20 @@ llvm::Expected<Pin> parsePin(llvm::StringRef text) {
 }
 
 namespace {
+/// "1.25 GiB", "3.40 MiB", "512.00 KiB", "12 B": small shortfalls (a CPU
+/// test cluster, a tiny model) must not read "0.00 GiB".
+std::string bytesText(double b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && std::fabs(b) >= 1024) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? llvm::formatv("{0:F0} B", b).str() : llvm::formatv("{0:F2} {1}", b, units[u]).str();
+}
+} // namespace
+
+namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 /// Host link of a device whose catalog entry gives none: PCIe 3.0 x16,
@@ -1226,10 +1240,9 @@ private:
       if (saved <= 0)
         return;
       fixes.push_back(after <= 0
-                          ? llvm::formatv("{0} saves {1:F2} GiB there: enough", what,
-                                          saved / (1 << 30)).str()
-                          : llvm::formatv("{0} saves {1:F2} GiB there, {2:F2} GiB short still",
-                                          what, saved / (1 << 30), after / (1 << 30)).str());
+                          ? llvm::formatv("{0} saves {1} there: enough", what, bytesText(saved)).str()
+                          : llvm::formatv("{0} saves {1} there, {2} short still", what,
+                                          bytesText(saved), bytesText(after)).str());
     };
     if (!training)
       return fixes;
@@ -1723,8 +1736,7 @@ llvm::Expected<Plan> Search::run() {
   if (kept.empty()) {
     std::string msg = "no layout fits in memory";
     if (best.bytes > 0) {
-      msg += llvm::formatv(": the closest needs {0:F2} GiB more on {1}", best.bytes / (1 << 30),
-                           best.where)
+      msg += llvm::formatv(": the closest needs {0} more on {1}", bytesText(best.bytes), best.where)
                  .str();
       if (!best.fixes.empty())
         msg += " (" + llvm::join(best.fixes, "; ") + ")";
