@@ -50,12 +50,6 @@ template <typename Done> bool pollUntil(double timeout, Done done) {
   }
 }
 
-std::string secondsText(double s) {
-  std::string t = std::to_string(s);
-  t.erase(t.find_last_not_of('0') + 1);
-  if (!t.empty() && t.back() == '.') t.pop_back();
-  return t;
-}
 } // namespace
 
 /// Sends in flight: each keeps its header and a copy of the tensor alive
@@ -185,10 +179,8 @@ Tensor MpiCommunicator::recv(int peer, int64_t tag) {
         check(MPI_Iprobe(peer, t, MPI_COMM_WORLD, &flag, &st), "MPI_Iprobe");
         return flag != 0;
       }))
-    throw std::runtime_error("rank " + std::to_string(rank_) + " waited " + secondsText(timeout_) +
-                             " s for a message from rank " + std::to_string(peer) + " (tag " +
-                             std::to_string(tag) + "); a rank is stuck or the plan waits on "
-                             "itself (HETPLAN_COMM_TIMEOUT sets the limit)");
+    throw std::runtime_error(commTimeoutMessage(
+        rank_, timeout_, "a message from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")"));
   int count = 0;
   MPI_Get_count(&st, MPI_INT64_T, &count);
   std::vector<int64_t> h(size_t(std::max(count, 0)));
@@ -221,9 +213,7 @@ static void waitFor(MPI_Request &request, const char *what, int rank, double tim
         check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), what);
         return flag != 0;
       }))
-    throw std::runtime_error("rank " + std::to_string(rank) + " waited " + secondsText(timeout) +
-                             " s in " + what + " for ranks that never joined; a rank is stuck "
-                             "or the plan waits on itself (HETPLAN_COMM_TIMEOUT sets the limit)");
+    throw std::runtime_error(commTimeoutMessage(rank, timeout, std::string(what) + " with ranks that never joined"));
 }
 
 void MpiCommunicator::barrier() {

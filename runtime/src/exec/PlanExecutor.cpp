@@ -625,21 +625,9 @@ void PlanExecutor::checkTraining() {
     std::set<uint32_t> stages;
     for (int r : ranks) stages.insert(plan_.ranks(r).stage());
     z.paramsSharded = zero == 3 && G > 1 && stages.size() == 1;
-    if (!z.paramsSharded) continue;
-    // The members all-gather before every FORWARD and BACKWARD: MPI and
-    // NCCL match collectives by order, so they must run them in one order.
-    std::vector<std::pair<int, uint32_t>> order, first;
-    for (size_t k = 0; k < ranks.size(); ++k) {
-      order.clear();
-      for (const auto &ins : plan_.ranks(ranks[k]).program())
-        if (ins.kind() == plan::Instruction::FORWARD || ins.kind() == plan::Instruction::BACKWARD)
-          order.push_back({int(ins.kind()), ins.micro_batch()});
-      if (k == 0) first = order;
-      else if (order != first)
-        fail("settings.zero_stage 3: ranks " + std::to_string(ranks[0]) + " and " + std::to_string(ranks[k]) +
-             " of stage " + std::to_string(*stages.begin()) +
-             " run their FORWARDs and BACKWARDs in different orders (their parameter all-gathers must match)");
-    }
+    // The members all-gather before every FORWARD and BACKWARD, so they
+    // must run them in one order: validatePlan's checkPlanPrograms has
+    // refused plans where they do not (they would wait on each other).
   }
   if (!zero_.empty() && int64_t(plan_.settings().micro_batches()) * 3 * int64_t(zero_.size()) >= (int64_t(1) << 28))
     fail("settings.zero_stage: too many micro-batches x parameter groups for ZeRO's message tags");

@@ -25,6 +25,14 @@ double commTimeoutSeconds() {
   return v;
 }
 
+std::string commTimeoutMessage(int rank, double seconds, const std::string &what) {
+  std::string t = std::to_string(seconds);
+  t.erase(t.find_last_not_of('0') + 1);
+  if (!t.empty() && t.back() == '.') t.pop_back();
+  return "rank " + std::to_string(rank) + " waited " + t + " s for " + what +
+         "; a rank is stuck or the plan waits on itself (HETPLAN_COMM_TIMEOUT sets the limit)";
+}
+
 namespace {
 class ThreadComm;
 } // namespace
@@ -131,17 +139,9 @@ private:
   }
   // Fails the whole group: the others wake with CommAborted naming this rank.
   [[noreturn]] void timedOut(const std::string &what) {
-    std::string why = "rank " + std::to_string(rank_) + " waited " + formatSeconds(timeout_) +
-                      " s for " + what + "; a rank is stuck or the plan waits on itself "
-                      "(HETPLAN_COMM_TIMEOUT sets the limit)";
+    std::string why = commTimeoutMessage(rank_, timeout_, what);
     s_.abortLocked(why);
     throw std::runtime_error(why);
-  }
-  static std::string formatSeconds(double s) {
-    std::string t = std::to_string(s);
-    t.erase(t.find_last_not_of('0') + 1);
-    if (!t.empty() && t.back() == '.') t.pop_back();
-    return t;
   }
 
   void checkPeer(int peer) const {

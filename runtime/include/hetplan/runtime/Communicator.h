@@ -31,6 +31,10 @@ struct CommAborted : std::runtime_error {
 /// 0 for no limit; default 600 s, PyTorch's default for NCCL process groups.
 /// A malformed value is an error.
 double commTimeoutSeconds();
+/// The one line a timed-out wait fails with: "rank R waited T s for WHAT;
+/// a rank is stuck or the plan waits on itself (HETPLAN_COMM_TIMEOUT sets
+/// the limit)".
+std::string commTimeoutMessage(int rank, double seconds, const std::string &what);
 
 class Communicator {
 public:
