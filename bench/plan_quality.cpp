@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
   po.batch = std::stoll(argv[3]);
   po.sequence = argc > 4 ? std::stoll(argv[4]) : 0;
   po.allowMissingWeights = true;
+  po.training = !(argc > 5 && std::string(argv[5]) == "infer");
   auto costed = planner::costModelFile(po);
   if (!costed) {
     llvm::errs() << "error: " << llvm::toString(costed.takeError()) << "\n";

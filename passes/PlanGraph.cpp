@@ -66,6 +66,7 @@ struct PlanPass : impl::HetPlanBase<PlanPass> {
     for (auto graph : module.getOps<GraphOp>()) {
       cost::ExtractOptions extract;
       extract.dtype = options.dtype;
+      extract.training = options.mode == cost::Mode::Train;
       auto model = cost::extractModelCost(graph, extract);
       if (!model) {
         graph.emitError(llvm::toString(model.takeError()));

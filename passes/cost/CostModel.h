@@ -72,6 +72,8 @@ enum class TensorParallelRole : uint8_t {
   Split,    // Split on the split axis: each output keeps its rank's slice
   Reshape,  // target dim `axis` divided by tp
   Gather,   // MatMul: this rank's columns, then all-gather (no pair)
+  Vocab,    // MatMul making the loss output: this rank's vocabulary columns,
+            // the loss vocab-parallel (training; plan::TensorParallelNode::VOCAB)
 };
 struct TensorParallelNode {
   int node = 0;        // top-level node index
@@ -95,6 +97,13 @@ struct TensorParallelUnit {
   /// backward (the column MatMuls' input gradients; training only).
   double forwardElementsPerSample = 0, backwardElementsPerSample = 0;
   int forwardCollectives = 0, backwardCollectives = 0;
+  /// A vocab-parallel LM head (Role::Vocab; training only): its forward
+  /// collectives are the loss's (the row maxima, then the sums of
+  /// exponentials and the labels' logits: 3 values per row), and once per
+  /// step the gradient of its weight's columns, `stepAllReduceElements`,
+  /// is summed over the group (the runtime keeps that weight whole).
+  bool vocabHead = false;
+  double stepAllReduceElements = 0;
   bool fits(int tp) const { return tp > 1 && divisor > 0 && divisor % tp == 0; }
 };
 

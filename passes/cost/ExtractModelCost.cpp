@@ -438,6 +438,53 @@ std::vector<TensorParallelUnit> findTensorParallelUnits(const GraphInfo &info, i
   }
 }
 
+/// Training: the LM head among nodes [first, last] as a vocab-parallel unit
+/// (Role::Vocab), when there is one: a MatMul of an activation by a 2-D
+/// weight or by Transpose(perm [1, 0]) of one, making the graph's first
+/// output (the loss output). It replaces a lone column unit of that node.
+void addVocabHead(const GraphInfo &info, int first, int last, std::vector<TensorParallelUnit> &units) {
+  auto ret = dyn_cast<ReturnOp>(info.graph.getBody().front().getTerminator());
+  if (!ret || ret.getNumOperands() == 0)
+    return;
+  auto node = ret.getOperand(0).getDefiningOp<NodeOp>();
+  int i = node ? info.indexOf(node) : -1;
+  if (i < first || i > last || node.getOpType() != "MatMul" || !node.getDomain().empty() ||
+      node.getInputs().size() != 2 || info.kind(node.getInputs()[0]) != ValueKind::Activation)
+    return;
+  Value w = node.getInputs()[1];
+  if (auto t = w.getDefiningOp<NodeOp>()) {
+    auto perm = dyn_cast_or_null<DenseI64ArrayAttr>(t.getOnnxAttr("perm"));
+    if (t.getOpType() != "Transpose" || t.getInputs().size() != 1 ||
+        (perm && perm.asArrayRef() != ArrayRef<int64_t>{1, 0}))
+      return;
+    w = t.getInputs()[0];
+  }
+  auto wt = dyn_cast<RankedTensorType>(w.getType());
+  auto out = dyn_cast<RankedTensorType>(node.getResult(0).getType());
+  if (!w.getDefiningOp<WeightOp>() || !wt || !wt.hasStaticShape() || wt.getRank() != 2 || !out ||
+      !out.hasStaticShape() || out.getRank() < 1)
+    return;
+  double samples = double(std::max<int64_t>(info.samples, 1));
+  int64_t vocab = out.getShape().back();
+  llvm::erase_if(units, [&](const TensorParallelUnit &u) {
+    return llvm::any_of(u.nodes, [&](const TensorParallelNode &n) { return n.node == i; });
+  });
+  TensorParallelUnit u;
+  u.pair = true;  // priced as all-reduces, like a pair's
+  u.vocabHead = true;
+  u.divisor = vocab;
+  u.nodes.push_back({i, TensorParallelRole::Vocab});
+  u.forwardElementsPerSample = 3.0 * double(out.getNumElements() / vocab) / samples;
+  u.forwardCollectives = 2;
+  u.backwardElementsPerSample = double(numElements(node.getInputs()[0].getType())) / samples;
+  u.backwardCollectives = 1;
+  u.stepAllReduceElements = double(wt.getNumElements());
+  units.push_back(std::move(u));
+  llvm::sort(units, [](const TensorParallelUnit &a, const TensorParallelUnit &b) {
+    return a.nodes.front().node < b.nodes.front().node;
+  });
+}
+
 double activationBytes(ValueRange values, const GraphInfo &info, DType dtype) {
   double total = 0;
   for (Value v : values)
@@ -692,9 +739,12 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
     }
     double flops = layer.flopsPerSample();
     layer.outputBytesPerSample = activationBytes(liveAcross(info, r.last), info, dtype) / samples;
-    // Tensor parallelism as the runtime runs it: what runs split is exactly the units: a layer without any (a tied LM
-    // head, a MatMul by a Transpose of a weight) runs whole on every rank.
+    // Tensor parallelism as the runtime runs it: what runs split is exactly
+    // the units (in training an LM head splits by vocabulary with its loss);
+    // the rest runs whole on every rank.
     layer.tensorParallelUnits = findTensorParallelUnits(info, r.first, r.last);
+    if (options.training)
+      addVocabHead(info, r.first, r.last, layer.tensorParallelUnits);
     double splitFlops = 0;
     for (OpCost &op : layer.ops)
       op.tensorParallelSplit = false;

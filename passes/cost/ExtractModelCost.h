@@ -29,6 +29,10 @@ struct ExtractOptions {
   /// A MatMul/Gemm whose weight has at least this many bytes (at the run
   /// format) is split by tensor parallelism.
   double tensorParallelMinWeightBytes = 1 << 20;
+  /// Training: an LM head (a MatMul by a weight or its Transpose making the
+  /// graph's first output, the one the loss is computed on) splits by
+  /// vocabulary with the loss (Megatron's vocab-parallel cross entropy).
+  bool training = false;
 };
 
 /// The graph's costs, layer by layer. Fails (one line naming the graph or

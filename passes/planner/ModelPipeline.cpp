@@ -493,6 +493,7 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
   cost::ExtractOptions extract;
   extract.dtype = o.dtype;
   extract.samples = 1;  // the batch dim was bound to one sample
+  extract.training = o.training;
   auto modelCost = cost::extractModelCost(graph, extract);
   if (!modelCost)
     return err(path + ": " + llvm::toString(modelCost.takeError()));

@@ -51,6 +51,9 @@ struct PipelineOptions {
   std::vector<std::string> batchAxes;  // INPUT=AXIS or INPUT=none
   bool allowMissingWeights = false;
   cluster::DType dtype = cluster::DType::FP16;
+  /// Costs for training (an LM head splits by vocabulary with the loss:
+  /// cost::ExtractOptions::training).
+  bool training = false;
 };
 
 struct CostedModel {

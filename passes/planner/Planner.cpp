@@ -462,8 +462,8 @@ private:
       // model's output in the run format while the backward starts.
       const cost::LayerCost &last = model.layers[L - 1];
       double elements = last.outputBytesPerSample / elementBytes;
-      if (last.tensorParallelLossBytesPerSample > 0)
-        elements /= tp;
+      if (last.tensorParallelLossBytesPerSample > 0 || vocabHeadElements(L - 1, L - 1, tp) > 0)
+        elements /= tp;  // vocab-parallel: each rank holds its columns
       n.keptPerSample += 4.0 * elements * inflight;
       n.transientPerSample += elementBytes * elements;
     }
@@ -652,10 +652,32 @@ private:
     return sc;
   }
 
-  double allReduceTime(const StageDevices &sd, int l, int r, const Savers &sv) const {
-    int D = sd.workers();
-    if (!training || D <= 1)
+  /// Elements of the weights of the vocab-parallel heads in layers [l, r]
+  /// that split `tp` ways (0: none).
+  double vocabHeadElements(int l, int r, int tp) const {
+    double n = 0;
+    if (!training || tp <= 1)
       return 0;
+    for (int i = l; i <= r; ++i)
+      for (const cost::TensorParallelUnit &u : model.layers[i].tensorParallelUnits)
+        if (u.vocabHead && u.fits(tp))
+          n += u.stepAllReduceElements;
+    return n;
+  }
+
+  double allReduceTime(const StageDevices &sd, int l, int r, const Savers &sv) const {
+    if (!training)
+      return 0;
+    // A vocab-parallel head: the gradient of each rank's weight columns is
+    // summed (fp32) over the group once per step, the runtime keeping that
+    // weight whole (an embedding shares it).
+    double head = 0;
+    if (double n = vocabHeadElements(l, r, sd.tp); n > 0)
+      head = 2.0 * (sd.tp - 1) / sd.tp * n * 4.0 / (sd.tpGBs * 1e9) +
+             2.0 * (sd.tp - 1) * sd.tpLatencyUs * 1e-6;
+    int D = sd.workers();
+    if (D <= 1)
+      return head;
     // Gradients travel in their own format (Options::gradientDType): fp32
     // in PyTorch AMP's DDP and DeepSpeed's fp32_allreduce, whatever the
     // format of the forward pass.
@@ -665,8 +687,8 @@ private:
     // the bytes of one all-reduce. ZeRO-3 all-gathers the parameters again
     // in the backward pass: 1.5x (ZeRO paper, section 7.2).
     double volume = sv.zero >= 3 ? 1.5 : 1.0;
-    return volume * (2.0 * (D - 1) / D * gradBytes / (sd.ringGBs / sd.ringSharers * 1e9) +
-                     2.0 * (D - 1) * sd.ringLatencyUs * 1e-6);
+    return head + volume * (2.0 * (D - 1) / D * gradBytes / (sd.ringGBs / sd.ringSharers * 1e9) +
+                            2.0 * (D - 1) * sd.ringLatencyUs * 1e-6);
   }
 
   double optimizerTime(const StageDevices &sd, int l, int r, const Savers &sv) const {

@@ -317,14 +317,15 @@ void explainStages(const plan::Plan &p, std::ostream &os) {
   for (const auto &stage : p.stages()) {
     if (stage.tensor_parallel() <= 1)
       continue;
-    int counts[7] = {};
+    int counts[8] = {};
     for (const auto &n : stage.tensor_parallel_nodes())
-      if (n.role() >= 0 && n.role() < 7) counts[n.role()]++;
+      if (n.role() >= 0 && n.role() < 8) counts[n.role()]++;
     const auto &t = stage.tensor_parallel_traffic();
     os << "  stage " << stage.index() << " tensor parallel " << stage.tensor_parallel() << ": "
        << counts[plan::TensorParallelNode::COLUMN] << " column / "
        << counts[plan::TensorParallelNode::ROW] << " row MatMuls (Megatron pairs), "
        << counts[plan::TensorParallelNode::GATHER] << " column MatMuls gathered, "
+       << (counts[plan::TensorParallelNode::VOCAB] ? "a vocab-parallel head and loss, " : "")
        << stage.tensor_parallel_nodes_size() << " split nodes; per micro-batch forward "
        << t.forward_all_reduces() << " all-reduces, " << t.forward_all_gathers() << " all-gathers"
        << (train ? ", backward " + std::to_string(t.backward_all_reduces()) + " all-reduces" : "")

@@ -430,6 +430,7 @@ int runCompile() {
   po.batchAxes.assign(batchAxisArgs.begin(), batchAxisArgs.end());
   po.allowMissingWeights = missingWeights;
   po.dtype = options.dtype;
+  po.training = options.mode == cost::Mode::Train;
   auto costed = planner::costModelFile(po);
   if (!costed)
     return fail(llvm::toString(costed.takeError()));

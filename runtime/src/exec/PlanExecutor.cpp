@@ -81,11 +81,12 @@ int64_t zeroTag(uint32_t mb, int phase, size_t group, size_t groups) {
 int64_t followTag(size_t group) { return kSumTagBase + (int64_t(1) << 27) + int64_t(group); }
 
 // Tensor-parallel traffic inside a worker: per (micro-batch, node), the
-// forward all-gather and the backward sum. Above `hetplan run`'s MPI output
-// gather (2^29), below the training tags (2^30).
+// forward sum or all-gather (phase 0), the backward sum (2), a vocab-parallel
+// loss's max (4) and sums (6); a group sum uses its tag and the next. Above
+// `hetplan run`'s MPI output gather (2^29), below the training tags (2^30).
 constexpr int64_t kTpTagBase = (int64_t(1) << 29) + (int64_t(1) << 20);
 int64_t tpTag(uint32_t mb, size_t node, size_t nodes, int phase) {
-  int64_t tag = kTpTagBase + (int64_t(mb) * int64_t(nodes) + int64_t(node)) * 4 + phase;
+  int64_t tag = kTpTagBase + (int64_t(mb) * int64_t(nodes) + int64_t(node)) * 8 + phase;
   if (tag >= kTrainTagBase) fail("too many micro-batches x nodes for tensor-parallel message tags");
   return tag;
 }
@@ -344,6 +345,11 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
     n.forEachRead([&](const std::string &in) { readers[in]++; });
   tpNodes_.assign(S, {});
   tpParams_.assign(S, {});
+  vocabHeads_.assign(S, {});
+  std::map<std::string, size_t> producerOf;
+  for (size_t i = 0; i < m.nodes.size(); ++i)
+    for (const auto &o : m.nodes[i].outputs)
+      if (!o.empty()) producerOf[o] = i;
   for (size_t j = 0; j < S; ++j) {
     const auto &st = plan_.stages(int(j));
     for (const auto &tn : st.tensor_parallel_nodes()) {
@@ -377,6 +383,36 @@ PlanExecutor::PlanExecutor(plan::Plan planIn, const std::string &modelPath) : pl
         expect("Add");
         tpParams_[j][weight(size_t(tn.axis()), 1)] = {0, segments};
         break;
+      case plan::TensorParallelNode::VOCAB: {
+        // Megatron's vocab-parallel LM head: each rank makes its columns
+        // of the logits and the loss is computed on the split logits.
+        expect("MatMul");
+        if (!training()) fail(where + " (" + n.describe() + ") is a vocab-parallel head in an inference plan");
+        if (j + 1 != S || n.outputs.size() != 1 || !graphOutputs_.count(n.outputs[0]))
+          fail(where + " (" + n.describe() + ") is a vocab-parallel head but its output is not a graph output of the last stage");
+        VocabHead head;
+        if (n.inputs.size() == 2) {
+          head.param = n.inputs[1];
+          auto p = producerOf.find(head.param);
+          if (!m.initializers.count(head.param) && p != producerOf.end()) {
+            const Node &t = m.nodes[p->second];
+            std::vector<int64_t> perm = t.getInts("perm", {1, 0});
+            if (t.opType == "Transpose" && t.inputs.size() == 1 && perm == std::vector<int64_t>{1, 0}) {
+              head.param = t.inputs[0];
+              head.transposed = true;
+            }
+          }
+        }
+        auto w = m.initializers.find(head.param);
+        if (w == m.initializers.end() || w->second.rank() != 2 || w->second.dtype() != DType::Float32)
+          fail(where + " (" + n.describe() + "): input 1 is not a trained 2-D weight or its Transpose");
+        int64_t vocab = w->second.dim(head.transposed ? 0 : 1);
+        if (vocab % int64_t(st.tensor_parallel()) != 0)
+          fail(where + " (" + n.describe() + "): " + std::to_string(vocab) + " classes do not split over " +
+               std::to_string(st.tensor_parallel()) + " ranks");
+        vocabHeads_[j][tn.node()] = head;
+        break;
+      }
       case plan::TensorParallelNode::SPLIT: expect("Split"); break;
       case plan::TensorParallelNode::RESHAPE: expect("Reshape"); break;
       default: break;
@@ -536,6 +572,11 @@ void PlanExecutor::checkTraining() {
   size_t S = size_t(plan_.stages_size());
   trainable_ = train::trainableParameters(m);
   if (trainable_.empty()) fail(m.path + ": the model has no parameters to train (float32 initializers a gradient reaches)");
+  for (size_t j = 0; j < S; ++j)
+    for (const auto &[node, head] : vocabHeads_[j])
+      if (!trainable_.count(head.param))
+        fail("stage " + std::to_string(j) + ": vocab-parallel head " + m.nodes[node].describe() + " reads '" +
+             head.param + "', which is not trained");
   std::vector<size_t> all(m.nodes.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   std::vector<std::string> problems = train::checkBackward(m, all, trainable_);
@@ -829,6 +870,40 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     lossOutput = train->options.lossOutput.empty() ? model_->outputs.at(0).name : train->options.lossOutput;
     if (!graphOutputs_.count(lossOutput)) fail("the model has no output '" + lossOutput + "' to compute the loss on");
   }
+  // A vocab-parallel head's columns on this rank (of the [hidden, vocab]
+  // matrix it multiplies by).
+  auto vocabRanges = [&](const Tensor &w) {
+    if (w.rank() != 2) fail(who + "a vocab-parallel head multiplies by " + w.describe() + ", not a matrix");
+    return shardRanges(w.dim(1), 1, tpIndex, tp);
+  };
+  // The gradient of a VOCAB head's columns, summed over micro-batches;
+  // summed over the worker (whole on every rank) before the gradient sums.
+  std::map<size_t, Tensor> vocabGrads;
+  bool vocabGradsDone = false;
+  auto finishVocabGrads = [&] {
+    if (vocabGradsDone) return;
+    vocabGradsDone = true;
+    for (auto &[node, g] : vocabGrads) {
+      const VocabHead &head = vocabHeads_[j].at(node);
+      train::groupSum(comm, tpGroup, tpTag(plan_.settings().micro_batches(), node, numNodes, 0), {&g});
+      Tensor add = g;
+      if (head.transposed) {
+        // The head read Transpose(param): the gradient goes back transposed.
+        int64_t a = g.dim(0), b = g.dim(1);
+        add = Tensor(DType::Float32, {b, a});
+        const float *src = g.data<float>();
+        float *dst = add.data<float>();
+        for (int64_t r = 0; r < a; ++r)
+          for (int64_t c = 0; c < b; ++c) dst[c * a + r] = src[r * b + c];
+      }
+      train::accumulate(train->state.grads[head.param], add);
+    }
+  };
+  const bool vocabLoss = train && !out && [&] {
+    for (const auto &[node, head] : vocabHeads_[j])
+      if (model_->nodes[node].outputs[0] == lossOutput) return true;
+    return false;
+  }();
 
   auto workerOf = [&](const plan::Stage &s, uint32_t r) -> const plan::Worker & {
     for (const auto &w : s.workers())
@@ -1013,6 +1088,15 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
         ctx.outputs[0] = std::move(run("Add", bias.in(ctx.inputs, b))[0]);
         return true;
       }
+      case plan::TensorParallelNode::VOCAB: {
+        // This rank's columns (vocabulary entries) of the logits; the loss
+        // below works on them.
+        if (!train || n.outputs[0] != lossOutput)
+          fail(who + n.describe() + " is a vocab-parallel head; its output must be the loss output");
+        Tensor w = slices(ctx.in(1), 1, vocabRanges(ctx.in(1)));
+        ctx.outputs[0] = std::move(run("MatMul", {ctx.inputs[0], &w})[0]);
+        return true;
+      }
       case plan::TensorParallelNode::SPLIT: {
         const Tensor &x = ctx.in(0);
         int axis = int(tn.axis()), parts = int(ctx.outputs.size());
@@ -1132,8 +1216,24 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       Tensor labels = whole_ ? train->labels : sliceRows(train->labels, base, n);
       Tensor grad;
       try {
-        double piece = softmaxCrossEntropy(logits, labels, train->denominator, train->options.ignoreIndex,
-                                           recompute && !replay ? nullptr : &grad);
+        Tensor *want = recompute && !replay ? nullptr : &grad;
+        double piece = 0;
+        if (vocabLoss) {
+          // The logits are this rank's columns (a VOCAB head).
+          int64_t vocab = logits.dim(-1) * tp, lo = shardRanges(vocab, 1, tpIndex, tp).front().first;
+          size_t head = 0;
+          for (const auto &[node, h] : vocabHeads_[j])
+            if (model_->nodes[node].outputs[0] == lossOutput) head = node;
+          piece = train::vocabParallelCrossEntropy(comm, tpGroup, tpTag(mb, head, numNodes, 4),
+                                                   tpTag(mb, head, numNodes, 6), logits, labels, lo, vocab,
+                                                   train->denominator, train->options.ignoreIndex, want);
+          if (timing) {
+            timing->forwardAllReduces += 2;
+            timing->forwardAllReduceElements += 3.0 * double(labels.numel());
+          }
+        } else {
+          piece = softmaxCrossEntropy(logits, labels, train->denominator, train->options.ignoreIndex, want);
+        }
         if (tpIndex == 0 && !replay) train->lossPiece += piece; // the worker's other ranks computed the same
       } catch (const std::exception &e) {
         fail("loss on output '" + lossOutput + "' " + logits.describe() + " with labels " +
@@ -1281,6 +1381,24 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
           ctx.inputGrads[0] = std::move(dx);
         }
         if (ctx.wantGrad[1] && g[1].defined()) ctx.inputGrads[1] = zerosWith(w.shape(), g[1], mine.axis, mine.ranges);
+        return true;
+      }
+      case plan::TensorParallelNode::VOCAB: {
+        // dY is this rank's columns: dX is a partial sum over the worker;
+        // the weight's columns gradient waits for finishVocabGrads (not
+        // back through the sweep: the rest of the weight's gradient, an
+        // embedding's, is the same on every rank and must not be summed).
+        const Tensor &w = ctx.in(1);
+        Ranges cols = vocabRanges(w);
+        Tensor mine = slices(w, 1, cols);
+        auto g = run("MatMul", {ctx.inputs[0], &mine}, {ctx.outputGrads.at(0)});
+        ctx.inputGrads.assign(2, Tensor());
+        if (ctx.wantGrad[0]) {
+          Tensor dx = g[0].defined() ? g[0] : Tensor(DType::Float32, ctx.in(0).shape());
+          sumDx(dx);
+          ctx.inputGrads[0] = std::move(dx);
+        }
+        if (g[1].defined()) train::accumulate(vocabGrads[node], zerosWith(w.shape(), g[1], 1, cols));
         return true;
       }
       case plan::TensorParallelNode::BIAS: {
@@ -1454,10 +1572,12 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       for (uint32_t peer : ins.peers()) sendGradient(ins.micro_batch(), peer);
       break;
     case plan::Instruction::ALLREDUCE_GRADIENTS:
+      if (train) finishVocabGrads();
       // The parameters only this stage reads, over its workers.
       sumGradients([&](const std::vector<int> &ranks) { return ranks == stageRanks; });
       break;
     case plan::Instruction::OPTIMIZER_STEP: {
+      finishVocabGrads();
       // Parameters several stages read (tied embeddings) last: every sender
       // of those groups has finished its backward by now.
       sumGradients([](const std::vector<int> &) { return true; });

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 namespace hetplan::runtime::train {
@@ -204,40 +205,139 @@ void backward(const Model &model, const std::vector<size_t> &nodes,
   }
 }
 
-void groupSum(Communicator &comm, const std::vector<int> &group, int64_t tag,
-              const std::vector<Tensor *> &tensors) {
+namespace {
+/// groupSum/groupMax: the lowest rank combines the others' values in rank
+/// order and sends the result back, so every member ends with the same bits.
+void groupReduce(Communicator &comm, const std::vector<int> &group, int64_t tag,
+                 const std::vector<Tensor *> &tensors, bool takeMax) {
   if (group.size() <= 1 || tensors.empty()) return;
+  DType type = tensors.front()->dtype();
   int64_t total = 0;
   for (const Tensor *t : tensors) {
-    if (t->dtype() != DType::Float32) throw std::runtime_error("gradient sums take float32 tensors");
+    if (t->dtype() != type || (type != DType::Float32 && type != DType::Float64))
+      throw std::runtime_error("group sums take float32 or float64 tensors of one type");
     total += t->numel();
   }
-  Tensor flat(DType::Float32, {total});
-  float *f = flat.data<float>();
+  Tensor flat(type, {total});
+  auto *f = static_cast<char *>(flat.raw());
   for (const Tensor *t : tensors) {
     std::memcpy(f, t->raw(), t->nbytes());
-    f += t->numel();
+    f += t->nbytes();
   }
+  auto combine = [&](const Tensor &part) {
+    if (!takeMax) return accumulate(flat, part);
+    if (type == DType::Float32) {
+      float *a = flat.data<float>();
+      const float *b = part.data<float>();
+      for (int64_t i = 0; i < total; ++i) a[i] = std::max(a[i], b[i]);
+    } else {
+      double *a = flat.data<double>();
+      const double *b = part.data<double>();
+      for (int64_t i = 0; i < total; ++i) a[i] = std::max(a[i], b[i]);
+    }
+  };
   int me = comm.rank(), leader = group.front();
   if (me == leader) {
     for (size_t k = 1; k < group.size(); ++k) {
       Tensor part = comm.recv(group[k], tag);
-      if (part.dtype() != DType::Float32 || part.numel() != total)
+      if (part.dtype() != type || part.numel() != total)
         throw std::runtime_error("rank " + std::to_string(group[k]) + " sent " + part.describe() +
-                                 " to a gradient sum of " + std::to_string(total) + " floats");
-      addTo<float>(flat, part);
+                                 " to a group sum of " + std::to_string(total) + " elements");
+      combine(part);
     }
     for (size_t k = 1; k < group.size(); ++k) comm.send(group[k], tag + 1, flat);
   } else {
     comm.send(leader, tag, flat);
     flat = comm.recv(leader, tag + 1);
-    if (flat.numel() != total) throw std::runtime_error("gradient sum came back with the wrong size");
+    if (flat.dtype() != type || flat.numel() != total)
+      throw std::runtime_error("group sum came back as " + flat.describe());
   }
-  const float *src = flat.data<float>();
+  const auto *src = static_cast<const char *>(flat.raw());
   for (Tensor *t : tensors) {
     std::memcpy(t->raw(), src, t->nbytes());
-    src += t->numel();
+    src += t->nbytes();
   }
+}
+} // namespace
+
+void groupSum(Communicator &comm, const std::vector<int> &group, int64_t tag,
+              const std::vector<Tensor *> &tensors) {
+  groupReduce(comm, group, tag, tensors, false);
+}
+
+void groupMax(Communicator &comm, const std::vector<int> &group, int64_t tag,
+              const std::vector<Tensor *> &tensors) {
+  groupReduce(comm, group, tag, tensors, true);
+}
+
+namespace {
+template <typename T>
+double vocabParallelTyped(Communicator &comm, const std::vector<int> &group, int64_t tagMax, int64_t tagSum,
+                          const Tensor &logits, const std::vector<int64_t> &label, int64_t lo, int64_t vocab,
+                          double denominator, int64_t ignoreIndex, float *grad) {
+  int64_t C = logits.dim(-1), rows = int64_t(label.size());
+  const T *px = logits.data<T>();
+  Tensor maxima(DType::Float64, {rows}), sums(DType::Float64, {rows, 2});
+  double *mx = maxima.data<double>(), *st = sums.data<double>();
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t k = 0; k < C; ++k) m = std::max(m, double(px[r * C + k]));
+    mx[r] = m;
+  }
+  groupMax(comm, group, tagMax, {&maxima});
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *x = px + r * C;
+    double s = 0;
+    for (int64_t k = 0; k < C; ++k) s += std::exp(double(x[k]) - mx[r]);
+    st[2 * r] = s;
+    int64_t l = label[size_t(r)] - lo;
+    st[2 * r + 1] = l >= 0 && l < C ? double(x[l]) : 0.0;
+  }
+  groupSum(comm, group, tagSum, {&sums});
+  double scale = denominator > 0 ? 1.0 / denominator : 0.0, total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float *g = grad ? grad + r * C : nullptr;
+    if (label[size_t(r)] == ignoreIndex) {
+      if (g) std::fill(g, g + C, 0.0f);
+      continue;
+    }
+    total += mx[r] + std::log(st[2 * r]) - st[2 * r + 1];
+    if (!g) continue;
+    const T *x = px + r * C;
+    for (int64_t k = 0; k < C; ++k) g[k] = float(std::exp(double(x[k]) - mx[r]) / st[2 * r] * scale);
+    int64_t l = label[size_t(r)] - lo;
+    if (l >= 0 && l < C) g[l] = float((std::exp(double(x[l]) - mx[r]) / st[2 * r] - 1.0) * scale);
+  }
+  return total * scale;
+}
+} // namespace
+
+double vocabParallelCrossEntropy(Communicator &comm, const std::vector<int> &group, int64_t tagMax,
+                                 int64_t tagSum, const Tensor &logits, const Tensor &labels, int64_t lo,
+                                 int64_t vocab, double denominator, int64_t ignoreIndex, Tensor *grad) {
+  if (logits.rank() < 1)
+    throw std::runtime_error("vocab-parallel cross entropy: logits " + logits.describe() + " have no class dimension");
+  int64_t C = logits.dim(-1), rows = C ? logits.numel() / C : 0;
+  if (labels.numel() != rows)
+    throw std::runtime_error("labels " + labels.describe() + " do not match logits " + logits.describe());
+  if (labels.dtype() != DType::Int32 && labels.dtype() != DType::Int64)
+    throw std::runtime_error(std::string("labels must be int32 or int64, not ") + dtypeName(labels.dtype()));
+  std::vector<int64_t> label = labels.toInt64Vector();
+  // Every rank sees the same labels: all refuse a bad one before any collective.
+  for (int64_t l : label)
+    if (l != ignoreIndex && (l < 0 || l >= vocab))
+      throw std::runtime_error("label " + std::to_string(l) + " out of range [0, " + std::to_string(vocab) + ")");
+  float *g = nullptr;
+  if (grad) {
+    *grad = Tensor(DType::Float32, logits.shape());
+    g = grad->data<float>();
+  }
+  if (logits.dtype() == DType::Float32)
+    return vocabParallelTyped<float>(comm, group, tagMax, tagSum, logits, label, lo, vocab, denominator, ignoreIndex, g);
+  if (logits.dtype() == DType::Float64)
+    return vocabParallelTyped<double>(comm, group, tagMax, tagSum, logits, label, lo, vocab, denominator, ignoreIndex, g);
+  throw std::runtime_error(std::string("vocab-parallel cross entropy takes float32 or float64 logits, not ") +
+                           dtypeName(logits.dtype()));
 }
 
 void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,

@@ -55,13 +55,28 @@ void backward(const Model &model, const std::vector<size_t> &nodes,
 /// acc += g (same shape and type); an undefined `acc` becomes a copy of g.
 void accumulate(Tensor &acc, const Tensor &g);
 
-/// Sums `tensors` (float32) elementwise over the ranks `group` (sorted,
+/// Sums `tensors` (all float32 or all float64) elementwise over the ranks `group` (sorted,
 /// containing comm.rank()), in place: the lowest rank adds the others'
 /// values in rank order and sends the sum back, so every member ends with
 /// the same bits. `tag` must be the same on every member and unused by
 /// other traffic between them.
 void groupSum(Communicator &comm, const std::vector<int> &group, int64_t tag,
               const std::vector<Tensor *> &tensors);
+/// The same with the elementwise maximum (tags `tag` and `tag + 1`).
+void groupMax(Communicator &comm, const std::vector<int> &group, int64_t tag,
+              const std::vector<Tensor *> &tensors);
+
+/// Megatron's vocab-parallel cross entropy (Shoeybi et al. 2019, 3.): each
+/// rank of `group` holds columns [lo, lo + logits.dim(-1)) of the `vocab`
+/// classes. The row maxima (groupMax, tag `tagMax`), then each row's sum of
+/// exponentials and its label's logit (groupSum, `tagSum`) are combined
+/// over the group: 3 values per row in two collectives. Every rank returns
+/// the same loss (summed over rows, divided by `denominator`; rows labelled
+/// `ignoreIndex` count nothing) and, when `grad` is given, the gradient of
+/// its own columns, as softmaxCrossEntropy would give for the whole logits.
+double vocabParallelCrossEntropy(Communicator &comm, const std::vector<int> &group, int64_t tagMax,
+                                 int64_t tagSum, const Tensor &logits, const Tensor &labels, int64_t lo,
+                                 int64_t vocab, double denominator, int64_t ignoreIndex, Tensor *grad);
 
 struct AdamSettings {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;

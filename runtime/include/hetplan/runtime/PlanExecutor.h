@@ -276,6 +276,14 @@ private:
   /// segments): the part of tensor-parallel rank k of t is the k-th 1/t of
   /// each of `segments` equal parts of that axis.
   std::vector<std::map<std::string, std::pair<int, int>>> tpParams_;
+  /// Per stage, the VOCAB node's trained parameter (its input 1, or what
+  /// that input transposes) and whether the node reads it transposed: the
+  /// gradient of its columns is summed over the worker and added there.
+  struct VocabHead {
+    std::string param;
+    bool transposed = false;
+  };
+  std::vector<std::map<size_t, VocabHead>> vocabHeads_;
 };
 
 } // namespace hetplan::runtime
