@@ -85,6 +85,21 @@ def price(hetplan, model, cluster, layouts, extra, batch, seq, dtype):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+def amp_model(work, m):
+    """AMP's GPT-2 (bench/published/amp_gpt2.json "model") with Megatron-LM's
+    dropout, shapes only; generated once into `work`."""
+    os.makedirs(work, exist_ok=True)
+    model = os.path.join(work, "amp-gpt2-dropout.onnx")
+    if not os.path.exists(model):
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models/gen_transformer.py"),
+                        "--family", m["family"], "--config", "gpt2-medium",
+                        "--layers", str(m["layers"]), "--hidden", str(m["hidden"]),
+                        "--heads", str(m["heads"]), "--vocab", str(m["vocab"]),
+                        "--seq-max", str(m["seq"]), "--dropout", "0.1", "--weights", "none",
+                        "--no-check", "-o", model], check=True, capture_output=True)
+    return model
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hetplan", default=os.path.join(ROOT, "build/bin/hetplan"))
@@ -99,14 +114,7 @@ def main():
     # The runs trained with Megatron-LM's default dropout (hidden and
     # attention 0.1): the graph carries the Dropout nodes whose masks and
     # outputs the backward pass keeps.
-    model = os.path.join(args.work, "amp-gpt2-dropout.onnx")
-    if not os.path.exists(model):
-        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models/gen_transformer.py"),
-                        "--family", m["family"], "--config", "gpt2-medium",
-                        "--layers", str(m["layers"]), "--hidden", str(m["hidden"]),
-                        "--heads", str(m["heads"]), "--vocab", str(m["vocab"]),
-                        "--seq-max", str(m["seq"]), "--dropout", "0.1", "--weights", "none",
-                        "--no-check", "-o", model], check=True, capture_output=True)
+    model = amp_model(args.work, m)
     rows = []
     for cluster in sorted({t["cluster"] for t in data["trials"]}):
         trials = [t for t in data["trials"] if t["cluster"] == cluster]

@@ -209,6 +209,15 @@ std::vector<TensorParallelUnit> findTensorParallelUnits(const GraphInfo &info, i
         emit(Role::Local, same);
         continue;
       }
+      // Dropout (Megatron's on the attention probabilities and after the
+      // projections): elementwise on the slice; its ratio and training flag
+      // are scalars. A used mask output is not followed.
+      if (op == "Dropout" && splitIn.size() == 1 && splitIn[0] == 0 &&
+          (node.getNumResults() < 2 || node.getResult(1).use_empty())) {
+        same.axis = outRank - 1 - fromRight;
+        emit(Role::Local, same);
+        continue;
+      }
       if (llvm::is_contained({"Add", "Sub", "Mul", "Div", "Pow", "Where"}, op)) {
         bool ok = outRank >= fromRight + 1, mixed = false;
         int bias = -1;
