@@ -194,7 +194,8 @@ TEST(CostModel, ResNet50Is4GMacs) {
   ASSERT_TRUE(time);
   double seconds = llvm::cast<mlir::FloatAttr>(time.get("A100-SXM-80GB")).getValueAsDouble();
   EXPECT_GT(seconds, 2e-4);  // 8.2 GFLOP at fp32 on an A100 is not under 0.2 ms
-  EXPECT_LT(seconds, 1e-2);
+  // Above: about 180 ops at the fitted per-op host overhead (61 us) bound it.
+  EXPECT_LT(seconds, 2e-2);
 
   auto cost = cost::extractModelCost(graph);
   ASSERT_TRUE(bool(cost)) << llvm::toString(cost.takeError());
@@ -325,6 +326,7 @@ TEST(CostModel, TransformerBlockKeepsWhatKorthikantiCounts) {
   ASSERT_EQ(runPasses(*module, {{"batch=1", "sequence=1024"}, false, {}}), "");
   cost::ExtractOptions fp16;
   fp16.dtype = cost::DType::FP16;
+  fp16.training = true;
   auto cost = cost::extractModelCost(firstGraph(*module), fp16);
   ASSERT_TRUE(bool(cost)) << llvm::toString(cost.takeError());
   const double s = 1024, h = 768, a = 12;
@@ -332,7 +334,33 @@ TEST(CostModel, TransformerBlockKeepsWhatKorthikantiCounts) {
     const cost::LayerCost &block = cost->layers[i];
     EXPECT_DOUBLE_EQ(block.stashBytesPerSample, 34 * s * h + 5 * a * s * s) << block.name;
     EXPECT_DOUBLE_EQ(block.stashSplitBytesPerSample, 24 * s * h + 5 * a * s * s) << block.name;
+    // Megatron's two column/row pairs (attention, MLP): the Dropout on the
+    // attention probabilities stays inside the attention's region.
+    ASSERT_EQ(block.tensorParallelUnits.size(), 2u) << block.name;
+    for (const cost::TensorParallelUnit &u : block.tensorParallelUnits) {
+      EXPECT_TRUE(u.pair) << block.name;
+      EXPECT_EQ(u.forwardCollectives, 1) << block.name;
+      EXPECT_DOUBLE_EQ(u.forwardElementsPerSample, s * h) << block.name;
+    }
   }
+  // The tied LM head splits by vocabulary with the loss: 3 values per token
+  // in 2 all-reduces forward, the input gradient summed backward, and the
+  // [vocab, hidden] weight's gradient once per step.
+  const cost::LayerCost &head = cost->layers.back();
+  ASSERT_EQ(head.tensorParallelUnits.size(), 1u);
+  const cost::TensorParallelUnit &vocab = head.tensorParallelUnits[0];
+  EXPECT_TRUE(vocab.vocabHead);
+  EXPECT_EQ(vocab.nodes.front().role, cost::TensorParallelRole::Vocab);
+  EXPECT_EQ(vocab.divisor, 50257);
+  EXPECT_DOUBLE_EQ(vocab.forwardElementsPerSample, 3 * s);
+  EXPECT_EQ(vocab.forwardCollectives, 2);
+  EXPECT_DOUBLE_EQ(vocab.backwardElementsPerSample, s * h);
+  EXPECT_DOUBLE_EQ(vocab.stepAllReduceElements, 50257 * h);
+  // For inference the head is not split (the outputs are whole logits).
+  fp16.training = false;
+  auto infer = cost::extractModelCost(firstGraph(*module), fp16);
+  ASSERT_TRUE(bool(infer));
+  EXPECT_TRUE(infer->layers.back().tensorParallelUnits.empty());
 
   // Without Dropout (an inference export) the masks and the dropped copy of
   // the attention probabilities are not there: 32 s h + 2 a s^2.
@@ -663,7 +691,7 @@ TEST(CostModel, CatalogCalibrationReplacesTheDefaults) {
   // and keep the documented defaults for what was not measured on them.
   cost::Efficiency ea = cost::defaultEfficiency(device("A100-80GB"));
   EXPECT_EQ(ea.matrix, 0.6);
-  EXPECT_DOUBLE_EQ(ea.launchSeconds, 46e-6);
+  EXPECT_DOUBLE_EQ(ea.launchSeconds, 61e-6);
   EXPECT_DOUBLE_EQ(ea.launchSeconds, *t4.achieved.kernelUs * 1e-6);
   // The overhead term is per kernel call: it is paid at every call and does
   // not grow with the samples.
