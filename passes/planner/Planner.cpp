@@ -1217,6 +1217,7 @@ private:
     double worst = 0;
     int worstStage = 0, worstClass = -1, worstTp = c.tp;
     bool worstRecompute = false;
+    const StageDevices *worstDevices = nullptr;
     for (int j = 0; j < P; ++j) {
       int l = int(int64_t(L) * j / P), r = int(int64_t(L) * (j + 1) / P) - 1;
       if (r < l)
@@ -1228,27 +1229,36 @@ private:
         worstStage = j;
         worstClass = sc.shortfallClass;
         worstRecompute = sc.recompute;
-        worstTp = chosen(c.stagesRef()[j], sc).tp;
+        worstDevices = &chosen(c.stagesRef()[j], sc);
+        worstTp = worstDevices->tp;
       }
     }
-    if (worst > 0 && (best.bytes == 0 || worst < best.bytes)) {
-      best.bytes = worst;
+    if (worst > 0 && (best.rank == 0 || worst < best.rank)) {
+      best.rank = best.bytes = worst;
       best.where = llvm::formatv("stage {0} of {1} on {2} (tensor parallel {3})",
                                  worstStage, P,
                                  worstClass >= 0 ? classes[worstClass].type->name
                                                  : std::string("?"),
                                  worstTp)
                        .str();
-      best.fixes = fixesFor(c, worstStage, worstClass >= 0 ? worstClass : 0, worstRecompute);
+      // The bytes the message names are the ones the savers are measured
+      // against: what one sample per worker misses there.
+      double missing = 0;
+      best.fixes = fixesFor(c, worstStage, worstClass >= 0 ? worstClass : 0, worstRecompute,
+                            *worstDevices, missing);
+      if (missing > 0)
+        best.bytes = missing;
     }
   }
 
   /// What each memory saver not yet used would save on stage j of `c` (its
-  /// even layer share, one sample per worker), and whether that is enough.
-  std::vector<std::string> fixesFor(const Candidate &c, int j, int cls, bool recompute) {
+  /// even layer share, one sample per worker, on the grouping `sd` that
+  /// came closest), and whether that is enough; `missingOut`: the bytes
+  /// missing there without them.
+  std::vector<std::string> fixesFor(const Candidate &c, int j, int cls, bool recompute,
+                                    const StageDevices &sd, double &missingOut) {
     int P = int(c.stagesRef().size());
     int l = int(int64_t(L) * j / P), r = int(int64_t(L) * (j + 1) / P) - 1;
-    const StageDevices &sd = c.stagesRef()[j];
     int in = inflight(j, P, c.microBatches);
     double capacity = classes[cls].capacity;
     auto missing = [&](int ll, int rr, bool re, const Savers &sv) {
@@ -1256,6 +1266,7 @@ private:
       return peakBytes(n, 1) - capacity;
     };
     double now = missing(l, r, recompute, c.savers);
+    missingOut = now;
     std::vector<std::string> fixes, applied;
     auto say = [&](const std::string &what, double after) {
       double saved = now - after;

@@ -177,7 +177,8 @@ struct Plan {
 
 /// Why nothing fits, and what would fix it.
 struct Shortfall {
-  double bytes = 0;           // the smallest shortfall over all candidates
+  double bytes = 0;           // what the closest layout misses there (one sample per worker)
+  double rank = 0;            // how candidates compare (the search's shortfall; smallest wins)
   std::string where;          // "stage 2 of 4 on T4 (tensor parallel 1)"
   /// For that closest layout: what recomputation, a ZeRO stage, optimizer
   /// offload or more pipeline stages would save there, and whether enough.
