@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <memory>
 #include <tuple>
 #include <numeric>
@@ -1146,6 +1147,23 @@ private:
     return false;
   }
 
+  /// For a candidate the search kept: the next ZeRO stages while they
+  /// price faster (the stage that first fits is not always the fastest:
+  /// ZeRO-1 moves the same bytes and steps 1/D of the parameters, and the
+  /// memory a stage frees can buy a faster grouping or larger shares).
+  /// Only the few kept candidates pay for these partitions.
+  void fasterZero(Candidate &c, bool even, bool evenLayers) {
+    for (int z : zeroStages(c)) {
+      if (z <= c.savers.zero)
+        continue;
+      Candidate next = c;
+      next.savers.zero = z;
+      if (!partition(next, even, evenLayers) || !(next.estimate < c.estimate * (1 - 1e-9)))
+        break;
+      c = std::move(next);
+    }
+  }
+
   /// For the few candidates that reach the simulation: every position of
   /// each cut between its neighbours, while the estimate improves (the
   /// bottleneck split is not what minimises latency when micro-batches are
@@ -1784,6 +1802,8 @@ llvm::Expected<Plan> Search::run() {
   Plan bestPlan;
   bool first = true;
   for (Candidate &c : kept) {
+    if (opt.zeroStage < 0)
+      fasterZero(c, even, evenLayers);
     if (!evenLayers)
       refineWide(c, even);
     Plan p = simulate(c, even);
@@ -1873,10 +1893,19 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
   bool fits = false;
   for (bool offload : offloads) {
     for (int z : zeros) {
-      cand.savers = {training ? z : 0, training && offload};
-      cand.estimate = estimate(cand, even);
-      if ((fits = cand.estimate < kInf))
+      Candidate next = cand;
+      next.savers = {training ? z : 0, training && offload};
+      next.estimate = estimate(next, even);
+      if (next.estimate == kInf) {
+        if (!fits)
+          cand.savers = next.savers;  // what the over-capacity report prices
+        continue;
+      }
+      // As the search (fasterZero): larger ZeRO stages while they price faster.
+      if (fits && !(next.estimate < cand.estimate * (1 - 1e-9)))
         break;
+      cand = std::move(next);
+      fits = true;
     }
     if (fits)
       break;
