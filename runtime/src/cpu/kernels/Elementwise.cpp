@@ -632,8 +632,20 @@ void registerElementwiseKernels() {
                             HP_DISPATCH_NUMERIC(x.dtype(), {
                               T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
                               if (c.opset < 11) {
-                                lo = static_cast<T>(c.node.getFloat("min", -std::numeric_limits<float>::max()));
-                                hi = static_cast<T>(c.node.getFloat("max", std::numeric_limits<float>::max()));
+                                // Float attributes: saturated into T's range (a cast of an
+                                // out-of-range float to an integer is undefined).
+                                auto bound = [](float v, T otherwise) -> T {
+                                  if (std::isnan(v)) return otherwise;
+                                  if constexpr (std::is_integral_v<T>) {
+                                    if (v <= static_cast<float>(std::numeric_limits<T>::lowest()))
+                                      return std::numeric_limits<T>::lowest();
+                                    if (v >= static_cast<float>(std::numeric_limits<T>::max()))
+                                      return std::numeric_limits<T>::max();
+                                  }
+                                  return static_cast<T>(v);
+                                };
+                                lo = bound(c.node.getFloat("min", -std::numeric_limits<float>::max()), lo);
+                                hi = bound(c.node.getFloat("max", std::numeric_limits<float>::max()), hi);
                               } else {
                                 if (c.hasInput(1)) lo = c.in(1).data<T>()[0];
                                 if (c.hasInput(2)) hi = c.in(2).data<T>()[0];
