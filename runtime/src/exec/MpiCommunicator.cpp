@@ -100,7 +100,9 @@ struct MpiCommunicator::Pending {
   }
 };
 
-MpiCommunicator::MpiCommunicator() : pending_(std::make_unique<Pending>()) {
+MpiCommunicator::MpiCommunicator() : MpiCommunicator(commRendezvous()) {}
+
+MpiCommunicator::MpiCommunicator(bool rendezvous) : rendezvous_(rendezvous), pending_(std::make_unique<Pending>()) {
   // A rank dies with its launcher: a killed mpirun must not leave ranks
   // waiting for peers forever. (The launcher may already be gone.)
   pid_t launcher = ::getppid();
@@ -117,7 +119,6 @@ MpiCommunicator::MpiCommunicator() : pending_(std::make_unique<Pending>()) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   timeout_ = commTimeoutSeconds();
-  rendezvous_ = commRendezvous();
   ++gLive;
 }
 

@@ -34,6 +34,9 @@ inline bool launchedByMpi() {
 class MpiCommunicator final : public Communicator {
 public:
   MpiCommunicator();
+  /// `rendezvous` as commRendezvous() would say (NcclCommunicator passes
+  /// false: its headers travel buffered over MPI).
+  explicit MpiCommunicator(bool rendezvous);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator &) = delete;
   MpiCommunicator &operator=(const MpiCommunicator &) = delete;
