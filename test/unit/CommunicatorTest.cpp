@@ -105,7 +105,7 @@ namespace {
 /// Runs `body(comm)` on every rank of a rendezvous group; the errors.
 std::vector<std::string> onRanks(int n, const std::function<void(Communicator &)> &body) {
   ThreadCommGroup group(n, /*rendezvous=*/true);
-  std::vector<std::string> errors(size_t(n));
+  std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] { errors[size_t(r)] = errorOf([&] { body(group.communicator(r)); }); });

@@ -1,12 +1,15 @@
-//===- Run.cpp - hetplan run: execute a plan on CPU ranks -----------------===//
+//===- Run.cpp - hetplan run: execute a plan on its ranks -----------------===//
 //
 //   hetplan run PLAN --input NAME=FILE.npy ... --output DIR [--ranks N]
-//               [--model MODEL] [--profile OUT.json]
+//               [--model MODEL] [--profile OUT.json] [--device auto|cpu|cuda]
 //   hetplan run TRAIN.PLAN --input ... --labels FILE.npy --output DIR
 //               [--steps N] [--lr X] [--loss-output NAME] [--save-model OUT.onnx]
 //
 // Runs the plan with one thread per rank (the in-process communicator), or
-// one process per rank under mpirun. An inference plan writes
+// one process per rank under mpirun. Each rank computes where the plan puts
+// it (RankBackend.h, docs/gpu.md): GPU ranks on the CUDA executor when this
+// build and host have one (--device cpu: every rank on the CPU), and an MPI
+// job of CUDA ranks talks over NCCL. An inference plan writes
 // DIR/<output>.npy; a training plan runs N steps on the batch and writes
 // DIR/loss.npy (one loss per step) and, with --save-model, the trained
 // model. Errors are one line, exit 1, and leave no output files behind.
@@ -21,6 +24,11 @@
 #include "hetplan/runtime/MpiCommunicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
 #include "hetplan/runtime/PlanFile.h"
+#include "hetplan/runtime/RankBackend.h"
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+#include "hetplan/runtime/CudaBackend.h"
+#include "hetplan/runtime/NcclCommunicator.h"
+#endif
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -33,6 +41,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <unistd.h>
 
@@ -40,7 +49,7 @@ namespace cl = llvm::cl;
 
 namespace hetplan::tools {
 
-cl::SubCommand runCmd("run", "Run a plan on CPU ranks (threads, or processes under mpirun)");
+cl::SubCommand runCmd("run", "Run a plan on its ranks: CUDA GPUs or CPUs (threads, or processes under mpirun)");
 
 namespace {
 // "rank N: message", unless the message already starts by naming the rank.
@@ -62,6 +71,11 @@ cl::opt<int> runRanks("ranks", cl::desc("Ranks (threads); must equal the plan's 
 cl::opt<std::string> runModel("model", cl::desc("The model file (default: the path in the plan)"),
                               cl::value_desc("MODEL"), cl::sub(runCmd));
 cl::opt<bool> runQuiet("quiet", cl::desc("No summary line"), cl::sub(runCmd));
+cl::opt<std::string> runDevice("device",
+                               cl::desc("Where ranks compute: auto (GPU ranks of the plan on CUDA when this "
+                                        "build and host have it, else the CPU), cpu (every rank), cuda (the "
+                                        "plan's GPU ranks on CUDA, or an error)"),
+                               cl::value_desc("auto|cpu|cuda"), cl::init("auto"), cl::sub(runCmd));
 cl::opt<std::string> runTrace("trace",
                               cl::desc("Write the measured step (the last, for training) as a "
                                        "Chrome/Perfetto trace: a thread per rank, an event per "
@@ -110,6 +124,75 @@ std::string fileNameFor(const std::string &name) {
   return out;
 }
 
+//===-- Devices: where each rank computes (RankBackend.h) ------------------===//
+hetplan::runtime::LocalDevices localDevices() {
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+  return hetplan::runtime::cudaLocalDevices();
+#else
+  return {};
+#endif
+}
+
+/// This process's rank among the processes of its node, from the launcher
+/// (Open MPI, MPICH/Hydra, Slurm); 0 when none says.
+int localRankFromEnv() {
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char *v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+/// Gives rank `rank` (every rank when < 0) the CUDA executor where
+/// `placement` puts it there.
+void applyPlacement(hetplan::runtime::PlanExecutor &exec, const hetplan::runtime::Placement &placement, int rank) {
+  for (int r = 0; r < exec.ranks(); ++r) {
+    if ((rank >= 0 && r != rank) || !placement.cuda[size_t(r)]) continue;
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+    exec.setCompute(r, hetplan::runtime::makeCudaRankCompute(exec.model(), placement.device[size_t(r)]));
+#endif
+  }
+}
+
+void reportPlacement(const hetplan::runtime::Placement &placement) {
+  // Only when a GPU is in play: CPU runs print what they always did.
+  bool any = false;
+  for (bool c : placement.cuda) any = any || c;
+  if (any && !runQuiet && !runJson) llvm::outs() << "devices: " << placement.summary << "\n";
+}
+
+#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
+/// One process per rank: places this process's rank, agrees with the other
+/// processes on the communicator (NCCL only when every rank everywhere is a
+/// CUDA rank) and returns it: `mpi` itself, or a NcclCommunicator made in
+/// `holder`.
+hetplan::runtime::Communicator &mpiProgramComm(hetplan::runtime::PlanExecutor &exec,
+                                               hetplan::runtime::MpiCommunicator &mpi,
+                                               std::unique_ptr<hetplan::runtime::Communicator> &holder) {
+  using namespace hetplan::runtime;
+  LocalDevices local = localDevices();
+  Placement placement =
+      placeRanks(exec.plan(), parseDeviceChoice(runDevice), local, true, localRankFromEnv(), mpi.rank());
+  // Each process votes for its own rank: NCCL only if all are CUDA ranks.
+  bool mine = placement.cuda[size_t(mpi.rank())];
+  Tensor votes = Tensor::scalar<float>(DType::Float32, mine ? 1.f : 0.f).reshaped({1});
+  mpi.allReduceSum(votes);
+  placement.comm = mpiCommKind(votes.data<float>()[0] == float(mpi.size()), local);
+  applyPlacement(exec, placement, mpi.rank());
+  if (mine) { // rank 0 speaks for the job; the summary's other entries are this host's view
+    placement.summary = "rank " + std::to_string(mpi.rank()) + " on CUDA (device " +
+                        std::to_string(placement.device[size_t(mpi.rank())]) + "), " + commKindName(placement.comm);
+  }
+  if (mpi.rank() == 0) reportPlacement(placement);
+#if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
+  if (placement.comm == CommKind::Nccl) {
+    holder = std::make_unique<NcclCommunicator>();
+    return *holder;
+  }
+#endif
+  (void)holder;
+  return mpi;
+}
+#endif
+
 //===-- MPI: one process per rank (`mpirun -np N hetplan run ...`) -------===//
 // When an MPI launcher started this process, it runs only its own rank's
 // program over MpiCommunicator (every process reads the .npy inputs
@@ -118,7 +201,7 @@ std::string fileNameFor(const std::string &name) {
 // Returns -1 when this process should write `outputs`, else an exit code.
 constexpr int64_t kGatherTag = int64_t(1) << 29; // above the pipeline's tags
 
-int runMpiRanks(const hetplan::runtime::PlanExecutor &exec,
+int runMpiRanks(hetplan::runtime::PlanExecutor &exec,
                 const std::map<std::string, hetplan::runtime::Tensor> &inputs,
                 std::map<std::string, hetplan::runtime::Tensor> &outputs) {
   using namespace hetplan::runtime;
@@ -137,7 +220,9 @@ int runMpiRanks(const hetplan::runtime::PlanExecutor &exec,
     return t;
   };
   try {
-    PlanExecutor::OutputPieces mine = exec.runRank(comm, inputs);
+    std::unique_ptr<Communicator> nccl;
+    PlanExecutor::OutputPieces mine = exec.runRank(mpiProgramComm(exec, comm, nccl), inputs);
+    nccl.reset(); // its pending transfers complete before the pieces move
     if (comm.rank() != 0) {
       // Count, then per piece (micro-batch, worker, outputs), name, tensor.
       comm.send(0, kGatherTag, Tensor::scalar<int64_t>(DType::Int64, int64_t(mine.size())));
@@ -307,7 +392,7 @@ namespace {
 /// Training plans: `--steps` steps on threads or MPI ranks. Fills `losses`
 /// and `params` (the trained parameters) on the process that writes;
 /// returns -1 there, else an exit code.
-int trainSteps(const hetplan::runtime::PlanExecutor &exec,
+int trainSteps(hetplan::runtime::PlanExecutor &exec,
                const std::map<std::string, hetplan::runtime::Tensor> &inputs,
                const hetplan::runtime::Tensor &labels, std::vector<double> &losses,
                std::map<std::string, hetplan::runtime::Tensor> &params) {
@@ -358,12 +443,15 @@ int trainSteps(const hetplan::runtime::PlanExecutor &exec,
                                    " ranks, the MPI job has " + std::to_string(comm.size()) + " processes")
                             : 1;
   try {
+    std::unique_ptr<Communicator> nccl;
+    Communicator &program = mpiProgramComm(exec, comm, nccl);
     PlanExecutor::RankTrainState state;
     for (int s = 1; s <= runSteps; ++s) {
-      losses.push_back(exec.trainRank(comm, inputs, labels, state, options));
+      losses.push_back(exec.trainRank(program, inputs, labels, state, options));
       if (comm.rank() == 0) report(s, losses.back());
     }
-    if (!runSaveModel.empty()) params = exec.gatherParameters(comm, state);
+    if (!runSaveModel.empty()) params = exec.gatherParameters(program, state);
+    nccl.reset();
     comm.flush();
     return comm.rank() == 0 ? -1 : 0;
   } catch (const std::exception &e) {
@@ -382,10 +470,16 @@ int runRun() {
   if (!runTrace.empty() && launchedByMpi())
     return fail("--trace times the ranks of one process: run without mpirun");
   try {
+    DeviceChoice device = parseDeviceChoice(runDevice); // a bad value fails before loading
     auto exec = PlanExecutor::load(runPlan, runModel);
     if (!launchedByMpi() && runRanks != 0 && runRanks != exec->ranks())
       return fail(runPlan + ": the plan has " + std::to_string(exec->ranks()) + " ranks, --ranks is " +
                   std::to_string(runRanks));
+    if (!launchedByMpi()) { // threads: CUDA ranks share this host's GPUs
+      Placement placement = placeRanks(exec->plan(), device, localDevices(), false);
+      applyPlacement(*exec, placement, -1);
+      reportPlacement(placement);
+    }
     std::map<std::string, Tensor> inputs;
     for (const std::string &arg : runInputs) {
       size_t eq = arg.find('=');

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -278,7 +279,6 @@ struct CudaExecutor::Impl {
   std::vector<bool> isFolded;
   std::map<std::string, DType> types;  // inferred element types (check())
   std::map<std::string, Val> weights;  // initializers and folded values
-  std::map<std::string, size_t> lastUse;
   std::mutex mutex;
   bool prepared = false;
   cudaStream_t stream = nullptr;
@@ -339,6 +339,13 @@ struct CudaExecutor::Impl {
   std::vector<std::string> check() const;
   void prepare();
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs);
+  std::map<std::string, Tensor> runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> given,
+                                         const std::set<std::string> &keep,
+                                         std::map<std::string, std::vector<int64_t>> *shapes,
+                                         ExecutionObserver *observer, const Executor::NodeHook *hook,
+                                         const std::set<size_t> *hookNodes);
+  bool runHooked(const Node &n, size_t idx, const Executor::NodeHook &hook, std::vector<Val *> &ins,
+                 std::vector<Val> &outs);
   void runHost(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs, bool deviceView);
   void runDevice(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs);
   // device ops
@@ -470,76 +477,166 @@ void CudaExecutor::Impl::prepare() {
 std::map<std::string, Tensor> CudaExecutor::Impl::run(const std::map<std::string, Tensor> &inputs) {
   std::lock_guard<std::mutex> lock(mutex);
   prepare();
-  cudaCheck(cudaSetDevice(device), "cudaSetDevice");
   std::set<std::string> keep;
   for (const auto &o : model.outputs) keep.insert(o.name);
-  std::map<std::string, Val> values;
+  std::map<std::string, Tensor> values;
   for (const auto &in : model.inputs) {
     auto it = inputs.find(in.name);
     if (it == inputs.end()) throw std::runtime_error(model.path + ": input '" + in.name + "' was not given");
-    values[in.name].host = it->second;
+    values[in.name] = it->second;
   }
   for (const auto &[name, t] : inputs)
     if (!values.count(name))
       throw std::runtime_error(model.path + ": '" + name + "' is not a graph input (overriding initializers is not supported on the CUDA backend)");
+  std::vector<size_t> nodes;
+  for (size_t idx : order)
+    if (!isFolded[idx]) nodes.push_back(idx);
+  auto got = runNodes(nodes, std::move(values), keep, nullptr, nullptr, nullptr, nullptr);
+  std::map<std::string, Tensor> out;
+  for (const auto &o : model.outputs) {
+    auto it = got.find(o.name);
+    if (it == got.end()) throw std::runtime_error(model.path + ": output '" + o.name + "' was not produced");
+    out[o.name] = std::move(it->second);
+  }
+  return out;
+}
+
+std::map<std::string, Tensor>
+CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> given,
+                             const std::set<std::string> &keep, std::map<std::string, std::vector<int64_t>> *shapes,
+                             ExecutionObserver *observer, const Executor::NodeHook *hook,
+                             const std::set<size_t> *hookNodes) {
+  cudaCheck(cudaSetDevice(device), "cudaSetDevice");
+  std::map<std::string, Val> values;
+  // Given values that replace initializers (a training rank's parameters)
+  // make the values folded from them stale: their nodes run again.
+  bool overridesWeights = false;
+  for (auto &[name, t] : given) {
+    overridesWeights = overridesWeights || model.initializers.count(name);
+    values[name].host = std::move(t);
+  }
   auto lookup = [&](const std::string &s) -> Val * {
     if (auto it = values.find(s); it != values.end()) return &it->second;
     if (auto it = weights.find(s); it != weights.end()) return &it->second;
     return nullptr;
   };
-  for (size_t step = 0; step < order.size(); ++step) {
-    size_t idx = order[step];
-    if (isFolded[idx]) continue;
-    const Node &n = model.nodes[idx];
-    std::vector<Val *> ins;
-    std::vector<DType> inTypes;
-    bool anyFloat = false, anyDeviceOnly = false;
-    for (const auto &s : n.inputs) {
-      if (s.empty()) { ins.push_back(nullptr); inTypes.push_back(DType::Undefined); continue; }
-      Val *v = lookup(s);
-      if (!v) throw std::runtime_error(where(n) + "value '" + s + "' is missing");
-      ins.push_back(v);
-      inTypes.push_back(v->dtype());
-      anyFloat = anyFloat || isFloatType(v->dtype());
-      anyDeviceOnly = anyDeviceOnly || !v->host.defined();
-    }
-    std::vector<Val> outs(n.outputs.size());
-    try {
-      if (kShapeOnly.count(n.opType)) {
-        runHost(n, ins, outs, ins.size() && ins[0] && !ins[0]->host.defined());
-      } else {
-        std::string dev = deviceCheck(n, inTypes);
-        if (!anyFloat && findKernel(n.opType) && (!anyDeviceOnly || !dev.empty()))
-          runHost(n, ins, outs, false);
-        else if (dev.empty())
-          runDevice(n, ins, outs);
-        else
-          throw std::runtime_error(dev);
-      }
-    } catch (const std::exception &e) {
-      throw std::runtime_error(where(n) + e.what());
-    }
-    for (size_t i = 0; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) {
-        if (!outs[i].defined()) throw std::runtime_error(where(n) + "output " + std::to_string(i) + " was not produced");
-        values[n.outputs[i]] = std::move(outs[i]);
-      }
-    for (const auto &s : n.inputs)
-      if (!s.empty() && lastUse[s] == step && !keep.count(s)) values.erase(s);
-  }
+  std::map<std::string, size_t> last; // value -> last step reading it
+  for (size_t step = 0; step < nodes.size(); ++step)
+    model.nodes[nodes[step]].forEachRead([&](const std::string &v) { last[v] = step; });
+  // Per-node times (hetplan run --profile): CUDA events around device
+  // work (the stream's time, not the host's launch time), steady_clock
+  // around nodes that ran on the host.
+  struct Timed {
+    size_t node;
+    cudaEvent_t begin = nullptr, end = nullptr;
+    double hostSeconds = 0;
+  };
+  std::vector<Timed> timed;
   std::map<std::string, Tensor> out;
-  for (const auto &o : model.outputs) {
-    Val *v = lookup(o.name);
-    if (!v) throw std::runtime_error(model.path + ": output '" + o.name + "' was not produced");
-    try {
-      const Tensor &h = hostOf(*v);
-      out[o.name] = h.isView() ? h.clone() : h;
-    } catch (const std::exception &e) {
-      throw std::runtime_error(model.path + ": output '" + o.name + "': " + e.what());
+  auto releaseEvents = [&] {
+    for (auto &t : timed) {
+      if (t.begin) cudaEventDestroy(t.begin);
+      if (t.end) cudaEventDestroy(t.end);
     }
+  };
+  try {
+    for (size_t step = 0; step < nodes.size(); ++step) {
+      size_t idx = nodes[step];
+      if (isFolded[idx] && !overridesWeights) continue;
+      const Node &n = model.nodes[idx];
+      std::vector<Val *> ins;
+      std::vector<DType> inTypes;
+      bool anyFloat = false, anyDeviceOnly = false;
+      for (const auto &s : n.inputs) {
+        if (s.empty()) { ins.push_back(nullptr); inTypes.push_back(DType::Undefined); continue; }
+        Val *v = lookup(s);
+        if (!v) throw std::runtime_error(where(n) + "value '" + s + "' is missing");
+        ins.push_back(v);
+        inTypes.push_back(v->dtype());
+        anyFloat = anyFloat || isFloatType(v->dtype());
+        anyDeviceOnly = anyDeviceOnly || !v->host.defined();
+      }
+      std::vector<Val> outs(n.outputs.size());
+      Timed t{idx};
+      auto hostStart = std::chrono::steady_clock::now();
+      if (observer) {
+        cudaCheck(cudaEventCreate(&t.begin), "cudaEventCreate");
+        cudaCheck(cudaEventCreate(&t.end), "cudaEventCreate");
+        cudaCheck(cudaEventRecord(t.begin, stream), "cudaEventRecord");
+      }
+      bool onDevice = false;
+      try {
+        if (hook && hookNodes && hookNodes->count(idx) && runHooked(n, idx, *hook, ins, outs)) {
+          // the plan executor's tensor-parallel node, on host copies
+        } else if (kShapeOnly.count(n.opType)) {
+          runHost(n, ins, outs, ins.size() && ins[0] && !ins[0]->host.defined());
+        } else {
+          std::string dev = deviceCheck(n, inTypes);
+          if (!anyFloat && findKernel(n.opType) && (!anyDeviceOnly || !dev.empty()))
+            runHost(n, ins, outs, false);
+          else if (dev.empty()) {
+            runDevice(n, ins, outs);
+            onDevice = true;
+          } else
+            throw std::runtime_error(dev);
+        }
+      } catch (const std::exception &e) {
+        throw std::runtime_error(where(n) + e.what());
+      }
+      if (observer) {
+        cudaCheck(cudaEventRecord(t.end, stream), "cudaEventRecord");
+        if (!onDevice) {
+          t.hostSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - hostStart).count();
+          cudaEventDestroy(t.begin);
+          cudaEventDestroy(t.end);
+          t.begin = t.end = nullptr;
+        }
+        timed.push_back(t);
+      }
+      for (size_t i = 0; i < n.outputs.size(); ++i)
+        if (!n.outputs[i].empty()) {
+          if (!outs[i].defined()) throw std::runtime_error(where(n) + "output " + std::to_string(i) + " was not produced");
+          if (shapes) (*shapes)[n.outputs[i]] = outs[i].shape();
+          values[n.outputs[i]] = std::move(outs[i]);
+        }
+      n.forEachRead([&](const std::string &s) {
+        auto it = last.find(s);
+        if (it != last.end() && it->second == step && !keep.count(s)) values.erase(s);
+      });
+    }
+    for (const auto &name : keep) {
+      auto it = values.find(name);
+      if (it == values.end()) continue;
+      try {
+        const Tensor &h = hostOf(it->second);
+        out[name] = h.isView() ? h.clone() : h;
+      } catch (const std::exception &e) {
+        throw std::runtime_error(model.path + ": value '" + name + "': " + e.what());
+      }
+    }
+    cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    for (const auto &t : timed) {
+      float ms = 0;
+      if (t.begin) cudaCheck(cudaEventElapsedTime(&ms, t.begin, t.end), "cudaEventElapsedTime");
+      observer->nodeRan(t.node, t.begin ? double(ms) * 1e-3 : t.hostSeconds);
+    }
+  } catch (...) {
+    releaseEvents();
+    throw;
   }
-  cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  releaseEvents();
   return out;
+}
+
+/// Offers node `n` to the plan executor's hook on host copies of its
+/// inputs; true when the hook produced its outputs.
+bool CudaExecutor::Impl::runHooked(const Node &n, size_t idx, const Executor::NodeHook &hook, std::vector<Val *> &ins,
+                                   std::vector<Val> &outs) {
+  KernelContext ctx{n, model.opset(""), {}, std::vector<Tensor>(n.outputs.size())};
+  for (Val *v : ins) ctx.inputs.push_back(v ? &hostOf(*v) : nullptr);
+  if (!hook(idx, ctx)) return false;
+  for (size_t i = 0; i < outs.size(); ++i) outs[i].host = std::move(ctx.outputs[i]);
+  return true;
 }
 
 /// The CPU kernel on host inputs. With `deviceView`, input 0 stays a device
@@ -1027,9 +1124,6 @@ CudaExecutor::CudaExecutor(const Model &model, int device) : impl_(std::make_uni
   impl_->order = topologicalOrder(impl_->model);
   impl_->foldConstants();
   impl_->types = inferTypes(model, impl_->order, impl_->weights);
-  for (size_t step = 0; step < impl_->order.size(); ++step)
-    for (const auto &s : model.nodes[impl_->order[step]].inputs)
-      if (!s.empty()) impl_->lastUse[s] = step;
 }
 
 CudaExecutor::~CudaExecutor() = default;
@@ -1043,6 +1137,17 @@ void CudaExecutor::prepare() {
 
 std::map<std::string, Tensor> CudaExecutor::run(const std::map<std::string, Tensor> &inputs) {
   return impl_->run(inputs);
+}
+
+std::map<std::string, Tensor> CudaExecutor::runNodes(const std::vector<size_t> &nodes,
+                                                     std::map<std::string, Tensor> values,
+                                                     const std::set<std::string> &keep,
+                                                     std::map<std::string, std::vector<int64_t>> *shapes,
+                                                     ExecutionObserver *observer, const Executor::NodeHook *hook,
+                                                     const std::set<size_t> *hookNodes) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->prepare();
+  return impl_->runNodes(nodes, std::move(values), keep, shapes, observer, hook, hookNodes);
 }
 
 bool cudaDeviceAvailable(std::string *why) {

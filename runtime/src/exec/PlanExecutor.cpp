@@ -190,6 +190,17 @@ void onThreads(int R, const std::function<void(Communicator &)> &body) {
 
 PlanExecutor::~PlanExecutor() = default;
 
+void PlanExecutor::setCompute(int rank, std::shared_ptr<RankCompute> compute) {
+  if (rank < 0 || rank >= ranks()) fail("setCompute: rank " + std::to_string(rank) + " is not in the plan");
+  if (compute) computes_[rank] = std::move(compute);
+  else computes_.erase(rank);
+}
+
+const RankCompute *PlanExecutor::compute(int rank) const {
+  auto it = computes_.find(rank);
+  return it == computes_.end() ? nullptr : it->second.get();
+}
+
 std::unique_ptr<PlanExecutor> PlanExecutor::load(const std::string &planPath,
                                                  const std::string &modelPath) {
   plan::Plan p;
@@ -782,6 +793,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   }
   uint32_t me = uint32_t(comm.rank());
   if (isIdleRank(plan_, me)) return pieces;
+  RankCompute *compute = nullptr;
+  if (auto it = computes_.find(int(me)); it != computes_.end()) compute = it->second.get();
   const auto &rank = plan_.ranks(int(me));
   size_t j = rank.stage(), S = size_t(plan_.stages_size());
   const auto &st = plan_.stages(int(j));
@@ -1089,16 +1102,26 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       }
     };
     const Executor::NodeHook *hookPtr = splitNodes.empty() || tp < 2 ? nullptr : &hook;
+    // The stage's nodes on this rank's compute (the CUDA executor on a
+    // CUDA rank); its split nodes may go to the hook.
+    auto stageRun = [&](std::map<std::string, Tensor> vals, const std::set<std::string> &keeping,
+                        std::map<std::string, std::vector<int64_t>> *shp, ExecutionObserver *obs,
+                        const Executor::NodeHook *h) {
+      if (!compute) return executor_->runNodes(nodes, std::move(vals), keeping, shp, obs, h);
+      std::set<size_t> hooked;
+      for (const auto &[node, tn] : splitNodes) hooked.insert(node);
+      return compute->runNodes(nodes, std::move(vals), keeping, shp, obs, h, &hooked);
+    };
     std::map<std::string, Tensor> result;
     if (timing && !replay) { // a profile times each node once per micro-batch
       TimingObserver observer(*timing, n);
       auto t0 = std::chrono::steady_clock::now();
-      result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes, &observer, hookPtr);
+      result = stageRun(std::move(values), keepAll, &shapes, &observer, hookPtr);
       auto t1 = std::chrono::steady_clock::now();
       if (mb < timing->forwardSeconds.size())
         timing->forwardSeconds[mb] += std::chrono::duration<double>(t1 - t0).count();
     } else {
-      result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes, nullptr, hookPtr);
+      result = stageRun(std::move(values), keepAll, &shapes, nullptr, hookPtr);
     }
     std::set<std::string> requires;
     if (train && !replay) {

@@ -12,10 +12,14 @@
 #ifndef HETPLAN_RUNTIME_CUDABACKEND_H
 #define HETPLAN_RUNTIME_CUDABACKEND_H
 
+#include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Model.h"
+#include "hetplan/runtime/PlanExecutor.h"
+#include "hetplan/runtime/RankBackend.h"
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,11 +50,34 @@ public:
   /// are one line naming the model and the node.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs);
 
+  /// Executor::runNodes on the GPU (a plan's stage on a CUDA rank): host
+  /// tensors in and out, everything between on the device. Given values may
+  /// replace initializers (a training rank's parameters; the values folded
+  /// from them are then computed again). Nodes in `hookNodes` are first
+  /// offered to `hook` on host copies of their inputs (the plan executor's
+  /// tensor-parallel nodes). With `observer`, every node's time: CUDA
+  /// events around device work, the host clock around host nodes.
+  std::map<std::string, Tensor> runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> values,
+                                         const std::set<std::string> &keep,
+                                         std::map<std::string, std::vector<int64_t>> *shapes = nullptr,
+                                         ExecutionObserver *observer = nullptr,
+                                         const Executor::NodeHook *hook = nullptr,
+                                         const std::set<size_t> *hookNodes = nullptr);
+
   struct Impl;
 
 private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// A plan rank's compute on CUDA device `device` (PlanExecutor::setCompute):
+/// its own CudaExecutor over `model` (which must outlive it). `prepare`
+/// uploads the weights now (throws "no CUDA device: ..." without one).
+std::shared_ptr<RankCompute> makeCudaRankCompute(const Model &model, int device, bool prepare = true);
+
+/// This build and host for placeRanks (RankBackend.h): CUDA built, NCCL
+/// if the NCCL communicator is, and the visible devices.
+LocalDevices cudaLocalDevices();
 
 /// True when a CUDA device is usable; else false with `why` set
 /// ("no CUDA device: ..."). For tests that skip without a GPU.
