@@ -74,8 +74,17 @@ cl::opt<bool> runQuiet("quiet", cl::desc("No summary line"), cl::sub(runCmd));
 cl::opt<std::string> runDevice("device",
                                cl::desc("Where ranks compute: auto (GPU ranks of the plan on CUDA when this "
                                         "build and host have it, else the CPU), cpu (every rank), cuda (the "
-                                        "plan's GPU ranks on CUDA, or an error)"),
-                               cl::value_desc("auto|cpu|cuda"), cl::init("auto"), cl::sub(runCmd));
+                                        "plan's GPU ranks on CUDA, or an error). Default: $HETPLAN_DEVICE, "
+                                        "else auto"),
+                               cl::value_desc("auto|cpu|cuda"), cl::sub(runCmd));
+
+/// --device, else HETPLAN_DEVICE (a test suite pins its runs to the CPU on
+/// a GPU host with it), else auto.
+hetplan::runtime::DeviceChoice deviceChoice() {
+  if (runDevice.getNumOccurrences()) return hetplan::runtime::parseDeviceChoice(runDevice);
+  const char *env = std::getenv("HETPLAN_DEVICE");
+  return hetplan::runtime::parseDeviceChoice(env && *env ? env : "auto");
+}
 cl::opt<std::string> runTrace("trace",
                               cl::desc("Write the measured step (the last, for training) as a "
                                        "Chrome/Perfetto trace: a thread per rank, an event per "
@@ -142,12 +151,30 @@ int localRankFromEnv() {
 }
 
 /// Gives rank `rank` (every rank when < 0) the CUDA executor where
-/// `placement` puts it there.
-void applyPlacement(hetplan::runtime::PlanExecutor &exec, const hetplan::runtime::Placement &placement, int rank) {
+/// `placement` puts it there, computing at the plan's dtype. A stage with a
+/// node the CUDA executor cannot run stays on the CPU under --device auto
+/// (one note on stderr) and is an error under --device cuda.
+void applyPlacement(hetplan::runtime::PlanExecutor &exec, hetplan::runtime::Placement &placement, int rank) {
   for (int r = 0; r < exec.ranks(); ++r) {
     if ((rank >= 0 && r != rank) || !placement.cuda[size_t(r)]) continue;
 #if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
-    exec.setCompute(r, hetplan::runtime::makeCudaRankCompute(exec.model(), placement.device[size_t(r)]));
+    const auto &st = exec.plan().stages(int(exec.plan().ranks(r).stage()));
+    std::vector<size_t> nodes;
+    for (size_t i = st.first_node(); i <= st.last_node(); ++i) nodes.push_back(i);
+    std::vector<std::string> problems;
+    auto compute = hetplan::runtime::makeCudaRankCompute(exec.model(), placement.device[size_t(r)], true,
+                                                         exec.plan().settings().dtype(), &nodes, &problems);
+    if (!compute) {
+      std::string why = "rank " + std::to_string(r) + ": the CUDA executor cannot run its stage: " + problems.front() +
+                        (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "");
+      if (deviceChoice() == hetplan::runtime::DeviceChoice::Cuda)
+        throw std::runtime_error(why + "; --device cpu runs it on CPUs");
+      llvm::errs() << "hetplan: note: " << why << "; it runs on the CPU\n";
+      placement.cuda[size_t(r)] = false;
+      placement.device[size_t(r)] = -1;
+      continue;
+    }
+    exec.setCompute(r, compute);
 #endif
   }
 }
@@ -170,13 +197,17 @@ hetplan::runtime::Communicator &mpiProgramComm(hetplan::runtime::PlanExecutor &e
   using namespace hetplan::runtime;
   LocalDevices local = localDevices();
   Placement placement =
-      placeRanks(exec.plan(), parseDeviceChoice(runDevice), local, true, localRankFromEnv(), mpi.rank());
+      placeRanks(exec.plan(), deviceChoice(), local, true, localRankFromEnv(), mpi.rank());
+  applyPlacement(exec, placement, mpi.rank());
   // Each process votes for its own rank: NCCL only if all are CUDA ranks.
+  // HETPLAN_NCCL=0 keeps CUDA ranks on host-staged MPI (NCCL refuses two
+  // ranks on one GPU; scripts/gpu-check.sh runs such a job on one device).
   bool mine = placement.cuda[size_t(mpi.rank())];
-  Tensor votes = Tensor::scalar<float>(DType::Float32, mine ? 1.f : 0.f).reshaped({1});
+  const char *ncclEnv = std::getenv("HETPLAN_NCCL");
+  bool ncclOff = ncclEnv && std::string(ncclEnv) == "0";
+  Tensor votes = Tensor::scalar<float>(DType::Float32, mine && !ncclOff ? 1.f : 0.f).reshaped({1});
   mpi.allReduceSum(votes);
   placement.comm = mpiCommKind(votes.data<float>()[0] == float(mpi.size()), local);
-  applyPlacement(exec, placement, mpi.rank());
   if (mine) { // rank 0 speaks for the job; the summary's other entries are this host's view
     placement.summary = "rank " + std::to_string(mpi.rank()) + " on CUDA (device " +
                         std::to_string(placement.device[size_t(mpi.rank())]) + "), " + commKindName(placement.comm);
@@ -470,7 +501,7 @@ int runRun() {
   if (!runTrace.empty() && launchedByMpi())
     return fail("--trace times the ranks of one process: run without mpirun");
   try {
-    DeviceChoice device = parseDeviceChoice(runDevice); // a bad value fails before loading
+    DeviceChoice device = deviceChoice(); // a bad value fails before loading
     auto exec = PlanExecutor::load(runPlan, runModel);
     if (!launchedByMpi() && runRanks != 0 && runRanks != exec->ranks())
       return fail(runPlan + ": the plan has " + std::to_string(exec->ranks()) + " ranks, --ranks is " +

@@ -19,6 +19,9 @@
 #include "hetplan/runtime/Kernels.h"
 
 #include "CudaKernels.h"
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+#include "Cudnn.h"
+#endif
 #include "../cpu/kernels/Geometry.h"
 #include "../cpu/kernels/ViewParams.h"
 
@@ -283,11 +286,23 @@ struct CudaExecutor::Impl {
   bool prepared = false;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  /// GEMM math (setPrecision): CUBLAS_COMPUTE_32F is plain FP32 (no TF32
+  /// while the handle's math mode is CUBLAS_DEFAULT_MATH); the FAST_* types
+  /// round the float32 operands to TF32 / FP16 / BF16 for tensor cores and
+  /// accumulate in FP32 (cuBLAS guide, cublasGemmEx, cublasComputeType_t).
+  cublasComputeType_t gemmCompute = CUBLAS_COMPUTE_32F;
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  std::unique_ptr<cudnn::Context> dnn; // convolution and pooling (prepare())
+  cudnn::Math convMath = cudnn::Math::Fp32;
+#endif
 
   Impl(const Model &m, int dev) : model(m), device(dev) {}
   ~Impl() {
     if (!prepared) return;
     cudaSetDevice(device);
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+    dnn.reset();
+#endif
     weights.clear(); // frees device copies (cudaFreeAsync on `stream`)
     cudaStreamSynchronize(stream);
     cublasDestroy(blas);
@@ -335,8 +350,25 @@ struct CudaExecutor::Impl {
     return d;
   }
 
+  /// Column-major C = op(A) op(B) on float32 with this executor's math:
+  /// cublasSgemm(StridedBatched)'s arguments through cublasGemm(StridedBatched)Ex.
+  void sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha, const float *A,
+             int lda, const float *B, int ldb, const float *beta, float *C, int ldc) {
+    blasCheck(cublasGemmEx(blas, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, beta, C, CUDA_R_32F,
+                           ldc, gemmCompute, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+  }
+  void sgemmBatched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                    const float *A, int lda, long long sa, const float *B, int ldb, long long sb, const float *beta,
+                    float *C, int ldc, long long sc, int batch) {
+    blasCheck(cublasGemmStridedBatchedEx(blas, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb,
+                                         beta, C, CUDA_R_32F, ldc, sc, batch, gemmCompute, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmStridedBatchedEx");
+  }
+
   void foldConstants();
-  std::vector<std::string> check() const;
+  /// check(); `only`: just these nodes (a plan rank's stage).
+  std::vector<std::string> check(const std::set<size_t> *only = nullptr) const;
   void prepare();
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs);
   std::map<std::string, Tensor> runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> given,
@@ -399,15 +431,16 @@ void CudaExecutor::Impl::foldConstants() {
   }
 }
 
-std::vector<std::string> CudaExecutor::Impl::check() const {
+std::vector<std::string> CudaExecutor::Impl::check(const std::set<size_t> *only) const {
   std::vector<std::string> problems;
   for (const auto *list : {&model.inputs, &model.outputs})
     for (const auto &v : *list)
-      if (!v.isTensor)
+      if (!v.isTensor && !only)
         problems.push_back(model.path + ": value '" + v.name + "' is not a tensor (sequence/map/optional values are not supported)");
   int64_t opset = model.opset("");
   for (size_t idx : order) {
     if (isFolded[idx]) continue; // computed at load, on the CPU
+    if (only && !only->count(idx)) continue;
     const Node &n = model.nodes[idx];
     std::string at = where(n);
     if (!n.domain.empty() && n.domain != "ai.onnx") {
@@ -463,6 +496,9 @@ void CudaExecutor::Impl::prepare() {
   }
   prepared = true; // from here the destructor releases the stream and handle
   blasCheck(cublasSetStream(blas, stream), "cublasSetStream");
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  dnn = std::make_unique<cudnn::Context>(stream);
+#endif
   // Plain FP32 (no TF32): results compare with the CPU at 1e-4.
   blasCheck(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   std::set<std::string> used; // weights read by nodes that run
@@ -685,9 +721,8 @@ void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
   int64_t sa = strideOf(ab, M * K), sb = strideOf(bb, K * N);
   // Row-major C = A B is column-major C^T = B^T A^T.
   if (sa >= 0 && sb >= 0) {
-    blasCheck(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb, n, sb, pa, k, sa, &zero,
-                                        po, n, M * N, blasInt(nb, "MatMul batch")),
-              "cublasSgemmStridedBatched");
+    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb, n, sb, pa, k, sa, &zero, po, n, M * N,
+                 blasInt(nb, "MatMul batch"));
   } else {
     auto stA = broadcastStrides(ab, batch), stB = broadcastStrides(bb, batch);
     for (int64_t i = 0; i < nb; ++i) {
@@ -698,9 +733,7 @@ void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
         oa += x * stA[d];
         ob += x * stB[d];
       }
-      blasCheck(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb + ob * K * N, n, pa + oa * M * K, k,
-                            &zero, po + i * M * N, n),
-                "cublasSgemm");
+      sgemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb + ob * K * N, n, pa + oa * M * K, k, &zero, po + i * M * N, n);
     }
   }
   out.dev = o;
@@ -723,10 +756,9 @@ void CudaExecutor::Impl::gemm(const Node &nd, const Tensor &a, const Tensor &b, 
   if (M > 0 && N > 0) {
     if (K == 0 && !hasC) cudaCheck(cudaMemsetAsync(o.raw(), 0, o.nbytes(), stream), "cudaMemsetAsync");
     else if (K > 0)
-      blasCheck(cublasSgemm(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, "Gemm"),
-                            blasInt(M, "Gemm"), blasInt(K, "Gemm"), &alpha, b.data<float>(), blasInt(b.dim(1), "Gemm"),
-                            a.data<float>(), blasInt(a.dim(1), "Gemm"), &beta, o.data<float>(), blasInt(N, "Gemm")),
-                "cublasSgemm");
+      sgemm(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, "Gemm"), blasInt(M, "Gemm"),
+            blasInt(K, "Gemm"), &alpha, b.data<float>(), blasInt(b.dim(1), "Gemm"), a.data<float>(),
+            blasInt(a.dim(1), "Gemm"), &beta, o.data<float>(), blasInt(N, "Gemm"));
   }
   out.dev = o;
 }
@@ -745,6 +777,13 @@ void CudaExecutor::Impl::conv(const Node &nd, const Tensor &x, const Tensor &wt,
   Tensor o = alloc(DType::Float32, outShape);
   out.dev = o;
   if (o.numel() == 0) return;
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  // cuDNN where it expresses the window exactly; im2col + cuBLAS otherwise.
+  if (dnn && dnn->conv(x, wt, G, w, convMath, o, [&](size_t bytes) { return alloc(DType::UInt8, {int64_t(bytes)}); })) {
+    if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
+    return;
+  }
+#endif
   bool pointwise = kSize == 1;
   for (int d = 0; d < w.r; ++d) pointwise = pointwise && w.s[d] == 1 && w.pb[d] == 0 && w.out[d] == w.in[d];
   Tensor col;
@@ -760,12 +799,9 @@ void CudaExecutor::Impl::conv(const Node &nd, const Tensor &x, const Tensor &wt,
     }
     // per group g: out_g[Mg, outSize] = W_g[Mg, Kd] col_g[Kd, outSize]
     // (column-major: out_g^T = col_g^T W_g^T)
-    blasCheck(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, "Conv"), blasInt(Mg, "Conv"),
-                                        blasInt(Kd, "Conv"), &one, pcol, blasInt(outSize, "Conv"), Kd * outSize,
-                                        wt.data<float>(), blasInt(Kd, "Conv"), Mg * Kd, &zero,
-                                        o.data<float>() + n * M * outSize, blasInt(outSize, "Conv"), Mg * outSize,
-                                        blasInt(G, "Conv")),
-              "cublasSgemmStridedBatched");
+    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, "Conv"), blasInt(Mg, "Conv"), blasInt(Kd, "Conv"), &one,
+                 pcol, blasInt(outSize, "Conv"), Kd * outSize, wt.data<float>(), blasInt(Kd, "Conv"), Mg * Kd, &zero,
+                 o.data<float>() + n * M * outSize, blasInt(outSize, "Conv"), Mg * outSize, blasInt(G, "Conv"));
   }
   if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
 }
@@ -976,9 +1012,13 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
     std::vector<int64_t> outShape = {x.dim(0), x.dim(1)};
     outShape.insert(outShape.end(), outSp.begin(), outSp.end());
     Tensor y = alloc(DType::Float32, outShape);
+    outs[0].dev = y;
+    if (y.numel() == 0) return;
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+    if (dnn && dnn->pool(op == "MaxPool", n.getInt("count_include_pad", 0) != 0, x, w, y)) return;
+#endif
     launch(cudak::pool(op == "MaxPool", x.data<float>(), y.data<float>(), x.dim(0) * x.dim(1), w,
                        n.getInt("count_include_pad", 0) != 0, stream));
-    outs[0].dev = y;
     return;
   }
   if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
@@ -1129,6 +1169,25 @@ CudaExecutor::CudaExecutor(const Model &model, int device) : impl_(std::make_uni
 CudaExecutor::~CudaExecutor() = default;
 
 std::vector<std::string> CudaExecutor::check() const { return impl_->check(); }
+
+std::vector<std::string> CudaExecutor::check(const std::vector<size_t> &nodes) const {
+  std::set<size_t> only(nodes.begin(), nodes.end());
+  return impl_->check(&only);
+}
+
+void CudaExecutor::setPrecision(const std::string &dtype) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  cublasComputeType_t c;
+  if (dtype == "fp32" || dtype.empty()) c = CUBLAS_COMPUTE_32F;
+  else if (dtype == "tf32") c = CUBLAS_COMPUTE_32F_FAST_TF32;
+  else if (dtype == "fp16") c = CUBLAS_COMPUTE_32F_FAST_16F;
+  else if (dtype == "bf16") c = CUBLAS_COMPUTE_32F_FAST_16BF;
+  else throw std::runtime_error("CUDA executor: precision '" + dtype + "' (expected fp32, tf32, fp16 or bf16)");
+  impl_->gemmCompute = c;
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  impl_->convMath = c == CUBLAS_COMPUTE_32F ? cudnn::Math::Fp32 : cudnn::Math::TensorCores;
+#endif
+}
 
 void CudaExecutor::prepare() {
   std::lock_guard<std::mutex> lock(impl_->mutex);

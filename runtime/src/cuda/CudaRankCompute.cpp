@@ -30,8 +30,18 @@ private:
 };
 } // namespace
 
-std::shared_ptr<RankCompute> makeCudaRankCompute(const Model &model, int device, bool prepare) {
+std::shared_ptr<RankCompute> makeCudaRankCompute(const Model &model, int device, bool prepare,
+                                                 const std::string &precision, const std::vector<size_t> *stage,
+                                                 std::vector<std::string> *problems) {
   auto c = std::make_shared<CudaRankCompute>(model, device);
+  if (stage) {
+    std::vector<std::string> found = c->executor().check(*stage);
+    if (!found.empty()) {
+      if (problems) *problems = std::move(found);
+      return nullptr;
+    }
+  }
+  c->executor().setPrecision(precision);
   if (prepare) c->executor().prepare(); // uploads the weights before the step's clock starts
   return c;
 }
