@@ -8,6 +8,8 @@
 
 #include "hetplan/runtime/Communicator.h"
 
+#include "PlanFixtures.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -17,6 +19,7 @@
 #include <vector>
 
 using namespace hetplan::runtime;
+using hetplan::test::errorOf;
 
 namespace {
 struct TimeoutEnv {
@@ -24,14 +27,6 @@ struct TimeoutEnv {
   ~TimeoutEnv() { unsetenv("HETPLAN_COMM_TIMEOUT"); }
 };
 
-std::string errorOf(const std::function<void()> &f) {
-  try {
-    f();
-  } catch (const std::exception &e) {
-    return e.what();
-  }
-  return "";
-}
 } // namespace
 
 TEST(Communicator, ReceiveFromASilentPeerTimesOutNamingBothRanks) {

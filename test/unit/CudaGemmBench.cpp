@@ -77,7 +77,7 @@ double cublasSeconds(int n, cublasComputeType_t compute, int reps) {
   cublasHandle_t h;
   blas(cublasCreate(&h), "cublasCreate");
   size_t bytes = size_t(n) * size_t(n) * sizeof(float);
-  float *a = nullptr, *b = nullptr, *c = nullptr;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
   cuda(cudaMalloc(&a, bytes), "cudaMalloc");
   cuda(cudaMalloc(&b, bytes), "cudaMalloc");
   cuda(cudaMalloc(&c, bytes), "cudaMalloc");

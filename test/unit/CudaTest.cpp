@@ -13,9 +13,7 @@
 #include "hetplan/runtime/Devices.h"
 #include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Model.h"
-#include "hetplan/runtime/Npy.h"
-#include "hetplan/runtime/PlanExecutor.h"
-#include "hetplan/runtime/PlanFile.h"
+#include "PlanFixtures.h"
 #if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
 #include "hetplan/runtime/NcclCommunicator.h"
 #endif
@@ -202,29 +200,6 @@ NodeCase loadNodeCase(const std::string &name) {
   return c;
 }
 
-/// A one-rank plan of `path` on an A100 (`mode` infer or train): what the
-/// plan executor runs, without the compiler.
-hetplan::plan::Plan oneRankPlan(const std::string &path, const std::string &mode, int64_t batch,
-                                const std::string &dtype = "fp32") {
-  Model m = loadModel(path);
-  hetplan::plan::Plan p;
-  p.set_schema_version(kPlanSchemaVersion);
-  p.mutable_model()->set_path(path);
-  p.mutable_model()->set_sha256(fileSha256(path));
-  for (const auto &n : m.nodes) p.mutable_model()->add_node_names(n.name);
-  auto *layer = p.mutable_model()->add_layers();
-  layer->set_first_node(0);
-  layer->set_last_node(uint32_t(m.nodes.size() - 1));
-  auto *d = p.mutable_cluster()->add_devices();
-  d->set_rank(0);
-  d->set_type("A100-SXM-80GB");
-  p.mutable_settings()->set_mode(mode);
-  p.mutable_settings()->set_dtype(dtype);
-  p.mutable_settings()->set_global_batch(batch);
-  p.mutable_settings()->set_micro_batches(1);
-  return PlanExecutor::singleRankPlan(p);
-}
-
 /// max|got - want| / max|want| over every float output.
 double relativeError(const std::map<std::string, Tensor> &got, const std::map<std::string, Tensor> &want) {
   double err = 0, scale = 0;
@@ -385,7 +360,7 @@ TEST(CudaPlan, InferenceRankOnCudaMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   for (const char *name : {"gpt2-tiny.onnx", "bert-tiny.onnx"}) {
     std::string path = std::string(HETPLAN_EXAMPLES) + "/" + name;
-    PlanExecutor exec(oneRankPlan(path, "infer", 2));
+    PlanExecutor exec(hetplan::test::oneRankPlan(path, "infer", 2));
     auto inputs = randomInputs(exec.model(), 2, 16, 7);
     auto want = exec.run(inputs);
     exec.setCompute(0, makeCudaRankCompute(exec.model(), 0));
@@ -402,7 +377,7 @@ TEST(CudaPlan, InferenceRankOnCudaMatchesCpu) {
 TEST(CudaPlan, TrainingRankOnCudaMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   std::string path = std::string(HETPLAN_EXAMPLES) + "/gpt2-tiny.onnx";
-  PlanExecutor exec(oneRankPlan(path, "train", 2));
+  PlanExecutor exec(hetplan::test::oneRankPlan(path, "train", 2));
   auto inputs = randomInputs(exec.model(), 2, 8, 3);
   auto out = Executor(exec.model()).run(inputs).begin()->second;
   std::vector<int64_t> shape(out.shape().begin(), out.shape().end() - 1);

@@ -7,10 +7,9 @@
 // stand-in compute that counts its calls.
 //
 //===----------------------------------------------------------------------===//
-#include "hetplan/runtime/Npy.h"
-#include "hetplan/runtime/PlanExecutor.h"
-#include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/RankBackend.h"
+
+#include "PlanFixtures.h"
 
 #include <gtest/gtest.h>
 
@@ -18,6 +17,7 @@
 #include <functional>
 
 using namespace hetplan::runtime;
+using hetplan::test::errorOf;
 namespace plan = hetplan::plan;
 
 namespace {
@@ -41,15 +41,6 @@ LocalDevices gpus(int n, bool nccl = true) {
   l.cudaDevices = n;
   if (!n) l.whyNoCuda = "no CUDA device: cudaGetDeviceCount found none";
   return l;
-}
-
-std::string errorOf(const std::function<void()> &f) {
-  try {
-    f();
-  } catch (const std::exception &e) {
-    return e.what();
-  }
-  return "";
 }
 
 } // namespace
@@ -160,22 +151,7 @@ private:
 
 TEST(RankBackend, SetComputeRunsTheRanksForwardOnIt) {
   const std::string path = std::string(HETPLAN_EXAMPLES) + "/gpt2-tiny.onnx";
-  Model m = loadModel(path);
-  plan::Plan p;
-  p.set_schema_version(kPlanSchemaVersion);
-  p.mutable_model()->set_path(path);
-  p.mutable_model()->set_sha256(fileSha256(path));
-  for (const auto &n : m.nodes) p.mutable_model()->add_node_names(n.name);
-  auto *layer = p.mutable_model()->add_layers();
-  layer->set_first_node(0);
-  layer->set_last_node(uint32_t(m.nodes.size() - 1));
-  auto *d = p.mutable_cluster()->add_devices();
-  d->set_rank(0);
-  d->set_type("A100-SXM-80GB");
-  p.mutable_settings()->set_mode("infer");
-  p.mutable_settings()->set_global_batch(2);
-  p.mutable_settings()->set_micro_batches(1);
-  PlanExecutor exec(PlanExecutor::singleRankPlan(p));
+  PlanExecutor exec(hetplan::test::oneRankPlan(path, "infer", 2));
   Tensor ids(DType::Int64, {2, 8});
   for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = i % 50;
   auto cpu = exec.run({{"input_ids", ids}});
