@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -131,6 +132,16 @@ std::string fileNameFor(const std::string &name) {
     out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
   if (out.empty() || out[0] == '.') out = "_" + out;
   return out;
+}
+
+using StepTiming = hetplan::runtime::PlanExecutor::StepTiming;
+
+/// The timing record of this run when --profile is given (every rank's in
+/// threads mode; under MPI rank 0 gathers them), else null: without it
+/// PlanExecutor reads no clock.
+StepTiming *profileTiming() {
+  static StepTiming timing;
+  return runProfile.empty() && runTrace.empty() ? nullptr : &timing;
 }
 
 //===-- Devices: where each rank computes (RankBackend.h) ------------------===//
@@ -232,6 +243,43 @@ hetplan::runtime::Communicator &mpiProgramComm(hetplan::runtime::PlanExecutor &e
 // Returns -1 when this process should write `outputs`, else an exit code.
 constexpr int64_t kGatherTag = int64_t(1) << 29; // above the pipeline's tags
 
+#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
+/// --profile under MPI: rank 0 gathers every rank's measured times (a GPU
+/// rank's are CUDA-event times) into profileTiming(); the wall time is the
+/// slowest rank's. Every rank calls it.
+void gatherTiming(hetplan::runtime::MpiCommunicator &comm, const hetplan::runtime::PlanExecutor::RankTiming &mine,
+                  double wall) {
+  using namespace hetplan::runtime;
+  constexpr int64_t tag = kGatherTag + 1;
+  auto f64 = [](const std::vector<double> &v) {
+    Tensor t(DType::Float64, {int64_t(v.size())});
+    std::copy(v.begin(), v.end(), t.data<double>());
+    return t;
+  };
+  if (comm.rank() != 0) {
+    Tensor samples(DType::Int64, {int64_t(mine.nodeSamples.size())});
+    std::copy(mine.nodeSamples.begin(), mine.nodeSamples.end(), samples.data<int64_t>());
+    comm.send(0, tag, f64(mine.nodeSeconds));
+    comm.send(0, tag, samples);
+    comm.send(0, tag, f64(mine.forwardSeconds));
+    comm.send(0, tag, f64({wall}));
+    return;
+  }
+  StepTiming &all = *profileTiming();
+  all.ranks.assign(size_t(comm.size()), {});
+  all.ranks[0] = mine;
+  all.wallSeconds = wall;
+  for (int r = 1; r < comm.size(); ++r) {
+    auto &t = all.ranks[size_t(r)];
+    Tensor s = comm.recv(r, tag), n = comm.recv(r, tag), f = comm.recv(r, tag), w = comm.recv(r, tag);
+    t.nodeSeconds.assign(s.data<double>(), s.data<double>() + s.numel());
+    t.nodeSamples.assign(n.data<int64_t>(), n.data<int64_t>() + n.numel());
+    t.forwardSeconds.assign(f.data<double>(), f.data<double>() + f.numel());
+    all.wallSeconds = std::max(all.wallSeconds, w.data<double>()[0]);
+  }
+}
+#endif
+
 int runMpiRanks(hetplan::runtime::PlanExecutor &exec,
                 const std::map<std::string, hetplan::runtime::Tensor> &inputs,
                 std::map<std::string, hetplan::runtime::Tensor> &outputs) {
@@ -252,8 +300,14 @@ int runMpiRanks(hetplan::runtime::PlanExecutor &exec,
   };
   try {
     std::unique_ptr<Communicator> nccl;
-    PlanExecutor::OutputPieces mine = exec.runRank(mpiProgramComm(exec, comm, nccl), inputs);
+    Communicator &program = mpiProgramComm(exec, comm, nccl);
+    PlanExecutor::RankTiming timing;
+    bool timed = profileTiming() != nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    PlanExecutor::OutputPieces mine = exec.runRank(program, inputs, timed ? &timing : nullptr);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     nccl.reset(); // its pending transfers complete before the pieces move
+    if (timed) gatherTiming(comm, timing, wall);
     if (comm.rank() != 0) {
       // Count, then per piece (micro-batch, worker, outputs), name, tensor.
       comm.send(0, kGatherTag, Tensor::scalar<int64_t>(DType::Int64, int64_t(mine.size())));
@@ -304,14 +358,6 @@ int runMpiRanks(hetplan::runtime::PlanExecutor &exec,
 
 //===-- hetplan run --profile: measured per-node times ---------------------===//
 namespace {
-using StepTiming = hetplan::runtime::PlanExecutor::StepTiming;
-
-/// The timing record of this run when --profile is given (threads mode),
-/// else null: without it PlanExecutor reads no clock.
-StepTiming *profileTiming() {
-  static StepTiming timing;
-  return runProfile.empty() && runTrace.empty() ? nullptr : &timing;
-}
 
 /// Fits time = fixed + per_sample * samples for one node from (samples per
 /// run, seconds per run) points, one per rank that ran it. One batch size:
@@ -335,10 +381,8 @@ std::pair<double, double> fitNode(const std::vector<std::pair<double, double>> &
 /// prints the predicted-vs-measured report. Throws on a write error.
 void writeMeasuredProfile(const hetplan::runtime::PlanExecutor &exec, const StepTiming &timing,
                           const std::string &outPath) {
-  if (timing.ranks.empty()) { // one process per rank (MPI): not timed
-    llvm::errs() << "hetplan: warning: --profile is not supported under an MPI launcher; no profile written\n";
-    return;
-  }
+  if (timing.ranks.empty()) // nothing was timed
+    throw std::runtime_error("--profile: no rank was timed");
   const auto &plan = exec.plan();
   auto typeOf = [&](uint32_t rank) -> std::string {
     for (const auto &d : plan.cluster().devices())
@@ -477,12 +521,19 @@ int trainSteps(hetplan::runtime::PlanExecutor &exec,
     std::unique_ptr<Communicator> nccl;
     Communicator &program = mpiProgramComm(exec, comm, nccl);
     PlanExecutor::RankTrainState state;
+    PlanExecutor::RankTiming timing; // the last step's, for --profile
+    bool timed = profileTiming() != nullptr;
+    double wall = 0;
     for (int s = 1; s <= runSteps; ++s) {
-      losses.push_back(exec.trainRank(program, inputs, labels, state, options));
+      auto t0 = std::chrono::steady_clock::now();
+      losses.push_back(exec.trainRank(program, inputs, labels, state, options,
+                                      timed && s == runSteps ? &timing : nullptr));
+      wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (comm.rank() == 0) report(s, losses.back());
     }
     if (!runSaveModel.empty()) params = exec.gatherParameters(program, state);
     nccl.reset();
+    if (timed) gatherTiming(comm, timing, wall);
     comm.flush();
     return comm.rank() == 0 ? -1 : 0;
   } catch (const std::exception &e) {

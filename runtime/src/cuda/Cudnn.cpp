@@ -101,6 +101,7 @@ struct Context::State {
   struct Algo {
     cudnnConvolutionFwdAlgo_t algo;
     size_t workspace;
+    cudnnMathType_t math; // the one the algorithm was ranked under
   };
   std::map<std::string, Algo> algos; // per convolution shape and math
 };
@@ -155,15 +156,20 @@ bool Context::conv(const Tensor &x, const Tensor &w, int64_t groups, const cudak
     check(cudnnGetConvolutionForwardAlgorithm_v7(state_->handle, xd.d, wd.d, cd.d, yd.d,
                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
           "cudnnGetConvolutionForwardAlgorithm_v7");
+    // The heuristics may rank an algorithm under another math type than
+    // the descriptor's (it reports which); exact FP32 takes only FMA ones.
     int pick = -1;
     for (int i = 0; i < count && pick < 0; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS) pick = i;
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && (mt != CUDNN_FMA_MATH || perf[i].mathType == CUDNN_FMA_MATH))
+        pick = i;
     if (pick < 0) return false; // no engine for this shape: the executor's own path
-    State::Algo a{perf[pick].algo, 0};
+    State::Algo a{perf[pick].algo, 0, perf[pick].mathType};
+    check(cudnnSetConvolutionMathType(cd.d, a.math), "cudnnSetConvolutionMathType");
     check(cudnnGetConvolutionForwardWorkspaceSize(state_->handle, xd.d, wd.d, cd.d, yd.d, a.algo, &a.workspace),
           "cudnnGetConvolutionForwardWorkspaceSize");
     it = state_->algos.emplace(key, a).first;
   }
+  check(cudnnSetConvolutionMathType(cd.d, it->second.math), "cudnnSetConvolutionMathType");
   Tensor ws;
   if (it->second.workspace) ws = scratch(it->second.workspace);
   const float one = 1.f, zero = 0.f;
