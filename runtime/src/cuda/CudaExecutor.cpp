@@ -291,6 +291,9 @@ struct CudaExecutor::Impl {
   /// round the float32 operands to TF32 / FP16 / BF16 for tensor cores and
   /// accumulate in FP32 (cuBLAS guide, cublasGemmEx, cublasComputeType_t).
   cublasComputeType_t gemmCompute = CUBLAS_COMPUTE_32F;
+  /// setStage(): prepare() uploads only the weights these nodes read (a
+  /// plan rank's stage; others are uploaded on first use).
+  std::set<size_t> stageNodes;
 #if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
   std::unique_ptr<cudnn::Context> dnn; // convolution and pooling (prepare())
   cudnn::Math convMath = cudnn::Math::Fp32;
@@ -501,9 +504,9 @@ void CudaExecutor::Impl::prepare() {
 #endif
   // Plain FP32 (no TF32): results compare with the CPU at 1e-4.
   blasCheck(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  std::set<std::string> used; // weights read by nodes that run
+  std::set<std::string> used; // weights read by nodes that run (of the stage, if one is set)
   for (size_t idx : order)
-    if (!isFolded[idx])
+    if (!isFolded[idx] && (stageNodes.empty() || stageNodes.count(idx)))
       for (const auto &s : model.nodes[idx].inputs) used.insert(s);
   for (auto &[name, v] : weights)
     if (used.count(name) && v.host.dtype() == DType::Float32) v.dev = upload(v.host);
@@ -1173,6 +1176,11 @@ std::vector<std::string> CudaExecutor::check() const { return impl_->check(); }
 std::vector<std::string> CudaExecutor::check(const std::vector<size_t> &nodes) const {
   std::set<size_t> only(nodes.begin(), nodes.end());
   return impl_->check(&only);
+}
+
+void CudaExecutor::setStage(const std::vector<size_t> &nodes) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->stageNodes = std::set<size_t>(nodes.begin(), nodes.end());
 }
 
 void CudaExecutor::setPrecision(const std::string &dtype) {

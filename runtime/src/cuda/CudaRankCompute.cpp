@@ -42,6 +42,7 @@ std::shared_ptr<RankCompute> makeCudaRankCompute(const Model &model, int device,
     }
   }
   c->executor().setPrecision(precision);
+  if (stage) c->executor().setStage(*stage);
   if (prepare) c->executor().prepare(); // uploads the weights before the step's clock starts
   return c;
 }

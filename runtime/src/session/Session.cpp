@@ -663,11 +663,21 @@ Status Session::fromPlan(const std::string &path, std::unique_ptr<Session> *sess
       } catch (const std::exception &e) {
         return {StatusCode::Unsupported, path + ": device cuda: " + e.what()};
       }
-      for (int r = 0; r < exec->ranks(); ++r)
-        if (placement.cuda[size_t(r)])
-          // Under MPI only this process's rank runs: its executor uploads
-          // the weights on first use, the others never.
-          exec->setCompute(r, runtime::makeCudaRankCompute(exec->model(), placement.device[size_t(r)], !mpi));
+      for (int r = 0; r < exec->ranks(); ++r) {
+        if (!placement.cuda[size_t(r)]) continue;
+        const auto &st = exec->plan().stages(int(exec->plan().ranks(r).stage()));
+        std::vector<size_t> nodes;
+        for (size_t i = st.first_node(); i <= st.last_node(); ++i) nodes.push_back(i);
+        std::vector<std::string> problems;
+        // Under MPI only this process's rank runs: its executor uploads
+        // the weights on first use, the others never.
+        auto compute = runtime::makeCudaRankCompute(exec->model(), placement.device[size_t(r)], !mpi,
+                                                    exec->plan().settings().dtype(), &nodes, &problems);
+        if (!compute)
+          return {StatusCode::Unsupported, path + ": device cuda: rank " + std::to_string(r) +
+                                               ": the CUDA executor cannot run its stage: " + problems.front()};
+        exec->setCompute(r, std::move(compute));
+      }
 #endif
     }
     try {

@@ -51,6 +51,11 @@ public:
   /// Storage stays float32. Throws on another name.
   void setPrecision(const std::string &dtype);
 
+  /// The nodes this executor will run (a plan rank's stage): prepare()
+  /// uploads only their weights, so each GPU holds its stage's parameters,
+  /// not the whole model's. Others are uploaded on first use. Before prepare().
+  void setStage(const std::vector<size_t> &nodes);
+
   /// Selects the device, creates the stream and cuBLAS handle and uploads
   /// the float32 weights (initializers and folded constants), once. run()
   /// calls it; throws std::runtime_error ("no CUDA device: ...") without one.
