@@ -6,7 +6,8 @@
 // SEND_GRADIENT, ALLREDUCE_GRADIENTS and OPTIMIZER_STEP) on its samples of
 // every micro-batch, talking to the other ranks through a Communicator. run() starts one thread per rank with a
 // ThreadCommunicator; runRank() runs one rank's program with any
-// communicator (MpiCommunicator; a NCCL one later). Outputs are the same as running
+// communicator (MpiCommunicator, NcclCommunicator); setCompute() puts a
+// rank's FORWARDs on another backend (the CUDA executor). Outputs are the same as running
 // the whole model on one rank (docs/runtime.md, "Running plans"); so are the
 // losses and weights of training plans with recomputation, ZeRO stages or
 // optimizer offload (docs/runtime.md, "Training memory").
