@@ -596,12 +596,12 @@ CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::str
         anyDeviceOnly = anyDeviceOnly || !v->host.defined();
       }
       std::vector<Val> outs(n.outputs.size());
-      Timed t{idx};
       auto hostStart = std::chrono::steady_clock::now();
-      if (observer) {
-        cudaCheck(cudaEventCreate(&t.begin), "cudaEventCreate");
-        cudaCheck(cudaEventCreate(&t.end), "cudaEventCreate");
-        cudaCheck(cudaEventRecord(t.begin, stream), "cudaEventRecord");
+      if (observer) { // listed first, so that a failure below releases them
+        timed.push_back({idx});
+        cudaCheck(cudaEventCreate(&timed.back().begin), "cudaEventCreate");
+        cudaCheck(cudaEventCreate(&timed.back().end), "cudaEventCreate");
+        cudaCheck(cudaEventRecord(timed.back().begin, stream), "cudaEventRecord");
       }
       bool onDevice = false;
       try {
@@ -623,14 +623,14 @@ CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::str
         throw std::runtime_error(where(n) + e.what());
       }
       if (observer) {
+        Timed &t = timed.back();
         cudaCheck(cudaEventRecord(t.end, stream), "cudaEventRecord");
-        if (!onDevice) {
+        if (!onDevice) { // the host clock; no device work to time
           t.hostSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - hostStart).count();
           cudaEventDestroy(t.begin);
           cudaEventDestroy(t.end);
           t.begin = t.end = nullptr;
         }
-        timed.push_back(t);
       }
       for (size_t i = 0; i < n.outputs.size(); ++i)
         if (!n.outputs[i].empty()) {
