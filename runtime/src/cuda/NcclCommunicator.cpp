@@ -8,7 +8,13 @@
 // follows the NCCL user guide's "Point-to-point communication": ncclSend /
 // ncclRecv need equal counts on both sides and block the GPU until the
 // peer posts the other end, so operations that must progress together are
-// fused in ncclGroupStart/ncclGroupEnd (Communicator::groupStart).
+// fused in ncclGroupStart/ncclGroupEnd (Communicator::groupStart). Within a
+// group, calls to the same peer run in order (the guide's one exception),
+// as the sequence numbers below require; a send and a receive with the same
+// peer progress together (the guide's Sendrecv). Stream work enqueued inside
+// a group (staging copies' waits, stream-ordered allocations) precedes the
+// group's kernels, which launch at ncclGroupEnd; nothing inside a group
+// synchronizes the stream (the guide's caution on groups).
 //
 //===----------------------------------------------------------------------===//
 
