@@ -7,10 +7,15 @@
 // anything runs, checkPlanPrograms checks each program's order and then
 // executes every program symbolically:
 //
-//  * sends are buffered (Communicator::send does not wait), so a send always
-//    completes;
-//  * a receive completes once its message -- (sender, receiver, activation or
-//    gradient, micro-batch) -- has been sent;
+//  * sends are not buffered (the strictest communicator: NCCL, and the thread
+//    and MPI communicators with HETPLAN_COMM_RENDEZVOUS=1): a run of
+//    consecutive SEND/RECV instructions is one group (the plan executor
+//    calls Communicator::groupStart/groupEnd around it), which posts all of
+//    its messages -- (sender, receiver, activation or gradient, micro-batch)
+//    -- at once and completes when every send has met its receive and
+//    every receive its send, in another rank's posted group;
+//  * messages between a pair of ranks meet in the order they were sent
+//    (NCCL has no tags);
 //  * collectives complete when every member stands at the same one: the
 //    gradient all-reduce over the stage's workers at one tensor-parallel
 //    position, and, in a worker of tp > 1 ranks, each FORWARD/BACKWARD of a
@@ -141,12 +146,62 @@ bool checkPlanPrograms(const plan::Plan &p, std::string &error) {
   }
 
   // 2. Run every program symbolically.
-  using Msg = std::tuple<uint32_t, uint32_t, bool, uint32_t>;  // from, to, gradient, mb
-  std::map<Msg, int> inFlight;
-  std::vector<int> pc(R, 0);
+  auto transfer = [](const plan::Instruction &ins) {
+    switch (ins.kind()) {
+    case plan::Instruction::SEND_ACTIVATION:
+    case plan::Instruction::RECV_ACTIVATION:
+    case plan::Instruction::SEND_GRADIENT:
+    case plan::Instruction::RECV_GRADIENT: return true;
+    default: return false;
+    }
+  };
+  // A posted message end: (gradient, micro-batch) and the instruction
+  // index that posted it (for the report).
+  struct Post {
+    bool grad;
+    uint32_t mb;
+    int at;
+  };
+  using Pair = std::pair<uint32_t, uint32_t>;  // (from, to)
+  std::map<Pair, std::vector<Post>> sendQ, recvQ;  // posted, unmatched, in order
+  std::vector<int> pc(R, 0), groupEnd(R, -1), groupLeft(R, 0);
   auto at = [&](uint32_t r) -> const plan::Instruction * {
     const auto &prog = p.ranks(int(r)).program();
     return pc[r] < prog.size() ? &prog[pc[r]] : nullptr;
+  };
+  std::vector<uint32_t> work;
+  // Matches the heads of the (from, to) channel while they agree.
+  auto match = [&](uint32_t from, uint32_t to) {
+    auto &sq = sendQ[{from, to}], &rq = recvQ[{from, to}];
+    size_t k = 0;
+    while (k < sq.size() && k < rq.size() && sq[k].grad == rq[k].grad && sq[k].mb == rq[k].mb) ++k;
+    if (!k) return;
+    sq.erase(sq.begin(), sq.begin() + long(k));
+    rq.erase(rq.begin(), rq.begin() + long(k));
+    groupLeft[from] -= int(k);
+    groupLeft[to] -= int(k);
+    work.push_back(from);
+    work.push_back(to);
+  };
+  // Posts the group of transfers starting at pc[r].
+  auto post = [&](uint32_t r) {
+    const auto &prog = p.ranks(int(r)).program();
+    int i = pc[r];
+    std::vector<Pair> touched;
+    for (; i < prog.size() && transfer(prog[i]); ++i) {
+      const auto &ins = prog[i];
+      bool grad = ins.kind() == plan::Instruction::SEND_GRADIENT || ins.kind() == plan::Instruction::RECV_GRADIENT;
+      bool sending = ins.kind() == plan::Instruction::SEND_ACTIVATION || ins.kind() == plan::Instruction::SEND_GRADIENT;
+      for (uint32_t peer : ins.peers()) {
+        if (peer >= R) continue;
+        Pair key = sending ? Pair{r, peer} : Pair{peer, r};
+        (sending ? sendQ : recvQ)[key].push_back({grad, ins.micro_batch(), i});
+        groupLeft[r]++;
+        touched.push_back(key);
+      }
+    }
+    groupEnd[r] = i;
+    for (const auto &[from, to] : touched) match(from, to);
   };
   // The members of the collective `ins` on rank r (empty: not a collective).
   // Under ZeRO-3 every FORWARD/BACKWARD gathers the stage's parameters from
@@ -160,60 +215,41 @@ bool checkPlanPrograms(const plan::Plan &p, std::string &error) {
     if (compute && info[r].worker.size() > 1) return info[r].worker;
     return {};
   };
-  auto same = [](const plan::Instruction *a, const plan::Instruction &b) {
-    return a && a->kind() == b.kind() &&
+  auto same = [&](uint32_t q, const plan::Instruction &b) {
+    const plan::Instruction *a = at(q);
+    return a && groupEnd[q] < 0 && a->kind() == b.kind() &&
            (b.kind() == plan::Instruction::ALLREDUCE_GRADIENTS || a->micro_batch() == b.micro_batch());
   };
-  std::vector<uint32_t> work;
   for (uint32_t r = 0; r < R; ++r) work.push_back(r);
   while (!work.empty()) {
     uint32_t r = work.back();
     work.pop_back();
-    for (const plan::Instruction *ins = at(r); ins; ins = at(r)) {
-      bool advanced = true;
-      switch (ins->kind()) {
-      case plan::Instruction::SEND_ACTIVATION:
-      case plan::Instruction::SEND_GRADIENT: {
-        bool grad = ins->kind() == plan::Instruction::SEND_GRADIENT;
-        for (uint32_t peer : ins->peers()) {
-          if (peer >= R) continue;
-          inFlight[{r, peer, grad, ins->micro_batch()}]++;
-          work.push_back(peer);  // it may be waiting for this
+    for (;;) {
+      if (groupEnd[r] >= 0) {  // in a posted group
+        if (groupLeft[r] > 0) break;
+        pc[r] = groupEnd[r];
+        groupEnd[r] = -1;
+        continue;
+      }
+      const plan::Instruction *ins = at(r);
+      if (!ins) break;
+      if (transfer(*ins)) {
+        post(r);
+        continue;
+      }
+      std::vector<uint32_t> group = members(r, *ins);
+      if (group.empty()) { ++pc[r]; continue; }
+      bool ready = true;
+      for (uint32_t q : group)
+        if (q >= R || (q != r && !same(q, *ins))) ready = false;
+      if (!ready) break;
+      // Everyone is here: all pass together.
+      for (uint32_t q : group)
+        if (q != r) {
+          ++pc[q];
+          work.push_back(q);
         }
-        ++pc[r];
-        break;
-      }
-      case plan::Instruction::RECV_ACTIVATION:
-      case plan::Instruction::RECV_GRADIENT: {
-        bool grad = ins->kind() == plan::Instruction::RECV_GRADIENT;
-        bool all = true;
-        for (uint32_t peer : ins->peers()) {
-          auto it = inFlight.find({peer, r, grad, ins->micro_batch()});
-          if (it == inFlight.end() || it->second == 0) all = false;
-        }
-        if (!all) { advanced = false; break; }
-        for (uint32_t peer : ins->peers()) inFlight[{peer, r, grad, ins->micro_batch()}]--;
-        ++pc[r];
-        break;
-      }
-      default: {
-        std::vector<uint32_t> group = members(r, *ins);
-        if (group.empty()) { ++pc[r]; break; }
-        bool ready = true;
-        for (uint32_t q : group)
-          if (q >= R || !same(at(q), *ins)) ready = false;
-        if (!ready) { advanced = false; break; }
-        // Everyone is here: all pass together.
-        for (uint32_t q : group)
-          if (q != r) {
-            ++pc[q];
-            work.push_back(q);
-          }
-        ++pc[r];
-        break;
-      }
-      }
-      if (!advanced) break;
+      ++pc[r];
     }
   }
 
@@ -221,16 +257,37 @@ bool checkPlanPrograms(const plan::Plan &p, std::string &error) {
   for (uint32_t r = 0; r < R && stuck.size() < 4; ++r) {
     const plan::Instruction *ins = at(r);
     if (!ins) continue;
+    if (groupEnd[r] >= 0) {
+      // The first transfer of its group still unmatched.
+      const Post *first = nullptr;
+      Pair pair;
+      bool sending = false;
+      for (const auto *q : {&sendQ, &recvQ})
+        for (const auto &[key, posts] : *q)
+          if ((q == &sendQ ? key.first : key.second) == r)
+            for (const Post &x : posts)
+              if (!first || x.at < first->at) {
+                first = &x;
+                pair = key;
+                sending = q == &sendQ;
+              }
+      if (!first) continue;
+      const auto &ins2 = p.ranks(int(r)).program(first->at);
+      std::string s = "rank " + to_string(r) + " waits at instruction " + to_string(first->at) + " (" +
+                      describe(ins2) + (sending ? " to rank " + to_string(pair.second) + ", never received"
+                                                : " from rank " + to_string(pair.first));
+      if (!sending) {
+        const auto &sq = sendQ[pair];
+        s += sq.empty() ? ", never sent"
+                        : ", which sends " + std::string(sq.front().grad ? "the gradient" : "the activation") +
+                              " of micro-batch " + to_string(sq.front().mb) + " first";
+      }
+      stuck.push_back(s + ")");
+      continue;
+    }
     std::string s = "rank " + to_string(r) + " waits at instruction " + to_string(pc[r]) + " (" +
                     describe(*ins);
     switch (ins->kind()) {
-    case plan::Instruction::RECV_ACTIVATION:
-    case plan::Instruction::RECV_GRADIENT: {
-      std::string from;
-      for (uint32_t peer : ins->peers()) from += (from.empty() ? "" : ", ") + to_string(peer);
-      s += " from rank " + from + ", never sent";
-      break;
-    }
     default: {
       std::string with;
       for (uint32_t q : members(r, *ins))

@@ -8,14 +8,18 @@
 
 #include "hetplan/runtime/Communicator.h"
 
+#include "PlanFixtures.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <thread>
+#include <vector>
 
 using namespace hetplan::runtime;
+using hetplan::test::errorOf;
 
 namespace {
 struct TimeoutEnv {
@@ -23,14 +27,6 @@ struct TimeoutEnv {
   ~TimeoutEnv() { unsetenv("HETPLAN_COMM_TIMEOUT"); }
 };
 
-std::string errorOf(const std::function<void()> &f) {
-  try {
-    f();
-  } catch (const std::exception &e) {
-    return e.what();
-  }
-  return "";
-}
 } // namespace
 
 TEST(Communicator, ReceiveFromASilentPeerTimesOutNamingBothRanks) {
@@ -94,4 +90,108 @@ TEST(Communicator, TimeoutSettingIsChecked) {
     EXPECT_EQ(commTimeoutSeconds(), 0);
   }
   EXPECT_EQ(commTimeoutSeconds(), 600);
+}
+
+// Unbuffered sends (NCCL's point-to-point; the thread and MPI communicators
+// with HETPLAN_COMM_RENDEZVOUS=1): two ranks that each send to the other
+// first wait on each other forever -- unless both do it inside a group,
+// which completes once every send and receive of it has met its peer.
+namespace {
+/// Runs `body(comm)` on every rank of a rendezvous group; the errors.
+std::vector<std::string> onRanks(int n, const std::function<void(Communicator &)> &body) {
+  ThreadCommGroup group(n, /*rendezvous=*/true);
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] { errors[size_t(r)] = errorOf([&] { body(group.communicator(r)); }); });
+  for (auto &t : threads) t.join();
+  return errors;
+}
+
+Tensor scalar(float v) {
+  Tensor t(DType::Float32, {1});
+  t.data<float>()[0] = v;
+  return t;
+}
+} // namespace
+
+TEST(Communicator, RendezvousSendsToEachOtherFirstDeadlock) {
+  TimeoutEnv env("0.3");
+  auto errors = onRanks(2, [](Communicator &c) {
+    int peer = 1 - c.rank();
+    c.send(peer, 1, scalar(float(c.rank())));
+    c.recv(peer, 1);
+  });
+  // The first to give up names what it waited for; the other is woken.
+  std::string all = errors[0] + " | " + errors[1];
+  EXPECT_NE(all.find("to receive a message (tag 1)"), std::string::npos) << all;
+}
+
+TEST(Communicator, RendezvousSendsToEachOtherInAGroupComplete) {
+  TimeoutEnv env("5");
+  std::vector<float> got(2, -1);
+  auto errors = onRanks(2, [&](Communicator &c) {
+    int peer = 1 - c.rank();
+    Tensor in;
+    c.groupStart();
+    c.send(peer, 1, scalar(float(c.rank() + 10)));
+    c.recvInGroup(peer, 1, &in);
+    EXPECT_FALSE(in.defined()); // completed by groupEnd, not before
+    c.groupEnd();
+    got[size_t(c.rank())] = in.data<float>()[0];
+  });
+  EXPECT_EQ(errors[0] + errors[1], "");
+  EXPECT_EQ(got[0], 11);
+  EXPECT_EQ(got[1], 10);
+}
+
+// A group takes its messages in arrival order across peers: rank 0's group
+// receives from 1 and 2, where 2 sends only after 1's send was received.
+TEST(Communicator, RendezvousGroupTakesMessagesAsTheyArrive) {
+  TimeoutEnv env("5");
+  auto errors = onRanks(3, [&](Communicator &c) {
+    if (c.rank() == 0) {
+      Tensor a, b;
+      c.groupStart();
+      c.recvInGroup(2, 5, &a);
+      c.recvInGroup(1, 5, &b);
+      c.groupEnd();
+      EXPECT_EQ(a.data<float>()[0], 2);
+      EXPECT_EQ(b.data<float>()[0], 1);
+    } else if (c.rank() == 1) {
+      c.send(0, 5, scalar(1)); // waits until rank 0 takes it
+      c.send(2, 6, scalar(0));
+    } else {
+      c.recv(1, 6);
+      c.send(0, 5, scalar(2));
+    }
+  });
+  EXPECT_EQ(errors[0] + errors[1] + errors[2], "");
+}
+
+// Buffered communicators run the same groups (receives complete in order).
+TEST(Communicator, BufferedGroupsComplete) {
+  ThreadCommGroup group(2, /*rendezvous=*/false);
+  Communicator &a = group.communicator(0), &b = group.communicator(1);
+  Tensor fromB, fromA;
+  a.groupStart();
+  a.send(1, 3, scalar(7));
+  a.recvInGroup(1, 3, &fromB);
+  b.groupStart();
+  b.send(0, 3, scalar(8));
+  b.recvInGroup(0, 3, &fromA);
+  b.groupEnd();
+  a.groupEnd();
+  EXPECT_EQ(fromB.data<float>()[0], 8);
+  EXPECT_EQ(fromA.data<float>()[0], 7);
+  EXPECT_THROW(a.groupEnd(), std::runtime_error);
+}
+
+TEST(Communicator, RendezvousSettingIsChecked) {
+  setenv("HETPLAN_COMM_RENDEZVOUS", "yes", 1);
+  EXPECT_EQ(errorOf([] { commRendezvous(); }), "HETPLAN_COMM_RENDEZVOUS='yes': expected 0 or 1");
+  setenv("HETPLAN_COMM_RENDEZVOUS", "1", 1);
+  EXPECT_TRUE(commRendezvous());
+  unsetenv("HETPLAN_COMM_RENDEZVOUS");
+  EXPECT_FALSE(commRendezvous());
 }

@@ -13,6 +13,7 @@
 #include "hetplan/runtime/Devices.h"
 #include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Model.h"
+#include "PlanFixtures.h"
 #if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
 #include "hetplan/runtime/NcclCommunicator.h"
 #endif
@@ -199,6 +200,20 @@ NodeCase loadNodeCase(const std::string &name) {
   return c;
 }
 
+/// max|got - want| / max|want| over every float output.
+double relativeError(const std::map<std::string, Tensor> &got, const std::map<std::string, Tensor> &want) {
+  double err = 0, scale = 0;
+  for (const auto &[name, w] : want) {
+    const Tensor &g = got.at(name);
+    if (w.dtype() != DType::Float32) continue;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      err = std::max(err, double(std::fabs(g.data<float>()[i] - w.data<float>()[i])));
+      scale = std::max(scale, double(std::fabs(w.data<float>()[i])));
+    }
+  }
+  return scale > 0 ? err / scale : err;
+}
+
 } // namespace
 
 // --- without a device ------------------------------------------------------
@@ -268,6 +283,22 @@ TEST(CudaCheck, RunWithoutDeviceSaysSo) {
   }
 }
 
+// A rank's stage is checked before it runs on CUDA (no device needed): a
+// node the executor has no kernel for keeps the rank off the GPU.
+TEST(CudaCheck, RankComputeRefusesAStageItCannotRun) {
+  fs::path p = fs::path(kNodeDir) / "test_cumsum_1d" / "model.onnx";
+  if (!fs::exists(p)) GTEST_SKIP() << "no libonnx-testdata under " << kNodeDir;
+  Model m = loadModel(p.string());
+  std::vector<size_t> stage = {0};
+  std::vector<std::string> problems;
+  EXPECT_EQ(makeCudaRankCompute(m, 0, /*prepare=*/false, "fp32", &stage, &problems), nullptr);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("no CUDA kernel for CumSum"), std::string::npos) << problems[0];
+  CudaExecutor gpu(m);
+  EXPECT_EQ(gpu.check(std::vector<size_t>{}), std::vector<std::string>{}); // nothing to run, nothing wrong
+  EXPECT_THROW(gpu.setPrecision("fp8"), std::runtime_error);
+}
+
 // --- on a device -------------------------------------------------------------
 
 TEST(CudaRun, Gpt2TinyMatchesCpu) {
@@ -322,6 +353,62 @@ TEST(CudaRun, RuntimeErrorsNameTheNode) {
   }
 }
 
+// A plan whose rank computes on the CUDA executor (what `hetplan run` sets
+// up for a GPU rank) gives the CPU plan's outputs; a training step its loss
+// and updated weights (backward and Adam run on the host).
+TEST(CudaPlan, InferenceRankOnCudaMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  for (const char *name : {"gpt2-tiny.onnx", "bert-tiny.onnx"}) {
+    std::string path = std::string(HETPLAN_EXAMPLES) + "/" + name;
+    PlanExecutor exec(hetplan::test::oneRankPlan(path, "infer", 2));
+    auto inputs = randomInputs(exec.model(), 2, 16, 7);
+    auto want = exec.run(inputs);
+    exec.setCompute(0, makeCudaRankCompute(exec.model(), 0));
+    PlanExecutor::StepTiming timing;
+    auto got = exec.run(inputs, &timing);
+    expectSame(got, want, name);
+    // --profile on a GPU rank: CUDA-event times for the stage's nodes
+    double total = 0;
+    for (double t : timing.ranks[0].nodeSeconds) total += t;
+    EXPECT_GT(total, 0) << name;
+  }
+}
+
+TEST(CudaPlan, TrainingRankOnCudaMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  std::string path = std::string(HETPLAN_EXAMPLES) + "/gpt2-tiny.onnx";
+  PlanExecutor exec(hetplan::test::oneRankPlan(path, "train", 2));
+  auto inputs = randomInputs(exec.model(), 2, 8, 3);
+  auto out = Executor(exec.model()).run(inputs).begin()->second;
+  std::vector<int64_t> shape(out.shape().begin(), out.shape().end() - 1);
+  Tensor labels(DType::Int64, shape);
+  for (int64_t i = 0; i < labels.numel(); ++i) labels.data<int64_t>()[i] = i % 50;
+  PlanExecutor::TrainOptions options;
+  std::vector<PlanExecutor::RankTrainState> cpu, gpu;
+  double cpuLoss[2], gpuLoss[2];
+  for (int step = 0; step < 2; ++step) cpuLoss[step] = exec.train(inputs, labels, cpu, options);
+  exec.setCompute(0, makeCudaRankCompute(exec.model(), 0));
+  for (int step = 0; step < 2; ++step) gpuLoss[step] = exec.train(inputs, labels, gpu, options);
+  for (int step = 0; step < 2; ++step) EXPECT_NEAR(gpuLoss[step], cpuLoss[step], 1e-4 * std::fabs(cpuLoss[step]));
+  EXPECT_LT(relativeError(exec.collectParameters(gpu), exec.collectParameters(cpu)), 1e-3);
+}
+
+// Tensor-core math at the plan's dtype stays within the tolerance
+// docs/gpu.md documents: max|diff| / max|ref| below 1e-2 (tf32, fp16) and
+// 3e-2 (bf16).
+TEST(CudaRun, ReducedPrecisionStaysWithinItsTolerance) {
+  REQUIRE_CUDA_DEVICE();
+  std::string path = std::string(HETPLAN_EXAMPLES) + "/gpt2-tiny.onnx";
+  Model m = loadModel(path);
+  auto inputs = randomInputs(m, 2, 16, 5);
+  auto want = Executor(m).run(inputs);
+  for (auto [dtype, tol] : {std::pair<const char *, double>{"tf32", 1e-2}, {"fp16", 1e-2}, {"bf16", 3e-2}}) {
+    CudaExecutor gpu(m);
+    gpu.setPrecision(dtype);
+    EXPECT_LT(relativeError(gpu.run(inputs), want), tol) << dtype;
+  }
+}
+
 #if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
 // One test: MPI is initialized once per process (the first communicator)
 // and finalized with the last. Alone (size 1) it checks the all-reduce and
@@ -352,6 +439,18 @@ TEST(CudaNccl, Communicator) {
     if (rank == 1) comm.send(peer, 7, msg);
     ASSERT_EQ(got.shape(), (std::vector<int64_t>{2, 2}));
     for (int i = 0; i < 4; ++i) EXPECT_EQ(got.data<int64_t>()[i], peer * 10 + i);
+    // Both send to each other first, inside a group (ncclGroupStart/End):
+    // completes, as the plan executor's SEND/RECV runs rely on; an empty
+    // tensor travels as a header only.
+    Tensor back, none;
+    comm.groupStart();
+    comm.send(peer, 8, msg);
+    comm.send(peer, 9, Tensor(DType::Float32, {0}));
+    comm.recvInGroup(peer, 8, &back);
+    comm.recvInGroup(peer, 9, &none);
+    comm.groupEnd();
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(back.data<int64_t>()[i], peer * 10 + i);
+    EXPECT_EQ(none.numel(), 0);
   }
   comm.barrier();
 }

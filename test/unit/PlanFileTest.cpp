@@ -575,6 +575,32 @@ TEST(PlanFile, ValidateRefusesProgramsThatDeadlock) {
             "rank 1, which never reaches it)");
 }
 
+// Programs are proved against the strictest communicator (NCCL: sends do
+// not wait in a buffer, a pair's messages meet in the order they were sent);
+// a run of SEND/RECV instructions is one group (Communicator::groupStart).
+TEST(PlanFile, ValidateProvesProgramsUnderUnbufferedSends) {
+  // 1F1B: rank 0 runs F0 S0 F1 [S1 RG0] B0 ..., rank 1 RA0 F0 B0 [SG0 RA1]
+  // ...: the two send to each other first, each inside one group: accepted.
+  plan::Plan p = makeSamplePlan(2, 1, 2);
+  const auto &r0 = p.ranks(0).program(), &r1 = p.ranks(1).program();
+  ASSERT_EQ(r0.Get(3).kind(), Instruction::SEND_ACTIVATION);
+  ASSERT_EQ(r0.Get(4).kind(), Instruction::RECV_GRADIENT);
+  ASSERT_EQ(r1.Get(3).kind(), Instruction::SEND_GRADIENT);
+  ASSERT_EQ(r1.Get(4).kind(), Instruction::RECV_ACTIVATION);
+  std::string error;
+  EXPECT_TRUE(validatePlan(p, error)) << error;
+
+  // Rank 1 receives micro-batch 1 before 0: fine where messages match by
+  // tag (threads, MPI), a hang or garbage on NCCL: refused everywhere.
+  auto *prog = p.mutable_ranks(1)->mutable_program();
+  for (int i = 4; i > 0; --i) prog->SwapElements(i, i - 1);
+  EXPECT_EQ(validationError(p),
+            "the rank programs deadlock: rank 0 waits at instruction 1 (SEND_ACTIVATION of "
+            "micro-batch 0 to rank 1, never received); rank 1 waits at instruction 0 "
+            "(RECV_ACTIVATION of micro-batch 1 from rank 0, which sends the activation of "
+            "micro-batch 0 first)");
+}
+
 TEST(PlanFile, ValidateRefusesProgramsOutOfOrder) {
   plan::Plan p = makeSamplePlan();
   auto *prog = p.mutable_ranks(0)->mutable_program();

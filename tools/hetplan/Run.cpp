@@ -1,12 +1,15 @@
-//===- Run.cpp - hetplan run: execute a plan on CPU ranks -----------------===//
+//===- Run.cpp - hetplan run: execute a plan on its ranks -----------------===//
 //
 //   hetplan run PLAN --input NAME=FILE.npy ... --output DIR [--ranks N]
-//               [--model MODEL] [--profile OUT.json]
+//               [--model MODEL] [--profile OUT.json] [--device auto|cpu|cuda]
 //   hetplan run TRAIN.PLAN --input ... --labels FILE.npy --output DIR
 //               [--steps N] [--lr X] [--loss-output NAME] [--save-model OUT.onnx]
 //
 // Runs the plan with one thread per rank (the in-process communicator), or
-// one process per rank under mpirun. An inference plan writes
+// one process per rank under mpirun. Each rank computes where the plan puts
+// it (RankBackend.h, docs/gpu.md): GPU ranks on the CUDA executor when this
+// build and host have one (--device cpu: every rank on the CPU), and an MPI
+// job of CUDA ranks talks over NCCL. An inference plan writes
 // DIR/<output>.npy; a training plan runs N steps on the batch and writes
 // DIR/loss.npy (one loss per step) and, with --save-model, the trained
 // model. Errors are one line, exit 1, and leave no output files behind.
@@ -21,6 +24,11 @@
 #include "hetplan/runtime/MpiCommunicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
 #include "hetplan/runtime/PlanFile.h"
+#include "hetplan/runtime/RankBackend.h"
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+#include "hetplan/runtime/CudaBackend.h"
+#include "hetplan/runtime/NcclCommunicator.h"
+#endif
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -31,8 +39,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <unistd.h>
 
@@ -40,7 +50,7 @@ namespace cl = llvm::cl;
 
 namespace hetplan::tools {
 
-cl::SubCommand runCmd("run", "Run a plan on CPU ranks (threads, or processes under mpirun)");
+cl::SubCommand runCmd("run", "Run a plan on its ranks: CUDA GPUs or CPUs (threads, or processes under mpirun)");
 
 namespace {
 // "rank N: message", unless the message already starts by naming the rank.
@@ -62,6 +72,20 @@ cl::opt<int> runRanks("ranks", cl::desc("Ranks (threads); must equal the plan's 
 cl::opt<std::string> runModel("model", cl::desc("The model file (default: the path in the plan)"),
                               cl::value_desc("MODEL"), cl::sub(runCmd));
 cl::opt<bool> runQuiet("quiet", cl::desc("No summary line"), cl::sub(runCmd));
+cl::opt<std::string> runDevice("device",
+                               cl::desc("Where ranks compute: auto (GPU ranks of the plan on CUDA when this "
+                                        "build and host have it, else the CPU), cpu (every rank), cuda (the "
+                                        "plan's GPU ranks on CUDA, or an error). Default: $HETPLAN_DEVICE, "
+                                        "else auto"),
+                               cl::value_desc("auto|cpu|cuda"), cl::sub(runCmd));
+
+/// --device, else HETPLAN_DEVICE (a test suite pins its runs to the CPU on
+/// a GPU host with it), else auto.
+hetplan::runtime::DeviceChoice deviceChoice() {
+  if (runDevice.getNumOccurrences()) return hetplan::runtime::parseDeviceChoice(runDevice);
+  const char *env = std::getenv("HETPLAN_DEVICE");
+  return hetplan::runtime::parseDeviceChoice(env && *env ? env : "auto");
+}
 cl::opt<std::string> runTrace("trace",
                               cl::desc("Write the measured step (the last, for training) as a "
                                        "Chrome/Perfetto trace: a thread per rank, an event per "
@@ -110,6 +134,107 @@ std::string fileNameFor(const std::string &name) {
   return out;
 }
 
+using StepTiming = hetplan::runtime::PlanExecutor::StepTiming;
+
+/// The timing record of this run when --profile is given (every rank's in
+/// threads mode; under MPI rank 0 gathers them), else null: without it
+/// PlanExecutor reads no clock.
+StepTiming *profileTiming() {
+  static StepTiming timing;
+  return runProfile.empty() && runTrace.empty() ? nullptr : &timing;
+}
+
+//===-- Devices: where each rank computes (RankBackend.h) ------------------===//
+hetplan::runtime::LocalDevices localDevices() {
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+  return hetplan::runtime::cudaLocalDevices();
+#else
+  return {};
+#endif
+}
+
+/// This process's rank among the processes of its node, from the launcher
+/// (Open MPI, MPICH/Hydra, Slurm); 0 when none says.
+int localRankFromEnv() {
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char *v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+/// Gives rank `rank` (every rank when < 0) the CUDA executor where
+/// `placement` puts it there, computing at the plan's dtype. A stage with a
+/// node the CUDA executor cannot run stays on the CPU under --device auto
+/// (one note on stderr) and is an error under --device cuda.
+void applyPlacement(hetplan::runtime::PlanExecutor &exec, hetplan::runtime::Placement &placement, int rank) {
+  for (int r = 0; r < exec.ranks(); ++r) {
+    if ((rank >= 0 && r != rank) || !placement.cuda[size_t(r)]) continue;
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+    const auto &st = exec.plan().stages(int(exec.plan().ranks(r).stage()));
+    std::vector<size_t> nodes;
+    for (size_t i = st.first_node(); i <= st.last_node(); ++i) nodes.push_back(i);
+    std::vector<std::string> problems;
+    auto compute = hetplan::runtime::makeCudaRankCompute(exec.model(), placement.device[size_t(r)], true,
+                                                         exec.plan().settings().dtype(), &nodes, &problems);
+    if (!compute) {
+      std::string why = "rank " + std::to_string(r) + ": the CUDA executor cannot run its stage: " + problems.front() +
+                        (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "");
+      if (deviceChoice() == hetplan::runtime::DeviceChoice::Cuda)
+        throw std::runtime_error(why + "; --device cpu runs it on CPUs");
+      llvm::errs() << "hetplan: note: " << why << "; it runs on the CPU\n";
+      placement.cuda[size_t(r)] = false;
+      placement.device[size_t(r)] = -1;
+      continue;
+    }
+    exec.setCompute(r, compute);
+#endif
+  }
+}
+
+void reportPlacement(const hetplan::runtime::Placement &placement) {
+  // Only when a GPU is in play: CPU runs print what they always did.
+  bool any = false;
+  for (bool c : placement.cuda) any = any || c;
+  if (any && !runQuiet && !runJson) llvm::outs() << "devices: " << placement.summary << "\n";
+}
+
+#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
+/// One process per rank: places this process's rank, agrees with the other
+/// processes on the communicator (NCCL only when every rank everywhere is a
+/// CUDA rank) and returns it: `mpi` itself, or a NcclCommunicator made in
+/// `holder`.
+hetplan::runtime::Communicator &mpiProgramComm(hetplan::runtime::PlanExecutor &exec,
+                                               hetplan::runtime::MpiCommunicator &mpi,
+                                               std::unique_ptr<hetplan::runtime::Communicator> &holder) {
+  using namespace hetplan::runtime;
+  LocalDevices local = localDevices();
+  Placement placement =
+      placeRanks(exec.plan(), deviceChoice(), local, true, localRankFromEnv(), mpi.rank());
+  applyPlacement(exec, placement, mpi.rank());
+  // Each process votes for its own rank: NCCL only if all are CUDA ranks.
+  // HETPLAN_NCCL=0 keeps CUDA ranks on host-staged MPI (NCCL refuses two
+  // ranks on one GPU; scripts/gpu-check.sh runs such a job on one device).
+  bool mine = placement.cuda[size_t(mpi.rank())];
+  const char *ncclEnv = std::getenv("HETPLAN_NCCL");
+  bool ncclOff = ncclEnv && std::string(ncclEnv) == "0";
+  Tensor votes = Tensor::scalar<float>(DType::Float32, mine && !ncclOff ? 1.f : 0.f).reshaped({1});
+  mpi.allReduceSum(votes);
+  placement.comm = mpiCommKind(votes.data<float>()[0] == float(mpi.size()), local);
+  if (mine) { // rank 0 speaks for the job; the summary's other entries are this host's view
+    placement.summary = "rank " + std::to_string(mpi.rank()) + " on CUDA (device " +
+                        std::to_string(placement.device[size_t(mpi.rank())]) + "), " + commKindName(placement.comm);
+  }
+  if (mpi.rank() == 0) reportPlacement(placement);
+#if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
+  if (placement.comm == CommKind::Nccl) {
+    holder = std::make_unique<NcclCommunicator>();
+    return *holder;
+  }
+#endif
+  (void)holder;
+  return mpi;
+}
+#endif
+
 //===-- MPI: one process per rank (`mpirun -np N hetplan run ...`) -------===//
 // When an MPI launcher started this process, it runs only its own rank's
 // program over MpiCommunicator (every process reads the .npy inputs
@@ -118,7 +243,44 @@ std::string fileNameFor(const std::string &name) {
 // Returns -1 when this process should write `outputs`, else an exit code.
 constexpr int64_t kGatherTag = int64_t(1) << 29; // above the pipeline's tags
 
-int runMpiRanks(const hetplan::runtime::PlanExecutor &exec,
+#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
+/// --profile under MPI: rank 0 gathers every rank's measured times (a GPU
+/// rank's are CUDA-event times) into profileTiming(); the wall time is the
+/// slowest rank's. Every rank calls it.
+void gatherTiming(hetplan::runtime::MpiCommunicator &comm, const hetplan::runtime::PlanExecutor::RankTiming &mine,
+                  double wall) {
+  using namespace hetplan::runtime;
+  constexpr int64_t tag = kGatherTag + 1;
+  auto f64 = [](const std::vector<double> &v) {
+    Tensor t(DType::Float64, {int64_t(v.size())});
+    std::copy(v.begin(), v.end(), t.data<double>());
+    return t;
+  };
+  if (comm.rank() != 0) {
+    Tensor samples(DType::Int64, {int64_t(mine.nodeSamples.size())});
+    std::copy(mine.nodeSamples.begin(), mine.nodeSamples.end(), samples.data<int64_t>());
+    comm.send(0, tag, f64(mine.nodeSeconds));
+    comm.send(0, tag, samples);
+    comm.send(0, tag, f64(mine.forwardSeconds));
+    comm.send(0, tag, f64({wall}));
+    return;
+  }
+  StepTiming &all = *profileTiming();
+  all.ranks.assign(size_t(comm.size()), {});
+  all.ranks[0] = mine;
+  all.wallSeconds = wall;
+  for (int r = 1; r < comm.size(); ++r) {
+    auto &t = all.ranks[size_t(r)];
+    Tensor s = comm.recv(r, tag), n = comm.recv(r, tag), f = comm.recv(r, tag), w = comm.recv(r, tag);
+    t.nodeSeconds.assign(s.data<double>(), s.data<double>() + s.numel());
+    t.nodeSamples.assign(n.data<int64_t>(), n.data<int64_t>() + n.numel());
+    t.forwardSeconds.assign(f.data<double>(), f.data<double>() + f.numel());
+    all.wallSeconds = std::max(all.wallSeconds, w.data<double>()[0]);
+  }
+}
+#endif
+
+int runMpiRanks(hetplan::runtime::PlanExecutor &exec,
                 const std::map<std::string, hetplan::runtime::Tensor> &inputs,
                 std::map<std::string, hetplan::runtime::Tensor> &outputs) {
   using namespace hetplan::runtime;
@@ -137,7 +299,15 @@ int runMpiRanks(const hetplan::runtime::PlanExecutor &exec,
     return t;
   };
   try {
-    PlanExecutor::OutputPieces mine = exec.runRank(comm, inputs);
+    std::unique_ptr<Communicator> nccl;
+    Communicator &program = mpiProgramComm(exec, comm, nccl);
+    PlanExecutor::RankTiming timing;
+    bool timed = profileTiming() != nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    PlanExecutor::OutputPieces mine = exec.runRank(program, inputs, timed ? &timing : nullptr);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    nccl.reset(); // its pending transfers complete before the pieces move
+    if (timed) gatherTiming(comm, timing, wall);
     if (comm.rank() != 0) {
       // Count, then per piece (micro-batch, worker, outputs), name, tensor.
       comm.send(0, kGatherTag, Tensor::scalar<int64_t>(DType::Int64, int64_t(mine.size())));
@@ -188,14 +358,6 @@ int runMpiRanks(const hetplan::runtime::PlanExecutor &exec,
 
 //===-- hetplan run --profile: measured per-node times ---------------------===//
 namespace {
-using StepTiming = hetplan::runtime::PlanExecutor::StepTiming;
-
-/// The timing record of this run when --profile is given (threads mode),
-/// else null: without it PlanExecutor reads no clock.
-StepTiming *profileTiming() {
-  static StepTiming timing;
-  return runProfile.empty() && runTrace.empty() ? nullptr : &timing;
-}
 
 /// Fits time = fixed + per_sample * samples for one node from (samples per
 /// run, seconds per run) points, one per rank that ran it. One batch size:
@@ -219,10 +381,8 @@ std::pair<double, double> fitNode(const std::vector<std::pair<double, double>> &
 /// prints the predicted-vs-measured report. Throws on a write error.
 void writeMeasuredProfile(const hetplan::runtime::PlanExecutor &exec, const StepTiming &timing,
                           const std::string &outPath) {
-  if (timing.ranks.empty()) { // one process per rank (MPI): not timed
-    llvm::errs() << "hetplan: warning: --profile is not supported under an MPI launcher; no profile written\n";
-    return;
-  }
+  if (timing.ranks.empty()) // nothing was timed
+    throw std::runtime_error("--profile: no rank was timed");
   const auto &plan = exec.plan();
   auto typeOf = [&](uint32_t rank) -> std::string {
     for (const auto &d : plan.cluster().devices())
@@ -307,7 +467,7 @@ namespace {
 /// Training plans: `--steps` steps on threads or MPI ranks. Fills `losses`
 /// and `params` (the trained parameters) on the process that writes;
 /// returns -1 there, else an exit code.
-int trainSteps(const hetplan::runtime::PlanExecutor &exec,
+int trainSteps(hetplan::runtime::PlanExecutor &exec,
                const std::map<std::string, hetplan::runtime::Tensor> &inputs,
                const hetplan::runtime::Tensor &labels, std::vector<double> &losses,
                std::map<std::string, hetplan::runtime::Tensor> &params) {
@@ -358,12 +518,22 @@ int trainSteps(const hetplan::runtime::PlanExecutor &exec,
                                    " ranks, the MPI job has " + std::to_string(comm.size()) + " processes")
                             : 1;
   try {
+    std::unique_ptr<Communicator> nccl;
+    Communicator &program = mpiProgramComm(exec, comm, nccl);
     PlanExecutor::RankTrainState state;
+    PlanExecutor::RankTiming timing; // the last step's, for --profile
+    bool timed = profileTiming() != nullptr;
+    double wall = 0;
     for (int s = 1; s <= runSteps; ++s) {
-      losses.push_back(exec.trainRank(comm, inputs, labels, state, options));
+      auto t0 = std::chrono::steady_clock::now();
+      losses.push_back(exec.trainRank(program, inputs, labels, state, options,
+                                      timed && s == runSteps ? &timing : nullptr));
+      wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (comm.rank() == 0) report(s, losses.back());
     }
-    if (!runSaveModel.empty()) params = exec.gatherParameters(comm, state);
+    if (!runSaveModel.empty()) params = exec.gatherParameters(program, state);
+    nccl.reset();
+    if (timed) gatherTiming(comm, timing, wall);
     comm.flush();
     return comm.rank() == 0 ? -1 : 0;
   } catch (const std::exception &e) {
@@ -382,10 +552,16 @@ int runRun() {
   if (!runTrace.empty() && launchedByMpi())
     return fail("--trace times the ranks of one process: run without mpirun");
   try {
+    DeviceChoice device = deviceChoice(); // a bad value fails before loading
     auto exec = PlanExecutor::load(runPlan, runModel);
     if (!launchedByMpi() && runRanks != 0 && runRanks != exec->ranks())
       return fail(runPlan + ": the plan has " + std::to_string(exec->ranks()) + " ranks, --ranks is " +
                   std::to_string(runRanks));
+    if (!launchedByMpi()) { // threads: CUDA ranks share this host's GPUs
+      Placement placement = placeRanks(exec->plan(), device, localDevices(), false);
+      applyPlacement(*exec, placement, -1);
+      reportPlacement(placement);
+    }
     std::map<std::string, Tensor> inputs;
     for (const std::string &arg : runInputs) {
       size_t eq = arg.find('=');

@@ -19,6 +19,9 @@
 #include "hetplan/runtime/Kernels.h"
 
 #include "CudaKernels.h"
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+#include "Cudnn.h"
+#endif
 #include "../cpu/kernels/Geometry.h"
 #include "../cpu/kernels/ViewParams.h"
 
@@ -27,6 +30,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -278,16 +282,30 @@ struct CudaExecutor::Impl {
   std::vector<bool> isFolded;
   std::map<std::string, DType> types;  // inferred element types (check())
   std::map<std::string, Val> weights;  // initializers and folded values
-  std::map<std::string, size_t> lastUse;
   std::mutex mutex;
   bool prepared = false;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  /// GEMM math (setPrecision): CUBLAS_COMPUTE_32F is plain FP32 (no TF32
+  /// while the handle's math mode is CUBLAS_DEFAULT_MATH); the FAST_* types
+  /// round the float32 operands to TF32 / FP16 / BF16 for tensor cores and
+  /// accumulate in FP32 (cuBLAS guide, cublasGemmEx, cublasComputeType_t).
+  cublasComputeType_t gemmCompute = CUBLAS_COMPUTE_32F;
+  /// setStage(): prepare() uploads only the weights these nodes read (a
+  /// plan rank's stage; others are uploaded on first use).
+  std::set<size_t> stageNodes;
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  std::unique_ptr<cudnn::Context> dnn; // convolution and pooling (prepare())
+  cudnn::Math convMath = cudnn::Math::Fp32;
+#endif
 
   Impl(const Model &m, int dev) : model(m), device(dev) {}
   ~Impl() {
     if (!prepared) return;
     cudaSetDevice(device);
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+    dnn.reset();
+#endif
     weights.clear(); // frees device copies (cudaFreeAsync on `stream`)
     cudaStreamSynchronize(stream);
     cublasDestroy(blas);
@@ -335,10 +353,34 @@ struct CudaExecutor::Impl {
     return d;
   }
 
+  /// Column-major C = op(A) op(B) on float32 with this executor's math:
+  /// cublasSgemm(StridedBatched)'s arguments through cublasGemm(StridedBatched)Ex.
+  void sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha, const float *A,
+             int lda, const float *B, int ldb, const float *beta, float *C, int ldc) {
+    blasCheck(cublasGemmEx(blas, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, beta, C, CUDA_R_32F,
+                           ldc, gemmCompute, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+  }
+  void sgemmBatched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                    const float *A, int lda, long long sa, const float *B, int ldb, long long sb, const float *beta,
+                    float *C, int ldc, long long sc, int batch) {
+    blasCheck(cublasGemmStridedBatchedEx(blas, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb,
+                                         beta, C, CUDA_R_32F, ldc, sc, batch, gemmCompute, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmStridedBatchedEx");
+  }
+
   void foldConstants();
-  std::vector<std::string> check() const;
+  /// check(); `only`: just these nodes (a plan rank's stage).
+  std::vector<std::string> check(const std::set<size_t> *only = nullptr) const;
   void prepare();
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs);
+  std::map<std::string, Tensor> runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> given,
+                                         const std::set<std::string> &keep,
+                                         std::map<std::string, std::vector<int64_t>> *shapes,
+                                         ExecutionObserver *observer, const Executor::NodeHook *hook,
+                                         const std::set<size_t> *hookNodes);
+  bool runHooked(const Node &n, size_t idx, const Executor::NodeHook &hook, std::vector<Val *> &ins,
+                 std::vector<Val> &outs);
   void runHost(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs, bool deviceView);
   void runDevice(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs);
   // device ops
@@ -392,15 +434,16 @@ void CudaExecutor::Impl::foldConstants() {
   }
 }
 
-std::vector<std::string> CudaExecutor::Impl::check() const {
+std::vector<std::string> CudaExecutor::Impl::check(const std::set<size_t> *only) const {
   std::vector<std::string> problems;
   for (const auto *list : {&model.inputs, &model.outputs})
     for (const auto &v : *list)
-      if (!v.isTensor)
+      if (!v.isTensor && !only)
         problems.push_back(model.path + ": value '" + v.name + "' is not a tensor (sequence/map/optional values are not supported)");
   int64_t opset = model.opset("");
   for (size_t idx : order) {
     if (isFolded[idx]) continue; // computed at load, on the CPU
+    if (only && !only->count(idx)) continue;
     const Node &n = model.nodes[idx];
     std::string at = where(n);
     if (!n.domain.empty() && n.domain != "ai.onnx") {
@@ -456,11 +499,14 @@ void CudaExecutor::Impl::prepare() {
   }
   prepared = true; // from here the destructor releases the stream and handle
   blasCheck(cublasSetStream(blas, stream), "cublasSetStream");
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  dnn = std::make_unique<cudnn::Context>(stream);
+#endif
   // Plain FP32 (no TF32): results compare with the CPU at 1e-4.
   blasCheck(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  std::set<std::string> used; // weights read by nodes that run
+  std::set<std::string> used; // weights read by nodes that run (of the stage, if one is set)
   for (size_t idx : order)
-    if (!isFolded[idx])
+    if (!isFolded[idx] && (stageNodes.empty() || stageNodes.count(idx)))
       for (const auto &s : model.nodes[idx].inputs) used.insert(s);
   for (auto &[name, v] : weights)
     if (used.count(name) && v.host.dtype() == DType::Float32) v.dev = upload(v.host);
@@ -470,76 +516,166 @@ void CudaExecutor::Impl::prepare() {
 std::map<std::string, Tensor> CudaExecutor::Impl::run(const std::map<std::string, Tensor> &inputs) {
   std::lock_guard<std::mutex> lock(mutex);
   prepare();
-  cudaCheck(cudaSetDevice(device), "cudaSetDevice");
   std::set<std::string> keep;
   for (const auto &o : model.outputs) keep.insert(o.name);
-  std::map<std::string, Val> values;
+  std::map<std::string, Tensor> values;
   for (const auto &in : model.inputs) {
     auto it = inputs.find(in.name);
     if (it == inputs.end()) throw std::runtime_error(model.path + ": input '" + in.name + "' was not given");
-    values[in.name].host = it->second;
+    values[in.name] = it->second;
   }
   for (const auto &[name, t] : inputs)
     if (!values.count(name))
       throw std::runtime_error(model.path + ": '" + name + "' is not a graph input (overriding initializers is not supported on the CUDA backend)");
+  std::vector<size_t> nodes;
+  for (size_t idx : order)
+    if (!isFolded[idx]) nodes.push_back(idx);
+  auto got = runNodes(nodes, std::move(values), keep, nullptr, nullptr, nullptr, nullptr);
+  std::map<std::string, Tensor> out;
+  for (const auto &o : model.outputs) {
+    auto it = got.find(o.name);
+    if (it == got.end()) throw std::runtime_error(model.path + ": output '" + o.name + "' was not produced");
+    out[o.name] = std::move(it->second);
+  }
+  return out;
+}
+
+std::map<std::string, Tensor>
+CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> given,
+                             const std::set<std::string> &keep, std::map<std::string, std::vector<int64_t>> *shapes,
+                             ExecutionObserver *observer, const Executor::NodeHook *hook,
+                             const std::set<size_t> *hookNodes) {
+  cudaCheck(cudaSetDevice(device), "cudaSetDevice");
+  std::map<std::string, Val> values;
+  // Given values that replace initializers (a training rank's parameters)
+  // make the values folded from them stale: their nodes run again.
+  bool overridesWeights = false;
+  for (auto &[name, t] : given) {
+    overridesWeights = overridesWeights || model.initializers.count(name);
+    values[name].host = std::move(t);
+  }
   auto lookup = [&](const std::string &s) -> Val * {
     if (auto it = values.find(s); it != values.end()) return &it->second;
     if (auto it = weights.find(s); it != weights.end()) return &it->second;
     return nullptr;
   };
-  for (size_t step = 0; step < order.size(); ++step) {
-    size_t idx = order[step];
-    if (isFolded[idx]) continue;
-    const Node &n = model.nodes[idx];
-    std::vector<Val *> ins;
-    std::vector<DType> inTypes;
-    bool anyFloat = false, anyDeviceOnly = false;
-    for (const auto &s : n.inputs) {
-      if (s.empty()) { ins.push_back(nullptr); inTypes.push_back(DType::Undefined); continue; }
-      Val *v = lookup(s);
-      if (!v) throw std::runtime_error(where(n) + "value '" + s + "' is missing");
-      ins.push_back(v);
-      inTypes.push_back(v->dtype());
-      anyFloat = anyFloat || isFloatType(v->dtype());
-      anyDeviceOnly = anyDeviceOnly || !v->host.defined();
-    }
-    std::vector<Val> outs(n.outputs.size());
-    try {
-      if (kShapeOnly.count(n.opType)) {
-        runHost(n, ins, outs, ins.size() && ins[0] && !ins[0]->host.defined());
-      } else {
-        std::string dev = deviceCheck(n, inTypes);
-        if (!anyFloat && findKernel(n.opType) && (!anyDeviceOnly || !dev.empty()))
-          runHost(n, ins, outs, false);
-        else if (dev.empty())
-          runDevice(n, ins, outs);
-        else
-          throw std::runtime_error(dev);
-      }
-    } catch (const std::exception &e) {
-      throw std::runtime_error(where(n) + e.what());
-    }
-    for (size_t i = 0; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) {
-        if (!outs[i].defined()) throw std::runtime_error(where(n) + "output " + std::to_string(i) + " was not produced");
-        values[n.outputs[i]] = std::move(outs[i]);
-      }
-    for (const auto &s : n.inputs)
-      if (!s.empty() && lastUse[s] == step && !keep.count(s)) values.erase(s);
-  }
+  std::map<std::string, size_t> last; // value -> last step reading it
+  for (size_t step = 0; step < nodes.size(); ++step)
+    model.nodes[nodes[step]].forEachRead([&](const std::string &v) { last[v] = step; });
+  // Per-node times (hetplan run --profile): CUDA events around device
+  // work (the stream's time, not the host's launch time), steady_clock
+  // around nodes that ran on the host.
+  struct Timed {
+    size_t node;
+    cudaEvent_t begin = nullptr, end = nullptr;
+    double hostSeconds = 0;
+  };
+  std::vector<Timed> timed;
   std::map<std::string, Tensor> out;
-  for (const auto &o : model.outputs) {
-    Val *v = lookup(o.name);
-    if (!v) throw std::runtime_error(model.path + ": output '" + o.name + "' was not produced");
-    try {
-      const Tensor &h = hostOf(*v);
-      out[o.name] = h.isView() ? h.clone() : h;
-    } catch (const std::exception &e) {
-      throw std::runtime_error(model.path + ": output '" + o.name + "': " + e.what());
+  auto releaseEvents = [&] {
+    for (auto &t : timed) {
+      if (t.begin) cudaEventDestroy(t.begin);
+      if (t.end) cudaEventDestroy(t.end);
     }
+  };
+  try {
+    for (size_t step = 0; step < nodes.size(); ++step) {
+      size_t idx = nodes[step];
+      if (isFolded[idx] && !overridesWeights) continue;
+      const Node &n = model.nodes[idx];
+      std::vector<Val *> ins;
+      std::vector<DType> inTypes;
+      bool anyFloat = false, anyDeviceOnly = false;
+      for (const auto &s : n.inputs) {
+        if (s.empty()) { ins.push_back(nullptr); inTypes.push_back(DType::Undefined); continue; }
+        Val *v = lookup(s);
+        if (!v) throw std::runtime_error(where(n) + "value '" + s + "' is missing");
+        ins.push_back(v);
+        inTypes.push_back(v->dtype());
+        anyFloat = anyFloat || isFloatType(v->dtype());
+        anyDeviceOnly = anyDeviceOnly || !v->host.defined();
+      }
+      std::vector<Val> outs(n.outputs.size());
+      auto hostStart = std::chrono::steady_clock::now();
+      if (observer) { // listed first, so that a failure below releases them
+        timed.push_back({idx});
+        cudaCheck(cudaEventCreate(&timed.back().begin), "cudaEventCreate");
+        cudaCheck(cudaEventCreate(&timed.back().end), "cudaEventCreate");
+        cudaCheck(cudaEventRecord(timed.back().begin, stream), "cudaEventRecord");
+      }
+      bool onDevice = false;
+      try {
+        if (hook && hookNodes && hookNodes->count(idx) && runHooked(n, idx, *hook, ins, outs)) {
+          // the plan executor's tensor-parallel node, on host copies
+        } else if (kShapeOnly.count(n.opType)) {
+          runHost(n, ins, outs, ins.size() && ins[0] && !ins[0]->host.defined());
+        } else {
+          std::string dev = deviceCheck(n, inTypes);
+          if (!anyFloat && findKernel(n.opType) && (!anyDeviceOnly || !dev.empty()))
+            runHost(n, ins, outs, false);
+          else if (dev.empty()) {
+            runDevice(n, ins, outs);
+            onDevice = true;
+          } else
+            throw std::runtime_error(dev);
+        }
+      } catch (const std::exception &e) {
+        throw std::runtime_error(where(n) + e.what());
+      }
+      if (observer) {
+        Timed &t = timed.back();
+        cudaCheck(cudaEventRecord(t.end, stream), "cudaEventRecord");
+        if (!onDevice) { // the host clock; no device work to time
+          t.hostSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - hostStart).count();
+          cudaEventDestroy(t.begin);
+          cudaEventDestroy(t.end);
+          t.begin = t.end = nullptr;
+        }
+      }
+      for (size_t i = 0; i < n.outputs.size(); ++i)
+        if (!n.outputs[i].empty()) {
+          if (!outs[i].defined()) throw std::runtime_error(where(n) + "output " + std::to_string(i) + " was not produced");
+          if (shapes) (*shapes)[n.outputs[i]] = outs[i].shape();
+          values[n.outputs[i]] = std::move(outs[i]);
+        }
+      n.forEachRead([&](const std::string &s) {
+        auto it = last.find(s);
+        if (it != last.end() && it->second == step && !keep.count(s)) values.erase(s);
+      });
+    }
+    for (const auto &name : keep) {
+      auto it = values.find(name);
+      if (it == values.end()) continue;
+      try {
+        const Tensor &h = hostOf(it->second);
+        out[name] = h.isView() ? h.clone() : h;
+      } catch (const std::exception &e) {
+        throw std::runtime_error(model.path + ": value '" + name + "': " + e.what());
+      }
+    }
+    cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    for (const auto &t : timed) {
+      float ms = 0;
+      if (t.begin) cudaCheck(cudaEventElapsedTime(&ms, t.begin, t.end), "cudaEventElapsedTime");
+      observer->nodeRan(t.node, t.begin ? double(ms) * 1e-3 : t.hostSeconds);
+    }
+  } catch (...) {
+    releaseEvents();
+    throw;
   }
-  cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  releaseEvents();
   return out;
+}
+
+/// Offers node `n` to the plan executor's hook on host copies of its
+/// inputs; true when the hook produced its outputs.
+bool CudaExecutor::Impl::runHooked(const Node &n, size_t idx, const Executor::NodeHook &hook, std::vector<Val *> &ins,
+                                   std::vector<Val> &outs) {
+  KernelContext ctx{n, model.opset(""), {}, std::vector<Tensor>(n.outputs.size())};
+  for (Val *v : ins) ctx.inputs.push_back(v ? &hostOf(*v) : nullptr);
+  if (!hook(idx, ctx)) return false;
+  for (size_t i = 0; i < outs.size(); ++i) outs[i].host = std::move(ctx.outputs[i]);
+  return true;
 }
 
 /// The CPU kernel on host inputs. With `deviceView`, input 0 stays a device
@@ -588,9 +724,8 @@ void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
   int64_t sa = strideOf(ab, M * K), sb = strideOf(bb, K * N);
   // Row-major C = A B is column-major C^T = B^T A^T.
   if (sa >= 0 && sb >= 0) {
-    blasCheck(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb, n, sb, pa, k, sa, &zero,
-                                        po, n, M * N, blasInt(nb, "MatMul batch")),
-              "cublasSgemmStridedBatched");
+    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb, n, sb, pa, k, sa, &zero, po, n, M * N,
+                 blasInt(nb, "MatMul batch"));
   } else {
     auto stA = broadcastStrides(ab, batch), stB = broadcastStrides(bb, batch);
     for (int64_t i = 0; i < nb; ++i) {
@@ -601,9 +736,7 @@ void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
         oa += x * stA[d];
         ob += x * stB[d];
       }
-      blasCheck(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb + ob * K * N, n, pa + oa * M * K, k,
-                            &zero, po + i * M * N, n),
-                "cublasSgemm");
+      sgemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb + ob * K * N, n, pa + oa * M * K, k, &zero, po + i * M * N, n);
     }
   }
   out.dev = o;
@@ -626,10 +759,9 @@ void CudaExecutor::Impl::gemm(const Node &nd, const Tensor &a, const Tensor &b, 
   if (M > 0 && N > 0) {
     if (K == 0 && !hasC) cudaCheck(cudaMemsetAsync(o.raw(), 0, o.nbytes(), stream), "cudaMemsetAsync");
     else if (K > 0)
-      blasCheck(cublasSgemm(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, "Gemm"),
-                            blasInt(M, "Gemm"), blasInt(K, "Gemm"), &alpha, b.data<float>(), blasInt(b.dim(1), "Gemm"),
-                            a.data<float>(), blasInt(a.dim(1), "Gemm"), &beta, o.data<float>(), blasInt(N, "Gemm")),
-                "cublasSgemm");
+      sgemm(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, "Gemm"), blasInt(M, "Gemm"),
+            blasInt(K, "Gemm"), &alpha, b.data<float>(), blasInt(b.dim(1), "Gemm"), a.data<float>(),
+            blasInt(a.dim(1), "Gemm"), &beta, o.data<float>(), blasInt(N, "Gemm"));
   }
   out.dev = o;
 }
@@ -648,6 +780,13 @@ void CudaExecutor::Impl::conv(const Node &nd, const Tensor &x, const Tensor &wt,
   Tensor o = alloc(DType::Float32, outShape);
   out.dev = o;
   if (o.numel() == 0) return;
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  // cuDNN where it expresses the window exactly; im2col + cuBLAS otherwise.
+  if (dnn && dnn->conv(x, wt, G, w, convMath, o, [&](size_t bytes) { return alloc(DType::UInt8, {int64_t(bytes)}); })) {
+    if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
+    return;
+  }
+#endif
   bool pointwise = kSize == 1;
   for (int d = 0; d < w.r; ++d) pointwise = pointwise && w.s[d] == 1 && w.pb[d] == 0 && w.out[d] == w.in[d];
   Tensor col;
@@ -663,12 +802,9 @@ void CudaExecutor::Impl::conv(const Node &nd, const Tensor &x, const Tensor &wt,
     }
     // per group g: out_g[Mg, outSize] = W_g[Mg, Kd] col_g[Kd, outSize]
     // (column-major: out_g^T = col_g^T W_g^T)
-    blasCheck(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, "Conv"), blasInt(Mg, "Conv"),
-                                        blasInt(Kd, "Conv"), &one, pcol, blasInt(outSize, "Conv"), Kd * outSize,
-                                        wt.data<float>(), blasInt(Kd, "Conv"), Mg * Kd, &zero,
-                                        o.data<float>() + n * M * outSize, blasInt(outSize, "Conv"), Mg * outSize,
-                                        blasInt(G, "Conv")),
-              "cublasSgemmStridedBatched");
+    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, "Conv"), blasInt(Mg, "Conv"), blasInt(Kd, "Conv"), &one,
+                 pcol, blasInt(outSize, "Conv"), Kd * outSize, wt.data<float>(), blasInt(Kd, "Conv"), Mg * Kd, &zero,
+                 o.data<float>() + n * M * outSize, blasInt(outSize, "Conv"), Mg * outSize, blasInt(G, "Conv"));
   }
   if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
 }
@@ -879,9 +1015,13 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
     std::vector<int64_t> outShape = {x.dim(0), x.dim(1)};
     outShape.insert(outShape.end(), outSp.begin(), outSp.end());
     Tensor y = alloc(DType::Float32, outShape);
+    outs[0].dev = y;
+    if (y.numel() == 0) return;
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+    if (dnn && dnn->pool(op == "MaxPool", n.getInt("count_include_pad", 0) != 0, x, w, y)) return;
+#endif
     launch(cudak::pool(op == "MaxPool", x.data<float>(), y.data<float>(), x.dim(0) * x.dim(1), w,
                        n.getInt("count_include_pad", 0) != 0, stream));
-    outs[0].dev = y;
     return;
   }
   if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
@@ -1027,14 +1167,35 @@ CudaExecutor::CudaExecutor(const Model &model, int device) : impl_(std::make_uni
   impl_->order = topologicalOrder(impl_->model);
   impl_->foldConstants();
   impl_->types = inferTypes(model, impl_->order, impl_->weights);
-  for (size_t step = 0; step < impl_->order.size(); ++step)
-    for (const auto &s : model.nodes[impl_->order[step]].inputs)
-      if (!s.empty()) impl_->lastUse[s] = step;
 }
 
 CudaExecutor::~CudaExecutor() = default;
 
 std::vector<std::string> CudaExecutor::check() const { return impl_->check(); }
+
+std::vector<std::string> CudaExecutor::check(const std::vector<size_t> &nodes) const {
+  std::set<size_t> only(nodes.begin(), nodes.end());
+  return impl_->check(&only);
+}
+
+void CudaExecutor::setStage(const std::vector<size_t> &nodes) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->stageNodes = std::set<size_t>(nodes.begin(), nodes.end());
+}
+
+void CudaExecutor::setPrecision(const std::string &dtype) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  cublasComputeType_t c;
+  if (dtype == "fp32" || dtype.empty()) c = CUBLAS_COMPUTE_32F;
+  else if (dtype == "tf32") c = CUBLAS_COMPUTE_32F_FAST_TF32;
+  else if (dtype == "fp16") c = CUBLAS_COMPUTE_32F_FAST_16F;
+  else if (dtype == "bf16") c = CUBLAS_COMPUTE_32F_FAST_16BF;
+  else throw std::runtime_error("CUDA executor: precision '" + dtype + "' (expected fp32, tf32, fp16 or bf16)");
+  impl_->gemmCompute = c;
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  impl_->convMath = c == CUBLAS_COMPUTE_32F ? cudnn::Math::Fp32 : cudnn::Math::TensorCores;
+#endif
+}
 
 void CudaExecutor::prepare() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -1043,6 +1204,17 @@ void CudaExecutor::prepare() {
 
 std::map<std::string, Tensor> CudaExecutor::run(const std::map<std::string, Tensor> &inputs) {
   return impl_->run(inputs);
+}
+
+std::map<std::string, Tensor> CudaExecutor::runNodes(const std::vector<size_t> &nodes,
+                                                     std::map<std::string, Tensor> values,
+                                                     const std::set<std::string> &keep,
+                                                     std::map<std::string, std::vector<int64_t>> *shapes,
+                                                     ExecutionObserver *observer, const Executor::NodeHook *hook,
+                                                     const std::set<size_t> *hookNodes) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->prepare();
+  return impl_->runNodes(nodes, std::move(values), keep, shapes, observer, hook, hookNodes);
 }
 
 bool cudaDeviceAvailable(std::string *why) {

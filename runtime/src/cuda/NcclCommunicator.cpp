@@ -1,9 +1,20 @@
 //===- NcclCommunicator.cpp - ranks as GPUs of an MPI job over NCCL -------===//
 //
 // One NCCL communicator over MPI_COMM_WORLD, one stream for every NCCL call
-// (so they run in issue order) and a second stream for host-to-device
-// staging copies: a copy from pageable host memory synchronizes its stream
-// first, and on the NCCL stream that would wait for pending sends.
+// (so they run in issue order; compute runs on the executor's own stream,
+// so transfers overlap it) and a second stream for host-to-device staging
+// copies: a copy from pageable host memory synchronizes its stream first,
+// and on the NCCL stream that would wait for pending sends. Point-to-point
+// follows the NCCL user guide's "Point-to-point communication": ncclSend /
+// ncclRecv need equal counts on both sides and block the GPU until the
+// peer posts the other end, so operations that must progress together are
+// fused in ncclGroupStart/ncclGroupEnd (Communicator::groupStart). Within a
+// group, calls to the same peer run in order (the guide's one exception),
+// as the sequence numbers below require; a send and a receive with the same
+// peer progress together (the guide's Sendrecv). Stream work enqueued inside
+// a group (staging copies' waits, stream-ordered allocations) precedes the
+// group's kernels, which launch at ncclGroupEnd; nothing inside a group
+// synchronizes the stream (the guide's caution on groups).
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +33,7 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -30,8 +42,6 @@ namespace hetplan::runtime {
 namespace {
 
 constexpr int64_t kMagic = 0x4e43434c48504c4eLL; // "NCCLHPLN"
-constexpr int kMaxDims = 10;
-constexpr int kHeader = 5 + kMaxDims; // magic, tag, dtype, rank, bytes, dims
 
 void cudaCheck(cudaError_t e, const char *what) {
   if (e != cudaSuccess)
@@ -84,6 +94,15 @@ struct NcclCommunicator::State {
     return p;
   }
   void releaseAfterNccl(void *p) { cudaCheck(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
+  /// Inside an NCCL group the kernels launch at ncclGroupEnd: buffers of
+  /// the group are released after it.
+  std::vector<void *> groupBuffers;
+  void release(void *p, bool grouped) {
+    if (grouped) groupBuffers.push_back(p);
+    else releaseAfterNccl(p);
+  }
+  /// Per peer: sequence numbers of the next message sent / expected.
+  std::map<int, int64_t> sendSeq, recvSeq;
 
   /// Copies host bytes to a new device buffer; the NCCL stream waits for it.
   void *stage(const void *host, size_t bytes) {
@@ -120,7 +139,7 @@ NcclCommunicator::NcclCommunicator() : state_(std::make_unique<State>()) {
     throw std::runtime_error(std::string("no CUDA device: ") +
                              (err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none"));
   }
-  s.mpi = std::make_unique<MpiCommunicator>();
+  s.mpi = std::make_unique<MpiCommunicator>(/*rendezvous=*/false);
   s.rank = s.mpi->rank();
   s.size = s.mpi->size();
   MPI_Comm local;
@@ -163,61 +182,137 @@ int NcclCommunicator::rank() const { return state_->rank; }
 int NcclCommunicator::size() const { return state_->size; }
 int NcclCommunicator::device() const { return state_->device; }
 
+// A message is a header over MPI (buffered: MPI_Isend of a copy, matched by
+// tag) and its bytes over NCCL. The receiver learns the byte count from the
+// header before it posts ncclRecv (NCCL needs equal counts on both sides),
+// and the header never waits for the receiver, so only the bytes follow
+// NCCL's rules: unbuffered, and matched by order between a pair -- hence
+// the sequence number, checked on arrival.
+namespace {
+constexpr int kFixed = 6; // magic, tag, seq, dtype, rank, bytes; then dims
+}
+
 void NcclCommunicator::send(int peer, int64_t tag, const Tensor &tensor) {
   State &s = *state_;
   s.checkPeer(peer);
   s.select();
-  if (tensor.defined() && tensor.rank() > kMaxDims)
-    throw std::runtime_error("NCCL communicator: rank " + std::to_string(tensor.rank()) + " tensors are not supported (at most " +
-                             std::to_string(kMaxDims) + ")");
-  int64_t header[kHeader] = {kMagic, tag, int64_t(tensor.dtype()), tensor.defined() ? tensor.rank() : 0,
-                             int64_t(tensor.defined() ? tensor.nbytes() : 0)};
-  if (tensor.defined())
-    for (int64_t d = 0; d < tensor.rank(); ++d) header[5 + d] = tensor.dim(d);
-  void *dh = s.stage(header, sizeof header);
-  ncclCheck(ncclSend(dh, kHeader, ncclInt64, peer, s.comm, s.stream), "ncclSend (header)");
-  s.releaseAfterNccl(dh);
-  size_t bytes = size_t(header[4]);
-  if (bytes) {
-    void *dd = s.stage(tensor.raw(), bytes);
-    ncclCheck(ncclSend(dd, bytes, ncclUint8, peer, s.comm, s.stream), "ncclSend");
-    s.releaseAfterNccl(dd);
-  }
+  int64_t dims = tensor.defined() ? tensor.rank() : 0;
+  size_t bytes = tensor.defined() ? tensor.nbytes() : 0;
+  Tensor header(DType::Int64, {kFixed + dims});
+  int64_t *h = header.data<int64_t>();
+  h[0] = kMagic;
+  h[1] = tag;
+  h[2] = s.sendSeq[peer]++;
+  h[3] = int64_t(tensor.dtype());
+  h[4] = dims;
+  h[5] = int64_t(bytes);
+  for (int64_t d = 0; d < dims; ++d) h[kFixed + d] = tensor.dim(d);
+  s.mpi->send(peer, tag, header);
+  if (!bytes) return;
+  void *dd = s.stage(tensor.raw(), bytes);
+  ncclCheck(ncclSend(dd, bytes, ncclUint8, peer, s.comm, s.stream), "ncclSend");
+  s.release(dd, inGroup_);
 }
 
-Tensor NcclCommunicator::recv(int peer, int64_t tag) {
-  State &s = *state_;
-  s.checkPeer(peer);
-  s.select();
-  int64_t header[kHeader] = {};
-  void *dh = s.deviceAlloc(sizeof header, s.stream);
-  ncclResult_t r = ncclRecv(dh, kHeader, ncclInt64, peer, s.comm, s.stream);
-  if (r == ncclSuccess) s.unstage(header, dh, sizeof header, "ncclRecv (header)");
-  s.releaseAfterNccl(dh);
-  ncclCheck(r, "ncclRecv (header)");
-  std::string from = "rank " + std::to_string(s.rank) + ": message from rank " + std::to_string(peer);
-  if (header[0] != kMagic || header[3] < 0 || header[3] > kMaxDims || header[4] < 0)
+/// Takes the next header from `peer` (MPI, blocking) and checks it: the
+/// tensor to fill (without bytes yet) and its byte count.
+static Tensor readHeader(MpiCommunicator &mpi, int me, int peer, int64_t tag, int64_t expectedSeq, size_t &bytes) {
+  Tensor header = mpi.recv(peer, tag);
+  std::string from = "rank " + std::to_string(me) + ": message from rank " + std::to_string(peer);
+  const int64_t n = header.dtype() == DType::Int64 ? header.numel() : 0;
+  const int64_t *h = n ? header.data<int64_t>() : nullptr;
+  if (n < kFixed || h[0] != kMagic || h[4] < 0 || h[4] + kFixed != n || h[5] < 0)
     throw std::runtime_error(from + " has a bad header");
-  if (header[1] != tag)
-    throw std::runtime_error(from + " has tag " + std::to_string(header[1]) + ", expected " + std::to_string(tag) +
-                             " (NCCL messages between a pair arrive in send order)");
-  auto dtype = DType(header[2]);
-  size_t bytes = size_t(header[4]);
+  if (h[1] != tag || h[2] != expectedSeq)
+    throw std::runtime_error(from + " (tag " + std::to_string(h[1]) + ", message " + std::to_string(h[2]) +
+                             ") arrives where tag " + std::to_string(tag) + ", message " + std::to_string(expectedSeq) +
+                             " was expected: NCCL pairs sends and receives in order, so a rank must receive a peer's "
+                             "messages in the order they were sent");
+  auto dtype = DType(h[3]);
+  bytes = size_t(h[5]);
   if (dtype == DType::Undefined) {
     if (bytes) throw std::runtime_error(from + " has a bad header");
     return Tensor();
   }
-  Tensor out(dtype, std::vector<int64_t>(header + 5, header + 5 + header[3]));
+  Tensor out(dtype, std::vector<int64_t>(h + kFixed, h + n));
   if (out.nbytes() != bytes)
     throw std::runtime_error(from + ": byte count " + std::to_string(bytes) + " for " + out.describe());
-  if (bytes) {
-    void *dd = s.deviceAlloc(bytes, s.stream);
-    r = ncclRecv(dd, bytes, ncclUint8, peer, s.comm, s.stream);
-    if (r == ncclSuccess) s.unstage(out.raw(), dd, bytes, "ncclRecv");
-    s.releaseAfterNccl(dd);
-    ncclCheck(r, "ncclRecv");
-  }
   return out;
+}
+
+Tensor NcclCommunicator::recv(int peer, int64_t tag) {
+  Tensor out;
+  if (inGroup_) throw std::runtime_error("NCCL communicator: recv inside a group (use recvInGroup)");
+  groupStart();
+  try {
+    recvInGroup(peer, tag, &out);
+  } catch (...) {
+    groupRecvs_.clear();
+    inGroup_ = false;
+    ncclGroupEnd();
+    throw;
+  }
+  groupEnd();
+  return out;
+}
+
+void NcclCommunicator::groupStart() {
+  Communicator::groupStart();
+  state_->select();
+  ncclCheck(ncclGroupStart(), "ncclGroupStart");
+}
+
+void NcclCommunicator::groupEnd() {
+  State &s = *state_;
+  if (!inGroup_) throw std::runtime_error("rank " + std::to_string(s.rank) + ": groupEnd without groupStart");
+  inGroup_ = false;
+  auto recvs = std::move(groupRecvs_);
+  groupRecvs_.clear();
+  s.select();
+  // The group's sends are posted (headers sent, ncclSend recorded); now the
+  // receives: each header first (every peer sends its headers when it
+  // reaches its group, never waiting), then ncclRecv into a device buffer.
+  struct Landing {
+    Tensor *out;
+    void *device;
+    size_t bytes;
+  };
+  std::vector<Landing> landings;
+  ncclResult_t r = ncclSuccess;
+  std::string error;
+  try {
+    for (auto &[peer, tag, out] : recvs) {
+      size_t bytes = 0;
+      *out = readHeader(*s.mpi, s.rank, peer, tag, s.recvSeq[peer]++, bytes);
+      if (!bytes) continue;
+      void *d = s.deviceAlloc(bytes, s.stream);
+      landings.push_back({out, d, bytes});
+      r = ncclRecv(d, bytes, ncclUint8, peer, s.comm, s.stream);
+      if (r != ncclSuccess) break;
+    }
+  } catch (const std::exception &e) {
+    error = e.what();
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (r == ncclSuccess) r = end;
+  if (error.empty() && r == ncclSuccess) {
+    try {
+      s.wait("ncclSend/ncclRecv group");
+      for (const Landing &l : landings)
+        cudaCheck(cudaMemcpyAsync(l.out->raw(), l.device, l.bytes, cudaMemcpyDeviceToHost, s.stream),
+                  "cudaMemcpyAsync (to host)");
+      cudaCheck(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+    } catch (const std::exception &e) {
+      error = e.what();
+    }
+  }
+  // Buffers go back after the group's kernels (stream order): freeing one
+  // before ncclGroupEnd would free it before the transfer that uses it.
+  for (const Landing &l : landings) s.releaseAfterNccl(l.device);
+  for (void *p : s.groupBuffers) s.releaseAfterNccl(p);
+  s.groupBuffers.clear();
+  if (!error.empty()) throw std::runtime_error(error);
+  ncclCheck(r, "ncclSend/ncclRecv group");
 }
 
 void NcclCommunicator::barrier() {

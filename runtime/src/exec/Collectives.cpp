@@ -42,6 +42,26 @@ Tensor segment(const Tensor &t, int64_t lo, int64_t n) {
 }
 } // namespace
 
+void Communicator::groupStart() {
+  if (inGroup_) throw std::runtime_error("rank " + std::to_string(rank()) + ": groups do not nest");
+  inGroup_ = true;
+}
+
+void Communicator::groupEnd() {
+  if (!inGroup_) throw std::runtime_error("rank " + std::to_string(rank()) + ": groupEnd without groupStart");
+  inGroup_ = false;
+  // Buffered sends: every peer's sends of its group are already posted, so
+  // taking the receives in order cannot wait on this rank.
+  auto recvs = std::move(groupRecvs_);
+  groupRecvs_.clear();
+  for (auto &[peer, tag, out] : recvs) *out = recv(peer, tag);
+}
+
+void Communicator::recvInGroup(int peer, int64_t tag, Tensor *out) {
+  if (inGroup_) groupRecvs_.emplace_back(peer, tag, out);
+  else *out = recv(peer, tag);
+}
+
 Tensor Communicator::reduceScatterSum(const std::vector<int> &group, const Tensor &in,
                                       const std::vector<int64_t> &counts, int64_t tag) {
   size_t me = 0;
@@ -49,12 +69,18 @@ Tensor Communicator::reduceScatterSum(const std::vector<int> &group, const Tenso
   if (in.dtype() != DType::Float32 || in.numel() != off.back())
     throw std::runtime_error("reduceScatterSum: " + in.describe() + " is not " + std::to_string(off.back()) +
                              " float32 elements");
+  // One group: every member sends before it receives (NCCL-safe).
+  std::vector<Tensor> got(group.size());
+  groupStart();
   for (size_t k = 0; k < group.size(); ++k)
     if (k != me) send(group[k], tag, segment(in, off[k], counts[k]));
+  for (size_t k = 0; k < group.size(); ++k)
+    if (k != me) recvInGroup(group[k], tag, &got[k]);
+  groupEnd();
   Tensor acc(DType::Float32, {counts[me]});
   float *a = acc.data<float>();
   for (size_t k = 0; k < group.size(); ++k) {
-    Tensor part = k == me ? segment(in, off[me], counts[me]) : recv(group[k], tag);
+    Tensor part = k == me ? segment(in, off[me], counts[me]) : std::move(got[k]);
     if (part.dtype() != DType::Float32 || part.numel() != counts[me])
       throw std::runtime_error("reduceScatterSum: rank " + std::to_string(group[k]) + " sent " + part.describe() +
                                ", expected " + std::to_string(counts[me]) + " float32 elements");
@@ -71,12 +97,17 @@ Tensor Communicator::allGather(const std::vector<int> &group, const Tensor &mine
   if (mine.numel() != counts[me])
     throw std::runtime_error("allGather: rank " + std::to_string(rank()) + " passed " + mine.describe() + ", expected " +
                              std::to_string(counts[me]) + " elements");
+  std::vector<Tensor> got(group.size());
+  groupStart();
   for (size_t k = 0; k < group.size(); ++k)
     if (k != me) send(group[k], tag, mine);
+  for (size_t k = 0; k < group.size(); ++k)
+    if (k != me) recvInGroup(group[k], tag, &got[k]);
+  groupEnd();
   Tensor out(mine.dtype(), {off.back()});
   size_t e = dtypeSize(mine.dtype());
   for (size_t k = 0; k < group.size(); ++k) {
-    Tensor part = k == me ? mine : recv(group[k], tag);
+    Tensor part = k == me ? mine : std::move(got[k]);
     if (part.dtype() != mine.dtype() || part.numel() != counts[k])
       throw std::runtime_error("allGather: rank " + std::to_string(group[k]) + " sent " + part.describe() +
                                ", expected " + std::to_string(counts[k]) + " elements");

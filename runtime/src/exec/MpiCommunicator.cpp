@@ -61,6 +61,8 @@ struct MpiCommunicator::Pending {
     std::vector<MPI_Request> requests;
   };
   std::list<Send> sends;
+  /// Rendezvous mode: the sends of the open group (not reaped meanwhile).
+  std::vector<std::list<Send>::iterator> groupSends;
   /// Communicators of the groups the collectives ran over, made on first
   /// use with MPI_Comm_create_group (collective over the members only).
   std::map<std::vector<int>, MPI_Comm> groups;
@@ -98,7 +100,9 @@ struct MpiCommunicator::Pending {
   }
 };
 
-MpiCommunicator::MpiCommunicator() : pending_(std::make_unique<Pending>()) {
+MpiCommunicator::MpiCommunicator() : MpiCommunicator(commRendezvous()) {}
+
+MpiCommunicator::MpiCommunicator(bool rendezvous) : rendezvous_(rendezvous), pending_(std::make_unique<Pending>()) {
   // A rank dies with its launcher: a killed mpirun must not leave ranks
   // waiting for peers forever. (The launcher may already be gone.)
   pid_t launcher = ::getppid();
@@ -146,7 +150,7 @@ void MpiCommunicator::send(int peer, int64_t tag, const Tensor &tensor) {
   if (peer < 0 || peer >= size_ || peer == rank_)
     throw std::runtime_error("rank " + std::to_string(rank_) + ": bad peer " + std::to_string(peer));
   int t = mpiTag(tag);
-  pending_->reap();
+  if (!inGroup_) pending_->reap();
   Pending::Send &s = pending_->sends.emplace_back();
   // Copy: the caller may reuse or free its buffer (the interface buffers).
   if (tensor.defined()) s.data = tensor.clone();
@@ -157,8 +161,10 @@ void MpiCommunicator::send(int peer, int64_t tag, const Tensor &tensor) {
   size_t bytes = tensor.defined() ? tensor.nbytes() : 0;
   s.header.push_back(int64_t(bytes));
   s.requests.emplace_back();
-  check(MPI_Isend(s.header.data(), int(s.header.size()), MPI_INT64_T, peer, t, MPI_COMM_WORLD,
-                  &s.requests.back()),
+  // Rendezvous: the synchronous-mode header completes only once the peer
+  // has matched it with a receive.
+  check((rendezvous_ ? MPI_Issend : MPI_Isend)(s.header.data(), int(s.header.size()), MPI_INT64_T, peer, t,
+                                                MPI_COMM_WORLD, &s.requests.back()),
         "MPI_Isend");
   const char *p = static_cast<const char *>(s.data.defined() ? s.data.raw() : nullptr);
   for (size_t off = 0; off < bytes; off += kChunk) {
@@ -167,6 +173,54 @@ void MpiCommunicator::send(int peer, int64_t tag, const Tensor &tensor) {
                     MPI_COMM_WORLD, &s.requests.back()),
           "MPI_Isend");
   }
+  if (!rendezvous_) return;
+  if (inGroup_) {
+    pending_->groupSends.push_back(std::prev(pending_->sends.end()));
+    return;
+  }
+  MPI_Request &header = s.requests.front();
+  if (!pollUntil(timeout_, [&] {
+        int flag = 0;
+        check(MPI_Test(&header, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        return flag != 0;
+      }))
+    throw std::runtime_error(commTimeoutMessage(
+        rank_, timeout_, "rank " + std::to_string(peer) + " to receive a message (tag " + std::to_string(tag) + ")"));
+}
+
+void MpiCommunicator::groupEnd() {
+  if (!rendezvous_) return Communicator::groupEnd();
+  if (!inGroup_) throw std::runtime_error("rank " + std::to_string(rank_) + ": groupEnd without groupStart");
+  inGroup_ = false;
+  auto recvs = std::move(groupRecvs_);
+  auto sends = std::move(pending_->groupSends);
+  groupRecvs_.clear();
+  pending_->groupSends.clear();
+  // Every receive of the group is posted at once: take messages as they
+  // arrive (a probed header's bytes were sent with it), then wait until
+  // the peers have matched every send's header.
+  std::vector<bool> done(recvs.size(), false);
+  size_t left = recvs.size();
+  if (!pollUntil(timeout_, [&] {
+        for (size_t i = 0; i < recvs.size(); ++i) {
+          if (done[i]) continue;
+          auto &[peer, tag, out] = recvs[i];
+          int flag = 0;
+          check(MPI_Iprobe(peer, mpiTag(tag), MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
+          if (!flag) continue;
+          *out = recv(peer, tag);
+          done[i] = true;
+          --left;
+        }
+        bool sent = true;
+        for (auto &it : sends) {
+          int flag = 0;
+          check(MPI_Test(&it->requests.front(), &flag, MPI_STATUS_IGNORE), "MPI_Test");
+          sent = sent && flag;
+        }
+        return left == 0 && sent;
+      }))
+    throw std::runtime_error(commTimeoutMessage(rank_, timeout_, "the peers of a send/receive group"));
 }
 
 Tensor MpiCommunicator::recv(int peer, int64_t tag) {

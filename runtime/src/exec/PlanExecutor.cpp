@@ -19,6 +19,12 @@ namespace hetplan::runtime {
 
 namespace {
 
+/// SEND_*/RECV_* instructions: a run of them is one communicator group.
+bool isTransfer(plan::Instruction::Kind k) {
+  return k == plan::Instruction::SEND_ACTIVATION || k == plan::Instruction::RECV_ACTIVATION ||
+         k == plan::Instruction::SEND_GRADIENT || k == plan::Instruction::RECV_GRADIENT;
+}
+
 [[noreturn]] void fail(const std::string &msg) { throw std::runtime_error(msg); }
 
 /// Rows [lo, lo + count) of dim 0, viewed (no copy).
@@ -184,6 +190,17 @@ void onThreads(int R, const std::function<void(Communicator &)> &body) {
 } // namespace
 
 PlanExecutor::~PlanExecutor() = default;
+
+void PlanExecutor::setCompute(int rank, std::shared_ptr<RankCompute> compute) {
+  if (rank < 0 || rank >= ranks()) fail("setCompute: rank " + std::to_string(rank) + " is not in the plan");
+  if (compute) computes_[rank] = std::move(compute);
+  else computes_.erase(rank);
+}
+
+const RankCompute *PlanExecutor::compute(int rank) const {
+  auto it = computes_.find(rank);
+  return it == computes_.end() ? nullptr : it->second.get();
+}
 
 std::unique_ptr<PlanExecutor> PlanExecutor::load(const std::string &planPath,
                                                  const std::string &modelPath) {
@@ -817,6 +834,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   }
   uint32_t me = uint32_t(comm.rank());
   if (isIdleRank(plan_, me)) return pieces;
+  RankCompute *compute = nullptr;
+  if (auto it = computes_.find(int(me)); it != computes_.end()) compute = it->second.get();
   const auto &rank = plan_.ranks(int(me));
   size_t j = rank.stage(), S = size_t(plan_.stages_size());
   const auto &st = plan_.stages(int(j));
@@ -967,11 +986,13 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
 
   auto receive = [&](uint32_t mb, uint32_t peer) {
     const auto &w = workerOf(plan_.stages(int(j - 1)), peer);
-    Received r;
-    for (size_t i = 0; i < in->received.size(); ++i) r.data.push_back(comm.recv(int(peer), dataTag(mb, i)));
-    for (size_t i = 0; i < in->shapes.size(); ++i) r.shapes.push_back(comm.recv(int(peer), shapeTag(mb, i)));
-    if (train) r.flags = comm.recv(int(peer), flagTag(mb));
-    pending[mb][w.sample_offset()] = std::move(r);
+    // Filled in place when the instruction's group ends (map nodes do not move).
+    Received &r = pending[mb][w.sample_offset()];
+    r.data.assign(in->received.size(), Tensor());
+    r.shapes.assign(in->shapes.size(), Tensor());
+    for (size_t i = 0; i < in->received.size(); ++i) comm.recvInGroup(int(peer), dataTag(mb, i), &r.data[i]);
+    for (size_t i = 0; i < in->shapes.size(); ++i) comm.recvInGroup(int(peer), shapeTag(mb, i), &r.shapes[i]);
+    if (train) comm.recvInGroup(int(peer), flagTag(mb), &r.flags);
   };
 
   // With `replay` (recomputation, before a BACKWARD): runs the nodes again
@@ -1132,13 +1153,19 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
         Part mine = mineOf(n, 1, w);
         Tensor piece = std::move(run("MatMul", {ctx.inputs[0], &mine.value})[0]);
         int64_t tag = tpTag(mb, node, numNodes, 0);
+        // One group: every rank sends before it receives (NCCL-safe).
+        std::vector<Tensor> pieces(static_cast<size_t>(tp));
+        comm.groupStart();
         for (int k = 0; k < tp; ++k)
           if (k != tpIndex) comm.send(tpRanks[size_t(k)], tag, piece);
+        for (int k = 0; k < tp; ++k)
+          if (k != tpIndex) comm.recvInGroup(tpRanks[size_t(k)], tag, &pieces[size_t(k)]);
+        comm.groupEnd();
         std::vector<int64_t> shape = piece.shape();
         shape.back() = w.dim(1);
         Tensor full(piece.dtype(), shape);
         for (int k = 0; k < tp; ++k) {
-          Tensor got = k == tpIndex ? piece : comm.recv(tpRanks[size_t(k)], tag);
+          Tensor got = k == tpIndex ? piece : std::move(pieces[size_t(k)]);
           Ranges theirs = shardRanges(w.dim(1), tpParams_[j].at(n.inputs[1]).second, k, tp);
           int64_t width = 0;
           for (auto [lo, hi] : theirs) width += hi - lo;
@@ -1159,16 +1186,26 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       }
     };
     const Executor::NodeHook *hookPtr = splitNodes.empty() || tp < 2 ? nullptr : &hook;
+    // The stage's nodes on this rank's compute (the CUDA executor on a
+    // CUDA rank); its split nodes may go to the hook.
+    auto stageRun = [&](std::map<std::string, Tensor> vals, const std::set<std::string> &keeping,
+                        std::map<std::string, std::vector<int64_t>> *shp, ExecutionObserver *obs,
+                        const Executor::NodeHook *h) {
+      if (!compute) return executor_->runNodes(nodes, std::move(vals), keeping, shp, obs, h);
+      std::set<size_t> hooked;
+      for (const auto &[node, tn] : splitNodes) hooked.insert(node);
+      return compute->runNodes(nodes, std::move(vals), keeping, shp, obs, h, &hooked);
+    };
     std::map<std::string, Tensor> result;
     if (timing && !replay) { // a profile times each node once per micro-batch
       TimingObserver observer(*timing, n);
       auto t0 = std::chrono::steady_clock::now();
-      result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes, &observer, hookPtr);
+      result = stageRun(std::move(values), keepAll, &shapes, &observer, hookPtr);
       auto t1 = std::chrono::steady_clock::now();
       if (mb < timing->forwardSeconds.size())
         timing->forwardSeconds[mb] += std::chrono::duration<double>(t1 - t0).count();
     } else {
-      result = executor_->runNodes(nodes, std::move(values), keepAll, &shapes, nullptr, hookPtr);
+      result = stageRun(std::move(values), keepAll, &shapes, nullptr, hookPtr);
     }
     std::set<std::string> requires;
     if (train && !replay) {
@@ -1294,10 +1331,10 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   auto receiveGradient = [&](uint32_t mb, uint32_t peer) {
     const auto &w = workerOf(plan_.stages(int(j + 1)), peer);
     const auto &flags = train->outFlags.at(mb);
-    std::vector<Tensor> parts(flags.size());
+    std::vector<Tensor> &parts = train->gradIn[mb][w.sample_offset()];
+    parts.assign(flags.size(), Tensor());
     for (size_t i = 0; i < flags.size(); ++i)
-      if (flags[i]) parts[i] = comm.recv(int(peer), gradTag(mb, i));
-    train->gradIn[mb][w.sample_offset()] = std::move(parts);
+      if (flags[i]) comm.recvInGroup(int(peer), gradTag(mb, i), &parts[i]);
   };
 
   auto backwardStep = [&](uint32_t mb) {
@@ -1545,8 +1582,17 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
   if (timing) timing->instructionSpans.clear();
-  for (const auto &ins : rank.program()) {
+  // Each run of consecutive SEND/RECV instructions is one communicator
+  // group (Communicator::groupStart): its receives complete together at
+  // the run's end, so ranks whose runs send to each other first do not
+  // wait on each other where sends are unbuffered (NCCL). checkPlanPrograms
+  // proved the programs deadlock-free under this rule.
+  const auto &program = rank.program();
+  for (int pc = 0; pc < program.size(); ++pc) {
+    const auto &ins = program[pc];
     double started = timing ? clock() : 0;
+    bool transfer = isTransfer(ins.kind());
+    if (transfer && (pc == 0 || !isTransfer(program[pc - 1].kind()))) comm.groupStart();
     switch (ins.kind()) {
     case plan::Instruction::RECV_ACTIVATION:
       receive(ins.micro_batch(), ins.peers(0));
@@ -1598,6 +1644,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     default:
       fail(who + "unexpected instruction " + plan::Instruction::Kind_Name(ins.kind()));
     }
+    // The group's wait counts in its last instruction's span.
+    if (transfer && (pc + 1 == program.size() || !isTransfer(program[pc + 1].kind()))) comm.groupEnd();
     if (timing) timing->instructionSpans.push_back({started, clock()});
   }
   return pieces;

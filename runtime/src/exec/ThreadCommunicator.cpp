@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -33,6 +34,13 @@ std::string commTimeoutMessage(int rank, double seconds, const std::string &what
          "; a rank is stuck or the plan waits on itself (HETPLAN_COMM_TIMEOUT sets the limit)";
 }
 
+bool commRendezvous() {
+  const char *env = std::getenv("HETPLAN_COMM_RENDEZVOUS");
+  if (!env || !*env || std::string(env) == "0") return false;
+  if (std::string(env) == "1") return true;
+  throw std::runtime_error(std::string("HETPLAN_COMM_RENDEZVOUS='") + env + "': expected 0 or 1");
+}
+
 namespace {
 class ThreadComm;
 } // namespace
@@ -41,7 +49,15 @@ struct ThreadCommGroup::State {
   int size = 0;
   std::mutex mutex;
   std::condition_variable cv;
-  std::map<std::tuple<int, int, int64_t>, std::deque<Tensor>> channels; // (src, dst, tag)
+  struct Message {
+    Tensor tensor;
+    uint64_t id;
+  };
+  std::map<std::tuple<int, int, int64_t>, std::deque<Message>> channels; // (src, dst, tag)
+  // Rendezvous mode (commRendezvous()): ids of sent messages not yet received.
+  bool rendezvous = false;
+  uint64_t nextId = 0;
+  std::set<uint64_t> unreceived;
   bool aborted = false;
   std::string abortReason;
   // barrier / all-reduce: a generation counter, ranks arrived in this one
@@ -89,10 +105,52 @@ public:
     checkPeer(peer);
     // Copy: the sender may reuse or free its buffer (as with MPI_Send).
     Tensor copy = tensor.clone();
-    std::lock_guard<std::mutex> lock(s_.mutex);
+    std::unique_lock<std::mutex> lock(s_.mutex);
     s_.throwIfAborted();
-    s_.channels[{rank_, peer, tag}].push_back(std::move(copy));
+    uint64_t id = s_.nextId++;
+    s_.channels[{rank_, peer, tag}].push_back({std::move(copy), id});
     s_.cv.notify_all();
+    if (!s_.rendezvous) return;
+    s_.unreceived.insert(id);
+    if (inGroup_) {
+      groupSends_.emplace_back(id, peer);
+      return;
+    }
+    // Unbuffered, like ncclSend outside a group: wait for the receiver.
+    if (!waitFor(lock, [&] { return s_.aborted || !s_.unreceived.count(id); }))
+      timedOut("rank " + std::to_string(peer) + " to receive a message (tag " + std::to_string(tag) + ")");
+    s_.throwIfAborted();
+  }
+
+  void groupEnd() override {
+    if (!s_.rendezvous) return Communicator::groupEnd();
+    if (!inGroup_) throw std::runtime_error("rank " + std::to_string(rank_) + ": groupEnd without groupStart");
+    inGroup_ = false;
+    auto recvs = std::move(groupRecvs_);
+    auto sends = std::move(groupSends_);
+    groupRecvs_.clear();
+    groupSends_.clear();
+    // The group's receives are all posted at once: take each message as it
+    // arrives, in any order across peers (NCCL progresses a group's
+    // operations together), then wait until the peers took every send.
+    std::unique_lock<std::mutex> lock(s_.mutex);
+    std::vector<bool> done(recvs.size(), false);
+    size_t left = recvs.size();
+    auto progress = [&] {
+      for (size_t i = 0; i < recvs.size(); ++i) {
+        if (done[i]) continue;
+        auto &[peer, tag, out] = recvs[i];
+        if (takeLocked(peer, tag, *out)) {
+          done[i] = true;
+          --left;
+        }
+      }
+      bool sent = true;
+      for (const auto &[id, peer] : sends) sent = sent && !s_.unreceived.count(id);
+      return s_.aborted || (left == 0 && sent);
+    };
+    if (!waitFor(lock, progress)) timedOut("the peers of a send/receive group");
+    s_.throwIfAborted();
   }
 
   Tensor recv(int peer, int64_t tag) override {
@@ -106,10 +164,8 @@ public:
         }))
       timedOut("a message from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")");
     s_.throwIfAborted();
-    auto it = s_.channels.find(key);
-    Tensor t = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) s_.channels.erase(it);
+    Tensor t;
+    takeLocked(peer, tag, t);
     return t;
   }
 
@@ -129,6 +185,18 @@ public:
   }
 
 private:
+  // Takes the next message from `peer` under `tag` into `out` if there is
+  // one (the mutex held); a rendezvous sender waiting for it wakes.
+  bool takeLocked(int peer, int64_t tag, Tensor &out) {
+    auto it = s_.channels.find(std::make_tuple(peer, rank_, tag));
+    if (it == s_.channels.end() || it->second.empty()) return false;
+    out = std::move(it->second.front().tensor);
+    if (s_.unreceived.erase(it->second.front().id)) s_.cv.notify_all();
+    it->second.pop_front();
+    if (it->second.empty()) s_.channels.erase(it);
+    return true;
+  }
+
   // Waits for `ready` at most timeout_ seconds (forever when 0); false on timeout.
   template <typename Pred> bool waitFor(std::unique_lock<std::mutex> &lock, Pred ready) {
     if (timeout_ <= 0) {
@@ -186,13 +254,17 @@ private:
   ThreadCommGroup::State &s_;
   int rank_;
   double timeout_;
+  std::vector<std::pair<uint64_t, int>> groupSends_; // rendezvous: (id, peer) of the open group
 };
 
 } // namespace
 
-ThreadCommGroup::ThreadCommGroup(int size) : state_(std::make_unique<State>()) {
+ThreadCommGroup::ThreadCommGroup(int size) : ThreadCommGroup(size, commRendezvous()) {}
+
+ThreadCommGroup::ThreadCommGroup(int size, bool rendezvous) : state_(std::make_unique<State>()) {
   if (size < 1) throw std::runtime_error("a communicator group needs at least one rank");
   state_->size = size;
+  state_->rendezvous = rendezvous;
   double timeout = commTimeoutSeconds();
   for (int r = 0; r < size; ++r) state_->comms.push_back(std::make_unique<ThreadComm>(*state_, r, timeout));
 }

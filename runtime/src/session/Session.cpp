@@ -5,6 +5,7 @@
 #include "hetplan/runtime/MpiCommunicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
 #include "hetplan/runtime/PlanFile.h"
+#include "hetplan/runtime/RankBackend.h"
 #if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
 #include "hetplan/runtime/CudaBackend.h"
 #endif
@@ -618,9 +619,16 @@ Status Session::fromPlan(const std::string &path, std::unique_ptr<Session> *sess
     return {StatusCode::InvalidArgument, "SessionOptions::threads is " + std::to_string(options.threads) +
                                              " (0 for the default, else the threads per rank)"};
   if (!detail::fileReadable(path)) return {StatusCode::NotFound, path + ": cannot open the plan file"};
-  if (options.device == Device::Cuda)
-    return {StatusCode::Unsupported, path + ": device cuda: plans run on CPU ranks in this runtime "
-                                            "(a model session runs on one GPU)"};
+  if (options.device == Device::Cuda) {
+    // Refused before loading where no GPU can serve it.
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+    runtime::LocalDevices local = runtime::cudaLocalDevices();
+    if (local.cudaDevices < 1) return {StatusCode::Unsupported, path + ": device cuda: " + local.whyNoCuda};
+#else
+    return {StatusCode::Unsupported, path + ": device cuda: this hetplan runtime was built without "
+                                            "CUDA (configure with a CUDA toolkit in /usr/local/cuda)"};
+#endif
+  }
   try {
     hetplan::plan::Plan plan;
     std::string error;
@@ -645,6 +653,33 @@ Status Session::fromPlan(const std::string &path, std::unique_ptr<Session> *sess
     bool mpi = options.ranks == PlanRanks::Mpi ||
                (options.ranks == PlanRanks::Auto && runtime::launchedByMpi());
     auto exec = runtime::PlanExecutor::load(path, options.modelPath);
+    if (options.device == Device::Cuda) {
+      // The plan's GPU ranks on the CUDA executor (RankBackend.h); CPU
+      // ranks stay on the CPU, values cross on the host.
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+      runtime::Placement placement;
+      try {
+        placement = runtime::placeRanks(exec->plan(), runtime::DeviceChoice::Cuda, runtime::cudaLocalDevices(), mpi);
+      } catch (const std::exception &e) {
+        return {StatusCode::Unsupported, path + ": device cuda: " + e.what()};
+      }
+      for (int r = 0; r < exec->ranks(); ++r) {
+        if (!placement.cuda[size_t(r)]) continue;
+        const auto &st = exec->plan().stages(int(exec->plan().ranks(r).stage()));
+        std::vector<size_t> nodes;
+        for (size_t i = st.first_node(); i <= st.last_node(); ++i) nodes.push_back(i);
+        std::vector<std::string> problems;
+        // Under MPI only this process's rank runs: its executor uploads
+        // the weights on first use, the others never.
+        auto compute = runtime::makeCudaRankCompute(exec->model(), placement.device[size_t(r)], !mpi,
+                                                    exec->plan().settings().dtype(), &nodes, &problems);
+        if (!compute)
+          return {StatusCode::Unsupported, path + ": device cuda: rank " + std::to_string(r) +
+                                               ": the CUDA executor cannot run its stage: " + problems.front()};
+        exec->setCompute(r, std::move(compute));
+      }
+#endif
+    }
     try {
       auto backend = std::make_unique<detail::PlanBackend>(std::move(exec), path, options.threads, mpi);
       session->reset(new Session(std::move(backend), options));

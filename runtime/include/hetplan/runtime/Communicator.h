@@ -16,6 +16,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace hetplan::runtime {
@@ -35,6 +36,12 @@ double commTimeoutSeconds();
 /// a rank is stuck or the plan waits on itself (HETPLAN_COMM_TIMEOUT sets
 /// the limit)".
 std::string commTimeoutMessage(int rank, double seconds, const std::string &what);
+/// HETPLAN_COMM_RENDEZVOUS=1: the thread and MPI communicators behave like
+/// NCCL's unbuffered point-to-point (a send outside a group waits until the
+/// peer receives it; a group completes when its peers have matched every
+/// send and receive), so tests on CPUs catch programs that would hang on
+/// GPUs. Default off (buffered sends).
+bool commRendezvous();
 
 class Communicator {
 public:
@@ -48,6 +55,24 @@ public:
   /// Waits for the next message from `peer` under `tag` (at most
   /// commTimeoutSeconds(), then throws naming both ranks).
   virtual Tensor recv(int peer, int64_t tag) = 0;
+
+  // Groups (ncclGroupStart/End's meaning, for every communicator): between
+  // groupStart() and groupEnd() sends are posted without waiting and
+  // recvInGroup() only posts its receive; groupEnd() returns once every
+  // send and receive of the group has completed, in whatever order the
+  // peers match them. So two ranks whose groups each send to the other and
+  // receive from it never wait on each other, even where sends are not
+  // buffered (NCCL). The plan executor runs each run of consecutive
+  // SEND/RECV instructions of a program as one group; checkPlanPrograms
+  // proves programs deadlock-free under exactly this rule. Groups do not
+  // nest; collectives are not allowed inside one.
+  virtual void groupStart();
+  virtual void groupEnd();
+  /// Receives the next message from `peer` under `tag` into `*out`: at
+  /// once outside a group, by groupEnd() inside one (`out` must stay valid
+  /// until then). Messages between a pair must be received in the order
+  /// they were sent (NCCL matches by order).
+  virtual void recvInGroup(int peer, int64_t tag, Tensor *out);
   /// Waits until every rank of the group has called barrier().
   virtual void barrier() = 0;
   /// Every rank passes a tensor of the same shape and float type (float32
@@ -75,6 +100,12 @@ public:
   /// Wakes every rank blocked in recv/barrier/allReduceSum, which then throw
   /// CommAborted(why); later calls throw too. For a rank that failed.
   virtual void abort(const std::string &why) = 0;
+
+protected:
+  /// The default groups (buffered communicators): receives posted in the
+  /// open group, completed in order by groupEnd().
+  bool inGroup_ = false;
+  std::vector<std::tuple<int, int64_t, Tensor *>> groupRecvs_;
 };
 
 /// For implementations of the group collectives: checks `group` (sorted,
@@ -88,7 +119,10 @@ std::vector<int64_t> collectiveOffsets(const Communicator &comm, const std::vect
 /// by (source, destination, tag) behind one mutex and condition variable.
 class ThreadCommGroup {
 public:
+  /// Buffered sends, or rendezvous ones when HETPLAN_COMM_RENDEZVOUS=1.
   explicit ThreadCommGroup(int size);
+  /// `rendezvous`: sends behave like NCCL's (see commRendezvous()).
+  ThreadCommGroup(int size, bool rendezvous);
   ~ThreadCommGroup();
   ThreadCommGroup(const ThreadCommGroup &) = delete;
   ThreadCommGroup &operator=(const ThreadCommGroup &) = delete;

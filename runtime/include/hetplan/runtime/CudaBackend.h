@@ -1,8 +1,9 @@
 //===- CudaBackend.h - runs a loaded ONNX model on one CUDA GPU --*- C++ -*-===//
 //
 // CudaExecutor mirrors Executor (Executor.h) on one GPU: float32 compute on
-// the device (cuBLAS GEMMs, im2col + cuBLAS convolutions, CUDA kernels for
-// the rest), small integer shape computations (Shape, Range,
+// the device (cuBLAS GEMMs, cuDNN convolutions and pooling where cuDNN
+// expresses the window, im2col + cuBLAS and own kernels otherwise, CUDA
+// kernels for the rest; stream-ordered allocation), small integer shape computations (Shape, Range,
 // ConstantOfShape, int64 arithmetic feeding Reshape/Slice) on the host with
 // the CPU kernels. Built only when CMake finds a CUDA toolkit (target
 // hetplan_cuda, HETPLAN_HAVE_CUDA=1); this header includes no CUDA header.
@@ -12,10 +13,14 @@
 #ifndef HETPLAN_RUNTIME_CUDABACKEND_H
 #define HETPLAN_RUNTIME_CUDABACKEND_H
 
+#include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Model.h"
+#include "hetplan/runtime/PlanExecutor.h"
+#include "hetplan/runtime/RankBackend.h"
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +40,21 @@ public:
   /// op without a CUDA kernel, a floating-point type other than float32, an
   /// unsupported attribute). Empty when the model can run. Needs no device.
   std::vector<std::string> check() const;
+  /// The same for the nodes `nodes` only (a plan rank's stage).
+  std::vector<std::string> check(const std::vector<size_t> &nodes) const;
+
+  /// The math of GEMMs and convolutions: "fp32" (the default: IEEE FP32,
+  /// results within 1e-4 of the CPU), or "tf32" / "fp16" / "bf16" (a plan's
+  /// dtype): float32 tensors whose products run on tensor cores at that
+  /// precision with FP32 accumulation (cuBLAS compute types
+  /// CUBLAS_COMPUTE_32F_FAST_*, cuDNN CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION).
+  /// Storage stays float32. Throws on another name.
+  void setPrecision(const std::string &dtype);
+
+  /// The nodes this executor will run (a plan rank's stage): prepare()
+  /// uploads only their weights, so each GPU holds its stage's parameters,
+  /// not the whole model's. Others are uploaded on first use. Before prepare().
+  void setStage(const std::vector<size_t> &nodes);
 
   /// Selects the device, creates the stream and cuBLAS handle and uploads
   /// the float32 weights (initializers and folded constants), once. run()
@@ -46,11 +66,40 @@ public:
   /// are one line naming the model and the node.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs);
 
+  /// Executor::runNodes on the GPU (a plan's stage on a CUDA rank): host
+  /// tensors in and out, everything between on the device. Given values may
+  /// replace initializers (a training rank's parameters; the values folded
+  /// from them are then computed again). Nodes in `hookNodes` are first
+  /// offered to `hook` on host copies of their inputs (the plan executor's
+  /// tensor-parallel nodes). With `observer`, every node's time: CUDA
+  /// events around device work, the host clock around host nodes.
+  std::map<std::string, Tensor> runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> values,
+                                         const std::set<std::string> &keep,
+                                         std::map<std::string, std::vector<int64_t>> *shapes = nullptr,
+                                         ExecutionObserver *observer = nullptr,
+                                         const Executor::NodeHook *hook = nullptr,
+                                         const std::set<size_t> *hookNodes = nullptr);
+
   struct Impl;
 
 private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// A plan rank's compute on CUDA device `device` (PlanExecutor::setCompute):
+/// its own CudaExecutor over `model` (which must outlive it). `prepare`
+/// uploads the weights now (throws "no CUDA device: ..." without one).
+/// `precision`: setPrecision's (a plan's dtype). `stage`, when given: the
+/// nodes the rank will run are checked first (check()); their problems go
+/// to `*problems` and null is returned.
+std::shared_ptr<RankCompute> makeCudaRankCompute(const Model &model, int device, bool prepare = true,
+                                                 const std::string &precision = "fp32",
+                                                 const std::vector<size_t> *stage = nullptr,
+                                                 std::vector<std::string> *problems = nullptr);
+
+/// This build and host for placeRanks (RankBackend.h): CUDA built, NCCL
+/// if the NCCL communicator is, and the visible devices.
+LocalDevices cudaLocalDevices();
 
 /// True when a CUDA device is usable; else false with `why` set
 /// ("no CUDA device: ..."). For tests that skip without a GPU.

@@ -29,10 +29,14 @@ inline bool launchedByMpi() {
 /// its bytes in chunks below 2^31, all under the caller's tag (MPI keeps
 /// messages of one (source, tag) in order). Sends are non-blocking
 /// (MPI_Isend of a copy); they complete in barrier(), allReduceSum() and
-/// the destructor. abort() calls MPI_Abort: the whole job ends.
+/// the destructor (see groupEnd() for the rendezvous mode). abort() calls
+/// MPI_Abort: the whole job ends.
 class MpiCommunicator final : public Communicator {
 public:
   MpiCommunicator();
+  /// `rendezvous` as commRendezvous() would say (NcclCommunicator passes
+  /// false: its headers travel buffered over MPI).
+  explicit MpiCommunicator(bool rendezvous);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator &) = delete;
   MpiCommunicator &operator=(const MpiCommunicator &) = delete;
@@ -53,6 +57,11 @@ public:
   [[noreturn]] void abort(const std::string &why) override;
   /// Waits until every send of this rank has completed.
   void flush();
+  /// Rendezvous mode (HETPLAN_COMM_RENDEZVOUS=1, commRendezvous()): a
+  /// header goes with MPI_Issend, a send outside a group waits until the
+  /// peer has received it, and groupEnd() takes the group's messages in
+  /// arrival order and waits for its sends: NCCL's rules, on CPUs.
+  void groupEnd() override;
 
   struct Pending;
 
@@ -60,6 +69,7 @@ private:
   int rank_ = 0;
   int size_ = 1;
   double timeout_ = 0;
+  bool rendezvous_ = false;
   std::unique_ptr<Pending> pending_;
 };
 #endif

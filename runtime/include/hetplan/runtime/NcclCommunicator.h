@@ -23,23 +23,26 @@ namespace hetplan::runtime {
 /// among the processes of its node (MPI_COMM_TYPE_SHARED) modulo the node's
 /// device count. Tensors are host tensors staged through device buffers.
 ///
-/// NCCL has no tags: a message is a fixed header (magic, tag, dtype, rank,
-/// byte count, dims; int64) then its bytes, both with ncclSend/ncclRecv, and
-/// messages between a pair of ranks arrive in the order they were sent. So
-/// recv(peer, tag) takes the next message from `peer` and throws when its
-/// tag is not `tag`: the ranks must send and receive in the same order
-/// (the plan executor does), unlike MpiCommunicator which matches tags.
+/// NCCL has no tags: a message is a header over MPI (magic, tag, sequence
+/// number, dtype, rank, byte count, dims; buffered, matched by tag) and its
+/// bytes with ncclSend/ncclRecv. NCCL pairs a sender's and a receiver's
+/// calls in order, so ranks must receive a peer's messages in the order
+/// they were sent (the sequence number is checked; checkPlanPrograms
+/// proves it of plans).
 ///
-/// send() returns once its copy to the device is enqueued; the transfer
-/// itself completes when the peer posts the matching recv (NCCL sends are
-/// not buffered) — every NCCL call of a rank runs in issue order on one
-/// stream, so two ranks that each send to the other before receiving wait
-/// for each other forever. barrier() and allReduceSum() complete earlier
-/// sends. Waits poll the stream and ncclCommGetAsyncError, so a failed peer
-/// surfaces as an error rather than a hang where NCCL detects it. abort()
-/// calls ncclCommAbort and then MPI_Abort: the whole job ends (as with
-/// MpiCommunicator). Throws std::runtime_error ("no CUDA device: ...")
-/// without a GPU.
+/// NCCL sends are not buffered: an ncclSend completes only once the peer
+/// posts the matching ncclRecv, and every NCCL call of a rank runs in issue
+/// order on one stream. send() returns once its transfer is enqueued;
+/// recv() waits for it (and so for every earlier send). Inside
+/// groupStart()/groupEnd() (ncclGroupStart/End) a group's sends and
+/// receives progress together, so two ranks that each send to the other
+/// first complete when both do it in a group -- the plan executor runs
+/// every run of SEND/RECV instructions as one. barrier() and
+/// allReduceSum() complete earlier sends. Waits poll the stream and
+/// ncclCommGetAsyncError, so a failed peer surfaces as an error rather
+/// than a hang where NCCL detects it. abort() calls ncclCommAbort and then
+/// MPI_Abort: the whole job ends (as with MpiCommunicator). Throws
+/// std::runtime_error ("no CUDA device: ...") without a GPU.
 class NcclCommunicator final : public Communicator {
 public:
   NcclCommunicator();
@@ -53,6 +56,8 @@ public:
   int device() const;
   void send(int peer, int64_t tag, const Tensor &tensor) override;
   Tensor recv(int peer, int64_t tag) override;
+  void groupStart() override;
+  void groupEnd() override;
   void barrier() override;
   /// float32 (ncclFloat) or float64 (ncclDouble).
   void allReduceSum(Tensor &tensor) override;

@@ -6,7 +6,8 @@
 // SEND_GRADIENT, ALLREDUCE_GRADIENTS and OPTIMIZER_STEP) on its samples of
 // every micro-batch, talking to the other ranks through a Communicator. run() starts one thread per rank with a
 // ThreadCommunicator; runRank() runs one rank's program with any
-// communicator (MpiCommunicator; a NCCL one later). Outputs are the same as running
+// communicator (MpiCommunicator, NcclCommunicator); setCompute() puts a
+// rank's FORWARDs on another backend (the CUDA executor). Outputs are the same as running
 // the whole model on one rank (docs/runtime.md, "Running plans"); so are the
 // losses and weights of training plans with recomputation, ZeRO stages or
 // optimizer offload (docs/runtime.md, "Training memory").
@@ -27,6 +28,23 @@
 #include <vector>
 
 namespace hetplan::runtime {
+
+/// Where a rank's stage computes: the CPU Executor unless the rank is
+/// given another (PlanExecutor::setCompute; a CUDA rank gets the CUDA
+/// executor's, RankBackend.h). Executor::runNodes' contract, plus
+/// `hookNodes`: the only nodes `hook` may claim.
+class RankCompute {
+public:
+  virtual ~RankCompute() = default;
+  virtual std::map<std::string, Tensor> runNodes(const std::vector<size_t> &nodes,
+                                                 std::map<std::string, Tensor> values,
+                                                 const std::set<std::string> &keep,
+                                                 std::map<std::string, std::vector<int64_t>> *shapes,
+                                                 ExecutionObserver *observer, const Executor::NodeHook *hook,
+                                                 const std::set<size_t> *hookNodes) = 0;
+  /// "cpu", "cuda:0", ...: for messages and profiles.
+  virtual std::string describe() const = 0;
+};
 
 class PlanExecutor {
 public:
@@ -51,6 +69,13 @@ public:
   const Model &model() const { return *model_; }
   const Executor &executor() const { return *executor_; }
   int ranks() const { return plan_.ranks_size(); }
+
+  /// Runs rank `rank`'s FORWARDs on `compute` (null: the CPU Executor,
+  /// the default). Values cross between ranks, and BACKWARD, the loss and
+  /// the optimizer run, on the host either way. Set before a run; one
+  /// compute may serve one rank at a time only.
+  void setCompute(int rank, std::shared_ptr<RankCompute> compute);
+  const RankCompute *compute(int rank) const;
 
   /// Checks the step's inputs: every graph input given (and nothing else),
   /// its declared element type and non-batch dims, and dim 0 equal to the
@@ -240,6 +265,7 @@ private:
   OutputPieces runProgram(Communicator &comm, const std::map<std::string, Tensor> &inputs,
                           RankTiming *timing, TrainRun *train) const;
   void checkTraining();
+  std::map<int, std::shared_ptr<RankCompute>> computes_;
   plan::Plan plan_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Executor> executor_;

@@ -82,7 +82,10 @@ struct TensorInfo {
 /// Where a session's kernels run.
 enum class Device : int {
   Cpu = 0,
-  Cuda = 1, // model sessions in CUDA builds (CudaExecutor, GPU 0); Unsupported otherwise
+  /// Model sessions: CudaExecutor on GPU 0. Plan sessions: the plan's GPU
+  /// ranks on the CUDA executor (RankBackend.h). Unsupported without a CUDA
+  /// build or device.
+  Cuda = 1,
 };
 
 /// How a plan session runs the plan's ranks.
@@ -130,7 +133,7 @@ public:
   /// A compiled inference plan file (docs/plan-format.md) and the model it
   /// names: every check PlanExecutor makes at load (NotFound for a missing
   /// plan or model file, InvalidModel for a corrupt or inconsistent plan,
-  /// Unsupported for a training plan or device Cuda).
+  /// Unsupported for a training plan, or device Cuda without CUDA here).
   static Status fromPlan(const std::string &path, std::unique_ptr<Session> *session,
                          const SessionOptions &options = {});
   /// fromPlan when the file starts with a plan file's header, else fromModel.

@@ -1,0 +1,63 @@
+//===- CudaRankCompute.cpp - a plan rank's stage on the CUDA executor -----===//
+//
+// The plan executor hands a CUDA rank's FORWARDs here (RankCompute): host
+// tensors in and out, so the communicators stay host-staged (docs/gpu.md).
+//
+//===----------------------------------------------------------------------===//
+#include "hetplan/runtime/CudaBackend.h"
+
+#include <cuda_runtime_api.h>
+
+namespace hetplan::runtime {
+
+namespace {
+class CudaRankCompute final : public RankCompute {
+public:
+  CudaRankCompute(const Model &model, int device) : exec_(model, device), device_(device) {}
+  std::map<std::string, Tensor> runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> values,
+                                         const std::set<std::string> &keep,
+                                         std::map<std::string, std::vector<int64_t>> *shapes,
+                                         ExecutionObserver *observer, const Executor::NodeHook *hook,
+                                         const std::set<size_t> *hookNodes) override {
+    return exec_.runNodes(nodes, std::move(values), keep, shapes, observer, hook, hookNodes);
+  }
+  std::string describe() const override { return "cuda:" + std::to_string(device_); }
+  CudaExecutor &executor() { return exec_; }
+
+private:
+  CudaExecutor exec_;
+  int device_;
+};
+} // namespace
+
+std::shared_ptr<RankCompute> makeCudaRankCompute(const Model &model, int device, bool prepare,
+                                                 const std::string &precision, const std::vector<size_t> *stage,
+                                                 std::vector<std::string> *problems) {
+  auto c = std::make_shared<CudaRankCompute>(model, device);
+  if (stage) {
+    std::vector<std::string> found = c->executor().check(*stage);
+    if (!found.empty()) {
+      if (problems) *problems = std::move(found);
+      return nullptr;
+    }
+  }
+  c->executor().setPrecision(precision);
+  if (stage) c->executor().setStage(*stage);
+  if (prepare) c->executor().prepare(); // uploads the weights before the step's clock starts
+  return c;
+}
+
+LocalDevices cudaLocalDevices() {
+  LocalDevices local;
+  local.cudaBuilt = true;
+#if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
+  local.ncclBuilt = true;
+#endif
+  if (cudaDeviceAvailable(&local.whyNoCuda)) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess) local.cudaDevices = count;
+  }
+  return local;
+}
+
+} // namespace hetplan::runtime
