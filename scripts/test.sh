@@ -11,6 +11,9 @@ rm -f conformance-*.txt
 # CPU kernels') that spin while they wait would steal the cores the other
 # tests need (docs/runtime.md, "Kernels"). libgomp reads this at start-up.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# The CPU suite runs every rank on the CPU, GPU host or not (the CUDA tests
+# pick their device themselves; scripts/gpu-check.sh runs the GPU checks).
+export HETPLAN_DEVICE="${HETPLAN_DEVICE:-cpu}"
 set +e
 ctest --output-on-failure -j "$(nproc)" 2>&1 | tee ctest.log
 rc=${PIPESTATUS[0]}

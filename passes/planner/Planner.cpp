@@ -1158,10 +1158,39 @@ private:
         continue;
       Candidate next = c;
       next.savers.zero = z;
-      if (!partition(next, even, evenLayers) || !(next.estimate < c.estimate * (1 - 1e-9)))
+      if (!partition(next, even, evenLayers) || !(next.estimate < c.estimate * (1 - 1e-9)) ||
+          tiedAcrossDegrees(next, even))
         break;
       c = std::move(next);
     }
+  }
+
+  /// Whether a tied parameter (an embedding the LM head reads) is read by
+  /// stages of different tensor-parallel degrees in `c`: the runtime keeps
+  /// such a parameter whole and cannot shard it with ZeRO.
+  bool tiedAcrossDegrees(const Candidate &c, bool even) {
+    int P = int(c.cuts.size());
+    if (P < 2 || tiedLayers.empty())
+      return false;
+    int64_t mb = (opt.globalBatch + c.microBatches - 1) / c.microBatches;
+    auto stageOf = [&](int layer) {
+      int j = 0;
+      while (j + 1 < P && layer > c.cuts[j])
+        ++j;
+      return j;
+    };
+    auto tpOf = [&](int j) {
+      int l = j == 0 ? 0 : c.cuts[j - 1] + 1;
+      StageCost sc = costOf(c, j, l, c.cuts[j], mb, even);
+      return chosen(c.stagesRef()[j], sc).tp;
+    };
+    for (int i : tiedLayers)
+      for (auto [owner, n] : model.layers[i].tiedParameters) {
+        int a = stageOf(i), b = stageOf(owner);
+        if (a != b && tpOf(a) != tpOf(b))
+          return true;
+      }
+    return false;
   }
 
   /// For the few candidates that reach the simulation: every position of
@@ -1902,7 +1931,7 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
         continue;
       }
       // As the search (fasterZero): larger ZeRO stages while they price faster.
-      if (fits && !(next.estimate < cand.estimate * (1 - 1e-9)))
+      if (fits && (!(next.estimate < cand.estimate * (1 - 1e-9)) || tiedAcrossDegrees(next, even)))
         break;
       cand = std::move(next);
       fits = true;
