@@ -313,6 +313,9 @@ public:
 
   std::string run() const {
     const std::string &op = n.opType;
+    // Every operator has at least one output (an optional one may be
+    // unnamed, as LSTM's Y), and kernels write the first.
+    if (n.outputs.empty()) return "has no outputs (every operator has at least one)";
     if (!n.domain.empty() && n.domain != "ai.onnx") return "";
     if (op == "Conv") return convLike(0, 1, false, false);
     if (op == "ConvInteger") return convLike(0, 1, false, false);

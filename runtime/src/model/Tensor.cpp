@@ -175,6 +175,10 @@ Tensor Tensor::view(DType dtype, std::vector<int64_t> shape, const void *data,
 
 int64_t Tensor::numel() const { return shapeNumel(shape_); }
 
+void Tensor::throwNoAxis(int64_t i) const {
+  throw std::runtime_error("axis " + std::to_string(i) + " of " + describe() + ": no such axis");
+}
+
 Tensor Tensor::reshaped(std::vector<int64_t> shape) const {
   if (shapeNumel(shape) != numel())
     throw std::runtime_error("cannot reshape " + describe() + " to " + shapeString(shape));

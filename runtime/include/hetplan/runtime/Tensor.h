@@ -58,7 +58,14 @@ public:
   DType dtype() const { return dtype_; }
   const std::vector<int64_t> &shape() const { return shape_; }
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
-  int64_t dim(int64_t i) const { return shape_[i < 0 ? i + rank() : i]; }
+  /// Size of axis i (negative: from the end). Checked: an axis the tensor
+  /// does not have throws (a kernel meeting a rank the verifier could not
+  /// know fails with a message instead of reading past the shape).
+  int64_t dim(int64_t i) const {
+    int64_t a = i < 0 ? i + rank() : i;
+    if (a < 0 || a >= rank()) throwNoAxis(i);
+    return shape_[size_t(a)];
+  }
   int64_t numel() const;
   /// numel() * element size (checked: throws rather than wrap).
   size_t nbytes() const;
@@ -82,6 +89,7 @@ public:
   std::string describe() const;
 
 private:
+  [[noreturn]] void throwNoAxis(int64_t i) const;
   DType dtype_ = DType::Undefined;
   std::vector<int64_t> shape_;
   std::shared_ptr<const void> holder_;

@@ -153,7 +153,9 @@ void conv(KernelContext &c) {
                 if (ih < 0 || ih >= IH) { std::fill(dst, dst + OW, T(0)); continue; }
                 const T *src = pc + ih * IW + offW;
                 std::fill(dst, dst + owLo, T(0));
-                if (sw == 1) std::memcpy(dst + owLo, src + owLo, static_cast<size_t>(owHi - owLo) * sizeof(T));
+                if (sw == 1) {
+                  if (owHi > owLo) std::memcpy(dst + owLo, src + owLo, static_cast<size_t>(owHi - owLo) * sizeof(T));
+                }
                 else for (int64_t ow = owLo; ow < owHi; ++ow) dst[ow] = src[ow * sw];
                 std::fill(dst + owHi, dst + OW, T(0));
               }

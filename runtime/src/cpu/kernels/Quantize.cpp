@@ -207,6 +207,7 @@ void dynamicQuantizeLinear(KernelContext &c) {
 /// `axis` of q (axis < 0: none). Also returns max |q - zp|.
 Tensor shifted(const Tensor &q, const Tensor *zp, int64_t axis, DType ft, double &maxAbs) {
   std::vector<double> z = zp ? asDoubles(*zp) : std::vector<double>{0.0};
+  if (z.empty()) throw std::runtime_error("zero point " + zp->describe() + " is empty");
   int64_t inner = 1, len = 1;
   if (z.size() > 1) {
     if (axis < 0 || axis >= q.rank() || q.dim(axis) != static_cast<int64_t>(z.size()))

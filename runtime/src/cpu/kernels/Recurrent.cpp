@@ -15,6 +15,12 @@
 namespace hetplan::runtime::cpu {
 
 namespace {
+/// memcpy that accepts empty ranges (a zero batch or hidden size leaves the
+/// buffers without storage: memcpy with a null pointer is undefined even for
+/// zero bytes).
+inline void copyBytes(void *dst, const void *src, size_t n) {
+  if (n) std::memcpy(dst, src, n);
+}
 
 enum class Act { Sigmoid, Tanh, Relu, Softsign, Softplus };
 
@@ -96,7 +102,7 @@ Tensor swap01(const Tensor &t) {
   const float *p = t.data<float>();
   float *o = out.data<float>();
   for (int64_t a = 0; a < A; ++a)
-    for (int64_t b = 0; b < B; ++b) std::memcpy(o + (b * A + a) * C, p + (a * B + b) * C, C * sizeof(float));
+    for (int64_t b = 0; b < B; ++b) copyBytes(o + (b * A + a) * C, p + (a * B + b) * C, C * sizeof(float));
   return out;
 }
 
@@ -179,8 +185,10 @@ void recurrent(KernelContext &c, Kind k) {
           if (!(k == Kind::GRU && j >= 2 * H)) bias += rb[j]; // GRU's Rbh goes with the recurrence
           xw[row * GH + j] += bias;
         }
-    std::memcpy(hstate.data(), h0.data<float>() + d * Bn * H, Bn * H * sizeof(float));
-    if (k == Kind::LSTM) std::memcpy(cstate.data(), c0.data<float>() + d * Bn * H, Bn * H * sizeof(float));
+    if (Bn * H > 0) {
+      copyBytes(hstate.data(), h0.data<float>() + d * Bn * H, Bn * H * sizeof(float));
+      if (k == Kind::LSTM) copyBytes(cstate.data(), c0.data<float>() + d * Bn * H, Bn * H * sizeof(float));
+    }
 
     for (int64_t s = 0; s < S; ++s) {
       // H·Rᵀ for every gate (GRU without linear_before_reset: z and r only).
@@ -232,11 +240,13 @@ void recurrent(KernelContext &c, Kind k) {
             hs[j] = oo * applyAct(hact, cn);
           }
         }
-        std::memcpy(y + ((t * D + d) * Bn + b) * H, hs, H * sizeof(float));
+        copyBytes(y + ((t * D + d) * Bn + b) * H, hs, H * sizeof(float));
       }
     }
-    std::memcpy(Yh.data<float>() + d * Bn * H, hstate.data(), Bn * H * sizeof(float));
-    if (k == Kind::LSTM) std::memcpy(Yc.data<float>() + d * Bn * H, cstate.data(), Bn * H * sizeof(float));
+    if (Bn * H > 0) {
+      copyBytes(Yh.data<float>() + d * Bn * H, hstate.data(), Bn * H * sizeof(float));
+      if (k == Kind::LSTM) copyBytes(Yc.data<float>() + d * Bn * H, cstate.data(), Bn * H * sizeof(float));
+    }
   }
 
   if (layout == 1) {
@@ -246,7 +256,7 @@ void recurrent(KernelContext &c, Kind k) {
     for (int64_t t = 0; t < S; ++t)
       for (int64_t d = 0; d < D; ++d)
         for (int64_t b = 0; b < Bn; ++b)
-          std::memcpy(o + ((b * S + t) * D + d) * H, y + ((t * D + d) * Bn + b) * H, H * sizeof(float));
+          copyBytes(o + ((b * S + t) * D + d) * H, y + ((t * D + d) * Bn + b) * H, H * sizeof(float));
     Y = std::move(y1);
     Yh = swap01(Yh);
     Yc = swap01(Yc);

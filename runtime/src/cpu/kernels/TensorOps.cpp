@@ -327,6 +327,8 @@ void constantKernel(KernelContext &c) {
 void constantOfShape(KernelContext &c) {
   auto shape = c.in(0).toInt64Vector();
   Tensor value = c.node.has("value") ? c.node.attrs.at("value").t : Tensor::scalar<float>(DType::Float32, 0.f);
+  if (value.numel() != 1 || !value.raw())
+    throw std::runtime_error("ConstantOfShape value " + value.describe() + " is not one element with its data");
   Tensor out(value.dtype(), shape);
   size_t es = dtypeSize(value.dtype());
   for (int64_t i = 0; i < out.numel(); ++i) std::memcpy(static_cast<char *>(out.raw()) + i * es, value.raw(), es);
@@ -934,7 +936,16 @@ std::string resizeCheck(const CheckContext &c) {
 
 void depthSpace(KernelContext &c, bool toSpace) {
   const Tensor &x = c.in(0);
-  int64_t b = c.node.getInt("blocksize", 1), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  // The verifier checks these where the input's shape is declared; here
+  // for the shape met at run time.
+  int64_t b = c.node.getInt("blocksize", 1);
+  if (x.rank() != 4 || b <= 0 || b > (int64_t(1) << 20))
+    throw std::runtime_error(c.node.opType + " needs a 4-D input and a blocksize in 1..2^20, not " + x.describe() +
+                             " and " + std::to_string(b));
+  int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  if (toSpace ? C % (b * b) != 0 : (H % b != 0 || W % b != 0))
+    throw std::runtime_error(c.node.opType + ": " + x.describe() + " does not divide by blocksize " +
+                             std::to_string(b));
   Tensor tmp;
   if (toSpace) {
     bool crd = c.node.getString("mode", "DCR") == "CRD";
