@@ -43,6 +43,7 @@ HP_INLINE int32_t asInt(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; 
 /// Cephes expf: x = n ln2 + r, |r| <= ln2/2, degree-7 polynomial, times 2^n.
 HP_INLINE float expOne(float x) {
   float xc = x < -87.5f ? -87.5f : (x > 88.72283935546875f ? 88.72283935546875f : x);
+  xc = x != x ? 0.0f : xc;  // NaN: computed on 0, returned as NaN below (no shift of garbage)
   float t = xc * 1.44269504088896341f + 12582912.f; // round to nearest
   int32_t n = asInt(t) - 0x4B400000;
   float fx = t - 12582912.f;
@@ -56,7 +57,7 @@ HP_INLINE float expOne(float x) {
   p = p * r + 5.0000001201e-1f;
   float y = p * (r * r) + r + 1.0f;
   int32_t n1 = n > 127 ? 127 : n; // n in [-126, 128]: 2^n = 2^n1 (* 2)
-  y = y * asFloat((n1 + 127) << 23) * (n > 127 ? 2.0f : 1.0f);
+  y = y * asFloat(int32_t(uint32_t(n1 + 127) << 23)) * (n > 127 ? 2.0f : 1.0f);
   y = x > 88.72283935546875f ? __builtin_inff() : y;
   y = x < -87.5f ? 0.0f : y;
   return x != x ? x : y;
