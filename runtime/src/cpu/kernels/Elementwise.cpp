@@ -648,6 +648,12 @@ void registerElementwiseKernels() {
                                 lo = bound(c.node.getFloat("min", -std::numeric_limits<float>::max()), lo);
                                 hi = bound(c.node.getFloat("max", std::numeric_limits<float>::max()), hi);
                               } else {
+                                // min and max: scalars of the input's type (what is read below).
+                                for (size_t k : {size_t(1), size_t(2)})
+                                  if (c.hasInput(k) && (c.in(k).dtype() != x.dtype() || c.in(k).numel() != 1))
+                                    throw std::runtime_error(std::string("Clip ") + (k == 1 ? "min " : "max ") +
+                                                             c.in(k).describe() + " is not one " +
+                                                             dtypeName(x.dtype()) + " value");
                                 if (c.hasInput(1)) lo = c.in(1).data<T>()[0];
                                 if (c.hasInput(2)) hi = c.in(2).data<T>()[0];
                               }
