@@ -168,6 +168,10 @@ SimResult simulate(const std::vector<SimReplica> &replicas, double rate,
     ttft.push_back(q.firstToken - q.arrival);
     tpot.push_back(outputTokens > 1 ? (q.finish - q.firstToken) / double(outputTokens - 1) : 0);
   }
+  for (double v : ttft)
+    result.ttftMean += v / double(ttft.size());
+  for (double v : tpot)
+    result.tpotMean += v / double(tpot.size());
   result.ttftP50 = percentileOf(ttft, 50);
   result.ttftP90 = percentileOf(ttft, 90);
   result.ttftP99 = percentileOf(ttft, 99);

@@ -86,6 +86,7 @@ struct SimReplica {
 struct SimResult {
   double ttftP50 = 0, ttftP90 = 0, ttftP99 = 0;
   double tpotP50 = 0, tpotP90 = 0, tpotP99 = 0;
+  double ttftMean = 0, tpotMean = 0;
   double requestsPerSecond = 0, outputTokensPerSecond = 0;
   uint64_t requests = 0;
   /// The percentile `p` (50, 90 or 99) of TTFT / TPOT.
