@@ -509,14 +509,21 @@ bool priceReplica(const Pricer &pr, const Shape &sh,
   return true;
 }
 
-/// The best replica shape of one type: the most requests/s per device.
+/// A replica shape that fits and meets the targets on one device type.
+struct ShapeOption {
+  Shape shape;
+  Replica sample;           // priced on the first devices
+  int available = 0;        // replicas the cluster's devices can form
+};
+
+/// One device type: every feasible shape, and the best (the most
+/// requests/s per device), which a fixed cluster uses throughout.
 struct TypeChoice {
   const cluster::DeviceType *type = nullptr;
   int devices = 0;          // of this type in the cluster
   bool optional = false;
-  Shape shape;
-  Replica sample;           // priced on the first devices
-  int available = 0;        // replicas the cluster's devices can form
+  std::vector<ShapeOption> options;
+  int best = -1;
 };
 
 } // namespace
@@ -576,17 +583,16 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
         if (!priceReplica(pr, sh, stageRanks, r, why))
           continue;
         double perDevice = r.capacity / double(tp * pp);
+        t.options.push_back({sh, std::move(r), int(groups.size()) / pp});
         if (perDevice > bestPerDevice * 1.0001) {
           bestPerDevice = perDevice;
-          t.shape = sh;
-          t.sample = r;
-          t.available = int(groups.size()) / pp;
+          t.best = int(t.options.size()) - 1;
         }
       }
   }
   std::vector<TypeChoice *> usable;
   for (TypeChoice &t : types)
-    if (t.available > 0)
+    if (t.best >= 0)
       usable.push_back(&t);
   if (usable.empty()) {
     if (why.memoryShortBytes < std::numeric_limits<double>::infinity() &&
@@ -617,23 +623,25 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
   // (and for types that are not optional), else the cheapest counts whose
   // capacity, loaded to `load`, covers the rate. Prices unknown: refused
   // when picking (the cheapest would be meaningless).
-  auto price = [](const TypeChoice *t) { return t->sample.pricePerHour; };
   uint64_t requests = opt.simulatedRequests
                           ? opt.simulatedRequests
                           : uint64_t(std::clamp(opt.rate * 120.0, 2000.0, 20000.0));
-  auto build = [&](const std::vector<int> &counts) {
+  // A choice: per usable type, which of its shapes and how many replicas.
+  using Choice = std::vector<std::pair<int, int>>;
+  auto build = [&](const Choice &choice) {
     ServePlan plan;
     plan.seed = opt.seed;
     plan.kvBytesPerToken = pr.kvBytesPerToken();
     for (size_t i = 0; i < usable.size(); ++i) {
       TypeChoice &t = *usable[i];
-      auto groups = tpGroups(cluster, t.type, t.shape.tp, t.devices);
-      for (int c = 0; c < counts[i]; ++c) {
-        std::vector<std::vector<int>> stageRanks(groups.begin() + long(c * t.shape.pp),
-                                                 groups.begin() + long((c + 1) * t.shape.pp));
+      const Shape &shape = t.options[size_t(choice[i].first)].shape;
+      auto groups = tpGroups(cluster, t.type, shape.tp, t.devices);
+      for (int c = 0; c < choice[i].second; ++c) {
+        std::vector<std::vector<int>> stageRanks(groups.begin() + long(c * shape.pp),
+                                                 groups.begin() + long((c + 1) * shape.pp));
         Replica r;
         Refusal ignore;
-        priceReplica(pr, t.shape, stageRanks, r, ignore);
+        priceReplica(pr, shape, stageRanks, r, ignore);
         plan.replicas.push_back(std::move(r));
       }
     }
@@ -669,11 +677,15 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
     return m;
   };
 
-  std::vector<int> all;
+  Choice all;
   double allCapacity = 0;
   for (TypeChoice *t : usable) {
-    all.push_back(t->available);
-    allCapacity += t->available * t->sample.capacity;
+    const ShapeOption &o = t->options[size_t(t->best)];
+    all.push_back({t->best, o.available});
+    double most = 0;
+    for (const ShapeOption &x : t->options)
+      most = std::max(most, x.available * x.sample.capacity);
+    allCapacity += t->optional ? most : o.available * o.sample.capacity;
   }
   if (allCapacity < opt.rate)
     return err(formatv("the rate {0:F2} req/s exceeds what the {1} can serve within the "
@@ -697,39 +709,51 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
     return plan;
   }
   for (TypeChoice *t : usable)
-    if (t->optional && t->sample.unpriced)
+    if (t->optional && t->options[size_t(t->best)].sample.unpriced)
       return err(formatv("--pick-devices needs a price for every optional type: {0} has none "
                          "(give price_per_hour_usd in the cluster file)", t->type->name).str());
 
-  // Cheapest counts for a load: enumerate the optional types' counts
-  // (small: a few types, tens of replicas each), the others at all.
+  // Cheapest choice for a load: enumerate, per optional type, each shape
+  // and count (a few types, a few shapes, tens of replicas: small); the
+  // other types at their best shape, whole. A type runs one shape.
   std::string lastMiss;
   for (double load : {0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2}) {
-    std::vector<int> best;
+    Choice best;
     double bestPrice = std::numeric_limits<double>::infinity(), bestCap = 0;
-    std::vector<int> counts(usable.size(), 0);
+    Choice choice(usable.size(), {0, 0});
     uint64_t visited = 0;
     std::function<void(size_t, double, double)> walk = [&](size_t i, double cap, double cost) {
-      if (cost > bestPrice || ++visited > 4000000)
+      if (cost > bestPrice + 1e-9 || ++visited > 4000000)
         return;
       if (i == usable.size()) {
         if (cap * load >= opt.rate && (cost < bestPrice - 1e-9 ||
                                        (cost < bestPrice + 1e-9 && cap > bestCap))) {
-          best = counts;
+          best = choice;
           bestPrice = cost;
           bestCap = cap;
         }
         return;
       }
       const TypeChoice *t = usable[i];
-      int lo = t->optional ? 0 : t->available;
-      for (int c = lo; c <= t->available; ++c) {
-        counts[i] = c;
-        walk(i + 1, cap + c * t->sample.capacity, cost + c * price(t));
-        if (cap + c * t->sample.capacity >= opt.rate / load && t->optional)
-          break;  // more of this type only costs more
+      if (!t->optional) {
+        const ShapeOption &o = t->options[size_t(t->best)];
+        choice[i] = {t->best, o.available};
+        walk(i + 1, cap + o.available * o.sample.capacity,
+             cost + o.available * o.sample.pricePerHour);
+        return;
       }
-      counts[i] = 0;
+      choice[i] = {0, 0};
+      walk(i + 1, cap, cost);  // none of this type
+      for (size_t k = 0; k < t->options.size(); ++k) {
+        const ShapeOption &o = t->options[k];
+        for (int c = 1; c <= o.available; ++c) {
+          choice[i] = {int(k), c};
+          walk(i + 1, cap + c * o.sample.capacity, cost + c * o.sample.pricePerHour);
+          if (cap + c * o.sample.capacity >= opt.rate / load)
+            break;  // more of this shape only costs more
+        }
+      }
+      choice[i] = {0, 0};
     };
     walk(0, 0, 0);
     if (best.empty())
