@@ -688,11 +688,12 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
     allCapacity += t->optional ? most : o.available * o.sample.capacity;
   }
   if (allCapacity < opt.rate)
-    return err(formatv("the rate {0:F2} req/s exceeds what the {1} can serve within the "
-                       "targets, {2:F2} req/s, by {3:F2} req/s ({4:F0}%)",
+    return err(formatv("the rate {0:F2} req/s exceeds what the {1} can serve{5}, {2:F2} "
+                       "req/s, by {3:F2} req/s ({4:F0}%)",
                        opt.rate, opt.pickDevices ? "devices available" : "cluster",
                        allCapacity, opt.rate - allCapacity,
-                       100 * (opt.rate - allCapacity) / allCapacity).str());
+                       100 * (opt.rate - allCapacity) / allCapacity,
+                       opt.tpotTarget > 0 ? " within the TPOT target" : "").str());
 
   bool picking = false;
   for (TypeChoice *t : usable)
