@@ -700,6 +700,12 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
     picking |= t->optional;
   if (!picking) {
     ServePlan plan = build(all);
+    // A fixed cluster is paid whole, idle devices too.
+    int unpriced = 0;
+    plan.pricePerHour = cluster.totalPricePerHour(unpriced);
+    plan.unpricedDevices = unpriced;
+    plan.pricePerMillionTokens =
+        plan.pricePerHour / (opt.rate * double(opt.outputTokens) * 3600) * 1e6;
     if (std::string m = missed(plan); !m.empty())
       return err(formatv("at {0:F2} req/s on the whole cluster (capacity {1:F2} req/s): {2}",
                          opt.rate, plan.capacity, m).str());
@@ -866,6 +872,10 @@ plan::Plan exportServePlan(const ServePlan &sp, const cost::ModelCost &model,
   pred->set_seed(sp.seed);
 
   // Ranks: one per device, memory as planned, no program yet.
+  uint32_t idle = 0;
+  for (const ReplicaStage *st : stageOfRank)
+    idle += st == nullptr;
+  s->set_idle_devices(idle);
   for (const cluster::Device &d : cluster.devices) {
     auto *rank = out.add_ranks();
     rank->set_rank(uint32_t(d.rank));

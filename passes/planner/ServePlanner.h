@@ -133,6 +133,8 @@ struct ServePlan {
   std::vector<Replica> replicas;
   SimResult predicted;
   double capacity = 0;
+  /// The replicas' devices when picked, the whole cluster otherwise (idle
+  /// devices are paid for too).
   double pricePerHour = 0;
   double pricePerMillionTokens = 0;
   int unpricedDevices = 0;

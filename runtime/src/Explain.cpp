@@ -470,6 +470,10 @@ void explainServing(const plan::Plan &p, std::ostream &os) {
                 bytesText(double(st.capacity_bytes())), percentText(most)});
   }
   memory.print(os, "    ");
+  if (s.idle_devices() > 0)
+    os << "  " << s.idle_devices()
+       << " device(s) idle: no replica on them fits or meets the targets, or none is needed"
+       << (s.picked_devices() ? " (not rented)" : " (paid for: the cluster is fixed)") << "\n";
   const auto &pr = s.prediction();
   os << "  simulated (" << pr.simulated_requests() << " Poisson arrivals, seed " << pr.seed()
      << ")\n";

@@ -300,6 +300,7 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
         {"usd_per_hour", sv.usd_per_hour()},
         {"usd_per_million_tokens", sv.usd_per_million_tokens()},
         {"unpriced_devices", int64_t(sv.unpriced_devices())},
+        {"idle_devices", int64_t(sv.idle_devices())},
         {"capacity_rps", sp.capacity_rps()},
         {"requests_per_s", sp.requests_per_s()},
         {"output_tokens_per_s", sp.output_tokens_per_s()},
