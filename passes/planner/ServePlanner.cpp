@@ -303,19 +303,27 @@ public:
     return s;
   }
 
-  /// Seconds of one stage for a prefill of k requests.
-  double prefillStage(const Shape &sh, int s, int k, const cluster::Link &tpLink,
-                      const cluster::Link &next) const {
+  /// Seconds of one stage's forward of k samples of `model` (the model
+  /// costed at the prompt length for prefill, at one token for decode):
+  /// compute, the tensor-parallel collectives, the send to the next stage.
+  double stageForward(const cost::ModelCost &model, const Shape &sh, int s, int k,
+                      const cluster::Link &tpLink, const cluster::Link &next) const {
     int first = s == 0 ? 0 : sh.lastLayer[size_t(s - 1)] + 1, last = sh.lastLayer[size_t(s)];
     cost::Efficiency eff = efficiency(*sh.type);
     double t = 0;
     for (int i = first; i <= last; ++i)
-      t += cost::layerForwardTime(prefill.layers[size_t(i)], k, *sh.type, opt.dtype, eff,
+      t += cost::layerForwardTime(model.layers[size_t(i)], k, *sh.type, opt.dtype, eff,
                                   opt.profiles, sh.tp);
-    t += tpSeconds(prefill, first, last, sh.tp, k, tpLink);
+    t += tpSeconds(model, first, last, sh.tp, k, tpLink);
     if (s + 1 < sh.pp)
-      t += next.transferSeconds(prefill.layers[size_t(last)].outputBytesPerSample * k);
+      t += next.transferSeconds(model.layers[size_t(last)].outputBytesPerSample * k);
     return t;
+  }
+
+  /// Seconds of one stage for a prefill of k requests.
+  double prefillStage(const Shape &sh, int s, int k, const cluster::Link &tpLink,
+                      const cluster::Link &next) const {
+    return stageForward(prefill, sh, s, k, tpLink, next);
   }
 
   /// Seconds of one stage for one decode token of k requests whose
@@ -326,17 +334,11 @@ public:
                      const cluster::Link &tpLink, const cluster::Link &next) const {
     int first = s == 0 ? 0 : sh.lastLayer[size_t(s - 1)] + 1, last = sh.lastLayer[size_t(s)];
     cost::Efficiency eff = efficiency(*sh.type);
-    double t = 0;
-    for (int i = first; i <= last; ++i)
-      t += cost::layerForwardTime(decode.layers[size_t(i)], k, *sh.type, opt.dtype, eff,
-                                  opt.profiles, sh.tp);
+    double t = stageForward(decode, sh, s, k, tpLink, next);
     double kvBytes = stageKvPerToken(first, last, sh.tp) * context;
     double kvFlops = 2.0 * kvBytes / elementBytes;
     t += std::max(kvBytes / (sh.type->memoryBandwidthBytesPerSec() * eff.memory),
                   kvFlops / (sh.type->peakFlops(opt.dtype) * eff.matrix));
-    t += tpSeconds(decode, first, last, sh.tp, k, tpLink);
-    if (s + 1 < sh.pp)
-      t += next.transferSeconds(decode.layers[size_t(last)].outputBytesPerSample * k);
     return t;
   }
 

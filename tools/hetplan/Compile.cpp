@@ -215,6 +215,19 @@ std::string fileSha256(llvm::StringRef path, uint64_t &size) {
   return runtime::sha256Hex(bytes.data(), bytes.size());
 }
 
+/// What every plan's summary starts with: the model, the cluster, the mode
+/// and the format.
+llvm::json::Object summaryHead(const plan::Plan &p) {
+  return llvm::json::Object{{"model", p.model().path()},
+                            {"graph", p.model().graph()},
+                            {"parameters", p.model().parameters()},
+                            {"layers", int64_t(p.model().layers_size())},
+                            {"cluster", p.cluster().spec()},
+                            {"devices", int64_t(p.cluster().devices_size())},
+                            {"mode", p.settings().mode()},
+                            {"dtype", p.settings().dtype()}};
+}
+
 llvm::json::Value summaryJson(const plan::Plan &p) {
   llvm::json::Array stages;
   for (const auto &s : p.stages()) {
@@ -279,15 +292,8 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
                                             {"usd_per_hour", r.usd_per_hour()}});
     }
     const auto &sp = sv.prediction();
-    return llvm::json::Object{
-        {"model", p.model().path()},
-        {"graph", p.model().graph()},
-        {"parameters", p.model().parameters()},
-        {"layers", int64_t(p.model().layers_size())},
-        {"cluster", p.cluster().spec()},
-        {"devices", int64_t(p.cluster().devices_size())},
-        {"mode", p.settings().mode()},
-        {"dtype", p.settings().dtype()},
+    llvm::json::Object summary = summaryHead(p);
+    for (auto &[key, value] : llvm::json::Object{
         {"rate_rps", sv.rate_rps()},
         {"prompt_tokens", sv.prompt_tokens()},
         {"output_tokens", sv.output_tokens()},
@@ -310,19 +316,14 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
         {"tpot_s", llvm::json::Object{{"p50", sp.tpot_p50_s()},
                                       {"p90", sp.tpot_p90_s()},
                                       {"p99", sp.tpot_p99_s()}}},
-        {"simulated_requests", int64_t(sp.simulated_requests())}};
+        {"simulated_requests", int64_t(sp.simulated_requests())}})
+      summary[key] = std::move(value);
+    return summary;
   }
-  return llvm::json::Object{
-      {"model", p.model().path()},
-      {"graph", p.model().graph()},
-      {"parameters", p.model().parameters()},
-      {"layers", int64_t(p.model().layers_size())},
-      {"cluster", p.cluster().spec()},
-      {"devices", int64_t(p.cluster().devices_size())},
-      {"mode", p.settings().mode()},
+  llvm::json::Object summary = summaryHead(p);
+  for (auto &[key, value] : llvm::json::Object{
       {"batch", p.settings().global_batch()},
       {"sequence", p.settings().sequence()},
-      {"dtype", p.settings().dtype()},
       {"strategy", p.settings().strategy()},
       {"schedule", p.settings().schedule()},
       {"micro_batches", int64_t(p.settings().micro_batches())},
@@ -335,7 +336,9 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
       {"bubble_fraction", pr.bubble_fraction()},
       {"model_flops_utilization", pr.model_flops_utilization()},
       {"search_time_s", pr.search_time_s()},
-      {"plans_evaluated", int64_t(pr.plans_evaluated())}};
+      {"plans_evaluated", int64_t(pr.plans_evaluated())}})
+    summary[key] = std::move(value);
+  return summary;
 }
 
 void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
@@ -405,6 +408,71 @@ void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
                       pr.plans_evaluated(), pr.search_time_s(), pr.cost_model());
 }
 
+/// The flags every mode shares, read once: the format, the measured
+/// profiles, the catalog (--uncalibrated drops its measured figures) and
+/// how the model's dims are bound. Errors are one line for fail().
+struct CommonFlags {
+  cluster::DType dtype = cluster::DType::FP16;
+  std::vector<cost::Profile> profiles;
+  cluster::DeviceCatalog catalog = cluster::DeviceCatalog::builtin();
+};
+
+llvm::Expected<CommonFlags> readCommonFlags() {
+  auto err = [](const std::string &m) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), m);
+  };
+  CommonFlags f;
+  auto dtype = cluster::parseDType(dtypeArg);
+  if (!dtype || *dtype == cluster::DType::INT8)
+    return err("--dtype must be fp32, tf32, fp16 or bf16, not '" + dtypeArg + "'");
+  f.dtype = *dtype;
+  for (const std::string &path : profileArgs) {
+    auto profile = cost::Profile::load(path);
+    if (!profile)
+      return profile.takeError();
+    f.profiles.push_back(std::move(*profile));
+  }
+  if (uncalibratedArg)
+    for (const cluster::DeviceType *type : cluster::DeviceCatalog::builtin().types()) {
+      cluster::DeviceType plain = *type;
+      plain.achieved = {};
+      if (llvm::Error e = f.catalog.override(std::move(plain)))
+        return std::move(e);
+    }
+  return f;
+}
+
+/// The model pipeline's options from the flags, at `batch` and `sequence`.
+planner::PipelineOptions pipelineOptions(int64_t batch, int64_t sequence, cluster::DType dtype) {
+  planner::PipelineOptions po;
+  po.path = model;
+  po.batch = batch;
+  po.sequence = sequence;
+  po.shapes.assign(shapeArgs.begin(), shapeArgs.end());
+  po.dims.assign(dimArgs.begin(), dimArgs.end());
+  po.batchAxes.assign(batchAxisArgs.begin(), batchAxisArgs.end());
+  po.allowMissingWeights = missingWeights;
+  po.dtype = dtype;
+  return po;
+}
+
+/// What the plan records about the model and the run besides the planner's
+/// result.
+planner::ExportInfo exportInfo(const planner::CostedModel &costed, int64_t sequence) {
+  planner::ExportInfo info;
+  info.modelPath = modelPathFromPlan(model, outputArg);
+  info.modelSha256 = fileSha256(model, info.modelBytes);
+  info.clusterSpec = clusterArg;
+  info.sequence = sequence;
+  info.boundDims = costed.boundDims;
+  info.inputs = costed.inputs;
+  info.outputs = costed.outputs;
+  info.wholeBatchReason = costed.wholeBatchReason;
+  if (!profileArgs.empty())
+    info.costModel = "roofline + profile:" + llvm::join(profileArgs, ",");
+  return info;
+}
+
 } // namespace
 
 /// `hetplan compile MODEL --mode serve ...`: docs/serving.md.
@@ -426,9 +494,9 @@ int runCompileServe() {
                              std::pair{"--budget", double(budgetArg)}})
     if (value < 0 || !std::isfinite(value))
       return fail(std::string(name) + " must be a positive number");
-  auto dtype = cluster::parseDType(dtypeArg);
-  if (!dtype || *dtype == cluster::DType::INT8)
-    return fail("--dtype must be fp32, tf32, fp16 or bf16, not '" + dtypeArg + "'");
+  auto flags = readCommonFlags();
+  if (!flags)
+    return fail(llvm::toString(flags.takeError()));
   if (outputArg.empty() && !jsonArg)
     return fail("give -o PLAN (the plan file to write)");
 
@@ -440,24 +508,11 @@ int runCompileServe() {
   so.tpotTarget = tpotArg / 1e3;
   so.budget = budgetArg;
   so.pickDevices = pickDevicesArg;
-  so.dtype = *dtype;
+  so.dtype = flags->dtype;
   so.seed = serveSeedArg;
-  for (const std::string &path : profileArgs) {
-    auto profile = cost::Profile::load(path);
-    if (!profile)
-      return fail(llvm::toString(profile.takeError()));
-    so.profiles.push_back(std::move(*profile));
-  }
+  so.profiles = flags->profiles;
 
   // `N?` in an inline spec: up to N of that type (--pick-devices only).
-  cluster::DeviceCatalog catalog = cluster::DeviceCatalog::builtin();
-  if (uncalibratedArg)
-    for (const cluster::DeviceType *type : cluster::DeviceCatalog::builtin().types()) {
-      cluster::DeviceType plain = *type;
-      plain.achieved = {};
-      if (llvm::Error err = catalog.override(std::move(plain)))
-        return fail(llvm::toString(std::move(err)));
-    }
   std::string spec = clusterArg;
   std::vector<std::string> optionalNames;
   if (spec.find('?') != std::string::npos) {
@@ -479,7 +534,7 @@ int runCompileServe() {
     }
     spec = stripped;
   }
-  auto cl = cluster::parseClusterSpec(spec, catalog);
+  auto cl = cluster::parseClusterSpec(spec, flags->catalog);
   if (!cl)
     return fail(llvm::toString(cl.takeError()));
   for (const std::string &name : optionalNames) {
@@ -492,15 +547,7 @@ int runCompileServe() {
   // planner's reading of an empty optionalTypes).
 
   // Prefill costs at the prompt length, decode costs at one token.
-  planner::PipelineOptions po;
-  po.path = model;
-  po.batch = 1;
-  po.sequence = promptLenArg;
-  po.shapes.assign(shapeArgs.begin(), shapeArgs.end());
-  po.dims.assign(dimArgs.begin(), dimArgs.end());
-  po.batchAxes.assign(batchAxisArgs.begin(), batchAxisArgs.end());
-  po.allowMissingWeights = missingWeights;
-  po.dtype = so.dtype;
+  planner::PipelineOptions po = pipelineOptions(1, promptLenArg, so.dtype);
   auto prefill = planner::costModelFile(po);
   if (!prefill)
     return fail(llvm::toString(prefill.takeError()));
@@ -515,17 +562,8 @@ int runCompileServe() {
   if (!served)
     return fail(model + " on " + clusterArg + ": " + llvm::toString(served.takeError()));
 
-  planner::ExportInfo info;
-  info.modelPath = modelPathFromPlan(model, outputArg);
-  info.modelSha256 = fileSha256(model, info.modelBytes);
-  info.clusterSpec = clusterArg;
-  info.sequence = promptLenArg;
-  info.boundDims = prefill->boundDims;
-  info.inputs = prefill->inputs;
-  info.outputs = prefill->outputs;
-  if (!profileArgs.empty())
-    info.costModel = "roofline + profile:" + llvm::join(profileArgs, ",");
-  plan::Plan out = planner::serve::exportServePlan(*served, prefill->cost, *cl, so, info);
+  plan::Plan out = planner::serve::exportServePlan(*served, prefill->cost, *cl, so,
+                                                   exportInfo(*prefill, promptLenArg));
   std::string error;
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
@@ -573,10 +611,10 @@ int runCompile() {
     options.mode = cost::Mode::Infer;
   else
     return fail("--mode must be train, infer or serve, not '" + modeArg + "'");
-  auto dtype = cluster::parseDType(dtypeArg);
-  if (!dtype || *dtype == cluster::DType::INT8)
-    return fail("--dtype must be fp32, tf32, fp16 or bf16, not '" + dtypeArg + "'");
-  options.dtype = *dtype;
+  auto flags = readCommonFlags();
+  if (!flags)
+    return fail(llvm::toString(flags.takeError()));
+  options.dtype = flags->dtype;
   auto schedule = planner::parseSchedule(scheduleArg);
   if (!schedule)
     return fail(llvm::toString(schedule.takeError()));
@@ -637,38 +675,17 @@ int runCompile() {
     layouts = std::move(*parsed);
     options.strategy = planner::Strategy::Pinned;
   }
-  for (const std::string &path : profileArgs) {
-    auto profile = cost::Profile::load(path);
-    if (!profile)
-      return fail(llvm::toString(profile.takeError()));
-    options.profiles.push_back(std::move(*profile));
-  }
+  options.profiles = flags->profiles;
   if (outputArg.empty() && !jsonArg && layouts.size() <= 1)
     return fail("give -o PLAN (the plan file to write)");
   if (layouts.size() > 1 && !outputArg.empty())
     return fail("--layout with several layouts prices them and writes no plan: drop -o");
 
-  cluster::DeviceCatalog catalog = cluster::DeviceCatalog::builtin();
-  if (uncalibratedArg)
-    for (const cluster::DeviceType *type : cluster::DeviceCatalog::builtin().types()) {
-      cluster::DeviceType plain = *type;
-      plain.achieved = {};
-      if (llvm::Error err = catalog.override(std::move(plain)))
-        return fail(llvm::toString(std::move(err)));
-    }
-  auto cl = cluster::parseClusterSpec(clusterArg, catalog);
+  auto cl = cluster::parseClusterSpec(clusterArg, flags->catalog);
   if (!cl)
     return fail(llvm::toString(cl.takeError()));
 
-  planner::PipelineOptions po;
-  po.path = model;
-  po.batch = batchArg;
-  po.sequence = seqArg;
-  po.shapes.assign(shapeArgs.begin(), shapeArgs.end());
-  po.dims.assign(dimArgs.begin(), dimArgs.end());
-  po.batchAxes.assign(batchAxisArgs.begin(), batchAxisArgs.end());
-  po.allowMissingWeights = missingWeights;
-  po.dtype = options.dtype;
+  planner::PipelineOptions po = pipelineOptions(batchArg, seqArg, options.dtype);
   po.training = options.mode == cost::Mode::Train;
   auto costed = planner::costModelFile(po);
   if (!costed)
@@ -678,7 +695,6 @@ int runCompile() {
   for (const std::string &w : costed->warnings)
     llvm::errs() << "hetplan: warning: " << w << "\n";
   cost::ModelCost *modelCost = &costed->cost;
-  std::map<std::string, int64_t> &bound = costed->boundDims;
   std::string error;
   options.splitBatch = costed->wholeBatchReason.empty();
   if (!options.splitBatch && !quietArg)
@@ -747,18 +763,8 @@ int runCompile() {
   if (!result)
     return fail(model + " on " + clusterArg + ": " + llvm::toString(result.takeError()));
 
-  planner::ExportInfo info;
-  info.modelPath = modelPathFromPlan(model, outputArg);
-  info.modelSha256 = fileSha256(model, info.modelBytes);
-  info.clusterSpec = clusterArg;
-  info.sequence = seqArg;
-  info.boundDims = bound;
-  info.inputs = costed->inputs;
-  info.outputs = costed->outputs;
-  info.wholeBatchReason = costed->wholeBatchReason;
-  if (!profileArgs.empty())
-    info.costModel = "roofline + profile:" + llvm::join(profileArgs, ",");
-  plan::Plan out = planner::exportPlan(*result, *modelCost, *cl, options, info);
+  plan::Plan out =
+      planner::exportPlan(*result, *modelCost, *cl, options, exportInfo(*costed, seqArg));
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
   // The file holds no wall-clock figures: same inputs, same bytes.
