@@ -674,7 +674,8 @@ plan::Plan makeServingPlan() {
 
 TEST(PlanFile, ServingPlansValidate) {
   plan::Plan p = makeServingPlan();
-  EXPECT_EQ(validationError(p), "");
+  std::string error;
+  EXPECT_TRUE(validatePlan(p, error)) << error;
 
   p = makeServingPlan();
   p.mutable_serving()->mutable_replicas(1)->set_share(0.5);
