@@ -15,6 +15,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 
 namespace hetplan::planner::serve {
@@ -380,9 +381,10 @@ struct Refusal {
 
 /// Prices `sh` on the devices in `stageRanks` (for the links); false when
 /// it fits no request or misses a latency target at any batch.
-bool priceReplica(const Pricer &pr, const Shape &sh,
+bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
                   const std::vector<std::vector<int>> &stageRanks, Replica &out,
                   Refusal &why) {
+  const Pricer &pr = *pricer;
   const Options &opt = pr.opt;
   const cluster::Cluster &cl = pr.cluster;
   std::string where = formatv("{0} x{1} (tp {2}, {3} stage(s))", sh.type->name, sh.tp * sh.pp,
@@ -433,18 +435,20 @@ bool priceReplica(const Pricer &pr, const Shape &sh,
     st.peakBytes = fixed;  // KV added once max batch is known
     out.stages.push_back(std::move(st));
   }
-  auto prefillSeconds = [=, &pr](int k) {
+  // The iteration times keep the pricer alive (Replica::sim outlives the
+  // planning call).
+  auto prefillSeconds = [=](int k) {
     double t = 0;
     for (int s = 0; s < sh.pp; ++s)
-      t += pr.prefillStage(sh, s, k, tpLink[size_t(s)], next[size_t(s)]);
+      t += pricer->prefillStage(sh, s, k, tpLink[size_t(s)], next[size_t(s)]);
     return t;
   };
   // A group's decode step: through every stage once; with every group busy
   // each stage serves `pp` groups per step, so the slowest stage bounds it.
-  auto decodeSeconds = [=, &pr](int k, double contextTokens) {
+  auto decodeSeconds = [=](int k, double contextTokens) {
     double sum = 0, worst = 0;
     for (int s = 0; s < sh.pp; ++s) {
-      double t = pr.decodeStage(sh, s, k, contextTokens, tpLink[size_t(s)], next[size_t(s)]);
+      double t = pricer->decodeStage(sh, s, k, contextTokens, tpLink[size_t(s)], next[size_t(s)]);
       sum += t;
       worst = std::max(worst, t);
     }
@@ -542,7 +546,8 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
                        prefill.layers.size(), decode.layers.size()).str());
   if (opt.rate <= 0 || opt.promptTokens < 1 || opt.outputTokens < 1)
     return err("--rate, --prompt-len and --output-len must be positive");
-  Pricer pr(prefill, decode, cluster, opt);
+  auto pricer = std::make_shared<const Pricer>(prefill, decode, cluster, opt);
+  const Pricer &pr = *pricer;
   if (pr.kvBytesPerToken() <= 0)
     return err("the model has no attention whose keys and values hetplan recognizes (Q·K^T "
                "feeding a Softmax, or an Attention node): no KV cache to serve with");
@@ -582,7 +587,7 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
         Shape sh{t.type, tp, pp, pr.split(pp)};
         std::vector<std::vector<int>> stageRanks(groups.begin(), groups.begin() + pp);
         Replica r;
-        if (!priceReplica(pr, sh, stageRanks, r, why))
+        if (!priceReplica(pricer, sh, stageRanks, r, why))
           continue;
         double perDevice = r.capacity / double(tp * pp);
         t.options.push_back({sh, std::move(r), int(groups.size()) / pp});
@@ -643,7 +648,7 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
                                                  groups.begin() + long((c + 1) * shape.pp));
         Replica r;
         Refusal ignore;
-        priceReplica(pr, shape, stageRanks, r, ignore);
+        priceReplica(pricer, shape, stageRanks, r, ignore);
         plan.replicas.push_back(std::move(r));
       }
     }

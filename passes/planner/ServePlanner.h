@@ -126,6 +126,8 @@ struct Replica {
   double pricePerHour = 0;
   int unpriced = 0;          // devices without a price
   double share = 0, rate = 0;
+  /// The replica as the simulator sees it; its iteration times read the
+  /// models, cluster and options given to planServing, which must outlive it.
   SimReplica sim;
 };
 
