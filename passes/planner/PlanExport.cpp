@@ -30,9 +30,8 @@ overlapping(const Stage &to, int64_t offset, int64_t count) {
 
 } // namespace
 
-plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
-                      const cluster::Cluster &cluster, const Options &options,
-                      const ExportInfo &info) {
+plan::Plan exportPlanHeader(const cost::ModelCost &model, const cluster::Cluster &cluster,
+                            cost::DType dtype, const ExportInfo &info) {
   plan::Plan out;
   out.set_schema_version(runtime::kPlanSchemaVersion);
   out.set_producer("hetplan 0.1.0");
@@ -73,9 +72,16 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
     dev->set_node(d.node);
     dev->set_local_index(d.localIndex);
     dev->set_memory_bytes(d.type->memoryBytes());
-    dev->set_peak_tflops(d.type->peakFlops(options.dtype) / 1e12);
+    dev->set_peak_tflops(d.type->peakFlops(dtype) / 1e12);
     dev->set_speed_factor(d.speedFactor);
   }
+  return out;
+}
+
+plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
+                      const cluster::Cluster &cluster, const Options &options,
+                      const ExportInfo &info) {
+  plan::Plan out = exportPlanHeader(model, cluster, options.dtype, info);
 
   bool training = options.mode == cost::Mode::Train;
   auto *settings = out.mutable_settings();

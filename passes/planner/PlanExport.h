@@ -41,6 +41,11 @@ struct ExportInfo {
   std::string wholeBatchReason;
 };
 
+/// The parts every plan shares: schema version, producer, the model
+/// reference with its layers, and the cluster.
+plan::Plan exportPlanHeader(const cost::ModelCost &model, const cluster::Cluster &cluster,
+                            cost::DType dtype, const ExportInfo &info);
+
 plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
                       const cluster::Cluster &cluster, const Options &options,
                       const ExportInfo &info);

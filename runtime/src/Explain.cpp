@@ -220,11 +220,13 @@ void explainSettings(const plan::Plan &p, std::ostream &os) {
   if (!s.optimizer().empty())
     mode += " (optimizer " + s.optimizer() + ")";
   field(os, "mode", mode);
+  const bool serve = s.mode() == "serve";
   std::string batch = std::to_string(s.global_batch()) + " samples per step";
   if (s.micro_batches() > 0 && s.global_batch() % s.micro_batches() == 0)
     batch += ", " + std::to_string(s.micro_batches()) + " micro-batches of " +
              std::to_string(s.global_batch() / s.micro_batches());
-  field(os, "batch", batch);
+  if (!serve)
+    field(os, "batch", batch);
   if (s.whole_batch())
     field(os, "batch split", "none (" + s.whole_batch_reason() + ")");
   for (const auto &io : s.inputs()) {
@@ -235,10 +237,12 @@ void explainSettings(const plan::Plan &p, std::ostream &os) {
   }
   field(os, "sequence", s.sequence() > 0 ? std::to_string(s.sequence()) : "-");
   field(os, "dtype", s.dtype().empty() ? "?" : s.dtype());
-  field(os, "micro-batches", std::to_string(s.micro_batches()));
-  field(os, "schedule", s.schedule().empty() ? "?" : s.schedule());
+  if (!serve) {
+    field(os, "micro-batches", std::to_string(s.micro_batches()));
+    field(os, "schedule", s.schedule().empty() ? "?" : s.schedule());
+  }
   field(os, "strategy", s.strategy().empty() ? "?" : s.strategy());
-  if (s.mode() != "infer")
+  if (s.mode() == "train")
     field(os, "memory savers", memorySaversText(p));
   if (!s.bound_dims().empty()) {
     std::map<std::string, int64_t> dims(s.bound_dims().begin(), s.bound_dims().end());
@@ -397,6 +401,96 @@ void explainPrediction(const plan::Plan &p, std::ostream &os) {
 
 } // namespace
 
+void explainServing(const plan::Plan &p, std::ostream &os) {
+  const auto &s = p.serving();
+  os << "Serving " << (p.model().graph().empty() ? "?" : p.model().graph()) << " on "
+     << (p.cluster().spec().empty() ? "?" : p.cluster().spec())
+     << (s.picked_devices() ? " (devices picked: the cheapest that meet the targets)" : "")
+     << "\n";
+  std::string targets = format("%.2f req/s, ", s.rate_rps()) +
+                        std::to_string(s.prompt_tokens()) + " prompt + " +
+                        std::to_string(s.output_tokens()) + " output tokens per request";
+  field(os, "workload", targets);
+  std::string bounds;
+  if (s.ttft_target_s() > 0)
+    bounds += "TTFT " + msText(s.ttft_target_s()) + " ms";
+  if (s.tpot_target_s() > 0)
+    bounds += (bounds.empty() ? "" : ", ") + std::string("TPOT ") + msText(s.tpot_target_s()) + " ms";
+  if (!bounds.empty())
+    bounds += " at p" + std::to_string(s.target_percentile());
+  if (s.budget_usd_per_hour() > 0)
+    bounds += (bounds.empty() ? "" : ", ") + format("budget $%.2f/h", s.budget_usd_per_hour());
+  field(os, "targets", bounds.empty() ? "none" : bounds);
+  field(os, "KV cache", bytesText(s.kv_cache_bytes_per_token()) + " per token, " +
+                            bytesText(s.kv_cache_bytes_per_token() *
+                                      double(s.prompt_tokens() + s.output_tokens())) +
+                            " per request (whole model)");
+  field(os, "routing", (s.routing().empty() ? std::string("?") : s.routing()) +
+                           ", shares in proportion to capacity");
+  os << "  replicas (" << s.replicas_size() << ")\n";
+  Table table({"replica", "devices", "ranks", "TP", "stages (layers)", "max batch", "share",
+               "req/s", "capacity", "prefill ms", "decode ms", "$/h"},
+              "r    rrrrrrr");
+  for (const auto &r : s.replicas()) {
+    std::vector<uint32_t> ranks;
+    std::string stages;
+    for (const auto &st : r.stages()) {
+      ranks.insert(ranks.end(), st.ranks().begin(), st.ranks().end());
+      stages += (stages.empty() ? "" : " | ") + std::to_string(st.first_layer()) + "-" +
+                std::to_string(st.last_layer());
+    }
+    table.add({std::to_string(r.index()), typeCounts(p, ranks), rangesText(ranks),
+               std::to_string(r.tensor_parallel()), stages,
+               std::to_string(r.max_batch()) + (r.limited_by().empty() ? "" : " (" + r.limited_by() + ")"),
+               percentText(r.share()), format("%.2f", r.rate_rps()),
+               format("%.2f", r.capacity_rps()), msText(r.prefill_s()),
+               msText(r.decode_step_s()), format("%.2f", r.usd_per_hour())});
+  }
+  table.print(os, "    ");
+  os << "  memory per device (fullest stage of each replica)\n";
+  Table memory({"replica", "stage", "weights", "KV/token", "KV cache", "peak", "capacity", "used"},
+               "rrrrrrrr");
+  for (const auto &r : s.replicas()) {
+    int fullest = -1;
+    double most = -1;
+    for (int i = 0; i < r.stages_size(); ++i) {
+      const auto &st = r.stages(i);
+      double used = st.capacity_bytes() ? double(st.peak_bytes()) / double(st.capacity_bytes()) : 0;
+      if (used > most) {
+        most = used;
+        fullest = i;
+      }
+    }
+    if (fullest < 0)
+      continue;
+    const auto &st = r.stages(fullest);
+    memory.add({std::to_string(r.index()), std::to_string(fullest),
+                bytesText(double(st.weight_bytes())), bytesText(st.kv_cache_bytes_per_token()),
+                bytesText(double(st.kv_cache_bytes())), bytesText(double(st.peak_bytes())),
+                bytesText(double(st.capacity_bytes())), percentText(most)});
+  }
+  memory.print(os, "    ");
+  if (s.idle_devices() > 0)
+    os << "  " << s.idle_devices()
+       << " device(s) idle: no replica on them fits or meets the targets, or none is needed"
+       << (s.picked_devices() ? " (not rented)" : " (paid for: the cluster is fixed)") << "\n";
+  const auto &pr = s.prediction();
+  os << "  simulated (" << pr.simulated_requests() << " Poisson arrivals, seed " << pr.seed()
+     << ")\n";
+  field(os, "throughput", format("%.2f req/s, ", pr.requests_per_s()) +
+                              format("%.1f output tokens/s (capacity ", pr.output_tokens_per_s()) +
+                              format("%.2f req/s)", pr.capacity_rps()));
+  field(os, "TTFT p50/p90/p99", msText(pr.ttft_p50_s()) + " / " + msText(pr.ttft_p90_s()) +
+                                    " / " + msText(pr.ttft_p99_s()) + " ms");
+  field(os, "TPOT p50/p90/p99", msText(pr.tpot_p50_s()) + " / " + msText(pr.tpot_p90_s()) +
+                                    " / " + msText(pr.tpot_p99_s()) + " ms");
+  field(os, "cost", format("$%.2f/h, ", s.usd_per_hour()) +
+                        format("$%.3f per million output tokens", s.usd_per_million_tokens()) +
+                        (s.unpriced_devices() ? " (" + std::to_string(s.unpriced_devices()) +
+                                                    " device(s) without a price counted as $0)"
+                                              : ""));
+}
+
 void explainPlan(const plan::Plan &p, std::ostream &os) {
   os << "hetplan plan (schema " << p.schema_version();
   if (!p.producer().empty())
@@ -405,6 +499,11 @@ void explainPlan(const plan::Plan &p, std::ostream &os) {
   explainModel(p, os);
   explainCluster(p, os);
   explainSettings(p, os);
+  if (p.settings().mode() == "serve" || p.has_serving()) {
+    os << "\n";
+    explainServing(p, os);
+    return;
+  }
   explainStages(p, os);
   explainMemory(p, os);
   explainPrediction(p, os);

@@ -49,6 +49,87 @@ struct Owner {
   int worker = -1;
 };
 
+/// A serving plan (docs/plan-format.md, "Serving plans"): no training
+/// stages; replicas whose stages cover the layers in order on ranks of their
+/// device type that no other replica uses; shares that sum to 1.
+bool validateServing(const plan::Plan &p, std::string &error) {
+  auto fail = [&](std::string message) {
+    error = std::move(message);
+    return false;
+  };
+  const auto &s = p.serving();
+  const uint32_t numRanks = uint32_t(p.cluster().devices_size());
+  const uint32_t numLayers = uint32_t(p.model().layers_size());
+  if (!p.has_serving())
+    return fail("a serving plan (settings.mode serve) without serving settings");
+  if (p.stages_size() > 0)
+    return fail("a serving plan lists " + to_string(p.stages_size()) +
+                " training/inference stages (its replicas carry their own)");
+  if (!(s.rate_rps() > 0) || s.prompt_tokens() < 1 || s.output_tokens() < 1)
+    return fail("serving.rate_rps, prompt_tokens and output_tokens must be positive");
+  if (s.replicas_size() == 0)
+    return fail("the serving plan has no replicas");
+  std::vector<int> owner(numRanks, -1);
+  double shares = 0;
+  for (int i = 0; i < s.replicas_size(); ++i) {
+    const auto &r = s.replicas(i);
+    const std::string at = "replica " + to_string(i);
+    if (r.index() != uint32_t(i))
+      return fail(at + " has index " + to_string(r.index()));
+    if (r.tensor_parallel() == 0)
+      return fail(at + " has tensor_parallel 0 (1 when there is none)");
+    if (r.stages_size() == 0)
+      return fail(at + " has no stages");
+    if (r.max_batch() == 0)
+      return fail(at + " serves no request at once (max_batch 0)");
+    if (!(r.share() >= 0) || r.share() > 1 + 1e-9)
+      return fail(at + " has share " + std::to_string(r.share()) + " (0..1)");
+    shares += r.share();
+    for (int k = 0; k < r.stages_size(); ++k) {
+      const auto &st = r.stages(k);
+      const std::string where = at + " stage " + to_string(k);
+      uint32_t expected = k == 0 ? 0 : r.stages(k - 1).last_layer() + 1;
+      if (st.first_layer() != expected || st.last_layer() < st.first_layer() ||
+          st.last_layer() >= numLayers)
+        return fail(where + " has layers " + to_string(st.first_layer()) + ".." +
+                    to_string(st.last_layer()) + ", expected to start at " + to_string(expected) +
+                    " within the model's " + to_string(numLayers) + " layers");
+      if (st.first_node() != p.model().layers(int(st.first_layer())).first_node() ||
+          st.last_node() != p.model().layers(int(st.last_layer())).last_node())
+        return fail(where + " has nodes " + to_string(st.first_node()) + ".." +
+                    to_string(st.last_node()) + " that are not its layers' nodes");
+      if (uint32_t(st.ranks_size()) != r.tensor_parallel())
+        return fail(where + " has " + to_string(st.ranks_size()) +
+                    " ranks, but the replica's tensor_parallel is " +
+                    to_string(r.tensor_parallel()));
+      for (uint32_t rank : st.ranks()) {
+        if (rank >= numRanks)
+          return fail(where + ": rank " + to_string(rank) + " does not exist (the cluster has " +
+                      to_string(numRanks) + " devices)");
+        if (owner[rank] >= 0)
+          return fail(where + ": rank " + to_string(rank) + " already serves replica " +
+                      to_string(owner[rank]));
+        owner[rank] = i;
+        if (p.cluster().devices(int(rank)).type() != r.device_type())
+          return fail(where + ": rank " + to_string(rank) + " is a " +
+                      p.cluster().devices(int(rank)).type() + ", not a " + r.device_type());
+      }
+    }
+    if (r.stages(r.stages_size() - 1).last_layer() != numLayers - 1)
+      return fail(at + "'s stages end at layer " +
+                  to_string(r.stages(r.stages_size() - 1).last_layer()) + ", but the model has " +
+                  to_string(numLayers) + " layers");
+  }
+  if (std::fabs(shares - 1) > 1e-6)
+    return fail("the replicas' shares of the request rate sum to " + std::to_string(shares) +
+                ", not 1");
+  for (const auto &rank : p.ranks())
+    if (rank.program_size() > 0)
+      return fail("rank " + to_string(rank.rank()) +
+                  " has a program in a serving plan (serving plans carry none yet)");
+  return true;
+}
+
 } // namespace
 
 bool isIdleRank(const plan::Plan &plan, uint32_t rank) {
@@ -144,6 +225,11 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
   const uint32_t microBatches = p.settings().micro_batches();
   if (microBatches == 0)
     return fail("settings.micro_batches is 0");
+
+  if (p.settings().mode() == "serve")
+    return validateServing(p, error);
+  if (p.has_serving())
+    return fail("serving settings in a " + p.settings().mode() + " plan (only mode serve has them)");
 
   // Training-memory settings (docs/plan-format.md). Stage.recompute in an
   // inference plan is ignored: inference keeps nothing for a backward.

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/PlanFile.h"
 
 #include <google/protobuf/util/message_differencer.h>
@@ -631,4 +632,85 @@ TEST(PlanFile, ValidateRefusesProgramsOutOfOrder) {
         std::string error;
         EXPECT_TRUE(validatePlan(makeSamplePlan(stages, 2, mbs, gpipe), error)) << error;
       }
+}
+
+namespace {
+
+/// The sample plan's model and cluster as a serving plan (docs/plan-format.md,
+/// "Serving plans"): one replica on the A100s (ranks 0-1, tensor parallel 2),
+/// one on the V100s, each the whole model in one stage, shares 0.75 / 0.25.
+plan::Plan makeServingPlan() {
+  plan::Plan p = makeSamplePlan();
+  p.clear_stages();
+  for (auto &rank : *p.mutable_ranks())
+    rank.clear_program();
+  p.mutable_settings()->set_mode("serve");
+  p.mutable_settings()->set_micro_batches(1);
+  auto *s = p.mutable_serving();
+  s->set_rate_rps(4);
+  s->set_prompt_tokens(128);
+  s->set_output_tokens(32);
+  const int layers = p.model().layers_size();
+  for (int r = 0; r < 2; ++r) {
+    auto *rep = s->add_replicas();
+    rep->set_index(uint32_t(r));
+    rep->set_device_type(r == 0 ? "A100-80GB" : "V100-32GB");
+    rep->set_tensor_parallel(2);
+    rep->set_max_batch(8);
+    rep->set_micro_batches(1);
+    rep->set_share(r == 0 ? 0.75 : 0.25);
+    auto *st = rep->add_stages();
+    st->set_first_layer(0);
+    st->set_last_layer(uint32_t(layers - 1));
+    st->set_first_node(0);
+    st->set_last_node(p.model().layers(layers - 1).last_node());
+    st->add_ranks(uint32_t(2 * r));
+    st->add_ranks(uint32_t(2 * r + 1));
+  }
+  return p;
+}
+
+} // namespace
+
+TEST(PlanFile, ServingPlansValidate) {
+  plan::Plan p = makeServingPlan();
+  std::string error;
+  EXPECT_TRUE(validatePlan(p, error)) << error;
+
+  p = makeServingPlan();
+  p.mutable_serving()->mutable_replicas(1)->set_share(0.5);
+  EXPECT_EQ(validationError(p),
+            "the replicas' shares of the request rate sum to 1.250000, not 1");
+
+  p = makeServingPlan();
+  p.mutable_serving()->mutable_replicas(1)->mutable_stages(0)->set_ranks(0, 1);
+  EXPECT_EQ(validationError(p), "replica 1 stage 0: rank 1 already serves replica 0");
+
+  p = makeServingPlan();
+  p.mutable_serving()->mutable_replicas(0)->set_device_type("V100-32GB");
+  EXPECT_EQ(validationError(p), "replica 0 stage 0: rank 0 is a A100-80GB, not a V100-32GB");
+
+  p = makeServingPlan();
+  p.mutable_serving()->mutable_replicas(0)->mutable_stages(0)->set_last_layer(1);
+  p.mutable_serving()->mutable_replicas(0)->mutable_stages(0)->set_last_node(3);
+  EXPECT_EQ(validationError(p), "replica 0's stages end at layer 1, but the model has 5 layers");
+
+  p = makeServingPlan();
+  p.mutable_serving()->mutable_replicas(0)->set_max_batch(0);
+  EXPECT_EQ(validationError(p), "replica 0 serves no request at once (max_batch 0)");
+
+  p = makeServingPlan();
+  p.mutable_serving()->clear_replicas();
+  EXPECT_EQ(validationError(p), "the serving plan has no replicas");
+
+  // A training plan with serving settings is refused.
+  p = makeSamplePlan();
+  p.mutable_serving()->set_rate_rps(1);
+  EXPECT_EQ(validationError(p), "serving settings in a train plan (only mode serve has them)");
+
+  // explain prints the replicas and their shares.
+  std::ostringstream os;
+  explainPlan(makeServingPlan(), os);
+  EXPECT_NE(os.str().find("replicas (2)"), std::string::npos) << os.str();
+  EXPECT_NE(os.str().find("75.0%"), std::string::npos) << os.str();
 }

@@ -21,6 +21,7 @@
 #include "passes/planner/ModelPipeline.h"
 #include "passes/planner/PlanExport.h"
 #include "passes/planner/Planner.h"
+#include "passes/planner/ServePlanner.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -31,6 +32,7 @@
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <sstream>
 
 namespace cl = llvm::cl;
@@ -76,12 +78,15 @@ cl::opt<std::string> model(cl::Positional, cl::Required,
 cl::opt<std::string> clusterArg("cluster", cl::Required,
                                 cl::desc("Cluster: inline (4xA100-80G,12xT4) or a YAML/JSON file"),
                                 cl::value_desc("SPEC|FILE"), cl::sub(compileCmd));
-cl::opt<std::string> modeArg("mode", cl::desc("train (forward, backward, Adam) or infer"),
-                             cl::init("train"), cl::value_desc("train|infer"),
+cl::opt<std::string> modeArg("mode",
+                             cl::desc("train (forward, backward, Adam), infer, or serve (LLM "
+                                      "serving: replicas, routing, KV cache; docs/serving.md)"),
+                             cl::init("train"), cl::value_desc("train|infer|serve"),
                              cl::sub(compileCmd));
-cl::opt<int64_t> batchArg("batch", cl::Required,
-                          cl::desc("Samples per step (the global batch)"),
-                          cl::sub(compileCmd));
+cl::opt<int64_t> batchArg("batch",
+                          cl::desc("Samples per step (the global batch); required for train "
+                                   "and infer"),
+                          cl::init(0), cl::sub(compileCmd));
 cl::opt<int64_t> seqArg("seq",
                         cl::desc("Sequence length: binds the first input dim named like a "
                                  "sequence that is not a past/total/cache length (others: "
@@ -159,6 +164,32 @@ cl::list<std::string> profileArgs("profile",
                                            "that replace the roofline on their device type"),
                                   cl::value_desc("FILE"), cl::sub(compileCmd));
 
+// --mode serve (docs/serving.md).
+cl::opt<double> rateArg("rate", cl::desc("serve: requests per second to serve"),
+                        cl::value_desc("REQ/S"), cl::init(0), cl::sub(compileCmd));
+cl::opt<int64_t> promptLenArg("prompt-len", cl::desc("serve: prompt tokens per request"),
+                              cl::init(0), cl::sub(compileCmd));
+cl::opt<int64_t> outputLenArg("output-len", cl::desc("serve: tokens generated per request"),
+                              cl::init(0), cl::sub(compileCmd));
+cl::opt<double> ttftArg("ttft-ms",
+                        cl::desc("serve: time-to-first-token target, ms, at the 90th percentile"),
+                        cl::init(0), cl::sub(compileCmd));
+cl::opt<double> tpotArg("tpot-ms",
+                        cl::desc("serve: time-per-output-token target, ms, at the 90th "
+                                 "percentile"),
+                        cl::init(0), cl::sub(compileCmd));
+cl::opt<double> budgetArg("budget", cl::desc("serve: the most to spend, $ per hour"),
+                          cl::value_desc("$/h"), cl::init(0), cl::sub(compileCmd));
+cl::opt<bool> pickDevicesArg(
+    "pick-devices",
+    cl::desc("serve: use the cheapest part of the cluster that meets the rate and targets; "
+             "a count written N? in an inline cluster (8xA100-80G?,16xL4?) means up to N, "
+             "one without ? is used whole; in a cluster file every type is up to its count"),
+    cl::sub(compileCmd));
+cl::opt<uint64_t> serveSeedArg("serve-seed",
+                               cl::desc("serve: seed of the simulated Poisson arrivals"),
+                               cl::init(1), cl::sub(compileCmd));
+
 cl::opt<std::string> planArg(cl::Positional, cl::Required, cl::desc("<plan file>"),
                              cl::sub(explainCmd));
 cl::opt<std::string> timelineArg("timeline",
@@ -182,6 +213,19 @@ std::string fileSha256(llvm::StringRef path, uint64_t &size) {
   size = bytes.size();
   // The runtime's (OpenSSL) SHA-256: the same digest `run` checks, 5x LLVM's.
   return runtime::sha256Hex(bytes.data(), bytes.size());
+}
+
+/// What every plan's summary starts with: the model, the cluster, the mode
+/// and the format.
+llvm::json::Object summaryHead(const plan::Plan &p) {
+  return llvm::json::Object{{"model", p.model().path()},
+                            {"graph", p.model().graph()},
+                            {"parameters", p.model().parameters()},
+                            {"layers", int64_t(p.model().layers_size())},
+                            {"cluster", p.cluster().spec()},
+                            {"devices", int64_t(p.cluster().devices_size())},
+                            {"mode", p.settings().mode()},
+                            {"dtype", p.settings().dtype()}};
 }
 
 llvm::json::Value summaryJson(const plan::Plan &p) {
@@ -218,17 +262,68 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
         {"peak_bytes", int64_t(r.memory().peak())},
         {"capacity_bytes", int64_t(r.memory().capacity())}});
   const auto &pr = p.prediction();
-  return llvm::json::Object{
-      {"model", p.model().path()},
-      {"graph", p.model().graph()},
-      {"parameters", p.model().parameters()},
-      {"layers", int64_t(p.model().layers_size())},
-      {"cluster", p.cluster().spec()},
-      {"devices", int64_t(p.cluster().devices_size())},
-      {"mode", p.settings().mode()},
+  if (p.has_serving()) {
+    const auto &sv = p.serving();
+    llvm::json::Array replicas;
+    for (const auto &r : sv.replicas()) {
+      llvm::json::Array stagesOf;
+      for (const auto &st : r.stages()) {
+        llvm::json::Array ranks;
+        for (auto rank : st.ranks())
+          ranks.push_back(int64_t(rank));
+        stagesOf.push_back(llvm::json::Object{{"first_layer", int64_t(st.first_layer())},
+                                              {"last_layer", int64_t(st.last_layer())},
+                                              {"ranks", std::move(ranks)},
+                                              {"weight_bytes", int64_t(st.weight_bytes())},
+                                              {"kv_cache_bytes", int64_t(st.kv_cache_bytes())},
+                                              {"peak_bytes", int64_t(st.peak_bytes())},
+                                              {"capacity_bytes", int64_t(st.capacity_bytes())}});
+      }
+      replicas.push_back(llvm::json::Object{{"device_type", r.device_type()},
+                                            {"tensor_parallel", int64_t(r.tensor_parallel())},
+                                            {"stages", std::move(stagesOf)},
+                                            {"max_batch", int64_t(r.max_batch())},
+                                            {"limited_by", r.limited_by()},
+                                            {"share", r.share()},
+                                            {"rate_rps", r.rate_rps()},
+                                            {"capacity_rps", r.capacity_rps()},
+                                            {"prefill_s", r.prefill_s()},
+                                            {"decode_step_s", r.decode_step_s()},
+                                            {"usd_per_hour", r.usd_per_hour()}});
+    }
+    const auto &sp = sv.prediction();
+    llvm::json::Object summary = summaryHead(p);
+    for (auto &[key, value] : llvm::json::Object{
+        {"rate_rps", sv.rate_rps()},
+        {"prompt_tokens", sv.prompt_tokens()},
+        {"output_tokens", sv.output_tokens()},
+        {"ttft_target_s", sv.ttft_target_s()},
+        {"tpot_target_s", sv.tpot_target_s()},
+        {"budget_usd_per_hour", sv.budget_usd_per_hour()},
+        {"picked_devices", sv.picked_devices()},
+        {"kv_cache_bytes_per_token", sv.kv_cache_bytes_per_token()},
+        {"replicas", std::move(replicas)},
+        {"usd_per_hour", sv.usd_per_hour()},
+        {"usd_per_million_tokens", sv.usd_per_million_tokens()},
+        {"unpriced_devices", int64_t(sv.unpriced_devices())},
+        {"idle_devices", int64_t(sv.idle_devices())},
+        {"capacity_rps", sp.capacity_rps()},
+        {"requests_per_s", sp.requests_per_s()},
+        {"output_tokens_per_s", sp.output_tokens_per_s()},
+        {"ttft_s", llvm::json::Object{{"p50", sp.ttft_p50_s()},
+                                      {"p90", sp.ttft_p90_s()},
+                                      {"p99", sp.ttft_p99_s()}}},
+        {"tpot_s", llvm::json::Object{{"p50", sp.tpot_p50_s()},
+                                      {"p90", sp.tpot_p90_s()},
+                                      {"p99", sp.tpot_p99_s()}}},
+        {"simulated_requests", int64_t(sp.simulated_requests())}})
+      summary[key] = std::move(value);
+    return summary;
+  }
+  llvm::json::Object summary = summaryHead(p);
+  for (auto &[key, value] : llvm::json::Object{
       {"batch", p.settings().global_batch()},
       {"sequence", p.settings().sequence()},
-      {"dtype", p.settings().dtype()},
       {"strategy", p.settings().strategy()},
       {"schedule", p.settings().schedule()},
       {"micro_batches", int64_t(p.settings().micro_batches())},
@@ -241,7 +336,9 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
       {"bubble_fraction", pr.bubble_fraction()},
       {"model_flops_utilization", pr.model_flops_utilization()},
       {"search_time_s", pr.search_time_s()},
-      {"plans_evaluated", int64_t(pr.plans_evaluated())}};
+      {"plans_evaluated", int64_t(pr.plans_evaluated())}})
+    summary[key] = std::move(value);
+  return summary;
 }
 
 void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
@@ -311,9 +408,189 @@ void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
                       pr.plans_evaluated(), pr.search_time_s(), pr.cost_model());
 }
 
+/// The flags every mode shares, read once: the format, the measured
+/// profiles, the catalog (--uncalibrated drops its measured figures) and
+/// how the model's dims are bound. Errors are one line for fail().
+struct CommonFlags {
+  cluster::DType dtype = cluster::DType::FP16;
+  std::vector<cost::Profile> profiles;
+  cluster::DeviceCatalog catalog = cluster::DeviceCatalog::builtin();
+};
+
+llvm::Expected<CommonFlags> readCommonFlags() {
+  auto err = [](const std::string &m) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), m);
+  };
+  CommonFlags f;
+  auto dtype = cluster::parseDType(dtypeArg);
+  if (!dtype || *dtype == cluster::DType::INT8)
+    return err("--dtype must be fp32, tf32, fp16 or bf16, not '" + dtypeArg + "'");
+  f.dtype = *dtype;
+  for (const std::string &path : profileArgs) {
+    auto profile = cost::Profile::load(path);
+    if (!profile)
+      return profile.takeError();
+    f.profiles.push_back(std::move(*profile));
+  }
+  if (uncalibratedArg)
+    for (const cluster::DeviceType *type : cluster::DeviceCatalog::builtin().types()) {
+      cluster::DeviceType plain = *type;
+      plain.achieved = {};
+      if (llvm::Error e = f.catalog.override(std::move(plain)))
+        return std::move(e);
+    }
+  return f;
+}
+
+/// The model pipeline's options from the flags, at `batch` and `sequence`.
+planner::PipelineOptions pipelineOptions(int64_t batch, int64_t sequence, cluster::DType dtype) {
+  planner::PipelineOptions po;
+  po.path = model;
+  po.batch = batch;
+  po.sequence = sequence;
+  po.shapes.assign(shapeArgs.begin(), shapeArgs.end());
+  po.dims.assign(dimArgs.begin(), dimArgs.end());
+  po.batchAxes.assign(batchAxisArgs.begin(), batchAxisArgs.end());
+  po.allowMissingWeights = missingWeights;
+  po.dtype = dtype;
+  return po;
+}
+
+/// What the plan records about the model and the run besides the planner's
+/// result.
+planner::ExportInfo exportInfo(const planner::CostedModel &costed, int64_t sequence) {
+  planner::ExportInfo info;
+  info.modelPath = modelPathFromPlan(model, outputArg);
+  info.modelSha256 = fileSha256(model, info.modelBytes);
+  info.clusterSpec = clusterArg;
+  info.sequence = sequence;
+  info.boundDims = costed.boundDims;
+  info.inputs = costed.inputs;
+  info.outputs = costed.outputs;
+  info.wholeBatchReason = costed.wholeBatchReason;
+  if (!profileArgs.empty())
+    info.costModel = "roofline + profile:" + llvm::join(profileArgs, ",");
+  return info;
+}
+
 } // namespace
 
+/// `hetplan compile MODEL --mode serve ...`: docs/serving.md.
+int runCompileServe() {
+  constexpr int64_t kMaxTokens = int64_t(1) << 20;
+  if (batchArg.getNumOccurrences() || seqArg.getNumOccurrences())
+    return fail("--mode serve takes --prompt-len and --output-len (and --rate), not --batch "
+                "or --seq");
+  if (!pinArg.empty() || !layoutArg.empty())
+    return fail("--pin and --layout are for train and infer plans, not --mode serve");
+  if (!(rateArg > 0) || !std::isfinite(rateArg))
+    return fail("--mode serve needs --rate REQ/S, a positive number of requests per second");
+  if (promptLenArg < 1 || promptLenArg > kMaxTokens)
+    return fail("--mode serve needs --prompt-len between 1 and " + std::to_string(kMaxTokens));
+  if (outputLenArg < 1 || outputLenArg > kMaxTokens)
+    return fail("--mode serve needs --output-len between 1 and " + std::to_string(kMaxTokens));
+  for (auto [name, value] : {std::pair{"--ttft-ms", double(ttftArg)},
+                             std::pair{"--tpot-ms", double(tpotArg)},
+                             std::pair{"--budget", double(budgetArg)}})
+    if (value < 0 || !std::isfinite(value))
+      return fail(std::string(name) + " must be a positive number");
+  auto flags = readCommonFlags();
+  if (!flags)
+    return fail(llvm::toString(flags.takeError()));
+  if (outputArg.empty() && !jsonArg)
+    return fail("give -o PLAN (the plan file to write)");
+
+  planner::serve::Options so;
+  so.rate = rateArg;
+  so.promptTokens = promptLenArg;
+  so.outputTokens = outputLenArg;
+  so.ttftTarget = ttftArg / 1e3;
+  so.tpotTarget = tpotArg / 1e3;
+  so.budget = budgetArg;
+  so.pickDevices = pickDevicesArg;
+  so.dtype = flags->dtype;
+  so.seed = serveSeedArg;
+  so.profiles = flags->profiles;
+
+  // `N?` in an inline spec: up to N of that type (--pick-devices only).
+  std::string spec = clusterArg;
+  std::vector<std::string> optionalNames;
+  if (spec.find('?') != std::string::npos) {
+    if (!pickDevicesArg)
+      return fail("'?' in --cluster (up to N devices) needs --pick-devices");
+    llvm::SmallVector<llvm::StringRef> items;
+    llvm::StringRef(clusterArg).split(items, ',');
+    std::string stripped;
+    for (llvm::StringRef item : items) {
+      llvm::StringRef body = item.split(';').first.trim();
+      bool optional = body.ends_with("?");
+      if (optional) {
+        body = body.drop_back();
+        optionalNames.push_back(body.rsplit('x').second.str());
+      }
+      std::string text = item.str();
+      text.erase(std::remove(text.begin(), text.end(), '?'), text.end());
+      stripped += (stripped.empty() ? "" : ",") + text;
+    }
+    spec = stripped;
+  }
+  auto cl = cluster::parseClusterSpec(spec, flags->catalog);
+  if (!cl)
+    return fail(llvm::toString(cl.takeError()));
+  for (const std::string &name : optionalNames) {
+    auto type = cl->catalog().lookup(name);
+    if (!type)
+      return fail(llvm::toString(type.takeError()));
+    so.optionalTypes.insert(*type);
+  }
+  // No '?' with --pick-devices: every type may be used in part (the
+  // planner's reading of an empty optionalTypes).
+
+  // Prefill costs at the prompt length, decode costs at one token.
+  planner::PipelineOptions po = pipelineOptions(1, promptLenArg, so.dtype);
+  auto prefill = planner::costModelFile(po);
+  if (!prefill)
+    return fail(llvm::toString(prefill.takeError()));
+  for (const std::string &w : prefill->warnings)
+    llvm::errs() << "hetplan: warning: " << w << "\n";
+  po.sequence = 1;
+  auto decode = planner::costModelFile(po);
+  if (!decode)
+    return fail(llvm::toString(decode.takeError()));
+
+  auto served = planner::serve::planServing(prefill->cost, decode->cost, *cl, so);
+  if (!served)
+    return fail(model + " on " + clusterArg + ": " + llvm::toString(served.takeError()));
+
+  plan::Plan out = planner::serve::exportServePlan(*served, prefill->cost, *cl, so,
+                                                   exportInfo(*prefill, promptLenArg));
+  std::string error;
+  if (!runtime::validatePlan(out, error))
+    return fail("internal error: the plan does not validate: " + error);
+  if (!outputArg.empty() && !runtime::writePlan(outputArg, out, error))
+    return fail(error);
+  if (jsonArg) {
+    llvm::outs() << llvm::formatv("{0:2}", summaryJson(out)) << "\n";
+    return 0;
+  }
+  std::ostringstream os;
+  runtime::explainServing(out, os);
+  llvm::outs() << os.str();
+  llvm::outs() << "  plan written to " << outputArg << "\n";
+  return 0;
+}
+
 int runCompile() {
+  if (modeArg == "serve")
+    return runCompileServe();
+  if (batchArg.getNumOccurrences() == 0)
+    return fail("--batch is required for --mode " + modeArg);
+  if (rateArg.getNumOccurrences() || promptLenArg.getNumOccurrences() ||
+      outputLenArg.getNumOccurrences() || ttftArg.getNumOccurrences() ||
+      tpotArg.getNumOccurrences() || budgetArg.getNumOccurrences() ||
+      pickDevicesArg.getNumOccurrences())
+    return fail("--rate, --prompt-len, --output-len, --ttft-ms, --tpot-ms, --budget and "
+                "--pick-devices are for --mode serve");
   // Options first: a bad flag should not wait for a large import.
   planner::Options options;
   options.globalBatch = batchArg;
@@ -333,11 +610,11 @@ int runCompile() {
   else if (modeArg == "infer" || modeArg == "inference")
     options.mode = cost::Mode::Infer;
   else
-    return fail("--mode must be train or infer, not '" + modeArg + "'");
-  auto dtype = cluster::parseDType(dtypeArg);
-  if (!dtype || *dtype == cluster::DType::INT8)
-    return fail("--dtype must be fp32, tf32, fp16 or bf16, not '" + dtypeArg + "'");
-  options.dtype = *dtype;
+    return fail("--mode must be train, infer or serve, not '" + modeArg + "'");
+  auto flags = readCommonFlags();
+  if (!flags)
+    return fail(llvm::toString(flags.takeError()));
+  options.dtype = flags->dtype;
   auto schedule = planner::parseSchedule(scheduleArg);
   if (!schedule)
     return fail(llvm::toString(schedule.takeError()));
@@ -398,38 +675,17 @@ int runCompile() {
     layouts = std::move(*parsed);
     options.strategy = planner::Strategy::Pinned;
   }
-  for (const std::string &path : profileArgs) {
-    auto profile = cost::Profile::load(path);
-    if (!profile)
-      return fail(llvm::toString(profile.takeError()));
-    options.profiles.push_back(std::move(*profile));
-  }
+  options.profiles = flags->profiles;
   if (outputArg.empty() && !jsonArg && layouts.size() <= 1)
     return fail("give -o PLAN (the plan file to write)");
   if (layouts.size() > 1 && !outputArg.empty())
     return fail("--layout with several layouts prices them and writes no plan: drop -o");
 
-  cluster::DeviceCatalog catalog = cluster::DeviceCatalog::builtin();
-  if (uncalibratedArg)
-    for (const cluster::DeviceType *type : cluster::DeviceCatalog::builtin().types()) {
-      cluster::DeviceType plain = *type;
-      plain.achieved = {};
-      if (llvm::Error err = catalog.override(std::move(plain)))
-        return fail(llvm::toString(std::move(err)));
-    }
-  auto cl = cluster::parseClusterSpec(clusterArg, catalog);
+  auto cl = cluster::parseClusterSpec(clusterArg, flags->catalog);
   if (!cl)
     return fail(llvm::toString(cl.takeError()));
 
-  planner::PipelineOptions po;
-  po.path = model;
-  po.batch = batchArg;
-  po.sequence = seqArg;
-  po.shapes.assign(shapeArgs.begin(), shapeArgs.end());
-  po.dims.assign(dimArgs.begin(), dimArgs.end());
-  po.batchAxes.assign(batchAxisArgs.begin(), batchAxisArgs.end());
-  po.allowMissingWeights = missingWeights;
-  po.dtype = options.dtype;
+  planner::PipelineOptions po = pipelineOptions(batchArg, seqArg, options.dtype);
   po.training = options.mode == cost::Mode::Train;
   auto costed = planner::costModelFile(po);
   if (!costed)
@@ -439,7 +695,6 @@ int runCompile() {
   for (const std::string &w : costed->warnings)
     llvm::errs() << "hetplan: warning: " << w << "\n";
   cost::ModelCost *modelCost = &costed->cost;
-  std::map<std::string, int64_t> &bound = costed->boundDims;
   std::string error;
   options.splitBatch = costed->wholeBatchReason.empty();
   if (!options.splitBatch && !quietArg)
@@ -508,18 +763,8 @@ int runCompile() {
   if (!result)
     return fail(model + " on " + clusterArg + ": " + llvm::toString(result.takeError()));
 
-  planner::ExportInfo info;
-  info.modelPath = modelPathFromPlan(model, outputArg);
-  info.modelSha256 = fileSha256(model, info.modelBytes);
-  info.clusterSpec = clusterArg;
-  info.sequence = seqArg;
-  info.boundDims = bound;
-  info.inputs = costed->inputs;
-  info.outputs = costed->outputs;
-  info.wholeBatchReason = costed->wholeBatchReason;
-  if (!profileArgs.empty())
-    info.costModel = "roofline + profile:" + llvm::join(profileArgs, ",");
-  plan::Plan out = planner::exportPlan(*result, *modelCost, *cl, options, info);
+  plan::Plan out =
+      planner::exportPlan(*result, *modelCost, *cl, options, exportInfo(*costed, seqArg));
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
   // The file holds no wall-clock figures: same inputs, same bytes.

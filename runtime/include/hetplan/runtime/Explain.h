@@ -20,6 +20,12 @@ namespace hetplan::runtime {
 /// rank against capacity with its breakdown, and the prediction.
 void explainPlan(const plan::Plan &plan, std::ostream &os);
 
+/// A serving plan's Plan.serving: targets, KV cache per token, the
+/// replicas (devices, tensor parallel, stages, max batch, routing share,
+/// capacity, $/h), memory per device, the simulated throughput and latency
+/// percentiles, and the cost.
+void explainServing(const plan::Plan &plan, std::ostream &os);
+
 /// The memory savers a training plan uses, e.g. "recomputation on stage 0;
 /// ZeRO-2; optimizer state in host memory"; "none" when it uses none.
 std::string memorySaversText(const plan::Plan &plan);

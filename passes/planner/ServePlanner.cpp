@@ -1,0 +1,903 @@
+//===- ServePlanner.cpp - LLM serving plans on mixed GPUs -----------------===//
+//
+// docs/serving.md gives the model and its sources.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/planner/ServePlanner.h"
+
+#include "hetplan/runtime/Plan.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+
+namespace hetplan::planner::serve {
+
+using llvm::formatv;
+
+//===----------------------------------------------------------------------===//
+// Simulation
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct Request {
+  double arrival = 0, firstToken = -1, finish = -1;
+  int64_t generated = 0;
+};
+
+double percentileOf(std::vector<double> v, double p) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  // Nearest rank.
+  size_t rank = size_t(std::ceil(p / 100.0 * double(v.size())));
+  return v[std::min(v.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+/// One replica's continuous batching over the requests routed to it.
+void simulateReplica(const SimReplica &r, std::vector<Request *> &requests,
+                     int64_t promptTokens, int64_t outputTokens) {
+  struct Group {
+    double busyUntil = 0;
+    bool busy = false;
+    bool prefilling = false;
+    std::vector<Request *> running, admitted;
+  };
+  std::vector<Group> groups(size_t(std::max(1, r.groups)));
+  std::deque<Request *> waiting;
+  size_t next = 0;
+  const double inf = std::numeric_limits<double>::infinity();
+  auto start = [&](Group &g, double now) {
+    if (!waiting.empty() && int(g.running.size()) < r.groupBatch) {
+      int k = std::min({int(waiting.size()), r.groupBatch - int(g.running.size()),
+                        std::max(1, r.prefillBatch)});
+      g.admitted.assign(waiting.begin(), waiting.begin() + k);
+      waiting.erase(waiting.begin(), waiting.begin() + k);
+      g.prefilling = true;
+      g.busy = true;
+      g.busyUntil = now + r.prefillSeconds(k);
+    } else if (!g.running.empty()) {
+      double context = 0;
+      for (Request *q : g.running)
+        context += double(promptTokens + q->generated);
+      g.prefilling = false;
+      g.busy = true;
+      g.busyUntil = now + r.decodeSeconds(int(g.running.size()), context);
+    } else {
+      g.busy = false;
+    }
+  };
+  while (true) {
+    double nextArrival = next < requests.size() ? requests[next]->arrival : inf;
+    Group *first = nullptr;
+    for (Group &g : groups)
+      if (g.busy && (!first || g.busyUntil < first->busyUntil))
+        first = &g;
+    double nextDone = first ? first->busyUntil : inf;
+    if (nextArrival == inf && nextDone == inf)
+      break;
+    if (nextArrival <= nextDone) {
+      waiting.push_back(requests[next++]);
+      for (Group &g : groups)
+        if (!g.busy)
+          start(g, nextArrival);
+      continue;
+    }
+    Group &g = *first;
+    double now = g.busyUntil;
+    if (g.prefilling) {
+      for (Request *q : g.admitted) {
+        q->firstToken = now;
+        q->generated = 1;
+        if (q->generated >= outputTokens)
+          q->finish = now;
+        else
+          g.running.push_back(q);
+      }
+      g.admitted.clear();
+    } else {
+      std::vector<Request *> still;
+      for (Request *q : g.running) {
+        if (++q->generated >= outputTokens)
+          q->finish = now;
+        else
+          still.push_back(q);
+      }
+      g.running = std::move(still);
+    }
+    start(g, now);
+    // Another idle group may take what this one left waiting.
+    for (Group &other : groups)
+      if (!other.busy)
+        start(other, now);
+  }
+}
+
+} // namespace
+
+SimResult simulate(const std::vector<SimReplica> &replicas, double rate,
+                   int64_t promptTokens, int64_t outputTokens, uint64_t count, uint64_t seed) {
+  SimResult result;
+  if (replicas.empty() || rate <= 0 || count == 0)
+    return result;
+  // Exponential gaps by inversion on the generator's own 53-bit doubles:
+  // the same on every standard library (std::exponential_distribution is not).
+  std::mt19937_64 gen(seed);
+  std::vector<Request> requests(count);
+  double t = 0;
+  for (Request &q : requests) {
+    double u = double(gen() >> 11) * (1.0 / 9007199254740992.0);
+    t += -std::log1p(-u) / rate;
+    q.arrival = t;
+  }
+  // Smooth weighted round-robin (nginx): deterministic, and each replica's
+  // arrivals stay evenly spread.
+  std::vector<std::vector<Request *>> routed(replicas.size());
+  std::vector<double> current(replicas.size(), 0);
+  double total = 0;
+  for (const SimReplica &r : replicas)
+    total += std::max(0.0, r.share);
+  for (Request &q : requests) {
+    size_t best = 0;
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      current[i] += std::max(0.0, replicas[i].share);
+      if (current[i] > current[best])
+        best = i;
+    }
+    current[best] -= total;
+    routed[best].push_back(&q);
+  }
+  for (size_t i = 0; i < replicas.size(); ++i)
+    simulateReplica(replicas[i], routed[i], promptTokens, outputTokens);
+
+  std::vector<double> ttft, tpot;
+  double last = 0;
+  size_t skip = count / 10;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Request &q = requests[i];
+    last = std::max(last, q.finish);
+    if (i < skip)
+      continue;
+    ttft.push_back(q.firstToken - q.arrival);
+    tpot.push_back(outputTokens > 1 ? (q.finish - q.firstToken) / double(outputTokens - 1) : 0);
+  }
+  for (double v : ttft)
+    result.ttftMean += v / double(ttft.size());
+  for (double v : tpot)
+    result.tpotMean += v / double(tpot.size());
+  result.ttftP50 = percentileOf(ttft, 50);
+  result.ttftP90 = percentileOf(ttft, 90);
+  result.ttftP99 = percentileOf(ttft, 99);
+  result.tpotP50 = percentileOf(tpot, 50);
+  result.tpotP90 = percentileOf(tpot, 90);
+  result.tpotP99 = percentileOf(tpot, 99);
+  result.requests = count;
+  double span = last - requests.front().arrival;
+  if (span > 0) {
+    result.requestsPerSecond = double(count) / span;
+    result.outputTokensPerSecond = double(count) * double(outputTokens) / span;
+  }
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Pricing a replica
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::string ms(double s) { return formatv("{0:F2} ms", s * 1e3).str(); }
+std::string gibText(double b) { return formatv("{0:F2} GiB", b / double(1ull << 30)).str(); }
+
+/// A replica shape on one device type: `pp` stages of `tp` devices.
+struct Shape {
+  const cluster::DeviceType *type = nullptr;
+  int tp = 1, pp = 1;
+  std::vector<int> lastLayer;  // per stage
+};
+
+class Pricer {
+public:
+  Pricer(const cost::ModelCost &prefill, const cost::ModelCost &decode,
+         const cluster::Cluster &cluster, const Options &options)
+      : prefill(prefill), decode(decode), cluster(cluster), opt(options),
+        elementBytes(cost::dtypeBytes(options.dtype)) {
+    for (const cost::LayerCost &l : prefill.layers)
+      kvPerToken.push_back(l.kvCacheBytesPerSample / double(options.promptTokens));
+  }
+
+  double kvBytesPerToken() const {
+    double s = 0;
+    for (double k : kvPerToken)
+      s += k;
+    return s;
+  }
+
+  /// Layers split into `pp` contiguous stages of about equal weight bytes.
+  std::vector<int> split(int pp) const {
+    int L = int(decode.layers.size());
+    double total = 0;
+    for (const auto &l : decode.layers)
+      total += l.parameterBytes + 1;
+    std::vector<int> last;
+    double acc = 0;
+    int l = 0;
+    for (int s = 0; s < pp; ++s) {
+      double target = total * double(s + 1) / pp;
+      int remainingStages = pp - s - 1;
+      // At least one layer; leave one for each later stage.
+      acc += decode.layers[size_t(l)].parameterBytes + 1;
+      ++l;
+      while (l < L - remainingStages && (s == pp - 1 || acc + decode.layers[size_t(l)].parameterBytes / 2 < target)) {
+        acc += decode.layers[size_t(l)].parameterBytes + 1;
+        ++l;
+      }
+      last.push_back(l - 1);
+    }
+    return last;
+  }
+
+  /// The device's efficiencies with the serving engine's per-kernel host
+  /// cost (decode replays CUDA graphs: docs/serving.md).
+  cost::Efficiency efficiency(const cluster::DeviceType &type) const {
+    cost::Efficiency eff = cost::defaultEfficiency(type);
+    if (opt.kernelSeconds >= 0)
+      eff.launchSeconds = opt.kernelSeconds;
+    return eff;
+  }
+
+  bool layerSplits(const cost::LayerCost &l, int tp) const {
+    for (const auto &u : l.tensorParallelUnits)
+      if (u.fits(tp))
+        return true;
+    return false;
+  }
+
+  double stageWeightBytes(int first, int last, int tp) const {
+    double bytes = 0;
+    for (int i = first; i <= last; ++i) {
+      const cost::LayerCost &l = decode.layers[size_t(i)];
+      double split = 0;
+      for (size_t k = 0; k < l.ops.size(); ++k)
+        if (l.splitAt(k, tp))
+          split += l.ops[k].weightBytes;
+      bytes += l.parameterBytes - std::min(split, l.parameterBytes) * (1.0 - 1.0 / tp);
+      for (auto [owner, elements] : l.tiedParameters)
+        if (owner < first || owner > last)
+          bytes += double(elements) * elementBytes;
+    }
+    return bytes;
+  }
+
+  double stageKvPerToken(int first, int last, int tp) const {
+    double bytes = 0;
+    for (int i = first; i <= last; ++i)
+      bytes += kvPerToken[size_t(i)] / (layerSplits(decode.layers[size_t(i)], tp) ? tp : 1);
+    return bytes;
+  }
+
+  /// Collective seconds of `samples` samples through layers [first, last]
+  /// on a `tp` group (ring on the link between its ranks), with the
+  /// per-sample traffic of `model`.
+  double tpSeconds(const cost::ModelCost &model, int first, int last, int tp, double samples,
+                   const cluster::Link &link) const {
+    if (tp <= 1)
+      return 0;
+    double s = 0;
+    for (int i = first; i <= last; ++i)
+      for (const auto &u : model.layers[size_t(i)].tensorParallelUnits) {
+        if (!u.fits(tp))
+          continue;
+        double bytes = u.forwardElementsPerSample * elementBytes * samples;
+        double factor = (u.pair ? 2.0 : 1.0) * double(tp - 1) / tp;
+        s += factor * bytes / (link.bandwidthGBs * 1e9) +
+             u.forwardCollectives * (u.pair ? 2 : 1) * (tp - 1) * link.latencyUs * 1e-6;
+      }
+    return s;
+  }
+
+  /// Seconds of one stage's forward of k samples of `model` (the model
+  /// costed at the prompt length for prefill, at one token for decode):
+  /// compute, the tensor-parallel collectives, the send to the next stage.
+  double stageForward(const cost::ModelCost &model, const Shape &sh, int s, int k,
+                      const cluster::Link &tpLink, const cluster::Link &next) const {
+    int first = s == 0 ? 0 : sh.lastLayer[size_t(s - 1)] + 1, last = sh.lastLayer[size_t(s)];
+    cost::Efficiency eff = efficiency(*sh.type);
+    double t = 0;
+    for (int i = first; i <= last; ++i)
+      t += cost::layerForwardTime(model.layers[size_t(i)], k, *sh.type, opt.dtype, eff,
+                                  opt.profiles, sh.tp);
+    t += tpSeconds(model, first, last, sh.tp, k, tpLink);
+    if (s + 1 < sh.pp)
+      t += next.transferSeconds(model.layers[size_t(last)].outputBytesPerSample * k);
+    return t;
+  }
+
+  /// Seconds of one stage for a prefill of k requests.
+  double prefillStage(const Shape &sh, int s, int k, const cluster::Link &tpLink,
+                      const cluster::Link &next) const {
+    return stageForward(prefill, sh, s, k, tpLink, next);
+  }
+
+  /// Seconds of one stage for one decode token of k requests whose
+  /// contexts sum to `context` tokens: the one-token forward (weights read
+  /// once for the batch), plus attention over the KV cache, memory-bound
+  /// (its reads) or compute-bound (2 FLOPs per cached element).
+  double decodeStage(const Shape &sh, int s, int k, double context,
+                     const cluster::Link &tpLink, const cluster::Link &next) const {
+    int first = s == 0 ? 0 : sh.lastLayer[size_t(s - 1)] + 1, last = sh.lastLayer[size_t(s)];
+    cost::Efficiency eff = efficiency(*sh.type);
+    double t = stageForward(decode, sh, s, k, tpLink, next);
+    double kvBytes = stageKvPerToken(first, last, sh.tp) * context;
+    double kvFlops = 2.0 * kvBytes / elementBytes;
+    t += std::max(kvBytes / (sh.type->memoryBandwidthBytesPerSec() * eff.memory),
+                  kvFlops / (sh.type->peakFlops(opt.dtype) * eff.matrix));
+    return t;
+  }
+
+  const cost::ModelCost &prefill, &decode;
+  const cluster::Cluster &cluster;
+  const Options &opt;
+  double elementBytes;
+  std::vector<double> kvPerToken;
+};
+
+/// Device groups of one type: tp ranks in one node, node by node.
+std::vector<std::vector<int>> tpGroups(const cluster::Cluster &cluster,
+                                       const cluster::DeviceType *type, int tp,
+                                       int limitDevices) {
+  std::vector<std::vector<int>> groups;
+  int used = 0;
+  for (const cluster::Node &node : cluster.nodes) {
+    std::vector<int> ranks;
+    for (int r : node.devices)
+      if (cluster.devices[size_t(r)].type == type)
+        ranks.push_back(r);
+    for (size_t i = 0; i + size_t(tp) <= ranks.size() && used + tp <= limitDevices; i += size_t(tp)) {
+      groups.emplace_back(ranks.begin() + long(i), ranks.begin() + long(i + size_t(tp)));
+      used += tp;
+    }
+  }
+  return groups;
+}
+
+/// Why a shape was refused, for the error when none fits.
+struct Refusal {
+  double memoryShortBytes = std::numeric_limits<double>::infinity();
+  std::string memoryWhere;
+  double bestTpot = std::numeric_limits<double>::infinity();
+  std::string tpotWhere;
+  double bestTtft = std::numeric_limits<double>::infinity();
+  std::string ttftWhere;
+};
+
+/// Prices `sh` on the devices in `stageRanks` (for the links); false when
+/// it fits no request or misses a latency target at any batch.
+bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
+                  const std::vector<std::vector<int>> &stageRanks, Replica &out,
+                  Refusal &why) {
+  const Pricer &pr = *pricer;
+  const Options &opt = pr.opt;
+  const cluster::Cluster &cl = pr.cluster;
+  std::string where = formatv("{0} x{1} (tp {2}, {3} stage(s))", sh.type->name, sh.tp * sh.pp,
+                              sh.tp, sh.pp).str();
+  std::vector<cluster::Link> tpLink, next;
+  for (int s = 0; s < sh.pp; ++s) {
+    const auto &ranks = stageRanks[size_t(s)];
+    tpLink.push_back(ranks.size() > 1 ? cl.linkBetween(ranks[0], ranks[1]) : cluster::Link{1e9, 0, ""});
+    next.push_back(s + 1 < sh.pp ? cl.linkBetween(ranks[0], stageRanks[size_t(s + 1)][0])
+                                 : cluster::Link{1e9, 0, ""});
+  }
+  out = Replica();
+  out.type = sh.type;
+  out.tensorParallel = sh.tp;
+  const int64_t P = opt.promptTokens, O = opt.outputTokens;
+  const int prefillBatch = int(std::max<int64_t>(1, opt.maxPrefillTokens / P));
+  // Memory: every stage holds the KV cache of every request in flight.
+  double capacity = double(sh.type->memoryBytes()) * opt.memoryUtilization;
+  double context = sh.type->kind == cluster::DeviceKind::GPU ? opt.deviceContextBytes : 0;
+  int memBatch = std::numeric_limits<int>::max();
+  for (int s = 0; s < sh.pp; ++s) {
+    int first = s == 0 ? 0 : sh.lastLayer[size_t(s - 1)] + 1, last = sh.lastLayer[size_t(s)];
+    ReplicaStage st;
+    st.firstLayer = first;
+    st.lastLayer = last;
+    st.ranks = stageRanks[size_t(s)];
+    st.weightBytes = pr.stageWeightBytes(first, last, sh.tp);
+    st.kvBytesPerToken = pr.stageKvPerToken(first, last, sh.tp);
+    st.capacityBytes = double(sh.type->memoryBytes());
+    // Prefill activations: the largest op's input and output at the
+    // largest prefill batch.
+    double workspace = 0;
+    for (int i = first; i <= last; ++i)
+      workspace = std::max(workspace, 2 * pr.prefill.layers[size_t(i)].largestActivationBytesPerSample *
+                                          prefillBatch / sh.tp);
+    double fixed = st.weightBytes + context + workspace;
+    double perRequest = st.kvBytesPerToken * double(P + O);
+    double free = capacity - fixed - perRequest * sh.pp;  // one request per group at least
+    if (free < 0) {
+      if (-free < why.memoryShortBytes) {
+        why.memoryShortBytes = -free;
+        why.memoryWhere = where + formatv(", stage {0}", s).str();
+      }
+      return false;
+    }
+    int fit = perRequest > 0 ? int(std::min(1e9, std::floor((capacity - fixed) / perRequest))) : 1 << 30;
+    memBatch = std::min(memBatch, fit);
+    st.peakBytes = fixed;  // KV added once max batch is known
+    out.stages.push_back(std::move(st));
+  }
+  // The iteration times keep the pricer alive (Replica::sim outlives the
+  // planning call).
+  auto prefillSeconds = [=](int k) {
+    double t = 0;
+    for (int s = 0; s < sh.pp; ++s)
+      t += pricer->prefillStage(sh, s, k, tpLink[size_t(s)], next[size_t(s)]);
+    return t;
+  };
+  // A group's decode step: through every stage once; with every group busy
+  // each stage serves `pp` groups per step, so the slowest stage bounds it.
+  auto decodeSeconds = [=](int k, double contextTokens) {
+    double sum = 0, worst = 0;
+    for (int s = 0; s < sh.pp; ++s) {
+      double t = pricer->decodeStage(sh, s, k, contextTokens, tpLink[size_t(s)], next[size_t(s)]);
+      sum += t;
+      worst = std::max(worst, t);
+    }
+    return std::max(sum, sh.pp * worst);
+  };
+  // Per group of b requests: TPOT ~ decode step at mean context + the
+  // prefills of the b requests that replace it spread over O tokens;
+  // capacity = b / (O * TPOT) per group.
+  auto tpotAt = [&](int b) {
+    int k = std::min(b, prefillBatch);
+    return decodeSeconds(b, double(b) * (double(P) + double(O) / 2)) +
+           double(b) * prefillSeconds(k) / k / double(std::max<int64_t>(1, O));
+  };
+  double ttft = prefillSeconds(1);
+  if (opt.ttftTarget > 0 && ttft > opt.ttftTarget) {
+    if (ttft < why.bestTtft) {
+      why.bestTtft = ttft;
+      why.ttftWhere = where;
+    }
+    return false;
+  }
+  int maxGroup = std::max(1, std::min(memBatch / sh.pp, opt.maxBatchPerGroup));
+  out.limitedBy = memBatch / sh.pp <= opt.maxBatchPerGroup ? "memory" : "batch cap";
+  // Leave a tenth of the target for queueing and prefill bursts.
+  double tpotBound = opt.tpotTarget > 0 ? 0.9 * opt.tpotTarget : 0;
+  int b = maxGroup;
+  if (tpotBound > 0 && tpotAt(1) > tpotBound) {
+    if (tpotAt(1) < why.bestTpot) {
+      why.bestTpot = tpotAt(1);
+      why.tpotWhere = where;
+    }
+    return false;
+  }
+  if (tpotBound > 0 && tpotAt(b) > tpotBound) {
+    int lo = 1, hi = b;  // tpotAt(lo) fits, tpotAt(hi) does not
+    while (hi - lo > 1) {
+      int mid = (lo + hi) / 2;
+      (tpotAt(mid) <= tpotBound ? lo : hi) = mid;
+    }
+    b = lo;
+    out.limitedBy = "tpot";
+  }
+  out.maxBatch = b * sh.pp;
+  out.prefillSeconds = ttft;
+  out.decodeStepSeconds = decodeSeconds(b, double(b) * (double(P) + double(O) / 2));
+  out.capacity = double(sh.pp) * double(b) / (double(O) * tpotAt(b));
+  for (ReplicaStage &st : out.stages) {
+    st.kvBytes = st.kvBytesPerToken * double(P + O) * out.maxBatch;
+    st.peakBytes += st.kvBytes;
+  }
+  for (const auto &st : out.stages)
+    for (int r : st.ranks) {
+      (void)r;
+      if (sh.type->pricePerHourUSD)
+        out.pricePerHour += *sh.type->pricePerHourUSD;
+      else
+        ++out.unpriced;
+    }
+  out.sim.groups = sh.pp;
+  out.sim.groupBatch = b;
+  out.sim.prefillBatch = prefillBatch;
+  out.sim.prefillSeconds = prefillSeconds;
+  out.sim.decodeSeconds = decodeSeconds;
+  return true;
+}
+
+/// A replica shape that fits and meets the targets on one device type.
+struct ShapeOption {
+  Shape shape;
+  Replica sample;           // priced on the first devices
+  int available = 0;        // replicas the cluster's devices can form
+};
+
+/// One device type: every feasible shape, and the best (the most
+/// requests/s per device), which a fixed cluster uses throughout.
+struct TypeChoice {
+  const cluster::DeviceType *type = nullptr;
+  int devices = 0;          // of this type in the cluster
+  bool optional = false;
+  std::vector<ShapeOption> options;
+  int best = -1;
+};
+
+} // namespace
+
+llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
+                                      const cost::ModelCost &decode,
+                                      const cluster::Cluster &cluster, const Options &opt) {
+  auto err = [](const std::string &m) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), m);
+  };
+  if (prefill.layers.size() != decode.layers.size() || prefill.layers.empty())
+    return err(formatv("the model groups into {0} layers at the prompt length and {1} at one "
+                       "token: cannot price decode layer by layer",
+                       prefill.layers.size(), decode.layers.size()).str());
+  if (opt.rate <= 0 || opt.promptTokens < 1 || opt.outputTokens < 1)
+    return err("--rate, --prompt-len and --output-len must be positive");
+  auto pricer = std::make_shared<const Pricer>(prefill, decode, cluster, opt);
+  const Pricer &pr = *pricer;
+  if (pr.kvBytesPerToken() <= 0)
+    return err("the model has no attention whose keys and values hetplan recognizes (Q·K^T "
+               "feeding a Softmax, or an Attention node): no KV cache to serve with");
+
+  // Device types in order of first rank.
+  std::vector<TypeChoice> types;
+  for (const cluster::Device &d : cluster.devices) {
+    auto it = std::find_if(types.begin(), types.end(),
+                           [&](const TypeChoice &t) { return t.type == d.type; });
+    if (it == types.end()) {
+      TypeChoice t;
+      t.type = d.type;
+      t.optional = opt.pickDevices &&
+                   (opt.optionalTypes.empty() || opt.optionalTypes.count(d.type));
+      types.push_back(t);
+      it = types.end() - 1;
+    }
+    ++it->devices;
+  }
+
+  Refusal why;
+  int L = int(decode.layers.size());
+  for (TypeChoice &t : types) {
+    double bestPerDevice = -1;
+    int perNode = 0;
+    for (const cluster::Node &node : cluster.nodes) {
+      int n = 0;
+      for (int r : node.devices)
+        n += cluster.devices[size_t(r)].type == t.type;
+      perNode = std::max(perNode, n);
+    }
+    for (int tp = 1; tp <= std::min(perNode, opt.maxTensorParallel); tp *= 2)
+      for (int pp = 1; pp <= std::min({L, opt.maxPipelineStages, t.devices / tp}); pp *= 2) {
+        auto groups = tpGroups(cluster, t.type, tp, t.devices);
+        if (int(groups.size()) < pp)
+          continue;
+        Shape sh{t.type, tp, pp, pr.split(pp)};
+        std::vector<std::vector<int>> stageRanks(groups.begin(), groups.begin() + pp);
+        Replica r;
+        if (!priceReplica(pricer, sh, stageRanks, r, why))
+          continue;
+        double perDevice = r.capacity / double(tp * pp);
+        t.options.push_back({sh, std::move(r), int(groups.size()) / pp});
+        if (perDevice > bestPerDevice * 1.0001) {
+          bestPerDevice = perDevice;
+          t.best = int(t.options.size()) - 1;
+        }
+      }
+  }
+  std::vector<TypeChoice *> usable;
+  for (TypeChoice &t : types)
+    if (t.best >= 0)
+      usable.push_back(&t);
+  if (usable.empty()) {
+    if (why.memoryShortBytes < std::numeric_limits<double>::infinity() &&
+        why.bestTpot == std::numeric_limits<double>::infinity() &&
+        why.bestTtft == std::numeric_limits<double>::infinity())
+      return err(formatv("no replica fits in memory: the closest, {0}, needs {1} more for its "
+                         "weights and one request's KV cache ({2} tokens)",
+                         why.memoryWhere, gibText(why.memoryShortBytes),
+                         opt.promptTokens + opt.outputTokens).str());
+    std::string m = "no replica meets the latency targets:";
+    if (why.bestTtft < std::numeric_limits<double>::infinity())
+      m += formatv(" TTFT target {0} is missed by the fastest prefill, {1} on {2} ({3} over)",
+                   ms(opt.ttftTarget), ms(why.bestTtft), why.ttftWhere,
+                   ms(why.bestTtft - opt.ttftTarget)).str();
+    if (why.bestTpot < std::numeric_limits<double>::infinity())
+      m += formatv("{0} TPOT target {1} (with a tenth kept for queueing: {2}) is missed by "
+                   "the fastest decode at batch 1, {3} on {4} ({5} over)",
+                   why.bestTtft < std::numeric_limits<double>::infinity() ? ";" : "",
+                   ms(opt.tpotTarget), ms(0.9 * opt.tpotTarget), ms(why.bestTpot),
+                   why.tpotWhere, ms(why.bestTpot - 0.9 * opt.tpotTarget)).str();
+    if (why.memoryShortBytes < std::numeric_limits<double>::infinity())
+      m += formatv("; other shapes do not fit in memory ({0} short on {1})",
+                   gibText(why.memoryShortBytes), why.memoryWhere).str();
+    return err(m);
+  }
+
+  // How many replicas of each usable type: all of them for a fixed cluster
+  // (and for types that are not optional), else the cheapest counts whose
+  // capacity, loaded to `load`, covers the rate. Prices unknown: refused
+  // when picking (the cheapest would be meaningless).
+  uint64_t requests = opt.simulatedRequests
+                          ? opt.simulatedRequests
+                          : uint64_t(std::clamp(opt.rate * 120.0, 2000.0, 20000.0));
+  // A choice: per usable type, which of its shapes and how many replicas.
+  using Choice = std::vector<std::pair<int, int>>;
+  auto build = [&](const Choice &choice) {
+    ServePlan plan;
+    plan.seed = opt.seed;
+    plan.kvBytesPerToken = pr.kvBytesPerToken();
+    for (size_t i = 0; i < usable.size(); ++i) {
+      TypeChoice &t = *usable[i];
+      const Shape &shape = t.options[size_t(choice[i].first)].shape;
+      auto groups = tpGroups(cluster, t.type, shape.tp, t.devices);
+      for (int c = 0; c < choice[i].second; ++c) {
+        std::vector<std::vector<int>> stageRanks(groups.begin() + long(c * shape.pp),
+                                                 groups.begin() + long((c + 1) * shape.pp));
+        Replica r;
+        Refusal ignore;
+        priceReplica(pricer, shape, stageRanks, r, ignore);
+        plan.replicas.push_back(std::move(r));
+      }
+    }
+    for (const Replica &r : plan.replicas) {
+      plan.capacity += r.capacity;
+      plan.pricePerHour += r.pricePerHour;
+      plan.unpricedDevices += r.unpriced;
+    }
+    // Water-filling on capacity: every replica at the same utilization.
+    for (Replica &r : plan.replicas) {
+      r.share = r.capacity / plan.capacity;
+      r.rate = r.share * opt.rate;
+      r.sim.share = r.share;
+    }
+    std::vector<SimReplica> sims;
+    for (const Replica &r : plan.replicas)
+      sims.push_back(r.sim);
+    plan.predicted = simulate(sims, opt.rate, opt.promptTokens, opt.outputTokens, requests, opt.seed);
+    double tokensPerHour = opt.rate * double(opt.outputTokens) * 3600;
+    plan.pricePerMillionTokens = plan.pricePerHour / tokensPerHour * 1e6;
+    return plan;
+  };
+  auto missed = [&](const ServePlan &p) {
+    std::string m;
+    int q = opt.percentile;
+    if (opt.ttftTarget > 0 && p.predicted.ttft(q) > opt.ttftTarget)
+      m += formatv("TTFT p{0} {1} exceeds the target {2} by {3}", q, ms(p.predicted.ttft(q)),
+                   ms(opt.ttftTarget), ms(p.predicted.ttft(q) - opt.ttftTarget)).str();
+    if (opt.tpotTarget > 0 && p.predicted.tpot(q) > opt.tpotTarget)
+      m += (m.empty() ? "" : "; ") +
+           formatv("TPOT p{0} {1} exceeds the target {2} by {3}", q, ms(p.predicted.tpot(q)),
+                   ms(opt.tpotTarget), ms(p.predicted.tpot(q) - opt.tpotTarget)).str();
+    return m;
+  };
+
+  Choice all;
+  double allCapacity = 0;
+  for (TypeChoice *t : usable) {
+    const ShapeOption &o = t->options[size_t(t->best)];
+    all.push_back({t->best, o.available});
+    double most = 0;
+    for (const ShapeOption &x : t->options)
+      most = std::max(most, x.available * x.sample.capacity);
+    allCapacity += t->optional ? most : o.available * o.sample.capacity;
+  }
+  if (allCapacity < opt.rate)
+    return err(formatv("the rate {0:F2} req/s exceeds what the {1} can serve{5}, {2:F2} "
+                       "req/s, by {3:F2} req/s ({4:F0}%)",
+                       opt.rate, opt.pickDevices ? "devices available" : "cluster",
+                       allCapacity, opt.rate - allCapacity,
+                       100 * (opt.rate - allCapacity) / allCapacity,
+                       opt.tpotTarget > 0 ? " within the TPOT target" : "").str());
+
+  bool picking = false;
+  for (TypeChoice *t : usable)
+    picking |= t->optional;
+  if (!picking) {
+    ServePlan plan = build(all);
+    // A fixed cluster is paid whole, idle devices too.
+    int unpriced = 0;
+    plan.pricePerHour = cluster.totalPricePerHour(unpriced);
+    plan.unpricedDevices = unpriced;
+    plan.pricePerMillionTokens =
+        plan.pricePerHour / (opt.rate * double(opt.outputTokens) * 3600) * 1e6;
+    if (std::string m = missed(plan); !m.empty())
+      return err(formatv("at {0:F2} req/s on the whole cluster (capacity {1:F2} req/s): {2}",
+                         opt.rate, plan.capacity, m).str());
+    if (opt.budget > 0 && plan.pricePerHour > opt.budget)
+      return err(formatv("the budget ${0:F2}/h is too small: the cluster costs ${1:F2}/h "
+                         "(${2:F2}/h over); --pick-devices chooses the cheapest part of it",
+                         opt.budget, plan.pricePerHour, plan.pricePerHour - opt.budget).str());
+    return plan;
+  }
+  for (TypeChoice *t : usable)
+    if (t->optional && t->options[size_t(t->best)].sample.unpriced)
+      return err(formatv("--pick-devices needs a price for every optional type: {0} has none "
+                         "(give price_per_hour_usd in the cluster file)", t->type->name).str());
+
+  // Cheapest choice for a load: enumerate, per optional type, each shape
+  // and count (a few types, a few shapes, tens of replicas: small); the
+  // other types at their best shape, whole. A type runs one shape.
+  std::string lastMiss;
+  for (double load : {0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2}) {
+    Choice best;
+    double bestPrice = std::numeric_limits<double>::infinity(), bestCap = 0;
+    Choice choice(usable.size(), {0, 0});
+    uint64_t visited = 0;
+    std::function<void(size_t, double, double)> walk = [&](size_t i, double cap, double cost) {
+      if (cost > bestPrice + 1e-9 || ++visited > 4000000)
+        return;
+      if (i == usable.size()) {
+        if (cap * load >= opt.rate && (cost < bestPrice - 1e-9 ||
+                                       (cost < bestPrice + 1e-9 && cap > bestCap))) {
+          best = choice;
+          bestPrice = cost;
+          bestCap = cap;
+        }
+        return;
+      }
+      const TypeChoice *t = usable[i];
+      if (!t->optional) {
+        const ShapeOption &o = t->options[size_t(t->best)];
+        choice[i] = {t->best, o.available};
+        walk(i + 1, cap + o.available * o.sample.capacity,
+             cost + o.available * o.sample.pricePerHour);
+        return;
+      }
+      choice[i] = {0, 0};
+      walk(i + 1, cap, cost);  // none of this type
+      for (size_t k = 0; k < t->options.size(); ++k) {
+        const ShapeOption &o = t->options[k];
+        for (int c = 1; c <= o.available; ++c) {
+          choice[i] = {int(k), c};
+          walk(i + 1, cap + c * o.sample.capacity, cost + c * o.sample.pricePerHour);
+          if (cap + c * o.sample.capacity >= opt.rate / load)
+            break;  // more of this shape only costs more
+        }
+      }
+      choice[i] = {0, 0};
+    };
+    walk(0, 0, 0);
+    if (best.empty())
+      break;
+    ServePlan plan = build(best);
+    std::string m = missed(plan);
+    if (m.empty()) {
+      if (opt.budget > 0 && plan.pricePerHour > opt.budget)
+        return err(formatv("the budget ${0:F2}/h is too small: the cheapest devices meeting "
+                           "{1:F2} req/s within the targets cost ${2:F2}/h (${3:F2}/h, {4:F0}% "
+                           "over)",
+                           opt.budget, opt.rate, plan.pricePerHour,
+                           plan.pricePerHour - opt.budget,
+                           100 * (plan.pricePerHour - opt.budget) / opt.budget).str());
+      return plan;
+    }
+    lastMiss = formatv("loaded to {0:F0}% of capacity: {1}", 100 * load, m).str();
+  }
+  return err(formatv("no choice of the devices available meets the targets at {0:F2} req/s "
+                     "(the last tried, {1})",
+                     opt.rate, lastMiss.empty() ? "none: not enough capacity" : lastMiss).str());
+}
+
+//===----------------------------------------------------------------------===//
+// Export
+//===----------------------------------------------------------------------===//
+
+plan::Plan exportServePlan(const ServePlan &sp, const cost::ModelCost &model,
+                           const cluster::Cluster &cluster, const Options &opt,
+                           const ExportInfo &info) {
+  plan::Plan out = exportPlanHeader(model, cluster, opt.dtype, info);
+  auto *settings = out.mutable_settings();
+  settings->set_mode("serve");
+  settings->set_global_batch(1);
+  settings->set_sequence(opt.promptTokens);
+  settings->set_dtype(cluster::dtypeName(opt.dtype).str());
+  settings->set_micro_batches(1);
+  settings->set_strategy(opt.pickDevices ? "serve-pick" : "serve");
+  for (const auto &[k, v] : info.boundDims)
+    (*settings->mutable_bound_dims())[k] = v;
+  for (auto [list, ios] : {std::pair{&info.inputs, settings->mutable_inputs()},
+                           std::pair{&info.outputs, settings->mutable_outputs()}})
+    for (const IoShape &io : *list) {
+      auto *o = ios->Add();
+      o->set_name(io.name);
+      for (int64_t size : io.dims)
+        o->add_dims(size < 0 ? -1 : size);
+      o->set_batch_axis(int32_t(io.batchAxis));
+    }
+
+  auto *s = out.mutable_serving();
+  s->set_rate_rps(opt.rate);
+  s->set_prompt_tokens(opt.promptTokens);
+  s->set_output_tokens(opt.outputTokens);
+  s->set_ttft_target_s(opt.ttftTarget);
+  s->set_tpot_target_s(opt.tpotTarget);
+  s->set_target_percentile(uint32_t(opt.percentile));
+  s->set_budget_usd_per_hour(opt.budget);
+  s->set_picked_devices(opt.pickDevices);
+  s->set_kv_cache_bytes_per_token(sp.kvBytesPerToken);
+  s->set_routing("weighted-round-robin");
+  s->set_usd_per_hour(sp.pricePerHour);
+  s->set_usd_per_million_tokens(sp.pricePerMillionTokens);
+  s->set_unpriced_devices(uint32_t(sp.unpricedDevices));
+  s->set_memory_utilization(opt.memoryUtilization);
+  std::vector<const ReplicaStage *> stageOfRank(cluster.devices.size(), nullptr);
+  for (auto [i, r] : llvm::enumerate(sp.replicas)) {
+    auto *rep = s->add_replicas();
+    rep->set_index(uint32_t(i));
+    rep->set_device_type(r.type->name);
+    rep->set_tensor_parallel(uint32_t(r.tensorParallel));
+    for (const ReplicaStage &st : r.stages) {
+      auto *o = rep->add_stages();
+      o->set_first_layer(uint32_t(st.firstLayer));
+      o->set_last_layer(uint32_t(st.lastLayer));
+      o->set_first_node(uint32_t(model.layers[size_t(st.firstLayer)].firstNode));
+      o->set_last_node(uint32_t(model.layers[size_t(st.lastLayer)].lastNode));
+      for (int rank : st.ranks) {
+        o->add_ranks(uint32_t(rank));
+        stageOfRank[size_t(rank)] = &st;
+      }
+      o->set_weight_bytes(uint64_t(st.weightBytes));
+      o->set_kv_cache_bytes_per_token(st.kvBytesPerToken);
+      o->set_kv_cache_bytes(uint64_t(st.kvBytes));
+      o->set_capacity_bytes(uint64_t(st.capacityBytes));
+      o->set_peak_bytes(uint64_t(st.peakBytes));
+    }
+    rep->set_max_batch(uint32_t(r.maxBatch));
+    rep->set_micro_batches(uint32_t(r.stages.size()));
+    rep->set_share(r.share);
+    rep->set_rate_rps(r.rate);
+    rep->set_capacity_rps(r.capacity);
+    rep->set_prefill_s(r.prefillSeconds);
+    rep->set_decode_step_s(r.decodeStepSeconds);
+    rep->set_usd_per_hour(r.pricePerHour);
+    rep->set_limited_by(r.limitedBy);
+  }
+  auto *pred = s->mutable_prediction();
+  pred->set_ttft_p50_s(sp.predicted.ttftP50);
+  pred->set_ttft_p90_s(sp.predicted.ttftP90);
+  pred->set_ttft_p99_s(sp.predicted.ttftP99);
+  pred->set_tpot_p50_s(sp.predicted.tpotP50);
+  pred->set_tpot_p90_s(sp.predicted.tpotP90);
+  pred->set_tpot_p99_s(sp.predicted.tpotP99);
+  pred->set_requests_per_s(sp.predicted.requestsPerSecond);
+  pred->set_output_tokens_per_s(sp.predicted.outputTokensPerSecond);
+  pred->set_capacity_rps(sp.capacity);
+  pred->set_simulated_requests(sp.predicted.requests);
+  pred->set_seed(sp.seed);
+
+  // Ranks: one per device, memory as planned, no program yet.
+  uint32_t idle = 0;
+  for (const ReplicaStage *st : stageOfRank)
+    idle += st == nullptr;
+  s->set_idle_devices(idle);
+  for (const cluster::Device &d : cluster.devices) {
+    auto *rank = out.add_ranks();
+    rank->set_rank(uint32_t(d.rank));
+    auto *mem = rank->mutable_memory();
+    mem->set_capacity(d.type->memoryBytes());
+    if (const ReplicaStage *st = stageOfRank[size_t(d.rank)]) {
+      mem->set_parameters(uint64_t(st->weightBytes));
+      mem->set_kv_cache(uint64_t(st->kvBytes));
+      mem->set_peak(uint64_t(st->peakBytes));
+    }
+  }
+  auto *pr = out.mutable_prediction();
+  pr->set_samples_per_s(sp.predicted.requestsPerSecond);
+  pr->set_cost_model(info.costModel);
+  return out;
+}
+
+} // namespace hetplan::planner::serve

@@ -1,0 +1,191 @@
+//===- ServePlannerTest.cpp - the serving simulator and planner -----------===//
+//
+// The simulator against queueing theory (M/D/1), capacity bounds and its
+// determinism; the planner on synthetic layer costs: shares, KV-cache memory
+// bounding the batch, device picking by price, errors naming the target.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/planner/ServePlanner.h"
+#include "SyntheticModel.h"
+
+#include "llvm/Support/Error.h"
+
+#include <gtest/gtest.h>
+
+using namespace hetplan;
+using namespace hetplan::planner::serve;
+
+namespace {
+
+SimReplica fixedReplica(double prefill, double decode, int batch, int groups = 1) {
+  SimReplica r;
+  r.groups = groups;
+  r.groupBatch = batch;
+  r.prefillBatch = 1;
+  r.prefillSeconds = [prefill](int k) { return prefill * k; };
+  r.decodeSeconds = [decode](int, double) { return decode; };
+  return r;
+}
+
+TEST(ServeSimulator, LowLoadTtftIsThePrefillAndTpotTheDecodeStep) {
+  auto r = simulate({fixedReplica(0.05, 0.01, 8)}, /*rate=*/0.05, 128, 16, 2000, 7);
+  EXPECT_NEAR(r.ttftP50, 0.05, 0.05 * 0.01);
+  EXPECT_NEAR(r.tpotP50, 0.01, 0.01 * 0.01);
+  EXPECT_LT(r.ttftP99, 0.05 * 1.5);  // hardly any queueing at this load
+}
+
+TEST(ServeSimulator, OneTokenOneSlotIsMD1) {
+  // Output 1: a request is its prefill only, one at a time: an M/D/1 queue
+  // with service D; mean sojourn = D + rho D / (2 (1 - rho)) (Pollaczek-Khinchine).
+  const double D = 0.1, rate = 5;  // rho = 0.5
+  auto r = simulate({fixedReplica(D, 0, 1)}, rate, 64, 1, 50000, 3);
+  double rho = rate * D;
+  double expected = D + rho * D / (2 * (1 - rho));
+  EXPECT_NEAR(r.ttftMean, expected, 0.03 * expected);
+  EXPECT_EQ(r.tpotP99, 0);
+}
+
+TEST(ServeSimulator, ThroughputNeverExceedsCapacity) {
+  // Each request holds one of the 4 slots for its prefill and 9 decode
+  // steps: at most 4 / (0.01 + 9 * 0.02) requests per second.
+  const double capacity = 4 / (0.01 + 9 * 0.02);
+  for (double rate : {0.5 * capacity, 2 * capacity, 10 * capacity}) {
+    auto r = simulate({fixedReplica(0.01, 0.02, 4)}, rate, 32, 10, 5000, 11);
+    EXPECT_LE(r.requestsPerSecond, capacity * 1.001) << "at rate " << rate;
+    EXPECT_LE(r.requestsPerSecond, rate * 1.1) << "at rate " << rate;
+  }
+}
+
+TEST(ServeSimulator, SeededAndDeterministic) {
+  std::vector<SimReplica> rs = {fixedReplica(0.02, 0.01, 8), fixedReplica(0.04, 0.02, 4)};
+  rs[0].share = 0.7;
+  rs[1].share = 0.3;
+  auto a = simulate(rs, 20, 64, 32, 3000, 5);
+  auto b = simulate(rs, 20, 64, 32, 3000, 5);
+  auto c = simulate(rs, 20, 64, 32, 3000, 6);
+  EXPECT_EQ(a.ttftP90, b.ttftP90);
+  EXPECT_EQ(a.tpotP99, b.tpotP99);
+  EXPECT_EQ(a.requestsPerSecond, b.requestsPerSecond);
+  EXPECT_NE(a.ttftP90, c.ttftP90);
+}
+
+TEST(ServeSimulator, RoutingFollowsTheShares) {
+  // All traffic on a replica with share 1, none on the other: the same
+  // latencies as that replica alone.
+  std::vector<SimReplica> rs = {fixedReplica(0.02, 0.01, 8), fixedReplica(1.0, 1.0, 1)};
+  rs[0].share = 1;
+  rs[1].share = 0;
+  auto both = simulate(rs, 10, 64, 8, 2000, 9);
+  auto alone = simulate({rs[0]}, 10, 64, 8, 2000, 9);
+  EXPECT_EQ(both.ttftP99, alone.ttftP99);
+  EXPECT_EQ(both.tpotP99, alone.tpotP99);
+}
+
+/// A decoder of `layers` layers of `params` parameters each, KV cache
+/// `kvPerToken` bytes per token per layer: costed at `prompt` tokens
+/// (prefill) and at one token (decode).
+std::pair<cost::ModelCost, cost::ModelCost> decoder(int layers, int64_t params, int64_t prompt,
+                                                    double kvPerToken) {
+  double flopsPerToken = 2.0 * double(params);
+  auto prefill = test::uniformModel(layers, flopsPerToken * double(prompt), params,
+                                    4096.0 * double(prompt));
+  auto decode = test::uniformModel(layers, flopsPerToken, params, 4096.0);
+  for (auto &l : prefill.layers)
+    l.kvCacheBytesPerSample = kvPerToken * double(prompt);
+  return {prefill, decode};
+}
+
+Options options(double rate) {
+  Options o;
+  o.rate = rate;
+  o.promptTokens = 256;
+  o.outputTokens = 64;
+  o.simulatedRequests = 2000;
+  return o;
+}
+
+TEST(ServePlanner, SharesSumToOneAndRatesToTheRate) {
+  auto [prefill, decode] = decoder(8, 50'000'000, 256, 64 * 1024);
+  auto cl = test::clusterOf("2xA100-80G,4xL4");
+  auto p = planServing(prefill, decode, cl, options(20));
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  double shares = 0, rates = 0, capacity = 0;
+  for (const Replica &r : p->replicas) {
+    shares += r.share;
+    rates += r.rate;
+    capacity += r.capacity;
+    EXPECT_GT(r.maxBatch, 0);
+  }
+  EXPECT_NEAR(shares, 1, 1e-9);
+  EXPECT_NEAR(rates, 20, 1e-9);
+  EXPECT_NEAR(capacity, p->capacity, 1e-9);
+  EXPECT_LE(p->predicted.requestsPerSecond, p->capacity);
+  EXPECT_GT(p->pricePerHour, 0);
+}
+
+TEST(ServePlanner, KvCacheMemoryBoundsTheBatch) {
+  auto cl = test::clusterOf("1xL4");
+  Options o = options(1);
+  auto small = decoder(8, 50'000'000, 256, 16 * 1024);
+  auto big = decoder(8, 50'000'000, 256, 1024 * 1024);  // 8 MiB per token: 2.5 GiB per request
+  auto a = planServing(small.first, small.second, cl, o);
+  auto b = planServing(big.first, big.second, cl, o);
+  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
+  ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
+  EXPECT_GT(a->replicas[0].maxBatch, b->replicas[0].maxBatch);
+  const Replica &r = b->replicas[0];
+  EXPECT_EQ(r.limitedBy, "memory");
+  // The batch fills the memory the planner may use, and one more request
+  // would not fit.
+  const ReplicaStage &st = r.stages[0];
+  double limit = 0.9 * st.capacityBytes;
+  double perRequest = st.kvBytesPerToken * double(o.promptTokens + o.outputTokens);
+  EXPECT_LE(st.peakBytes, limit);
+  EXPECT_GT(st.peakBytes + perRequest, limit);
+}
+
+TEST(ServePlanner, PicksTheCheaperMixThatMeetsTheRate) {
+  auto [prefill, decode] = decoder(8, 50'000'000, 256, 64 * 1024);
+  auto cl = test::clusterOf("8xA100-80G,8xL4");
+  Options o = options(5);
+  o.pickDevices = true;
+  auto picked = planServing(prefill, decode, cl, o);
+  ASSERT_TRUE(bool(picked)) << llvm::toString(picked.takeError());
+  Options whole = options(5);
+  auto all = planServing(prefill, decode, cl, whole);
+  ASSERT_TRUE(bool(all)) << llvm::toString(all.takeError());
+  EXPECT_LT(picked->pricePerHour, all->pricePerHour);
+  EXPECT_GE(picked->capacity * 0.9, 5 - 1e-9);
+  // A small model at a low rate: one replica of the cheapest type does it.
+  ASSERT_EQ(picked->replicas.size(), 1u);
+  EXPECT_EQ(picked->replicas[0].type->name, "L4");
+  EXPECT_EQ(picked->replicas[0].tensorParallel, 1);
+}
+
+TEST(ServePlanner, ErrorsNameTheTargetAndByHowMuch) {
+  auto [prefill, decode] = decoder(8, 50'000'000, 256, 64 * 1024);
+  auto cl = test::clusterOf("1xL4");
+  Options o = options(1);
+  o.tpotTarget = 1e-6;
+  auto p = planServing(prefill, decode, cl, o);
+  ASSERT_FALSE(bool(p));
+  std::string text = llvm::toString(p.takeError());
+  EXPECT_NE(text.find("TPOT target"), std::string::npos) << text;
+  EXPECT_NE(text.find("over)"), std::string::npos) << text;
+
+  Options r = options(1e6);
+  auto q = planServing(prefill, decode, cl, r);
+  ASSERT_FALSE(bool(q));
+  text = llvm::toString(q.takeError());
+  EXPECT_NE(text.find("exceeds what the cluster can serve"), std::string::npos) << text;
+
+  Options b = options(1);
+  b.budget = 0.01;
+  auto c = planServing(prefill, decode, cl, b);
+  ASSERT_FALSE(bool(c));
+  text = llvm::toString(c.takeError());
+  EXPECT_NE(text.find("budget $0.01/h is too small"), std::string::npos) << text;
+}
+
+} // namespace
