@@ -74,18 +74,24 @@ inline SliceView sliceView(const std::vector<int64_t> &xShape, const SliceArgs &
   std::vector<int64_t> st(xShape.size(), 1);
   for (size_t i = xShape.size(); i-- > 1;) st[i - 1] = st[i] * xShape[i];
   SliceView v{xShape, st, 0};
+  if (a.starts.size() != a.axes.size() || a.ends.size() != a.axes.size() || a.steps.size() != a.axes.size())
+    throw std::runtime_error("Slice has " + std::to_string(a.starts.size()) + " starts, " +
+                             std::to_string(a.ends.size()) + " ends, " + std::to_string(a.axes.size()) + " axes and " +
+                             std::to_string(a.steps.size()) + " steps: they must be as many");
   for (size_t i = 0; i < a.axes.size(); ++i) {
     int64_t ax = normAxis(a.axes[i], r), d = xShape[ax], step = a.steps[i];
     if (step == 0) throw std::runtime_error("Slice step 0");
     int64_t s = a.starts[i], e = a.ends[i], len;
-    if (s < 0) s += d;
-    if (e < 0) e += d;
+    // |step| as unsigned: a step of INT64_MIN or near INT64_MAX must not overflow.
+    uint64_t mag = step > 0 ? uint64_t(step) : uint64_t(0) - uint64_t(step);
+    if (s < 0) s = s < -d ? -1 - d : s + d;  // far below: still below after the shift
+    if (e < 0) e = e < -d ? -1 - d : e + d;
     if (step > 0) {
       s = std::clamp<int64_t>(s, 0, d); e = std::clamp<int64_t>(e, 0, d);
-      len = e > s ? (e - s + step - 1) / step : 0;
+      len = e > s ? int64_t((uint64_t(e - s) - 1) / mag + 1) : 0;
     } else {
       s = std::clamp<int64_t>(s, 0, d - 1); e = std::clamp<int64_t>(e, -1, d - 1);
-      len = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+      len = s > e ? int64_t((uint64_t(s - e) - 1) / mag + 1) : 0;
     }
     v.shape[ax] = len; v.strides[ax] = st[ax] * step; v.base += s * st[ax];
   }
