@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 namespace hetplan::runtime {
 
@@ -215,7 +216,16 @@ template <typename F> static auto visitNumber(const Tensor &t, int64_t i, F f) {
 std::vector<int64_t> Tensor::toInt64Vector() const {
   std::vector<int64_t> v(numel());
   for (int64_t i = 0; i < numel(); ++i)
-    v[i] = visitNumber(*this, i, [](auto x) { return static_cast<int64_t>(x); });
+    v[i] = visitNumber(*this, i, [&](auto x) -> int64_t {
+      if constexpr (std::is_floating_point_v<decltype(x)>) {
+        // A float outside int64's range (or NaN) has no integer value: the
+        // cast would be undefined.
+        if (!(x >= -9.2233720368547758e18 && x < 9.2233720368547758e18))
+          throw std::runtime_error("value " + std::to_string(double(x)) + " of " + describe() +
+                                   " is not an integer that fits 64 bits");
+      }
+      return static_cast<int64_t>(x);
+    });
   return v;
 }
 
