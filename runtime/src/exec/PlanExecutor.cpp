@@ -6,6 +6,7 @@
 #include "Training.h"
 
 #include <algorithm>
+#include <optional>
 #include <regex>
 #include <cstring>
 #include <unistd.h>
@@ -918,11 +919,11 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       train::accumulate(train->state.grads[head.param], add);
     }
   };
-  const bool vocabLoss = train && !out && [&] {
+  // The VOCAB node making the loss output, if any (its logits are split).
+  std::optional<size_t> vocabLossNode;
+  if (train && !out)
     for (const auto &[node, head] : vocabHeads_[j])
-      if (model_->nodes[node].outputs[0] == lossOutput) return true;
-    return false;
-  }();
+      if (model_->nodes[node].outputs[0] == lossOutput) vocabLossNode = node;
 
   auto workerOf = [&](const plan::Stage &s, uint32_t r) -> const plan::Worker & {
     for (const auto &w : s.workers())
@@ -1255,12 +1256,10 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
       try {
         Tensor *want = recompute && !replay ? nullptr : &grad;
         double piece = 0;
-        if (vocabLoss) {
+        if (vocabLossNode) {
           // The logits are this rank's columns (a VOCAB head).
           int64_t vocab = logits.dim(-1) * tp, lo = shardRanges(vocab, 1, tpIndex, tp).front().first;
-          size_t head = 0;
-          for (const auto &[node, h] : vocabHeads_[j])
-            if (model_->nodes[node].outputs[0] == lossOutput) head = node;
+          size_t head = *vocabLossNode;
           piece = train::vocabParallelCrossEntropy(comm, tpGroup, tpTag(mb, head, numNodes, 4),
                                                    tpTag(mb, head, numNodes, 6), logits, labels, lo, vocab,
                                                    train->denominator, train->options.ignoreIndex, want);
