@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <atomic>
 #include <limits>
 #include <map>
 
@@ -22,7 +23,10 @@ namespace hetplan::cluster {
 
 /// More devices than any real cluster: catches a mistyped count before it
 /// allocates millions of entries.
-static constexpr int64_t kMaxDevices = 1 << 20;
+static std::atomic<int64_t> maxDeviceCount{1 << 20};
+
+void Cluster::setMaxDevices(int64_t count) { maxDeviceCount = count; }
+int64_t Cluster::maxDevices() { return maxDeviceCount; }
 
 static Error makeError(const Twine &message) {
   return createStringError(inconvertibleErrorCode(), message);
@@ -403,10 +407,11 @@ Expected<Cluster> Cluster::fromSpec(StringRef spec,
     auto type = cluster.ownCatalog.lookup(group->type);
     if (!type)
       return fail(type.takeError());
-    total += group->nodes * group->perNode;
-    if (group->nodes > kMaxDevices || group->perNode > kMaxDevices ||
-        total > kMaxDevices)
-      return fail(makeError("more than " + Twine(kMaxDevices) + " devices"));
+    // Each factor is checked before the product: 86x814143662319153383xH100
+    // overflowed int64 (found by the cluster fuzzer).
+    if (group->nodes > maxDevices() || group->perNode > maxDevices() ||
+        (total += group->nodes * group->perNode) > maxDevices())
+      return fail(makeError("more than " + Twine(maxDevices()) + " devices"));
     for (int64_t n = 0; n < group->nodes; ++n) {
       int node = cluster.addNode("node" + std::to_string(cluster.nodes.size()));
       for (int64_t d = 0; d < group->perNode; ++d)
@@ -529,8 +534,8 @@ bool readDeviceGroup(YamlReader &r, const YamlValue &v,
                                " " + where);
     }
   }
-  if (count > kMaxDevices)
-    return r.error(v, "more than " + Twine(kMaxDevices) + " devices " + where);
+  if (count > Cluster::maxDevices())
+    return r.error(v, "more than " + Twine(Cluster::maxDevices()) + " devices " + where);
   return true;
 }
 
@@ -590,8 +595,8 @@ bool readNodes(YamlReader &r, const YamlValue &list, Cluster &cluster) {
       groups.push_back({type, count});
       total += count * replicas;
     }
-    if (total > kMaxDevices)
-      return r.error(v, "more than " + Twine(kMaxDevices) + " devices");
+    if (total > Cluster::maxDevices())
+      return r.error(v, "more than " + Twine(Cluster::maxDevices()) + " devices");
 
     std::map<const DeviceType *, double> factors;
     if (const YamlValue *sf = v.get("speed_factors")) {

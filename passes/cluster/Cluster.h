@@ -69,6 +69,11 @@ public:
   /// copy shares the entries).
   explicit Cluster(DeviceCatalog catalog);
 
+  /// The most devices a cluster may hold (default 2^20). Lowered by the
+  /// cluster fuzzer, where every million-device cluster costs seconds.
+  static void setMaxDevices(int64_t count);
+  static int64_t maxDevices();
+
   /// `4xA100-80G,12xT4`, `2x8xH100;net=400gbps`, `T4`, ...
   static llvm::Expected<Cluster> fromSpec(llvm::StringRef spec,
                                           const DeviceCatalog &catalog);

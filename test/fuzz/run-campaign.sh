@@ -7,6 +7,8 @@
 #   test/fuzz/run-campaign.sh BUILD-FUZZ RUNS TARGET... (npy plan cluster
 #   model-load model-run onnx-import); seeds from test/fuzz/make-seeds.sh
 #   in BUILD-FUZZ/seeds, new inputs kept in BUILD-FUZZ/work/<target>.
+#   FUZZ_FLAGS adds libFuzzer flags, e.g. FUZZ_FLAGS=-max_len=4096 (the
+#   cluster target: a 100 KB YAML file costs a thousand small ones).
 set -uo pipefail
 build=$1 runs=$2
 shift 2
@@ -17,7 +19,7 @@ for t in "$@"; do
   mkdir -p "$build/work/$t"
   log="$build/work/$t.log"
   start=$(date +%s)
-  OMP_NUM_THREADS=1 "$bin" -runs="$runs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  OMP_NUM_THREADS=1 "$bin" -runs="$runs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 ${FUZZ_FLAGS:-} \
     -artifact_prefix="$build/work/$t-" "$build/work/$t" "$build/seeds/$t" "$root/test/fuzz/corpus/$t" \
     > "$log" 2>&1
   rc=$?

@@ -116,6 +116,10 @@ TEST(ClusterSpec, Errors) {
   EXPECT_NE(specError("2x2x2xT4").find("at most two counts"),
             std::string::npos);
   EXPECT_NE(specError("2000000xT4").find("more than"), std::string::npos);
+  // nodes x devices per node overflowed int64 before the limit was checked.
+  EXPECT_NE(specError("86x814143662319153383xH100").find("more than 1048576 devices"),
+            std::string::npos);
+  EXPECT_NE(specError("1024x1024xT4,2xT4").find("more than"), std::string::npos);
 }
 
 TEST(ClusterLinks, SameNodeOtherNodeAndSelf) {
