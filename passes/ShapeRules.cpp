@@ -12,6 +12,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/DenseSet.h"
+#include "runtime/include/hetplan/runtime/Checked.h"
 
 #include <cmath>
 #include <map>
@@ -28,8 +29,20 @@ constexpr int64_t kDyn = ShapedType::kDynamic;
 constexpr size_t kMaxFoldedElements = 64;
 
 bool isDyn(int64_t d) { return ShapedType::isDynamic(d); }
-int64_t mulDims(int64_t a, int64_t b) { return isDyn(a) || isDyn(b) ? kDyn : a * b; }
-int64_t addDims(int64_t a, int64_t b) { return isDyn(a) || isDyn(b) ? kDyn : a + b; }
+// A product or sum that overflows int64 is no size: unknown (the verifier
+// then refuses any static type it would have made).
+int64_t mulDims(int64_t a, int64_t b) {
+  int64_t r;
+  return isDyn(a) || isDyn(b) || !runtime::mulInto(a, b, r) ? kDyn : r;
+}
+int64_t addDims(int64_t a, int64_t b) {
+  int64_t r;
+  return isDyn(a) || isDyn(b) || !runtime::addInto(a, b, r) ? kDyn : r;
+}
+int64_t subDims(int64_t a, int64_t b) {
+  int64_t r;
+  return isDyn(a) || isDyn(b) || __builtin_sub_overflow(a, b, &r) ? kDyn : r;
+}
 
 int64_t attrInt(NodeOp n, StringRef name, int64_t dflt) {
   if (auto a = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr(name)))
@@ -185,11 +198,13 @@ LogicalResult broadcastOp(NodeOp n, ArrayRef<ValueFacts> in,
   std::optional<Shape> folded;
   int64_t total = numElements(shape);
   if (op == "Add")
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[0] + a[1]; });
+    // ONNX integer arithmetic wraps as two's complement (as onnxruntime's
+    // does); computed unsigned, where wrapping is defined.
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return int64_t(uint64_t(a[0]) + uint64_t(a[1])); });
   else if (op == "Sub")
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[0] - a[1]; });
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return int64_t(uint64_t(a[0]) - uint64_t(a[1])); });
   else if (op == "Mul")
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[0] * a[1]; });
+    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return int64_t(uint64_t(a[0]) * uint64_t(a[1])); });
   else if (op == "Div")
     folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[1] ? a[0] / a[1] : 0; });
   else if (op == "Equal")
@@ -366,9 +381,9 @@ LogicalResult convOp(NodeOp n, ArrayRef<ValueFacts> in,
   if (x.size() < 3 || w.size() != x.size())
     return (why = "Conv needs input and weight of the same rank >= 3", failure());
   int64_t group = attrInt(n, "group", 1);
-  if (!isDyn(x[1]) && !isDyn(w[1]) && x[1] != w[1] * group)
+  if (!isDyn(x[1]) && !isDyn(w[1]) && x[1] != mulDims(w[1], group))
     return (why = "input has " + std::to_string(x[1]) + " channels but the weight expects " +
-                  std::to_string(w[1] * group),
+                  std::to_string(w[1]) + " x group " + std::to_string(group),
             failure());
   Shape kernel = attrInts(n, "kernel_shape").value_or(Shape(w.begin() + 2, w.end()));
   Shape result{x[0], w[0]};
@@ -401,10 +416,12 @@ LogicalResult convTransposeOp(NodeOp n, ArrayRef<ValueFacts> in,
         continue;
       }
       if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER")
-        result.push_back(in * strides[i]);
+        result.push_back(mulDims(in, strides[i]));
       else
-        result.push_back(strides[i] * (in - 1) + outPad[i] +
-                         (kernel[i] - 1) * dilations[i] + 1 - pads[i] - pads[i + k]);
+        result.push_back(subDims(subDims(addDims(addDims(mulDims(strides[i], in - 1), outPad[i]),
+                                                 addDims(mulDims(addDims(kernel[i], -1), dilations[i]), 1)),
+                                         pads[i]),
+                                 pads[i + k]));
     }
   }
   out[0] = tensor(result, in[0].elementType());
@@ -572,9 +589,10 @@ LogicalResult splitOp(NodeOp n, ArrayRef<ValueFacts> in,
       s[axis] = (*sizes)[i];
     else if (isDyn(x[axis]) || present(in, 1)) // sizes computed at run time
       s[axis] = kDyn;
-    else // equal parts; the last one smaller (opset 18 num_outputs)
-      s[axis] = std::min<int64_t>((x[axis] + parts - 1) / parts,
-                                  x[axis] - int64_t(i) * ((x[axis] + parts - 1) / parts));
+    else // equal parts; the last ones smaller, empty when nothing is left
+      s[axis] = std::max<int64_t>(
+          0, std::min<int64_t>((x[axis] + parts - 1) / parts,
+                               x[axis] - int64_t(i) * ((x[axis] + parts - 1) / parts)));
     out[i] = tensor(s, in[0].elementType());
   }
   return success();
@@ -918,7 +936,7 @@ LogicalResult padOp(NodeOp n, ArrayRef<ValueFacts> in,
   Shape result = x;
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t a = normAxis(axes[i], x.size());
-    result[a] = addDims(result[a], (*pads)[i] + (*pads)[i + axes.size()]);
+    result[a] = addDims(result[a], addDims((*pads)[i], (*pads)[i + axes.size()]));
   }
   out[0] = tensor(result, in[0].elementType());
   return success();
@@ -945,7 +963,14 @@ LogicalResult resizeOp(NodeOp n, ArrayRef<ValueFacts> in,
     return (why = "scales must have one entry per dim", failure());
   Shape result;
   for (size_t i = 0; i < x.size(); ++i)
-    result.push_back(isDyn(x[i]) ? kDyn : int64_t(std::floor(double(x[i]) * (*scales)[i])));
+  {
+    int64_t d = kDyn;
+    if (!isDyn(x[i]) && !runtime::countInto(std::floor(double(x[i]) * (*scales)[i]), d))
+      return (why = "scale " + std::to_string((*scales)[i]) + " gives no size for dim " +
+                    std::to_string(i),
+              failure());
+    result.push_back(d);
+  }
   out[0] = tensor(result, in[0].elementType());
   return success();
 }

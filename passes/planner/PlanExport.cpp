@@ -1,5 +1,6 @@
 //===- PlanExport.cpp - a planner result as a plan file -------------------===//
 
+#include "runtime/include/hetplan/runtime/Checked.h"
 #include "passes/planner/PlanExport.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -181,15 +182,15 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
     rank->set_rank(d.rank);
     const RankMemory &m = (*memoryOf)[d.rank];
     auto *mem = rank->mutable_memory();
-    mem->set_capacity(uint64_t(m.capacity));
-    mem->set_parameters(uint64_t(m.parameters));
-    mem->set_gradients(uint64_t(m.gradients));
-    mem->set_optimizer_state(uint64_t(m.optimizerState));
-    mem->set_activations(uint64_t(m.activations));
-    mem->set_kv_cache(uint64_t(m.kvCache));
+    mem->set_capacity(runtime::saturatedCount(m.capacity));
+    mem->set_parameters(runtime::saturatedCount(m.parameters));
+    mem->set_gradients(runtime::saturatedCount(m.gradients));
+    mem->set_optimizer_state(runtime::saturatedCount(m.optimizerState));
+    mem->set_activations(runtime::saturatedCount(m.activations));
+    mem->set_kv_cache(runtime::saturatedCount(m.kvCache));
     // The plan's workspace: the CUDA context and the transient buffers.
-    mem->set_workspace(uint64_t(m.workspace + m.framework));
-    mem->set_peak(uint64_t(m.peak()));
+    mem->set_workspace(runtime::saturatedCount(m.workspace + m.framework));
+    mem->set_peak(runtime::saturatedCount(m.peak()));
 
     int j = result.stageOfRank[d.rank];
     if (j < 0)
@@ -230,7 +231,7 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
                                             self->samples)) {
             auto *ins = add(plan::Instruction::RECV_ACTIVATION, e);
             ins->add_peers(from->ranks[0]);
-            ins->set_bytes(int64_t(inBytes * double(n)));
+            ins->set_bytes(runtime::saturatedCount(inBytes * double(n)));
             ins->set_predicted_end_s(e->start);
           }
         auto *ins = add(plan::Instruction::FORWARD, e);
@@ -245,7 +246,7 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
                                             self->samples)) {
             auto *ins = add(plan::Instruction::RECV_GRADIENT, e);
             ins->add_peers(from->ranks[0]);
-            ins->set_bytes(int64_t(outBytes * double(n)));
+            ins->set_bytes(runtime::saturatedCount(outBytes * double(n)));
             ins->set_predicted_end_s(e->start);
           }
         auto *ins = add(plan::Instruction::BACKWARD, e);
@@ -267,7 +268,7 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
                           e);
           for (int r : peer->ranks)
             ins->add_peers(r);
-          ins->set_bytes(int64_t(perSample * double(n)));
+          ins->set_bytes(runtime::saturatedCount(perSample * double(n)));
         }
         break;
       }

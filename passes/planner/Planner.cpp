@@ -1,6 +1,7 @@
 //===- Planner.cpp - split layers and batches across a mixed cluster ------===//
 
 #include "passes/planner/Planner.h"
+#include "runtime/include/hetplan/runtime/Checked.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -635,7 +636,7 @@ private:
       if (share[g] <= 0)
         continue;
       // Workers of a group get floor or ceil of the share; the slowest has ceil.
-      int64_t samples = int64_t(std::ceil(share[g] - 1e-9));
+      int64_t samples = runtime::saturatedCount(std::ceil(share[g] - 1e-9));
       double comm = 0, backComm = 0;
       double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd, &comm, &backComm);
       double fixed = classes[sd.groups[g].cls].microBatchSeconds;
@@ -1428,7 +1429,7 @@ Plan Search::simulate(const Candidate &c, bool even) {
     for (size_t g = 0; g < sd.groups.size(); ++g)
       for (int w = 0; w < sd.groups[g].count; ++w) {
         double s = sc.share.empty() ? 0 : sc.share[g];
-        int64_t whole = int64_t(std::floor(s + 1e-9));
+        int64_t whole = runtime::saturatedCount(std::floor(s + 1e-9));
         samples[g].push_back(whole);
         assigned += whole;
         slots.push_back({g, w, s - double(whole)});
@@ -2086,9 +2087,25 @@ llvm::Expected<std::vector<Layout>> parseLayouts(llvm::StringRef text,
   return out;
 }
 
+/// The batch every entry point checks first (the CLI's check is not the
+/// only one: the Python package and the C++ API call in here directly).
+static llvm::Error checkBatch(int64_t batch) {
+  if (batch <= 0)
+    return llvm::createStringError("the batch must be at least 1");
+  if (batch > kMaxSamples)
+    return llvm::createStringError(llvm::formatv(
+        "a batch of {0} is too large (at most {1} samples per step)", batch, kMaxSamples));
+  return llvm::Error::success();
+}
+
 llvm::Expected<Plan> evaluateLayout(const cost::ModelCost &model,
                                     const cluster::Cluster &cluster,
                                     const Options &options, const Layout &layout) {
+  if (auto err = checkBatch(options.globalBatch))
+    return std::move(err);
+  if (layout.microBatches < 1 || layout.microBatches > options.globalBatch)
+    return llvm::createStringError(llvm::formatv(
+        "{0} micro-batches for a batch of {1}", layout.microBatches, options.globalBatch));
   if (options.globalBatch % std::max(1, layout.microBatches))
     return llvm::createStringError("micro-batches must divide the batch");
   Search search(model, cluster, options);
@@ -2098,8 +2115,8 @@ llvm::Expected<Plan> evaluateLayout(const cost::ModelCost &model,
 llvm::Expected<Plan> makePlan(const cost::ModelCost &model,
                               const cluster::Cluster &cluster,
                               const Options &options) {
-  if (options.globalBatch <= 0)
-    return llvm::createStringError("the batch must be at least 1");
+  if (auto err = checkBatch(options.globalBatch))
+    return std::move(err);
   if (!options.splitBatch && options.strategy == Strategy::Pinned &&
       (options.pin.dp > 1 || options.pin.mb > 1))
     return llvm::createStringError(

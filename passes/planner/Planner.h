@@ -60,6 +60,11 @@ enum class RecomputePolicy { Never, Search, Always };
 /// Host-memory offload of optimizer state (ZeRO-Offload style).
 enum class OffloadPolicy { Never, Search, Always };
 
+/// The most samples (or tokens) a step may hold: beyond 2^24 a step is no
+/// real workload, and the planner's element and byte counts (samples x
+/// elements per sample) must stay far inside int64 and double's exact range.
+constexpr int64_t kMaxSamples = int64_t(1) << 24;
+
 struct Options {
   cost::Mode mode = cost::Mode::Train;
   int64_t globalBatch = 1;       // samples per step

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/include/hetplan/runtime/Checked.h"
 #include "passes/planner/ServePlanner.h"
 
 #include "hetplan/runtime/Plan.h"
@@ -849,11 +850,11 @@ plan::Plan exportServePlan(const ServePlan &sp, const cost::ModelCost &model,
         o->add_ranks(uint32_t(rank));
         stageOfRank[size_t(rank)] = &st;
       }
-      o->set_weight_bytes(uint64_t(st.weightBytes));
+      o->set_weight_bytes(runtime::saturatedCount(st.weightBytes));
       o->set_kv_cache_bytes_per_token(st.kvBytesPerToken);
-      o->set_kv_cache_bytes(uint64_t(st.kvBytes));
-      o->set_capacity_bytes(uint64_t(st.capacityBytes));
-      o->set_peak_bytes(uint64_t(st.peakBytes));
+      o->set_kv_cache_bytes(runtime::saturatedCount(st.kvBytes));
+      o->set_capacity_bytes(runtime::saturatedCount(st.capacityBytes));
+      o->set_peak_bytes(runtime::saturatedCount(st.peakBytes));
     }
     rep->set_max_batch(uint32_t(r.maxBatch));
     rep->set_micro_batches(uint32_t(r.stages.size()));
@@ -889,9 +890,9 @@ plan::Plan exportServePlan(const ServePlan &sp, const cost::ModelCost &model,
     auto *mem = rank->mutable_memory();
     mem->set_capacity(d.type->memoryBytes());
     if (const ReplicaStage *st = stageOfRank[size_t(d.rank)]) {
-      mem->set_parameters(uint64_t(st->weightBytes));
-      mem->set_kv_cache(uint64_t(st->kvBytes));
-      mem->set_peak(uint64_t(st->peakBytes));
+      mem->set_parameters(runtime::saturatedCount(st->weightBytes));
+      mem->set_kv_cache(runtime::saturatedCount(st->kvBytes));
+      mem->set_peak(runtime::saturatedCount(st->peakBytes));
     }
   }
   auto *pr = out.mutable_prediction();

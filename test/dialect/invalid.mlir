@@ -120,3 +120,27 @@ het.graph @constant_type() -> () {
   het.return
 }
 
+
+// -----
+
+// Element counts and byte sizes must fit int64: every later size multiplies them.
+het.graph @huge_weight() -> () {
+  // expected-error @+1 {{the result of type 'tensor<1099511627776x1099511627776xf32>' has more elements or bytes than a 64-bit size holds}}
+  %w = het.weight @w at <file = "w.bin", offset = 0, length = 0, encoding = "raw"> : tensor<1099511627776x1099511627776xf32>
+  het.return
+}
+
+// -----
+
+// expected-error @+1 {{input #0 of type 'tensor<?x4611686018427387904xf32>' has more elements or bytes than a 64-bit size holds}}
+het.graph @huge_input(%x: tensor<?x4611686018427387904xf32>) -> () {
+  het.return
+}
+
+// -----
+
+het.graph @huge_result(%x: tensor<2xf32>) -> () {
+  // expected-error @+1 {{result #0 of type 'tensor<4294967296x4294967296xf32>' has more elements or bytes than a 64-bit size holds}}
+  %y = het.node "Expand" opset 17 (%x) : (tensor<2xf32>) -> tensor<4294967296x4294967296xf32>
+  het.return
+}

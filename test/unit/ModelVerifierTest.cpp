@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstring>
 
 using namespace hetplan::runtime;
@@ -202,6 +204,24 @@ TEST(CheckedArithmetic, OverflowIsAnError) {
   EXPECT_THROW(checkedNumel({2, -1}), std::runtime_error);
   EXPECT_THROW(checkedBytes(int64_t(1) << 61, 8, "x"), std::runtime_error);
   EXPECT_EQ(checkedBytes(10, 4, "x"), 40u);
+  // The non-throwing forms the compiler side uses agree.
+  int64_t out = 0;
+  EXPECT_TRUE(mulInto(int64_t(1) << 31, 4, out));
+  EXPECT_EQ(out, int64_t(1) << 33);
+  EXPECT_FALSE(mulInto(int64_t(1) << 62, 4, out));
+  EXPECT_FALSE(addInto(INT64_MAX, 1, out));
+  const int64_t big[] = {0, int64_t(1) << 40, int64_t(1) << 40}, ok[] = {2, 3, 4}, neg[] = {2, -1};
+  EXPECT_FALSE(numelInto(big, 3, out));
+  EXPECT_FALSE(numelInto(neg, 2, out));
+  ASSERT_TRUE(numelInto(ok, 3, out));
+  EXPECT_EQ(out, 24);
+  EXPECT_TRUE(countInto(1e18, out));
+  EXPECT_FALSE(countInto(9.3e18, out));
+  EXPECT_FALSE(countInto(std::nan(""), out));
+  EXPECT_FALSE(countInto(-1.0, out));
+  EXPECT_EQ(saturatedCount(1e300), INT64_MAX);
+  EXPECT_EQ(saturatedCount(std::nan("")), 0);
+  EXPECT_EQ(saturatedCount(4096.7), 4096);
   // Tensors: a shape whose bytes overflow is refused before allocating.
   EXPECT_THROW(Tensor(DType::Float32, {int64_t(1) << 62, 4}), std::runtime_error);
   EXPECT_THROW(Tensor(DType::Float64, {14, int64_t(1) << 61}), std::runtime_error);

@@ -123,6 +123,33 @@ TEST(Planner, TooBigModelNamesTheShortfall) {
   EXPECT_NE(msg.find("What would fix it"), std::string::npos) << msg;
 }
 
+TEST(Planner, BatchOutsideOneToTwoToThe24IsRefusedByEveryEntry) {
+  // The CLI checks --batch too, but the Python package and C++ callers
+  // reach makePlan and evaluateLayout directly.
+  auto model = uniformModel(4, 1e12, 1'000'000, 1e3);
+  auto cluster = clusterOf("2xA100-80G");
+  Options o;
+  for (int64_t batch : {int64_t(0), int64_t(-3), kMaxSamples + 1, int64_t(1) << 40}) {
+    o.globalBatch = batch;
+    auto p = makePlan(model, cluster, o);
+    ASSERT_FALSE(bool(p)) << batch;
+    std::string msg = llvm::toString(p.takeError());
+    EXPECT_TRUE(msg.find("too large") != std::string::npos ||
+                msg.find("at least 1") != std::string::npos) << msg;
+    Layout layout;
+    auto e = evaluateLayout(model, cluster, o, layout);
+    ASSERT_FALSE(bool(e)) << batch;
+    llvm::consumeError(e.takeError());
+  }
+  o.globalBatch = 8;
+  Layout layout;
+  layout.microBatches = 16;
+  auto e = evaluateLayout(model, cluster, o, layout);
+  ASSERT_FALSE(bool(e));
+  EXPECT_NE(llvm::toString(e.takeError()).find("16 micro-batches for a batch of 8"),
+            std::string::npos);
+}
+
 TEST(Planner, PinErrorsSayWhatIsWrong) {
   auto model = uniformModel(4, 1e12, 1'000'000, 1e3);
   auto cluster = clusterOf("2xA100-80G");

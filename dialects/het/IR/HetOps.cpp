@@ -7,8 +7,33 @@
 #include "mlir/Interfaces/FunctionImplementation.h"
 #include "llvm/ADT/StringSet.h"
 
+#include "runtime/include/hetplan/runtime/Checked.h"
+
 using namespace mlir;
 using namespace hetplan::het;
+
+/// A tensor whose static element count or byte size overflows int64 is
+/// refused where it is declared: every later count (the summary's
+/// parameters, the planner's memory, the runtime's buffers) multiplies it.
+/// `what` names the value ("result #0", "input #2").
+static LogicalResult verifyTensorSize(Operation *op, Type type, const Twine &what) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked)
+    return success();
+  SmallVector<int64_t> dims;
+  for (int64_t d : ranked.getShape())
+    if (!ShapedType::isDynamic(d))
+      dims.push_back(d);
+  int64_t count = 0, bytes = 0;
+  int64_t width = 8;
+  if (ranked.getElementType().isIntOrFloat())
+    width = std::max<int64_t>(1, (ranked.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+  if (!hetplan::runtime::numelInto(dims.data(), dims.size(), count) ||
+      !hetplan::runtime::mulInto(count, width, bytes))
+    return op->emitOpError() << what << " of type " << type
+                             << " has more elements or bytes than a 64-bit size holds";
+  return success();
+}
 
 //===----------------------------------------------------------------------===//
 // GraphOp
@@ -51,11 +76,14 @@ LogicalResult GraphOp::verify() {
     return emitOpError("body has ")
            << entry.getNumArguments() << " arguments but the graph type has "
            << inputs.size() << " inputs";
-  for (auto [i, arg] : llvm::enumerate(entry.getArguments()))
+  for (auto [i, arg] : llvm::enumerate(entry.getArguments())) {
     if (arg.getType() != inputs[i])
       return emitOpError("input #")
              << i << " has type " << arg.getType()
              << " in the body but " << inputs[i] << " in the graph type";
+    if (failed(verifyTensorSize(*this, inputs[i], "input #" + Twine(i))))
+      return failure();
+  }
   if (entry.empty() || !isa<ReturnOp>(entry.back()))
     return emitOpError("body must end with 'het.return'");
   llvm::StringSet<> names;
@@ -85,6 +113,9 @@ LogicalResult NodeOp::verify() {
     return emitOpError("needs a non-empty op_type");
   if (getOpset() <= 0)
     return emitOpError("opset must be positive, got ") << getOpset();
+  for (auto [i, type] : llvm::enumerate(getResultTypes()))
+    if (failed(verifyTensorSize(*this, type, "result #" + Twine(i))))
+      return failure();
   size_t numNames = getRegionNames() ? getRegionNames()->size() : 0;
   if (numNames != getBodies().size())
     return emitOpError("has ")
@@ -130,6 +161,8 @@ static LogicalResult verifyTensorSource(Operation *op, Type resultType,
   if (!tensor || !tensor.hasStaticShape())
     return op->emitOpError("result must be a tensor of static shape, got ")
            << resultType;
+  if (failed(verifyTensorSize(op, tensor, "the result")))
+    return failure();
   if (auto elements = dyn_cast<ElementsAttr>(value)) {
     auto valueType = cast<ShapedType>(elements.getType());
     if (valueType.getShape() != tensor.getShape() ||

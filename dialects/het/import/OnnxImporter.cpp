@@ -11,6 +11,7 @@
 
 #include "dialects/het/IR/HetOps.h"
 #include "dialects/het/import/OnnxWire.h"
+#include "runtime/include/hetplan/runtime/Checked.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -405,6 +406,20 @@ private:
     }
     Type element = requireElementType(t.data_type(), what);
     type = RankedTensorType::get(shape, element);
+    // Every size below (raw bytes, external lengths) multiplies the count:
+    // it must fit int64 in bits (found by the onnx-import fuzzer).
+    {
+      int64_t count = 0, bits = 0;
+      if (!runtime::numelInto(shape.data(), shape.size(), count) ||
+          !runtime::mulInto(count, 128, bits))
+      {
+        std::string dims;
+        for (int64_t d : shape)
+          dims += (dims.empty() ? "" : "x") + std::to_string(d);
+        failHere(what.str() + " declares shape [" + dims +
+                 "], more elements than a tensor can hold");
+      }
+    }
 
     llvm::StringMap<std::string> ext;
     for (const auto &entry : t.external_data())
@@ -1182,8 +1197,11 @@ OwningOpRef<ModuleOp> importOnnxBytes(llvm::StringRef bytes, llvm::StringRef pat
     {
       ScopedDiagnosticHandler handler(context, [&](Diagnostic &d) {
         if (diag.empty()) {
-          llvm::raw_string_ostream os(diag);
-          os << d.getLocation() << ": " << d.str();
+          // The value's ONNX name, not MLIR's loc(...) syntax.
+          Location loc = d.getLocation();
+          if (auto name = dyn_cast<NameLoc>(loc))
+            diag = "'" + name.getName().str() + "': ";
+          diag += d.str();
         }
         return success();
       });
