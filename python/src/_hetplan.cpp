@@ -146,8 +146,13 @@ public:
       auto it = outputs.find(o.name);
       if (it == outputs.end()) continue;
       const Tensor &t = it->second;
-      std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-      py::array a(numpyType(t.dtype()), shape);
+      // numpy.empty, not py::array(dtype, shape): pybind11 2.10 (Debian's)
+      // reads the element size from NumPy 1's descriptor layout, which is
+      // 0 under NumPy 2, so every stride came out 0 (each output a copy of
+      // its first element). Sizes here come from the runtime's tensor.
+      py::tuple shape(t.shape().size());
+      for (size_t k = 0; k < t.shape().size(); ++k) shape[k] = py::int_(t.shape()[k]);
+      py::array a = py::module_::import("numpy").attr("empty")(shape, numpyType(t.dtype()));
       if (t.nbytes()) std::memcpy(a.mutable_data(), t.raw(), t.nbytes());
       out[py::str(o.name)] = std::move(a);
     }

@@ -9,6 +9,7 @@ namespace hetplan::tools {
 extern llvm::cl::SubCommand compileCmd;
 extern llvm::cl::SubCommand explainCmd;
 extern llvm::cl::SubCommand runCmd;
+extern llvm::cl::SubCommand serveCmd;
 
 /// `hetplan compile`: model + cluster -> plan file and a summary.
 int runCompile();
@@ -17,6 +18,8 @@ int runExplain();
 /// `hetplan run`: execute an inference plan on CPU threads (Run.cpp).
 int runRun();
 
+/// `hetplan serve`: generate tokens for JSON-line prompts (Serve.cpp).
+int runServe();
 /// Prints "hetplan: error: MESSAGE" and returns 1.
 int fail(const llvm::Twine &message);
 

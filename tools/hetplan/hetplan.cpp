@@ -193,6 +193,8 @@ int main(int argc, char **argv) {
     return hetplan::tools::runExplain();
   if (hetplan::tools::runCmd)
     return hetplan::tools::runRun();
+  if (hetplan::tools::serveCmd)
+    return hetplan::tools::runServe();
   cl::PrintHelpMessage();
   return 1;
 }

@@ -21,6 +21,7 @@ void registerTensorKernels();
 void registerIndexingKernels();
 void registerQuantKernels();
 void registerSamplingKernels(); // Sampling.cpp (GridSample), Numerics.cpp (Det, DFT, MVN)
+void registerContribKernels(); // Contrib.cpp: com.microsoft ops of onnxruntime-optimized models
 KernelInfo applyHalfPolicy(KernelInfo info); // HalfPrecision.cpp
 } // namespace cpu
 void registerControlFlowKernels(); // ControlFlow.cpp: If, Loop, Scan
@@ -38,6 +39,7 @@ void ensureRegistered() {
     cpu::registerIndexingKernels();
     cpu::registerQuantKernels();
     cpu::registerSamplingKernels();
+    cpu::registerContribKernels();
     registerControlFlowKernels();
     return true;
   }();

@@ -1,0 +1,78 @@
+//===- Generate.h - greedy decoding with a KV cache over a Session -*- C++ -*-===//
+//
+// Token generation for decoder models exported with their KV cache as
+// graph inputs and outputs (past_N -> present_N as onnxruntime's GPT-2
+// export writes them, past_key_values.N.key -> present.N.key as
+// Hugging Face optimum's): a prefill of the prompt, then one run per token
+// that feeds each present back as the next past. Requests are batched
+// continuously: up to maxBatch decode together, a finished one leaves the
+// batch at once and the next waiting request joins it after its own
+// prefill (caches left-padded to a common length, the padding masked out).
+// Works on any Session: a model on one rank, or a plan whose ranks
+// pipeline the decoder's layers.
+//
+//   std::unique_ptr<hetplan::Generator> g;
+//   hetplan::Generator::create(*session, &g);
+//   std::vector<hetplan::GenerateResult> out;
+//   g->generate({{{98, 5, 7}, 16}}, {}, &out);   // out[0].tokens
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "hetplan/runtime/Session.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hetplan {
+
+struct GenerateRequest {
+  std::vector<int64_t> prompt; // token ids, at least one
+  int maxNewTokens = 16;
+};
+
+struct GenerateResult {
+  std::vector<int64_t> tokens; // generated ids (the prompt excluded)
+  double firstTokenMs = 0;     // from the call's start to the first token
+  double totalMs = 0;          // from the call's start to the last token
+};
+
+struct GenerateOptions {
+  /// Requests decoded together at most (continuous batching).
+  int maxBatch = 8;
+  /// A request stops after generating this id (-1: only maxNewTokens).
+  int64_t eosTokenId = -1;
+  /// The id written into padding positions (masked out; any valid id).
+  int64_t padTokenId = 0;
+};
+
+class HETPLAN_CXX_API Generator {
+public:
+  /// InvalidArgument when the session's model has no input_ids input, no
+  /// logits output ([batch, sequence, vocabulary]) or a past input without
+  /// its present output.
+  static Status create(const Session &session, std::unique_ptr<Generator> *generator);
+  ~Generator();
+
+  /// Greedy (argmax) decoding of every request; results[i] answers
+  /// requests[i]. `onDone`, when set, is called as each request finishes
+  /// (in finishing order). Thread-safe (each call has its own caches).
+  Status generate(const std::vector<GenerateRequest> &requests, const GenerateOptions &options,
+                  std::vector<GenerateResult> *results,
+                  const std::function<void(size_t, const GenerateResult &)> &onDone = {}) const;
+
+  /// The past inputs paired with their present outputs, as found.
+  const std::vector<std::pair<std::string, std::string>> &cache() const;
+
+  struct Io;
+
+private:
+  Generator(const Session &session, std::unique_ptr<Io> io);
+  const Session &session_;
+  std::unique_ptr<Io> io_;
+};
+
+} // namespace hetplan
