@@ -1035,6 +1035,68 @@ LogicalResult attentionOp(NodeOp n, ArrayRef<ValueFacts> in,
   return success();
 }
 
+// com.microsoft Attention (onnxruntime's fused GPT-2/BERT attention): input
+// [B, S, D], packed QKV weights [D, 3 Dh], optional past [2, B, N, P, Dh/N]
+// -> output [B, S, Dh] and present [2, B, N, P + S, Dh/N].
+LogicalResult contribAttentionOp(NodeOp n, ArrayRef<ValueFacts> in,
+                                 SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  REQUIRE_SHAPE(w, 1);
+  if (x.size() != 3 || w.size() != 2)
+    return (why = "needs input [batch, sequence, hidden] and weights [hidden, 3 x hidden]", failure());
+  if (n.getOnnxAttr("qkv_hidden_sizes"))
+    return (why = "qkv_hidden_sizes is not supported", failure());
+  int64_t heads = attrInt(n, "num_heads", 0);
+  if (heads <= 0)
+    return (why = "num_heads must be positive", failure());
+  int64_t hidden = isDyn(w[1]) ? kDyn : w[1] / 3;
+  out[0] = tensor({x[0], x[1], hidden}, in[0].elementType());
+  if (out.size() > 1) {
+    int64_t past = 0;
+    if (present(in, 4)) {
+      REQUIRE_SHAPE(p, 4);
+      if (p.size() != 5)
+        return (why = "past must be [2, batch, heads, past, head size]", failure());
+      past = p[3];
+    }
+    int64_t head = isDyn(hidden) ? kDyn : hidden / heads;
+    out[1] = tensor({2, x[0], heads, addDims(past, x[1]), head}, in[0].elementType());
+  }
+  return success();
+}
+
+// com.microsoft SkipLayerNormalization: output and input_skip_bias_sum
+// (output 3) are shaped like the input; mean and inv_std_var (1, 2) keep
+// one value per row.
+LogicalResult skipLayerNormOp(NodeOp n, ArrayRef<ValueFacts> in,
+                              SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(x, 0);
+  if (x.empty())
+    return (why = "needs an input with a hidden axis", failure());
+  Shape stat = x;
+  stat.back() = 1;
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = tensor(i == 1 || i == 2 ? stat : x, in[0].elementType());
+  return success();
+}
+
+// com.microsoft EmbedLayerNormalization: input_ids [B, S], word embedding
+// [V, H] -> output [B, S, H], mask_index [B] (int32), embedding_sum [B, S, H].
+LogicalResult embedLayerNormOp(NodeOp n, ArrayRef<ValueFacts> in,
+                               SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  REQUIRE_SHAPE(ids, 0);
+  REQUIRE_SHAPE(word, 2);
+  if (ids.size() != 2 || word.size() != 2)
+    return (why = "needs input_ids [batch, sequence] and word_embedding [vocabulary, hidden]", failure());
+  Type element = in[2].elementType();
+  out[0] = tensor({ids[0], ids[1], word[1]}, element);
+  if (out.size() > 1)
+    out[1] = tensor({ids[0]}, IntegerType::get(n.getContext(), 32));
+  if (out.size() > 2)
+    out[2] = tensor({ids[0], ids[1], word[1]}, element);
+  return success();
+}
+
 LogicalResult depthSpaceOp(NodeOp n, ArrayRef<ValueFacts> in,
                            SmallVectorImpl<ValueFacts> &out, std::string &why) {
   REQUIRE_SHAPE(x, 0);
@@ -1586,8 +1648,14 @@ std::optional<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> a,
 ShapeRule lookupShapeRule(StringRef domain, StringRef opType) {
   if (domain == "com.microsoft" &&
       (opType == "Gelu" || opType == "FastGelu" || opType == "BiasGelu" ||
-       opType == "SkipLayerNormalization" || opType == "SimplifiedLayerNormalization"))
+       opType == "SimplifiedLayerNormalization"))
     return sameAsInput;
+  if (domain == "com.microsoft" && opType == "SkipLayerNormalization")
+    return skipLayerNormOp;
+  if (domain == "com.microsoft" && opType == "Attention")
+    return contribAttentionOp;
+  if (domain == "com.microsoft" && opType == "EmbedLayerNormalization")
+    return embedLayerNormOp;
   if (domain == "com.microsoft" &&
       llvm::is_contained(ArrayRef<StringRef>{"QLinearAdd", "QLinearMul", "QGemm", "QLinearSoftmax",
                                              "QLinearConcat", "QLinearGlobalAveragePool",

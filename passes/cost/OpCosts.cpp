@@ -542,6 +542,33 @@ Raw rawRule(NodeOp n) {
     if (op == "SkipLayerNormalization" || op == "SimplifiedLayerNormalization" ||
         op == "SkipSimplifiedLayerNormalization")
       return normRule(n);
+    if (op == "EmbedLayerNormalization") {
+      // Two gathered rows added, then a LayerNorm (about 8 FLOPs an element).
+      r.flops = 10 * outputElems(n);
+      return r;
+    }
+    if (op == "Attention") {
+      // Packed QKV projection, then Q K^T and P V over past + new keys,
+      // scale, mask, softmax.
+      r.matrix = true;
+      auto x = staticShape(n.getInputs()[0]);
+      auto w = staticShape(n.getInputs()[1]);
+      int64_t heads = attrInt(n, "num_heads", 0);
+      if (!x || !w || x->size() != 3 || w->size() != 2 || heads <= 0) {
+        r.estimated = true;
+        r.flops = outputElems(n);
+        return r;
+      }
+      double b = double((*x)[0]), s = double((*x)[1]), d = double((*x)[2]), dh = double((*w)[1]) / 3;
+      double t = s;
+      if (present(n, 4))
+        if (auto past = staticShape(n.getInputs()[4]); past && past->size() == 5)
+          t += double((*past)[3]);
+      double scores = b * double(heads) * s * t;
+      r.flops = 2 * b * s * d * 3 * dh + 2 * scores * 2 * (dh / double(heads)) +
+                scores * (1 + kTranscendental + 4) + (present(n, 3) ? scores : 0);
+      return r;
+    }
     // QOperator contrib ops (onnxruntime's quantizer): the integer products
     // priced as MatMul/Gemm/Conv (their int8 operands make the bytes), the
     // elementwise ones as dequantize both operands, the op, requantize.

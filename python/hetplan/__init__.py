@@ -223,6 +223,13 @@ class Session:
     def run(self, inputs, output_names=None):
         return self._s.run(dict(inputs), list(output_names or []))
 
+    def generate(self, prompts, max_new_tokens=16, max_batch=8, eos_token_id=-1, pad_token_id=0):
+        """Greedy decoding with the model's KV cache (past*/present* inputs
+        and outputs), continuous batching of up to max_batch prompts: one
+        list of new token ids per prompt (lists of ints)."""
+        return self._s.generate([list(map(int, p)) for p in prompts], int(max_new_tokens), int(max_batch),
+                                int(eos_token_id), int(pad_token_id))
+
     def end_profiling(self):
         return self._s.end_profiling()
 

@@ -11,6 +11,7 @@
 #include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/Session.h"
+#include "hetplan/runtime/Generate.h"
 
 #include <google/protobuf/util/json_util.h>
 #include <pybind11/numpy.h>
@@ -159,6 +160,30 @@ public:
     return out;
   }
 
+  /// Greedy generation with the model's KV cache (Generate.h): one list of
+  /// new token ids per prompt.
+  std::vector<std::vector<int64_t>> generate(const std::vector<std::vector<int64_t>> &prompts, int maxNewTokens,
+                                             int maxBatch, int64_t eos, int64_t pad) {
+    std::unique_ptr<hetplan::Generator> g;
+    Status st = hetplan::Generator::create(*session_, &g);
+    if (!st.ok()) raise(st);
+    std::vector<hetplan::GenerateRequest> requests;
+    for (const auto &p : prompts) requests.push_back({p, maxNewTokens});
+    hetplan::GenerateOptions o;
+    o.maxBatch = maxBatch;
+    o.eosTokenId = eos;
+    o.padTokenId = pad;
+    std::vector<hetplan::GenerateResult> results;
+    {
+      py::gil_scoped_release release;
+      st = g->generate(requests, o, &results);
+    }
+    if (!st.ok()) raise(st);
+    std::vector<std::vector<int64_t>> out;
+    for (auto &r : results) out.push_back(std::move(r.tokens));
+    return out;
+  }
+
   std::string endProfiling() {
     std::string path;
     Status st = session_->endProfiling(&path);
@@ -214,6 +239,8 @@ PYBIND11_MODULE(_hetplan, m) {
            py::arg("model_path") = "", py::arg("profiling") = false,
            py::arg("profile_prefix") = "hetplan_profile")
       .def("run", &PySession::run, py::arg("inputs"), py::arg("output_names") = std::vector<std::string>{})
+      .def("generate", &PySession::generate, py::arg("prompts"), py::arg("max_new_tokens") = 16,
+           py::arg("max_batch") = 8, py::arg("eos_token_id") = -1, py::arg("pad_token_id") = 0)
       .def("end_profiling", &PySession::endProfiling)
       .def_property_readonly("inputs", [](const PySession &s) { return describe(s.session().inputs()); })
       .def_property_readonly("outputs", [](const PySession &s) { return describe(s.session().outputs()); })

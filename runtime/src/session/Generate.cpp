@@ -133,6 +133,10 @@ double msSince(Clock::time_point t0) {
 
 Status Generator::create(const Session &session, std::unique_ptr<Generator> *generator) {
   if (!generator) return {StatusCode::InvalidArgument, "generator is null"};
+  if (session.isPlan())
+    return {StatusCode::Unsupported,
+            "generation runs on a model session: a plan is compiled for one input shape, and each "
+            "decode step has another (serve the plan's ONNX model)"};
   auto io = std::make_unique<Io>();
   std::vector<std::string> outputs;
   for (const auto &o : session.outputs()) outputs.push_back(o.name);

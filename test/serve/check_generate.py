@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""`hetplan serve` on models/ort-genai/gpt2-past.onnx (onnxruntime's GPT-2
+export with a KV cache) against onnxruntime's own greedy loop
+(models/ort-genai/greedy.json): every request's tokens must be equal, one
+request at a time and continuously batched (requests of 1-23 prompt tokens
+joining and leaving a batch of 3 or 16), to a file (input order) and to
+stdout (finishing order). Also: a malformed line is refused with its line
+number and no output file.
+
+  check_generate.py HETPLAN MODEL_DIR WORK_DIR
+"""
+import json, os, subprocess, sys
+
+hetplan, models, work = sys.argv[1:4]
+os.makedirs(work, exist_ok=True)
+model = os.path.join(models, "gpt2-past.onnx")
+prompts = os.path.join(models, "prompts.jsonl")
+ref = json.load(open(os.path.join(models, "greedy.json")))["tokens"]
+failures = 0
+
+
+def check(label, lines):
+    global failures
+    got = {l["id"]: l["tokens"] for l in lines}
+    bad = [k for k in ref if got.get(k) != ref[k]]
+    if bad:
+        failures += 1
+        print(f"FAIL {label}: {len(bad)} of {len(ref)} requests differ from onnxruntime, first {bad[0]}: "
+              f"{got.get(bad[0])} vs {ref[bad[0]]}")
+    else:
+        print(f"ok {label}: {len(ref)} requests, {sum(map(len, ref.values()))} tokens equal onnxruntime's")
+
+
+for batch in (1, 3, 16):
+    out = os.path.join(work, f"out-{batch}.jsonl")
+    subprocess.run([hetplan, "serve", model, "--prompts", prompts, "-o", out, "--max-batch", str(batch)],
+                   check=True)
+    lines = [json.loads(l) for l in open(out)]
+    if [l["index"] for l in lines] != list(range(len(ref))):
+        failures += 1
+        print(f"FAIL max-batch {batch}: the file is not in input order")
+    check(f"max-batch {batch} to a file", lines)
+
+r = subprocess.run([hetplan, "serve", model, "--max-batch", "4"], input=open(prompts).read(),
+                   capture_output=True, text=True, check=True)
+check("stdin to stdout, max-batch 4", [json.loads(l) for l in r.stdout.splitlines()])
+if "tokens/s" not in r.stderr:
+    failures += 1
+    print("FAIL: no summary line on stderr:", r.stderr)
+
+bad = os.path.join(work, "bad.jsonl")
+with open(bad, "w") as f:
+    f.write('{"prompt": [1, 2]}\n{"prompt": []}\n')
+out = os.path.join(work, "bad-out.jsonl")
+r = subprocess.run([hetplan, "serve", model, "--prompts", bad, "-o", out], capture_output=True, text=True)
+if r.returncode == 0 or "bad.jsonl:2:" not in r.stderr or os.path.exists(out):
+    failures += 1
+    print("FAIL: a malformed line must fail naming it, with no output:", r.returncode, r.stderr)
+else:
+    print("ok malformed line:", r.stderr.strip())
+sys.exit(1 if failures else 0)
