@@ -166,6 +166,31 @@ def test_profiling_writes_a_chrome_trace():
     assert sum(1 for e in trace["traceEvents"] if e["name"] == "run") == 2
 
 
+def test_generate_matches_onnxruntime_greedy_and_outputs_have_real_strides():
+    # onnxruntime's GPT-2 export with a KV cache; greedy.json is onnxruntime's
+    # own greedy loop (models/ort-genai/make_refs.py).
+    ort_dir = os.path.join(HERE, "..", "..", "models", "ort-genai")
+    s = hetplan.Session(os.path.join(ort_dir, "gpt2-past.onnx"))
+    lines = [json.loads(l) for l in open(os.path.join(ort_dir, "prompts.jsonl"))][:6]
+    ref = json.load(open(os.path.join(ort_dir, "greedy.json")))["tokens"]
+    got = s.generate([l["prompt"] for l in lines], max_new_tokens=4, max_batch=4)
+    for l, g in zip(lines, got):
+        assert g[:len(ref[l["id"]])] == ref[l["id"]][:4], (l["id"], g)
+    # Outputs own distinct elements (NumPy 2 with pybind11 2.10 once gave
+    # every output zero strides: each element a copy of the first).
+    out = s.run({"input_ids": np.array([[1, 2, 3]], np.int32), "position_ids": np.array([[0, 1, 2]], np.int32),
+                 "attention_mask": np.ones((1, 3), np.int32),
+                 **{f"past_{i}": np.zeros((2, 1, 4, 0, 8), np.float32) for i in range(5)}})
+    logits = out["logits"]
+    assert logits.strides == (3 * 1000 * 4, 1000 * 4, 4), logits.strides
+    assert len(set(logits[0, -1].tolist())) > 100
+    try:
+        hetplan.Session(GPT2).generate([[1, 2]])
+        raise AssertionError("a model without a KV cache must be refused")
+    except hetplan.HetplanError as e:
+        assert "no KV cache inputs" in str(e), e
+
+
 if __name__ == "__main__":  # without pytest: every test_ function in order
     failed = 0
     for name, fn in list(globals().items()):

@@ -124,7 +124,13 @@ int runServe() {
   options.threads = serveThreads;
   std::unique_ptr<Session> session;
   Status st = Session::create(serveModel, &session, options);
-  if (!st.ok()) return fail(serveModel + ": " + st.message());
+  if (!st.ok()) {
+    std::string message = st.message();
+    if (message.find("unknown plan mode 'serve'") != std::string::npos)
+      message += " (running a serving plan's replicas is not built yet; `hetplan serve` the plan's "
+                 "ONNX model to generate on this host)";
+    return fail(StringRef(message).starts_with(serveModel) ? message : serveModel + ": " + message);
+  }
   std::unique_ptr<Generator> generator;
   st = Generator::create(*session, &generator);
   if (!st.ok()) return fail(serveModel + ": cannot generate: " + st.message());

@@ -172,6 +172,10 @@ Status Generator::create(const Session &session, std::unique_ptr<Generator> *gen
     }
   }
   if (io->ids.empty()) return {StatusCode::InvalidArgument, "the model has no input_ids input"};
+  if (io->caches.empty())
+    return {StatusCode::InvalidArgument,
+            "the model has no KV cache inputs (past_N or past_key_values.N.key/value with present outputs): "
+            "export the decoder with its cache (use_cache=True)"};
   for (const auto &[name, type] : {std::make_pair(io->ids, io->idsType), std::make_pair(io->mask, io->maskType),
                                    std::make_pair(io->positions, io->positionsType)})
     if (!name.empty() && !isInt(type))
