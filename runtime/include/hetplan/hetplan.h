@@ -197,6 +197,23 @@ HETPLAN_API hetplan_status hetplan_result_find(const hetplan_result *result, con
 /* NULL is fine. */
 HETPLAN_API void hetplan_result_free(hetplan_result *result);
 
+/* Greedy generation with the model's KV cache and continuous batching
+ * (hetplan/runtime/Generate.h): prompts[i] holds prompt_lengths[i] token ids.
+ * Each request generates up to max_new_tokens ids (fewer when it produces
+ * eos_token_id; -1: none), at most max_batch requests decoding together.
+ * On success *tokens (free it with hetplan_tokens_free) holds every
+ * request's ids, request after request, and token_counts[i] (an array of
+ * num_prompts the caller owns) how many request i got. Model sessions
+ * only. */
+HETPLAN_API hetplan_status hetplan_session_generate(const hetplan_session *session,
+                                                    const int64_t *const *prompts,
+                                                    const size_t *prompt_lengths, size_t num_prompts,
+                                                    int32_t max_new_tokens, int32_t max_batch,
+                                                    int64_t eos_token_id, int64_t **tokens,
+                                                    size_t *token_counts, hetplan_error **error);
+/* NULL is fine. */
+HETPLAN_API void hetplan_tokens_free(int64_t *tokens);
+
 #ifdef __cplusplus
 }
 #endif

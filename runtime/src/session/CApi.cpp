@@ -6,8 +6,11 @@
 //===----------------------------------------------------------------------===//
 #include "hetplan/hetplan.h"
 #include "hetplan/runtime/Checked.h"
+#include "hetplan/runtime/Generate.h"
 #include "hetplan/runtime/Session.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -352,3 +355,46 @@ hetplan_status hetplan_result_find(const hetplan_result *result, const char *nam
 void hetplan_result_free(hetplan_result *result) { delete result; }
 
 } // extern "C"
+
+hetplan_status hetplan_session_generate(const hetplan_session *session, const int64_t *const *prompts,
+                                        const size_t *prompt_lengths, size_t num_prompts,
+                                        int32_t max_new_tokens, int32_t max_batch, int64_t eos_token_id,
+                                        int64_t **tokens, size_t *token_counts, hetplan_error **error) {
+  if (error) *error = nullptr;
+  if (!tokens) return fail(error, HETPLAN_INVALID_ARGUMENT, "tokens out-pointer is NULL");
+  *tokens = nullptr;
+  if (!session) return fail(error, HETPLAN_INVALID_ARGUMENT, "session is NULL");
+  if (num_prompts && (!prompts || !prompt_lengths || !token_counts))
+    return fail(error, HETPLAN_INVALID_ARGUMENT, "prompts, prompt_lengths and token_counts must not be NULL");
+  return guarded(error, [&]() -> hetplan_status {
+    std::vector<hetplan::GenerateRequest> requests;
+    for (size_t i = 0; i < num_prompts; ++i) {
+      if (prompt_lengths[i] && !prompts[i])
+        return fail(error, HETPLAN_INVALID_ARGUMENT, "prompt " + std::to_string(i) + " is NULL");
+      requests.push_back({std::vector<int64_t>(prompts[i], prompts[i] + prompt_lengths[i]), max_new_tokens});
+    }
+    std::unique_ptr<hetplan::Generator> generator;
+    Status st = hetplan::Generator::create(*session->session, &generator);
+    if (!st.ok()) return report(error, st);
+    hetplan::GenerateOptions options;
+    options.maxBatch = max_batch;
+    options.eosTokenId = eos_token_id;
+    std::vector<hetplan::GenerateResult> results;
+    st = generator->generate(requests, options, &results);
+    if (!st.ok()) return report(error, st);
+    size_t total = 0;
+    for (const auto &r : results) total += r.tokens.size();
+    auto *out = static_cast<int64_t *>(std::malloc(std::max<size_t>(total, 1) * sizeof(int64_t)));
+    if (!out) return fail(error, HETPLAN_OUT_OF_MEMORY, "cannot allocate the generated tokens");
+    size_t at = 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+      token_counts[i] = results[i].tokens.size();
+      std::copy(results[i].tokens.begin(), results[i].tokens.end(), out + at);
+      at += results[i].tokens.size();
+    }
+    *tokens = out;
+    return HETPLAN_OK;
+  });
+}
+
+void hetplan_tokens_free(int64_t *tokens) { std::free(tokens); }
