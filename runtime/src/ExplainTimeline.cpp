@@ -157,7 +157,13 @@ std::string timelineSvg(const plan::Plan &p) {
   const double endMs = end * 1e3;
 
   // Geometry (px).
-  const double left = 200, right = 36, plotWidth = 1000;
+  // The label column fits the longest label (about 0.62 em a character in
+  // DejaVu Sans, wider than its average): labels stay inside the picture.
+  double labelWidth = 0;
+  for (const auto &row : rows)
+    labelWidth = std::max({labelWidth, 13 * 0.62 * double(row.label.size()),
+                           10 * 0.62 * double(row.sublabel.size())});
+  const double left = std::max(200.0, std::ceil(labelWidth) + 24), right = 36, plotWidth = 1000;
   const double width = left + plotWidth + right;
   const double top = 70, computeH = 26, commGap = 3, commH = 9, rowGap = 12;
   const double pitch = computeH + commGap + commH + rowGap;
@@ -214,8 +220,8 @@ std::string timelineSvg(const plan::Plan &p) {
   for (size_t i = 0; i < rows.size(); ++i) {
     double y = top + pitch * double(i);
     if (i % 2 == 0)
-      o << "<path d=\"M" << num(left - 190) << " " << num(y - rowGap / 2) << " H" << num(width - 8)
-        << " V" << num(y + pitch - rowGap / 2) << " H" << num(left - 190) << " Z\" fill=\"#f3f4f6\"/>\n";
+      o << "<path d=\"M10 " << num(y - rowGap / 2) << " H" << num(width - 8)
+        << " V" << num(y + pitch - rowGap / 2) << " H10 Z\" fill=\"#f3f4f6\"/>\n";
     o << "<text x=\"" << num(left - 10) << "\" y=\"" << num(y + 17)
       << "\" font-size=\"13\" text-anchor=\"end\" fill=\"#222222\">" << escape(rows[i].label)
       << "</text>\n";

@@ -295,6 +295,22 @@ TEST(Explain, TimelineHasOneBoxPerInstruction) {
                                             wide.ranks(18).program_size()));
   EXPECT_TRUE(wellFormedXml(wideSvg, why)) << why;
   keep("timeline-4x1-1f1b.svg", timelineSvg(makeSamplePlan(4, 1, 8, false)));
+
+  // Labels stay inside the picture: a right-aligned sublabel ("rank 512
+  // V100-SXM2-32GB, slowest of 32" on the 1,024-GPU plan) ends at the label
+  // column's edge, which must leave room for it (0.62 em a character).
+  plan::Plan named = makeSamplePlan(4, 6, 8, true);
+  for (auto &d : *named.mutable_cluster()->mutable_devices())
+    d.set_type("V100-SXM2-32GB-WITH-A-LONG-CATALOG-NAME");
+  std::string namedSvg = timelineSvg(named);
+  size_t at = namedSvg.find("font-size=\"10\" text-anchor=\"end\"");
+  ASSERT_NE(at, std::string::npos);
+  size_t x = namedSvg.rfind("<text x=\"", at);
+  double right = std::stod(namedSvg.substr(x + 9));
+  size_t open = namedSvg.find('>', at), close = namedSvg.find("</text>", open);
+  std::string label = namedSvg.substr(open + 1, close - open - 1);
+  EXPECT_NE(label.find("LONG-CATALOG-NAME"), std::string::npos) << label;
+  EXPECT_GE(right - 10 * 0.62 * double(label.size()), 0.0) << label;
 }
 
 TEST(Explain, TimelineFileIsValidSvg) {
