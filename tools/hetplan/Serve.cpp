@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "tools/hetplan/Commands.h"
+#include "tools/hetplan/ServePrompts.h"
 
 #include "hetplan/runtime/Files.h"
 #include "hetplan/runtime/Generate.h"
@@ -52,48 +53,7 @@ cl::opt<int64_t> servePad("pad", cl::desc("Token id written into (masked) paddin
 cl::opt<int> serveThreads("threads", cl::desc("Kernel threads (0: OMP_NUM_THREADS or every core)"),
                           cl::init(0), cl::sub(serveCmd));
 
-struct Line {
-  GenerateRequest request;
-  json::Value id = nullptr;
-};
-
-/// The requests of `text` (JSON lines; blank lines skipped), or an error
-/// naming the line.
-Expected<std::vector<Line>> parsePrompts(StringRef text, StringRef name) {
-  std::vector<Line> out;
-  int number = 0;
-  while (!text.empty()) {
-    auto [line, rest] = text.split('\n');
-    text = rest;
-    ++number;
-    if (line.trim().empty()) continue;
-    auto where = [&] { return (name + ":" + Twine(number) + ": ").str(); };
-    auto value = json::parse(line);
-    if (!value) return createStringError(where() + toString(value.takeError()));
-    const json::Object *obj = value->getAsObject();
-    const json::Array *prompt = obj ? obj->getArray("prompt") : nullptr;
-    if (!prompt || prompt->empty())
-      return createStringError(where() + "needs \"prompt\": a non-empty array of token ids");
-    Line l;
-    for (const json::Value &v : *prompt) {
-      auto id = v.getAsInteger();
-      if (!id || *id < 0) return createStringError(where() + "token ids must be integers >= 0");
-      l.request.prompt.push_back(*id);
-    }
-    l.request.maxNewTokens = serveMaxNew;
-    if (const json::Value *n = obj->get("max_new_tokens")) {
-      auto v = n->getAsInteger();
-      if (!v || *v < 1 || *v > (1 << 20))
-        return createStringError(where() + "max_new_tokens must be an integer from 1 to 1048576");
-      l.request.maxNewTokens = int(*v);
-    }
-    if (const json::Value *id = obj->get("id")) l.id = *id;
-    out.push_back(std::move(l));
-  }
-  return out;
-}
-
-std::string resultLine(size_t index, const Line &line, const GenerateResult &r) {
+std::string resultLine(size_t index, const PromptLine &line, const GenerateResult &r) {
   json::Array tokens;
   for (int64_t t : r.tokens) tokens.push_back(t);
   json::Object o{{"index", int64_t(index)},
@@ -117,7 +77,7 @@ int runServe() {
     return fail(servePrompts + ": not a regular file");
   auto buffer = servePrompts == "-" ? MemoryBuffer::getSTDIN() : MemoryBuffer::getFile(servePrompts);
   if (!buffer) return fail(promptName + ": cannot read: " + buffer.getError().message());
-  auto lines = parsePrompts((*buffer)->getBuffer(), promptName);
+  auto lines = parsePrompts((*buffer)->getBuffer(), promptName, serveMaxNew);
   if (!lines) return fail(toString(lines.takeError()));
 
   SessionOptions options;
@@ -136,7 +96,7 @@ int runServe() {
   if (!st.ok()) return fail(serveModel + ": cannot generate: " + st.message());
 
   std::vector<GenerateRequest> requests;
-  for (const Line &l : *lines) requests.push_back(l.request);
+  for (const PromptLine &l : *lines) requests.push_back(l.request);
   GenerateOptions gen;
   gen.maxBatch = serveMaxBatch;
   gen.eosTokenId = serveEos;
