@@ -740,6 +740,11 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
           layer.kvCacheBytesPerSample +=
               (valueBytes(node.getInputs()[1].getType(), dtype) +
                valueBytes(node.getInputs()[2].getType(), dtype)) / samples;
+      } else if (node.getDomain() == "com.microsoft" && node.getOpType() == "Attention" &&
+                 node.getNumResults() >= 2) {
+        // onnxruntime's fused Attention: `present` holds the keys and values
+        // of every position ([2, batch, heads, past + sequence, head size]).
+        layer.kvCacheBytesPerSample += valueBytes(node.getResult(1).getType(), dtype) / samples;
       } else if (isActivationProduct(node, info) && feedsSoftmax(node.getResult(0))) {
         // Q K^T: K is the second operand; V has as many elements.
         layer.kvCacheBytesPerSample +=

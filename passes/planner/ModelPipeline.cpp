@@ -428,6 +428,26 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
     }
   }
 
+  // A KV cache's length (serve mode): past/cache dims, and totals over them.
+  if (o.cacheLength >= 0 && o.sequence > 0)
+    for (const InputInfo &in : inputs) {
+      if (shaped.count(in.name))
+        continue;
+      for (const std::string &n : in.dimNames) {
+        if (n.empty() || bindTo.count(n) || !qualifiedLength(n))
+          continue;
+        std::string lower = lowered(n);
+        llvm::StringRef l(lower);
+        int64_t size = -1;
+        if (l.contains("total"))
+          size = o.cacheLength + o.sequence;
+        else if (l.contains("past") || l.contains("cache") || l.contains("prev") || l.contains("kv"))
+          size = o.cacheLength;
+        if (size >= 0)
+          bindTo[n] = bound[n] = size;
+      }
+    }
+
   // Every symbolic dim of an input needs a size.
   std::vector<std::string> unbound, unboundNames;
   bool sequenceLike = false;

@@ -50,6 +50,11 @@ struct PipelineOptions {
   std::vector<std::string> dims;       // NAME=VALUE
   std::vector<std::string> batchAxes;  // INPUT=AXIS or INPUT=none
   bool allowMissingWeights = false;
+  /// >= 0: a KV-cache length. Unbound input dims named like a past/cache
+  /// length take it, and those named like a total take it plus `sequence`
+  /// (serve mode prices prefill and decode of a decoder exported with its
+  /// cache at cacheLength 0: the serve planner adds the cache reads itself).
+  int64_t cacheLength = -1;
   cluster::DType dtype = cluster::DType::FP16;
   /// Costs for training (an LM head splits by vocabulary with the loss:
   /// cost::ExtractOptions::training).

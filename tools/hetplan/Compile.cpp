@@ -548,6 +548,7 @@ int runCompileServe() {
 
   // Prefill costs at the prompt length, decode costs at one token.
   planner::PipelineOptions po = pipelineOptions(1, promptLenArg, so.dtype);
+  po.cacheLength = 0; // a decoder exported with its KV cache: priced without it (see below)
   auto prefill = planner::costModelFile(po);
   if (!prefill)
     return fail(llvm::toString(prefill.takeError()));
