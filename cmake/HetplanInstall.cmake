@@ -25,6 +25,7 @@ install(FILES ${HETPLAN_SOURCE_DIR}/runtime/include/hetplan/runtime/Session.h
               ${HETPLAN_SOURCE_DIR}/runtime/include/hetplan/runtime/Tensor.h
               ${HETPLAN_SOURCE_DIR}/runtime/include/hetplan/runtime/Checked.h
               ${HETPLAN_SOURCE_DIR}/runtime/include/hetplan/runtime/Generate.h
+              ${HETPLAN_SOURCE_DIR}/runtime/include/hetplan/runtime/ServingPlan.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/hetplan/runtime COMPONENT dev)
 
 # The command-line tools (compiler side; absent in a runtime-only build).

@@ -5,7 +5,8 @@ export with a KV cache) against onnxruntime's own greedy loop
 request at a time and continuously batched (requests of 1-23 prompt tokens
 joining and leaving a batch of 3 or 16), to a file (input order) and to
 stdout (finishing order). Also: a malformed line is refused with its line
-number and no output file.
+number and no output file. A serving plan of the model (four replicas)
+gives the same tokens.
 
   check_generate.py HETPLAN MODEL_DIR WORK_DIR
 """
@@ -40,6 +41,18 @@ for batch in (1, 3, 16):
         failures += 1
         print(f"FAIL max-batch {batch}: the file is not in input order")
     check(f"max-batch {batch} to a file", lines)
+
+# A serving plan: its four replicas (one per device) on CPU threads.
+splan = os.path.join(work, "serve.plan")
+subprocess.run([hetplan, "compile", model, "--mode", "serve", "--cluster", "2xT4,2xL4", "--rate", "5",
+                "--prompt-len", "16", "--output-len", "16", "-o", splan], check=True, capture_output=True)
+out = os.path.join(work, "out-plan.jsonl")
+r = subprocess.run([hetplan, "serve", splan, "--prompts", prompts, "-o", out], capture_output=True, text=True,
+                   check=True)
+if r.stderr.count("hetplan serve: replica") != 4:
+    failures += 1
+    print("FAIL: the serving plan's four replicas are not listed:", r.stderr)
+check("serving plan, 4 replicas", [json.loads(l) for l in open(out)])
 
 r = subprocess.run([hetplan, "serve", model, "--max-batch", "4"], input=open(prompts).read(),
                    capture_output=True, text=True, check=True)

@@ -17,6 +17,7 @@
 
 #include "hetplan/runtime/Files.h"
 #include "hetplan/runtime/Generate.h"
+#include "hetplan/runtime/ServingPlan.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
@@ -50,6 +51,8 @@ cl::opt<int64_t> serveEos("eos", cl::desc("Stop a request after this token id (-
                           cl::sub(serveCmd));
 cl::opt<int64_t> servePad("pad", cl::desc("Token id written into (masked) padding"), cl::init(0),
                           cl::sub(serveCmd));
+cl::opt<std::string> serveModelPath("model", cl::desc("Serving plans: the ONNX model to run (default: the plan's)"),
+                                    cl::value_desc("MODEL"), cl::sub(serveCmd));
 cl::opt<int> serveThreads("threads", cl::desc("Kernel threads (0: OMP_NUM_THREADS or every core)"),
                           cl::init(0), cl::sub(serveCmd));
 
@@ -80,20 +83,34 @@ int runServe() {
   auto lines = parsePrompts((*buffer)->getBuffer(), promptName, serveMaxNew);
   if (!lines) return fail(toString(lines.takeError()));
 
-  SessionOptions options;
-  options.threads = serveThreads;
+  // A serving plan (hetplan compile --mode serve): its replicas on CPU
+  // threads; anything else: a model (or plan) session.
+  std::unique_ptr<ServingPlan> serving;
   std::unique_ptr<Session> session;
-  Status st = Session::create(serveModel, &session, options);
-  if (!st.ok()) {
-    std::string message = st.message();
-    if (message.find("unknown plan mode 'serve'") != std::string::npos)
-      message += " (running a serving plan's replicas is not built yet; `hetplan serve` the plan's "
-                 "ONNX model to generate on this host)";
-    return fail(StringRef(message).starts_with(serveModel) ? message : serveModel + ": " + message);
-  }
   std::unique_ptr<Generator> generator;
-  st = Generator::create(*session, &generator);
-  if (!st.ok()) return fail(serveModel + ": cannot generate: " + st.message());
+  bool planFile = false;
+  if (auto head = MemoryBuffer::getFileSlice(serveModel, 8, 0); head && (*head)->getBuffer() == "HETPLAN\n")
+    planFile = true;
+  Status st;
+  bool isServingPlan = false;
+  if (planFile) {
+    st = ServingPlan::load(serveModel, serveModelPath, &serving);
+    isServingPlan = st.ok();
+    // InvalidArgument: a plan of another mode, run as a plan session below.
+    if (!isServingPlan && st.code() != StatusCode::InvalidArgument) return fail(st.message());
+  }
+  if (isServingPlan) {
+    for (int r = 0; r < serving->replicas(); ++r) errs() << "hetplan serve: " << serving->describeReplica(r) << "\n";
+  } else {
+    SessionOptions options;
+    options.threads = serveThreads;
+    if (!serveModelPath.empty()) options.modelPath = serveModelPath;
+    st = Session::create(serveModel, &session, options);
+    if (!st.ok())
+      return fail(StringRef(st.message()).starts_with(serveModel) ? st.message() : serveModel + ": " + st.message());
+    st = Generator::create(*session, &generator);
+    if (!st.ok()) return fail(serveModel + ": cannot generate: " + st.message());
+  }
 
   std::vector<GenerateRequest> requests;
   for (const PromptLine &l : *lines) requests.push_back(l.request);
@@ -103,10 +120,13 @@ int runServe() {
   gen.padTokenId = servePad;
   bool toStdout = serveOutput == "-";
   std::vector<GenerateResult> results;
+  std::vector<int> replicaOf;
   auto t0 = std::chrono::steady_clock::now();
-  st = generator->generate(requests, gen, &results, [&](size_t i, const GenerateResult &r) {
+  auto onDone = [&](size_t i, const GenerateResult &r) {
     if (toStdout) outs() << resultLine(i, (*lines)[i], r) << "\n", outs().flush();
-  });
+  };
+  st = isServingPlan ? serving->generate(requests, gen, &results, &replicaOf, onDone)
+                     : generator->generate(requests, gen, &results, onDone);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!st.ok()) return fail(serveModel + ": " + st.message());
   if (!toStdout) {

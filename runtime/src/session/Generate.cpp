@@ -137,11 +137,20 @@ Status Generator::create(const Session &session, std::unique_ptr<Generator> *gen
     return {StatusCode::Unsupported,
             "generation runs on a model session: a plan is compiled for one input shape, and each "
             "decode step has another (serve the plan's ONNX model)"};
+  const Session *s = &session;
+  return create([s](const std::map<std::string, Tensor> &in, std::map<std::string, Tensor> *out,
+                    const std::vector<std::string> &names) { return s->run(in, out, names); },
+                session.inputs(), session.outputs(), generator);
+}
+
+Status Generator::create(RunFunction run, const std::vector<TensorInfo> &inputs,
+                         const std::vector<TensorInfo> &outputInfos, std::unique_ptr<Generator> *generator) {
+  if (!generator) return {StatusCode::InvalidArgument, "generator is null"};
   auto io = std::make_unique<Io>();
   std::vector<std::string> outputs;
-  for (const auto &o : session.outputs()) outputs.push_back(o.name);
+  for (const auto &o : outputInfos) outputs.push_back(o.name);
   auto isInt = [](DType t) { return t == DType::Int32 || t == DType::Int64; };
-  for (const auto &in : session.inputs()) {
+  for (const auto &in : inputs) {
     if (in.name == "input_ids") {
       io->ids = in.name, io->idsType = in.dtype;
     } else if (in.name == "attention_mask") {
@@ -182,11 +191,11 @@ Status Generator::create(const Session &session, std::unique_ptr<Generator> *gen
       return {StatusCode::InvalidArgument, "input '" + name + "' must be int32 or int64"};
   io->logits = std::find(outputs.begin(), outputs.end(), "logits") != outputs.end() ? "logits" : "";
   if (io->logits.empty()) return {StatusCode::InvalidArgument, "the model has no logits output"};
-  generator->reset(new Generator(session, std::move(io)));
+  generator->reset(new Generator(std::move(run), std::move(io)));
   return Status::OK();
 }
 
-Generator::Generator(const Session &session, std::unique_ptr<Io> io) : session_(session), io_(std::move(io)) {}
+Generator::Generator(RunFunction run, std::unique_ptr<Io> io) : run_(std::move(run)), io_(std::move(io)) {}
 Generator::~Generator() = default;
 
 const std::vector<std::pair<std::string, std::string>> &Generator::cache() const { return io_->pairs; }
@@ -236,7 +245,7 @@ Status Generator::generate(const std::vector<GenerateRequest> &requests, const G
     for (size_t k = 0; k < io.caches.size(); ++k) in[io.caches[k].past] = past[k];
     std::vector<std::string> want{io.logits};
     for (const auto &c : io.caches) want.push_back(c.present);
-    Status st = session_.run(in, &out, want);
+    Status st = run_(in, &out, want);
     if (!st.ok()) return st;
     const Tensor &logits = out[io.logits];
     if (logits.rank() != 3 || logits.shape()[0] != B || logits.shape()[1] != S || logits.dtype() != DType::Float32)

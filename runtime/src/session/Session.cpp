@@ -133,14 +133,8 @@ public:
   virtual int processRank() const { return -1; }
 };
 
-namespace {
-
-bool overlaps(const Tensor &a, const Tensor &b) {
-  if (!a.raw() || !b.raw() || !a.nbytes() || !b.nbytes()) return false;
-  auto a0 = reinterpret_cast<uintptr_t>(a.raw()), b0 = reinterpret_cast<uintptr_t>(b.raw());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
-
+/// A graph input or output as the public API describes it (also used by
+/// ServingPlan.cpp).
 TensorInfo toInfo(const runtime::ValueInfo &v) {
   TensorInfo t;
   t.name = v.name;
@@ -149,6 +143,15 @@ TensorInfo toInfo(const runtime::ValueInfo &v) {
   t.shape = v.shape;
   return t;
 }
+
+namespace {
+
+bool overlaps(const Tensor &a, const Tensor &b) {
+  if (!a.raw() || !b.raw() || !a.nbytes() || !b.nbytes()) return false;
+  auto a0 = reinterpret_cast<uintptr_t>(a.raw()), b0 = reinterpret_cast<uintptr_t>(b.raw());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
 
 class ModelBackend final : public SessionBackend {
 public:

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,10 +52,20 @@ struct GenerateOptions {
 
 class HETPLAN_CXX_API Generator {
 public:
+  /// One run of the decoder: Session::run's contract.
+  using RunFunction = std::function<Status(const std::map<std::string, runtime::Tensor> &,
+                                           std::map<std::string, runtime::Tensor> *,
+                                           const std::vector<std::string> &)>;
+
   /// InvalidArgument when the session's model has no input_ids input, no
   /// logits output ([batch, sequence, vocabulary]) or a past input without
-  /// its present output.
+  /// its present output; Unsupported for a plan session (its shapes are
+  /// fixed). The session must outlive the generator.
   static Status create(const Session &session, std::unique_ptr<Generator> *generator);
+  /// The same over any runner of the model (a serving plan's replica,
+  /// ServingPlan.h) whose graph inputs and outputs are `inputs`/`outputs`.
+  static Status create(RunFunction run, const std::vector<TensorInfo> &inputs,
+                       const std::vector<TensorInfo> &outputs, std::unique_ptr<Generator> *generator);
   ~Generator();
 
   /// Greedy (argmax) decoding of every request; results[i] answers
@@ -70,8 +81,8 @@ public:
   struct Io;
 
 private:
-  Generator(const Session &session, std::unique_ptr<Io> io);
-  const Session &session_;
+  Generator(RunFunction run, std::unique_ptr<Io> io);
+  RunFunction run_;
   std::unique_ptr<Io> io_;
 };
 
