@@ -212,6 +212,9 @@ Status Generator::generate(const std::vector<GenerateRequest> &requests, const G
       return {StatusCode::InvalidArgument, "request " + std::to_string(i) + ": maxNewTokens must be at least 1"};
   }
   const Io &io = *io_;
+  // Without an attention mask, padding could not be masked out: one request
+  // at a time then (each decodes exactly as alone).
+  const int maxBatch = io.mask.empty() ? 1 : options.maxBatch;
   results->assign(requests.size(), {});
   auto t0 = Clock::now();
   std::deque<size_t> waiting;
@@ -310,9 +313,9 @@ Status Generator::generate(const std::vector<GenerateRequest> &requests, const G
   try {
     while (!rows.empty() || !waiting.empty()) {
       // Admit waiting requests: their own prefill, then join the batch.
-      if (!waiting.empty() && int(rows.size()) < options.maxBatch) {
+      if (!waiting.empty() && int(rows.size()) < maxBatch) {
         std::vector<Row> group;
-        while (!waiting.empty() && int(rows.size() + group.size()) < options.maxBatch) {
+        while (!waiting.empty() && int(rows.size() + group.size()) < maxBatch) {
           group.push_back(Row{waiting.front(), {}, 0, {}});
           waiting.pop_front();
         }

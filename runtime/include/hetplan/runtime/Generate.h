@@ -42,7 +42,9 @@ struct GenerateResult {
 };
 
 struct GenerateOptions {
-  /// Requests decoded together at most (continuous batching).
+  /// Requests decoded together at most (continuous batching). A model
+  /// without an attention_mask input decodes one request at a time (its
+  /// padding could not be masked out).
   int maxBatch = 8;
   /// A request stops after generating this id (-1: only maxNewTokens).
   int64_t eosTokenId = -1;
