@@ -88,6 +88,8 @@ int runServe() {
   std::unique_ptr<ServingPlan> serving;
   std::unique_ptr<Session> session;
   std::unique_ptr<Generator> generator;
+  if (sys::fs::exists(serveModel) && !sys::fs::is_regular_file(serveModel))
+    return fail(serveModel + ": not a regular file");
   bool planFile = false;
   if (auto head = MemoryBuffer::getFileSlice(serveModel, 8, 0); head && (*head)->getBuffer() == "HETPLAN\n")
     planFile = true;
