@@ -219,4 +219,18 @@ bool writePlan(const std::string &path, const plan::Plan &plan,
   return writeFileAtomically(path, encodePlan(plan), error);
 }
 
+std::string planModelPath(const std::string &planPath, const plan::Plan &plan, const std::string &hint,
+                          std::string &error) {
+  error.clear();
+  const std::string &mp = plan.model().path();
+  std::string path = mp;
+  auto slash = planPath.find_last_of('/');
+  if (!mp.empty() && mp[0] != '/' && slash != std::string::npos) path = planPath.substr(0, slash + 1) + mp;
+  if (::access(path.c_str(), F_OK) != 0)
+    error = planPath + ": the model it was compiled from, " + path +
+            (mp.empty() || mp[0] == '/' ? "" : " ('" + mp + "' next to the plan)") +
+            ", is missing: put it back, or give its path (" + hint + ")";
+  return path;
+}
+
 } // namespace hetplan::runtime

@@ -208,17 +208,12 @@ std::unique_ptr<PlanExecutor> PlanExecutor::load(const std::string &planPath,
   plan::Plan p;
   std::string error;
   if (!readPlan(planPath, p, error)) fail(error);
-  // A relative model path is relative to the plan file's folder (compile
-  // writes it so), not to the working directory.
-  const std::string mp = p.model().path();
-  if (modelPath.empty() && !mp.empty() && mp[0] != '/') {
-    auto slash = planPath.find_last_of('/');
-    if (slash != std::string::npos) p.mutable_model()->set_path(planPath.substr(0, slash + 1) + mp);
+  // A relative model path is relative to the plan file's folder, not to
+  // the working directory.
+  if (modelPath.empty()) {
+    p.mutable_model()->set_path(planModelPath(planPath, p, "hetplan run --model PATH", error));
+    if (!error.empty()) fail(error);
   }
-  if (modelPath.empty() && ::access(p.model().path().c_str(), F_OK) != 0)
-    fail(planPath + ": the model it was compiled from, " + p.model().path() +
-         (mp.empty() || mp[0] == '/' ? "" : " ('" + mp + "' next to the plan)") +
-         ", is missing: put it back, or give its path (hetplan run --model PATH)");
   try {
     return std::make_unique<PlanExecutor>(std::move(p), modelPath);
   } catch (const std::exception &e) {

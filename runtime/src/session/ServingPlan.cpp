@@ -12,7 +12,6 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
-#include <unistd.h>
 
 namespace hetplan {
 
@@ -91,15 +90,10 @@ Status ServingPlan::load(const std::string &planPath, const std::string &modelPa
     return {StatusCode::InvalidArgument,
             planPath + ": not a serving plan (hetplan compile --mode serve makes one)"};
   if (!runtime::validatePlan(p, error)) return {StatusCode::InvalidModel, planPath + ": invalid plan: " + error};
-  // A relative model path is relative to the plan's folder, as for run.
   std::string path = modelPath;
   if (path.empty()) {
-    path = p.model().path();
-    auto slash = planPath.find_last_of('/');
-    if (!path.empty() && path[0] != '/' && slash != std::string::npos) path = planPath.substr(0, slash + 1) + path;
-    if (::access(path.c_str(), F_OK) != 0)
-      return {StatusCode::NotFound, planPath + ": the model it was compiled from, " + path +
-                                        ", is missing: put it back, or give its path (--model PATH)"};
+    path = runtime::planModelPath(planPath, p, "hetplan serve --model PATH", error);
+    if (!error.empty()) return {StatusCode::NotFound, error};
   }
   try {
     impl->model = std::make_unique<runtime::Model>(runtime::loadModel(path, [&](const std::string &sha) {

@@ -65,6 +65,13 @@ bool validatePlan(const plan::Plan &plan, std::string &error);
 /// waits for (src/PlanPrograms.cpp).
 bool checkPlanPrograms(const plan::Plan &plan, std::string &error);
 
+/// The model file `plan` names: plan.model.path, relative to the folder of
+/// the plan file at `planPath` unless absolute (compile writes it so). When
+/// that file is missing, `error` says where it looked and how to point at
+/// the model (`hint`, e.g. "hetplan run --model PATH"); else it is cleared.
+std::string planModelPath(const std::string &planPath, const plan::Plan &plan, const std::string &hint,
+                          std::string &error);
+
 /// True when no worker lists `rank` (the plan leaves that device unused).
 bool isIdleRank(const plan::Plan &plan, uint32_t rank);
 

@@ -9,6 +9,7 @@
 // mask_filter_value to the scores; the scale is 1/sqrt(head size).
 //
 //===----------------------------------------------------------------------===//
+#include "FastMath.h"
 #include "Gemm.h"
 #include "KernelUtil.h"
 
@@ -29,21 +30,13 @@ void requireFloat(const Tensor &t, const char *op, const char *what) {
     throw std::runtime_error(std::string(op) + " " + what + " " + t.describe() + " must be float32");
 }
 
-/// out[r, :] = LayerNorm(x[r, :]) * gamma + beta over rows of `hidden`.
+/// out[r, :] = LayerNorm(x[r, :]) * gamma + beta over rows of `hidden`: the
+/// LayerNormalization kernel's vectorised row (FastMath.h).
 void layerNormRows(const float *x, float *out, int64_t rows, int64_t hidden, const float *gamma,
                    const float *beta, double eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *px = x + r * hidden;
-    float *po = out + r * hidden;
-    double mean = 0, var = 0;
-    for (int64_t i = 0; i < hidden; ++i) mean += px[i];
-    mean /= double(hidden);
-    for (int64_t i = 0; i < hidden; ++i) var += (px[i] - mean) * (px[i] - mean);
-    var /= double(hidden);
-    double inv = 1.0 / std::sqrt(var + eps);
-    for (int64_t i = 0; i < hidden; ++i)
-      po[i] = float((px[i] - mean) * inv * gamma[i] + (beta ? beta[i] : 0.0f));
-  }
+  float mean, inv;
+  for (int64_t r = 0; r < rows; ++r)
+    fastmath::layerNormRow(x + r * hidden, out + r * hidden, hidden, gamma, beta, float(eps), &mean, &inv);
 }
 
 void requireVector(const KernelContext &c, size_t i, int64_t hidden, const char *op, const char *what) {
