@@ -49,6 +49,20 @@ def main():
         json.dump({"onnxruntime": ort.__version__, "tokens": ref}, f)
         f.write("\n")
     print(len(requests), "requests,", sum(map(len, ref.values())), "tokens")
+    # One decode step of 4 rows over a 16-token cache (one row's first two
+    # positions masked), with onnxruntime's outputs: test/serve/
+    # check_generate.py runs a 2-stage inference plan of the model on it.
+    B, P = 4, 16
+    feeds = {"input_ids": rng.integers(0, 1000, (B, 1)).astype(np.int32),
+             "position_ids": np.full((B, 1), P, np.int32),
+             "attention_mask": np.ones((B, P + 1), np.int32)}
+    feeds["attention_mask"][2, :2] = 0
+    for i in range(LAYERS):
+        feeds[f"past_{i}"] = rng.standard_normal((2, B, HEADS, P, HEAD_SIZE)).astype(np.float32)
+    outs = session.run(None, feeds)
+    arrays = {"in:" + k: v for k, v in feeds.items()}
+    arrays.update({"out:" + o.name: v for o, v in zip(session.get_outputs(), outs)})
+    np.savez_compressed(os.path.join(HERE, "decode-step.npz"), **arrays)
 
 
 if __name__ == "__main__":

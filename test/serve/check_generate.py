@@ -6,11 +6,14 @@ request at a time and continuously batched (requests of 1-23 prompt tokens
 joining and leaving a batch of 3 or 16), to a file (input order) and to
 stdout (finishing order). Also: a malformed line is refused with its line
 number and no output file. A serving plan of the model (four replicas)
-gives the same tokens.
+gives the same tokens, and a 2-stage inference plan of it matches
+onnxruntime's outputs on one decode step (decode-step.npz).
 
   check_generate.py HETPLAN MODEL_DIR WORK_DIR
 """
 import json, os, subprocess, sys
+
+import numpy as np
 
 hetplan, models, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
@@ -60,6 +63,29 @@ check("stdin to stdout, max-batch 4", [json.loads(l) for l in r.stdout.splitline
 if "tokens/s" not in r.stderr:
     failures += 1
     print("FAIL: no summary line on stderr:", r.stderr)
+
+# The same export as a 2-stage inference plan: one decode step (a cache of
+# 16, a masked position) against onnxruntime's outputs (decode-step.npz).
+import numpy as np
+step = np.load(os.path.join(models, "decode-step.npz"))
+iplan = os.path.join(work, "decode.plan")
+subprocess.run([hetplan, "compile", model, "--cluster", "2xT4", "--mode", "infer", "--batch", "4",
+                "--dim", "seq_len=1,past_seq_len=16,total_seq_len=17", "--pin", "pp=2,dp=1,mb=1",
+                "-o", iplan], check=True, capture_output=True)
+args = [hetplan, "run", iplan, "--quiet", "--output", os.path.join(work, "decode-out")]
+for k in step.files:
+    if k.startswith("in:"):
+        path = os.path.join(work, k[3:] + ".npy")
+        np.save(path, step[k])
+        args += ["--input", f"{k[3:]}={path}"]
+subprocess.run(args, check=True)
+worst = max(float(np.abs(np.load(os.path.join(work, "decode-out", k[4:] + ".npy")) - step[k]).max())
+            for k in step.files if k.startswith("out:"))
+if worst > 1e-4:
+    failures += 1
+    print(f"FAIL 2-stage plan: max |hetplan - onnxruntime| = {worst}")
+else:
+    print(f"ok 2-stage inference plan, one decode step: max |hetplan - onnxruntime| = {worst:.2e}")
 
 bad = os.path.join(work, "bad.jsonl")
 with open(bad, "w") as f:
