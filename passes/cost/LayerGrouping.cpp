@@ -113,14 +113,29 @@ struct Grouper {
     return names;
   }
 
-  void cut() {
+  /// The live counts at each cut, ascending and distinct (ignoring cuts
+  /// nothing crosses).
+  std::vector<int> levels() const {
+    std::vector<int> count = liveCounts();
+    std::vector<int> out;
+    for (int c : count)
+      if (c >= 1)
+        out.push_back(c);
+    llvm::sort(out);
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
+  std::vector<int> liveCounts() const {
     int n = numNodes;
-    // Live across cut c (between nodes c and c+1) when def <= c < lastUse.
+    // Live across cut c (between nodes c and c+1) when def <= c < the last
+    // node reading it: a graph output leaves from the stage making it, so
+    // a KV cache's presents do not mark every later cut.
     std::vector<int> count(std::max(n, 1), 0);
     for (const ValueSpan &s : info.spans) {
       if (isBroadcastValue(s, n))
         continue;
-      int end = std::min(s.lastUse, n - 1);
+      int end = std::min(s.lastNodeUse, n - 1);
       if (s.def < end) {
         ++count[s.def];
         --count[end];
@@ -129,13 +144,19 @@ struct Grouper {
     for (int c = 1; c < n; ++c)
       count[c] += count[c - 1];
     count.resize(std::max(n - 1, 0));
-    int best = std::numeric_limits<int>::max();
-    for (int c : count)
-      if (c >= 1)
-        best = std::min(best, c);
+    return count;
+  }
+
+  /// Cuts wherever at most `level` activations (>= 1) cross.
+  void cut(int level) {
+    int n = numNodes;
+    segments.clear();
+    signatures.clear();
+    layers.clear();
+    std::vector<int> count = liveCounts();
     int start = 0;
     for (int c = 0; c < n - 1; ++c)
-      if (count[c] == best) {
+      if (count[c] >= 1 && count[c] <= level) {
         segments.push_back({start, c});
         start = c + 1;
       }
@@ -177,7 +198,17 @@ struct Grouper {
     int coverage() const { return period ? (length / period) * period : 0; }
   };
 
-  Run bestRun(int lo, int hi) const {
+  /// Non-folded nodes of segments [first, first + count).
+  int opCount(int first, int count) const {
+    int ops = 0;
+    for (int k = first; k < first + count; ++k)
+      ops += int(signatures[k].size());
+    return ops;
+  }
+
+  /// The longest run of similar units; units of fewer than `minOps` ops
+  /// do not count.
+  Run bestRun(int lo, int hi, int minOps) const {
     Run best;
     int k = hi - lo;
     for (int p = 1; 2 * p <= k; ++p) {
@@ -191,7 +222,7 @@ struct Grouper {
         while (i + p < hi && similar(signatures[i], signatures[i + p]))
           ++i;
         Run run{p, a, i + p - a};
-        if (run.length / p >= 2 && run.coverage() > best.coverage())
+        if (run.length / p >= 2 && run.coverage() > best.coverage() && opCount(a, p) >= minOps)
           best = run;
       }
     }
@@ -213,7 +244,9 @@ struct Grouper {
   void build(int lo, int hi, bool top) {
     if (lo >= hi)
       return;
-    Run run = bestRun(lo, hi);
+    // Before and after the blocks, a repeat of single ops (the two Casts
+    // of input ids and positions) is not a block.
+    Run run = bestRun(lo, hi, top ? 1 : 2);
     if (!run.period) {
       if (top) {
         for (int s = lo; s < hi; ++s)
@@ -237,6 +270,15 @@ struct Grouper {
     for (int u = 0; u < units; ++u)
       layers.push_back({first + u * run.period, first + (u + 1) * run.period - 1, true});
     build(end, hi, false);
+  }
+
+  /// Nodes inside repeated blocks.
+  int unitNodes() const {
+    int nodes = 0;
+    for (const Layer &l : layers)
+      if (l.unit)
+        nodes += segments[l.lastSeg].second - segments[l.firstSeg].first + 1;
+    return nodes;
   }
 
   std::vector<LayerRange> ranges() const {
@@ -298,9 +340,25 @@ std::vector<LayerRange> groupLayers(const GraphInfo &info, const GroupingOptions
   if (info.nodes.empty())
     return {};
   Grouper g(info);
-  g.cut();
-  g.build(0, int(g.segments.size()), /*top=*/true);
-  std::vector<LayerRange> layers = g.ranges();
+  // Cut where the fewest activations cross. When that finds no repeated
+  // block covering half the nodes, allow a few more crossing values: fused
+  // exports (onnxruntime's SkipLayerNormalization hands on the normalized
+  // value and the residual sum) carry two or three values between blocks.
+  std::vector<int> levels = g.levels();
+  if (levels.empty())
+    levels.push_back(std::numeric_limits<int>::max());
+  std::vector<LayerRange> layers;
+  for (size_t k = 0; k < levels.size() && k < 3; ++k) {
+    g.cut(levels[k]);
+    g.build(0, int(g.segments.size()), /*top=*/true);
+    std::vector<LayerRange> found = g.ranges();
+    if (k == 0)
+      layers = found;
+    if (2 * g.unitNodes() >= g.numNodes) {
+      layers = std::move(found);
+      break;
+    }
+  }
 
   if (options.maxLayers > 0 && int(layers.size()) > options.maxLayers) {
     std::vector<double> weight;

@@ -791,7 +791,7 @@ GraphInfo::GraphInfo(GraphOp g, int64_t samplesOverride) : graph(g) {
     for (Value r : node.getResults())
       if (kind(r) == ValueKind::Activation) {
         spanOf[r] = spans.size();
-        spans.push_back({r, int(i), int(i), 0, true});
+        spans.push_back({r, int(i), int(i), int(i), 0, true});
         userType.push_back({});
       }
   auto noteUse = [&](Value v, int user, llvm::SmallDenseSet<Value, 8> &seen) {
@@ -800,6 +800,8 @@ GraphInfo::GraphInfo(GraphOp g, int64_t samplesOverride) : graph(g) {
       return;
     ValueSpan &s = spans[it->second];
     s.lastUse = std::max(s.lastUse, user);
+    if (user < n)
+      s.lastNodeUse = std::max(s.lastNodeUse, user);
     ++s.users;
     StringRef type = user < n ? nodes[user].getOpType() : StringRef("<return>");
     StringRef &seenType = userType[it->second];

@@ -41,6 +41,10 @@ struct ValueSpan {
   mlir::Value value;
   int def = 0;
   int lastUse = 0;
+  /// The last top-level node reading it (def when none): a graph output
+  /// made early (a decoder's present KV cache) is handed out by the stage
+  /// that makes it, not carried through the later ones.
+  int lastNodeUse = 0;
   int users = 0;   // distinct top-level users, the graph's return counting as one
   /// All users are top-level nodes of one op type (a mask added in every
   /// block, an encoder output projected in every decoder block).

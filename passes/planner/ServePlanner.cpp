@@ -580,8 +580,21 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
         n += cluster.devices[size_t(r)].type == t.type;
       perNode = std::max(perNode, n);
     }
-    for (int tp = 1; tp <= std::min(perNode, opt.maxTensorParallel); tp *= 2)
-      for (int pp = 1; pp <= std::min({L, opt.maxPipelineStages, t.devices / tp}); pp *= 2) {
+    // Replica shapes: powers of two, or the pinned ones.
+    auto sizes = [](int pinned, int most) {
+      std::vector<int> out;
+      if (pinned) {
+        if (pinned <= most)
+          out.push_back(pinned);
+      } else {
+        for (int k = 1; k <= most; k *= 2)
+          out.push_back(k);
+      }
+      return out;
+    };
+    for (int tp : sizes(opt.pinTensorParallel, std::min(perNode, opt.maxTensorParallel)))
+      for (int pp : sizes(opt.pinPipelineStages,
+                          std::min({L, std::max(opt.maxPipelineStages, opt.pinPipelineStages), t.devices / tp}))) {
         auto groups = tpGroups(cluster, t.type, tp, t.devices);
         if (int(groups.size()) < pp)
           continue;
@@ -602,6 +615,14 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
   for (TypeChoice &t : types)
     if (t.best >= 0)
       usable.push_back(&t);
+  if (usable.empty() && (opt.pinPipelineStages || opt.pinTensorParallel) &&
+      why.memoryShortBytes == std::numeric_limits<double>::infinity() &&
+      why.bestTpot == std::numeric_limits<double>::infinity() &&
+      why.bestTtft == std::numeric_limits<double>::infinity())
+    return err(formatv("--pin pp={0},tp={1}: no device type has that replica shape ({2} layers; "
+                       "tensor parallelism within one node)",
+                       std::max(1, opt.pinPipelineStages), std::max(1, opt.pinTensorParallel), L)
+                   .str());
   if (usable.empty()) {
     if (why.memoryShortBytes < std::numeric_limits<double>::infinity() &&
         why.bestTpot == std::numeric_limits<double>::infinity() &&

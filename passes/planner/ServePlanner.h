@@ -59,6 +59,9 @@ struct Options {
   double kernelSeconds = 5e-6;
   int maxTensorParallel = 8;
   int maxPipelineStages = 8;
+  /// Every replica has exactly these (0: searched): `--pin pp=N,tp=T`.
+  int pinPipelineStages = 0;
+  int pinTensorParallel = 0;
   uint64_t seed = 1;
   uint64_t simulatedRequests = 0;  // 0: rate x 120 s, within [2000, 20000]
   std::vector<cost::Profile> profiles;

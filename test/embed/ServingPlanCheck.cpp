@@ -4,10 +4,10 @@
 //
 // Runs a serving plan (hetplan compile --mode serve) with ServingPlan, and
 // the same plan with its first replica cut into a pipeline of one stage per
-// layer (the tiny test model gives the planner no reason to split it), and
-// compares every request's greedy tokens with a model
-// session's Generator (one rank). Prints one line per check; exit 1 on a
-// difference.
+// layer (the tiny test model gives the planner no reason to split it), with
+// one request group per stage in flight and with none overlapping, and
+// compares every request's greedy tokens with a model session's Generator
+// (one rank). Prints one line per check; exit 1 on a difference.
 //
 //===----------------------------------------------------------------------===//
 #include "hetplan/runtime/Generate.h"
@@ -64,23 +64,22 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  // The plan with replica 0 cut into three stages.
+  // The plan with replica 0 cut into one stage per layer, stage k on the
+  // devices of replica k (which goes), and every request sent to it.
   plan::Plan p;
   std::string error;
   if (!runtime::readPlan(planPath, p, error)) {
     std::cerr << error << "\n";
     return 1;
   }
-  // Stage k of the cut replica takes the devices of replica k (which goes).
   auto *serving = p.mutable_serving();
   int layers = p.model().layers_size();
-  if (layers < 2 || serving->replicas_size() < layers) {
-    std::cerr << "the plan needs >= 2 layers and as many replicas\n";
+  if (layers < 3 || serving->replicas_size() < layers) {
+    std::cerr << "the plan needs >= 3 layers and as many replicas\n";
     return 1;
   }
   plan::ServingReplica cutReplica = serving->replicas(0);
   cutReplica.clear_stages();
-  double share = 0;
   for (int k = 0; k < layers; ++k) {
     plan::ServingStage *s = cutReplica.add_stages();
     *s = serving->replicas(k).stages(0);
@@ -88,11 +87,13 @@ int main(int argc, char **argv) {
     s->set_last_layer(uint32_t(k));
     s->set_first_node(p.model().layers(k).first_node());
     s->set_last_node(p.model().layers(k).last_node());
-    share += serving->replicas(k).share();
   }
-  cutReplica.set_share(share);
+  cutReplica.set_share(1);
   std::vector<plan::ServingReplica> rest{cutReplica};
-  for (int k = layers; k < serving->replicas_size(); ++k) rest.push_back(serving->replicas(k));
+  for (int k = layers; k < serving->replicas_size(); ++k) {
+    rest.push_back(serving->replicas(k));
+    rest.back().set_share(0);
+  }
   serving->clear_replicas();
   for (size_t k = 0; k < rest.size(); ++k) {
     rest[k].set_index(uint32_t(k));
@@ -107,14 +108,21 @@ int main(int argc, char **argv) {
   }
 
   int failures = 0;
-  for (const std::string &path : {planPath, cut}) {
+  struct Check {
+    std::string path;
+    int groups;
+  };
+  for (const Check &c : {Check{planPath, 0}, Check{cut, 0}, Check{cut, 1}, Check{cut, 2}}) {
     std::unique_ptr<ServingPlan> plan;
-    st = ServingPlan::load(path, path == cut ? "" : model, &plan);
+    st = ServingPlan::load(c.path, c.path == cut ? "" : model, &plan);
     std::vector<GenerateResult> got;
     std::vector<int> replicaOf;
-    if (st.ok()) st = plan->generate(requests, options, &got, &replicaOf);
+    GenerateOptions o = options;
+    o.pipelineGroups = c.groups;
+    if (c.path == cut) o.maxBatch = 8;
+    if (st.ok()) st = plan->generate(requests, o, &got, &replicaOf);
     if (!st.ok()) {
-      std::cout << "FAIL " << path << ": " << st.toString() << "\n";
+      std::cout << "FAIL " << c.path << ": " << st.toString() << "\n";
       ++failures;
       continue;
     }
@@ -124,7 +132,8 @@ int main(int argc, char **argv) {
       same += got[i].tokens == ref[i].tokens;
       if (replicaOf[i] >= 0) ++perReplica[size_t(replicaOf[i])];
     }
-    std::cout << (same == ref.size() ? "ok " : "FAIL ") << plan->describeReplica(0) << ": " << same << " of "
+    std::cout << (same == ref.size() ? "ok " : "FAIL ") << plan->describeReplica(0) << ", pipeline groups "
+              << (c.groups ? std::to_string(c.groups) : std::string("per stage")) << ": " << same << " of "
               << ref.size() << " requests equal one rank's tokens; requests per replica:";
     for (int n : perReplica) std::cout << " " << n;
     std::cout << "\n";

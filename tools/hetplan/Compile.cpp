@@ -116,7 +116,7 @@ cl::opt<std::string> strategyArg(
     "strategy",
     cl::desc("hetplan (search), dp-even, pp-even or homogeneous (baselines)"),
     cl::init("hetplan"), cl::sub(compileCmd));
-cl::opt<std::string> pinArg("pin", cl::desc("Evaluate this layout: pp=4,dp=4,mb=8[,tp=2]"),
+cl::opt<std::string> pinArg("pin", cl::desc("Evaluate this layout: pp=4,dp=4,mb=8[,tp=2]; serve: every replica pp=N[,tp=T]"),
                             cl::sub(compileCmd));
 cl::opt<std::string> layoutArg(
     "layout",
@@ -481,8 +481,9 @@ int runCompileServe() {
   if (batchArg.getNumOccurrences() || seqArg.getNumOccurrences())
     return fail("--mode serve takes --prompt-len and --output-len (and --rate), not --batch "
                 "or --seq");
-  if (!pinArg.empty() || !layoutArg.empty())
-    return fail("--pin and --layout are for train and infer plans, not --mode serve");
+  if (!layoutArg.empty())
+    return fail("--layout is for train and infer plans, not --mode serve (--pin pp=N,tp=T fixes "
+                "every replica's shape)");
   if (!(rateArg > 0) || !std::isfinite(rateArg))
     return fail("--mode serve needs --rate REQ/S, a positive number of requests per second");
   if (promptLenArg < 1 || promptLenArg > kMaxTokens)
@@ -511,6 +512,16 @@ int runCompileServe() {
   so.dtype = flags->dtype;
   so.seed = serveSeedArg;
   so.profiles = flags->profiles;
+  if (!pinArg.empty()) {
+    auto pin = planner::parsePin(pinArg);
+    if (!pin)
+      return fail(llvm::toString(pin.takeError()));
+    if (pin->dp || pin->mb)
+      return fail("--pin in --mode serve takes pp and tp (every replica's stages and tensor "
+                  "parallelism); replicas and their groups in flight are planned");
+    so.pinPipelineStages = pin->pp;
+    so.pinTensorParallel = pin->tp;
+  }
 
   // `N?` in an inline spec: up to N of that type (--pick-devices only).
   std::string spec = clusterArg;

@@ -2,6 +2,7 @@
 //
 //   hetplan serve MODEL|PLAN [--prompts FILE|-] [-o FILE|-] [--max-batch N]
 //                 [--max-new-tokens N] [--eos ID] [--pad ID] [--threads N]
+//                 [--pipeline-groups N]
 //
 // Reads one JSON object per line ({"prompt": [ids], "max_new_tokens": N,
 // "id": anything}), decodes them greedily with the model's KV cache and
@@ -53,6 +54,10 @@ cl::opt<int64_t> servePad("pad", cl::desc("Token id written into (masked) paddin
                           cl::sub(serveCmd));
 cl::opt<std::string> serveModelPath("model", cl::desc("Serving plans: the ONNX model to run (default: the plan's)"),
                                     cl::value_desc("MODEL"), cl::sub(serveCmd));
+cl::opt<int> servePipelineGroups("pipeline-groups",
+                                 cl::desc("Serving plans: groups of requests in flight through a replica's "
+                                          "stages at once (0: one per stage; 1: no overlap)"),
+                                 cl::init(0), cl::sub(serveCmd));
 cl::opt<int> serveThreads("threads", cl::desc("Kernel threads (0: OMP_NUM_THREADS or every core)"),
                           cl::init(0), cl::sub(serveCmd));
 
@@ -75,6 +80,7 @@ int runServe() {
   if (serveMaxBatch < 1) return fail("--max-batch must be at least 1");
   if (serveMaxNew < 1 || serveMaxNew > (1 << 20)) return fail("--max-new-tokens must be from 1 to 1048576");
   if (serveThreads < 0) return fail("--threads must be >= 0");
+  if (servePipelineGroups < 0) return fail("--pipeline-groups must be >= 0 (0: one per stage)");
   std::string promptName = servePrompts == "-" ? std::string("<stdin>") : std::string(servePrompts);
   if (servePrompts != "-" && sys::fs::exists(servePrompts) && !sys::fs::is_regular_file(servePrompts))
     return fail(servePrompts + ": not a regular file");
@@ -120,6 +126,7 @@ int runServe() {
   gen.maxBatch = serveMaxBatch;
   gen.eosTokenId = serveEos;
   gen.padTokenId = servePad;
+  gen.pipelineGroups = servePipelineGroups;
   bool toStdout = serveOutput == "-";
   std::vector<GenerateResult> results;
   std::vector<int> replicaOf;

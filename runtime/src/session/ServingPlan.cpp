@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -34,29 +36,122 @@ struct ServingPlan::Impl {
   std::vector<TensorInfo> inputs, outputs;
   std::vector<Replica> replicas;
 
-  /// One decode run through `r`'s stages in pipeline order.
+  /// Values made by stage `s` from `values` (which it extends).
+  void runStage(const Stage &s, std::map<std::string, Tensor> &values) const {
+    std::map<std::string, Tensor> made = executor->runNodes(s.nodes, values, s.keep);
+    for (auto &[name, t] : made) values[name] = std::move(t);
+  }
+
+  /// The graph outputs among `values` (those in `names`, all when empty).
+  Status collect(std::map<std::string, Tensor> &values, std::map<std::string, Tensor> *out,
+                 const std::vector<std::string> &names) const {
+    out->clear();
+    for (const TensorInfo &o : outputs)
+      if (names.empty() || std::find(names.begin(), names.end(), o.name) != names.end()) {
+        auto it = values.find(o.name);
+        if (it == values.end())
+          return {StatusCode::RuntimeError, "output '" + o.name + "' was not computed by any stage"};
+        (*out)[o.name] = std::move(it->second);
+      }
+    return Status::OK();
+  }
+
+  /// One decode run through `r`'s stages in pipeline order, on this thread.
   Status run(const Replica &r, const std::map<std::string, Tensor> &in, std::map<std::string, Tensor> *out,
              const std::vector<std::string> &names) const {
     try {
       std::map<std::string, Tensor> values = in;
-      for (const Stage &s : r.stages) {
-        std::map<std::string, Tensor> made = executor->runNodes(s.nodes, values, s.keep);
-        for (auto &[name, t] : made) values[name] = std::move(t);
-      }
-      out->clear();
-      for (const TensorInfo &o : outputs)
-        if (names.empty() || std::find(names.begin(), names.end(), o.name) != names.end()) {
-          auto it = values.find(o.name);
-          if (it == values.end())
-            return {StatusCode::RuntimeError, "output '" + o.name + "' was not computed by any stage"};
-          (*out)[o.name] = std::move(it->second);
-        }
-      return Status::OK();
+      for (const Stage &s : r.stages) runStage(s, values);
+      return collect(values, out, names);
     } catch (const std::exception &e) {
       return {StatusCode::RuntimeError, e.what()};
     }
   }
 };
+
+namespace {
+/// A replica's stages as a pipeline: one worker thread per stage (a rank),
+/// each running its stage for whichever micro-batch group reaches it next,
+/// so that while group A's step is in stage 1, group B's is in stage 0.
+/// run() is called by the groups' generator threads concurrently.
+class StagePipeline {
+public:
+  StagePipeline(const ServingPlan::Impl &impl, const ServingPlan::Impl::Replica &rep) : impl_(impl), rep_(rep) {
+    queues_.resize(rep.stages.size());
+    for (size_t k = 0; k < rep.stages.size(); ++k) workers_.emplace_back([this, k] { work(k); });
+  }
+  ~StagePipeline() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto &t : workers_) t.join();
+  }
+
+  Status run(const std::map<std::string, Tensor> &in, std::map<std::string, Tensor> *out,
+             const std::vector<std::string> &names) {
+    Step step;
+    step.values = in;
+    push(0, &step);
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return step.finished; });
+    lock.unlock();
+    if (!step.error.empty()) return {StatusCode::RuntimeError, step.error};
+    return impl_.collect(step.values, out, names);
+  }
+
+private:
+  struct Step {
+    std::map<std::string, Tensor> values;
+    std::string error;
+    bool finished = false;
+  };
+
+  void push(size_t stage, Step *step) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queues_[stage].push_back(step);
+    }
+    wake_.notify_all();
+  }
+
+  void work(size_t k) {
+    for (;;) {
+      Step *step = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || !queues_[k].empty(); });
+        if (queues_[k].empty()) return; // stopping
+        step = queues_[k].front();
+        queues_[k].pop_front();
+      }
+      try {
+        impl_.runStage(rep_.stages[k], step->values);
+      } catch (const std::exception &e) {
+        step->error = "stage " + std::to_string(k) + ": " + e.what();
+      }
+      if (step->error.empty() && k + 1 < rep_.stages.size()) {
+        push(k + 1, step);
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        step->finished = true;
+      }
+      done_.notify_all();
+    }
+  }
+
+  const ServingPlan::Impl &impl_;
+  const ServingPlan::Impl::Replica &rep_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<std::deque<Step *>> queues_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+} // namespace
 
 namespace detail {
 TensorInfo toInfo(const runtime::ValueInfo &v); // Session.cpp
@@ -160,6 +255,7 @@ Status ServingPlan::generate(const std::vector<GenerateRequest> &requests, const
                              const std::function<void(size_t, const GenerateResult &)> &onDone) const {
   if (!results) return {StatusCode::InvalidArgument, "results is null"};
   if (options.maxBatch < 1) return {StatusCode::InvalidArgument, "maxBatch must be at least 1"};
+  if (options.pipelineGroups < 0) return {StatusCode::InvalidArgument, "pipelineGroups must be 0 (one per stage) or more"};
   const Impl &impl = *impl_;
   size_t R = impl.replicas.size();
   // Smooth weighted round robin: each request goes to the replica furthest
@@ -187,29 +283,62 @@ Status ServingPlan::generate(const std::vector<GenerateRequest> &requests, const
     if (routed[k].empty()) continue;
     threads.emplace_back([&, k] {
       const Impl::Replica &rep = impl.replicas[k];
+      // Micro-batch groups in flight: one per stage unless asked otherwise
+      // (a single stage has nothing to overlap), never more than requests.
+      size_t S = rep.stages.size();
+      size_t G = S < 2 ? 1 : options.pipelineGroups > 0 ? size_t(options.pipelineGroups) : S;
+      G = std::max<size_t>(1, std::min(G, routed[k].size()));
+      std::unique_ptr<StagePipeline> pipeline;
+      if (G > 1) pipeline = std::make_unique<StagePipeline>(impl, rep);
+      Generator::RunFunction runOnce =
+          pipeline ? Generator::RunFunction([p = pipeline.get()](const std::map<std::string, Tensor> &in,
+                                                                  std::map<std::string, Tensor> *out,
+                                                                  const std::vector<std::string> &names) {
+            return p->run(in, out, names);
+          })
+                   : Generator::RunFunction([&impl, &rep](const std::map<std::string, Tensor> &in,
+                                                          std::map<std::string, Tensor> *out,
+                                                          const std::vector<std::string> &names) {
+                       return impl.run(rep, in, out, names);
+                     });
       std::unique_ptr<Generator> g;
-      Status st = Generator::create(
-          [&impl, &rep](const std::map<std::string, Tensor> &in, std::map<std::string, Tensor> *out,
-                        const std::vector<std::string> &names) { return impl.run(rep, in, out, names); },
-          impl.inputs, impl.outputs, &g);
+      Status st = Generator::create(runOnce, impl.inputs, impl.outputs, &g);
       if (!st.ok()) {
         status[k] = st;
         return;
       }
-      std::vector<GenerateRequest> mine;
-      for (size_t i : routed[k]) mine.push_back(requests[i]);
+      // The planned max batch bounds the replica's KV cache: the groups
+      // share it. Requests go to groups in turn.
+      int cap = std::min(options.maxBatch, rep.maxBatch);
       GenerateOptions o = options;
-      o.maxBatch = std::min(options.maxBatch, rep.maxBatch);
-      std::vector<GenerateResult> got;
-      status[k] = g->generate(mine, o, &got, [&](size_t j, const GenerateResult &r) {
-        std::lock_guard<std::mutex> lock(doneMutex);
-        if (onDone) onDone(routed[k][j], r);
-      });
-      if (!status[k].ok()) return;
-      for (size_t j = 0; j < got.size(); ++j) {
-        (*results)[routed[k][j]] = std::move(got[j]);
-        if (replicaOf) (*replicaOf)[routed[k][j]] = int(k);
-      }
+      o.maxBatch = std::max(1, cap / int(G));
+      std::vector<std::vector<size_t>> mine(G); // indices into routed[k]
+      for (size_t j = 0; j < routed[k].size(); ++j) mine[j % G].push_back(j);
+      std::vector<Status> groupStatus(G);
+      auto runGroup = [&](size_t q) {
+        std::vector<GenerateRequest> reqs;
+        for (size_t j : mine[q]) reqs.push_back(requests[routed[k][j]]);
+        std::vector<GenerateResult> got;
+        groupStatus[q] = g->generate(reqs, o, &got, [&](size_t j, const GenerateResult &r) {
+          std::lock_guard<std::mutex> lock(doneMutex);
+          if (onDone) onDone(routed[k][mine[q][j]], r);
+        });
+        if (!groupStatus[q].ok()) return;
+        for (size_t j = 0; j < got.size(); ++j) {
+          size_t i = routed[k][mine[q][j]];
+          (*results)[i] = std::move(got[j]);
+          if (replicaOf) (*replicaOf)[i] = int(k);
+        }
+      };
+      std::vector<std::thread> groups;
+      for (size_t q = 1; q < G; ++q) groups.emplace_back(runGroup, q);
+      runGroup(0);
+      for (auto &t : groups) t.join();
+      for (const Status &gs : groupStatus)
+        if (!gs.ok()) {
+          status[k] = gs;
+          return;
+        }
     });
   }
   for (auto &t : threads) t.join();

@@ -50,6 +50,11 @@ struct GenerateOptions {
   int64_t eosTokenId = -1;
   /// The id written into padding positions (masked out; any valid id).
   int64_t padTokenId = 0;
+  /// Serving plans (ServingPlan.h) only: groups of requests in flight
+  /// through a replica's pipeline at once, each with its own batch (the
+  /// replica's max batch is shared among them). 0: one per stage; 1: no
+  /// overlap (every stage waits for the one before).
+  int pipelineGroups = 0;
 };
 
 class HETPLAN_CXX_API Generator {

@@ -7,11 +7,13 @@
 // round robin, deterministic), every replica generates on its own thread
 // with continuous batching up to its planned max batch (Generate.h), and
 // each decode step runs the replica's stages in pipeline order, handing on
-// only the values later stages read. Greedy outputs equal one rank's.
+// only the values later stages read. A replica of several stages keeps one
+// group of requests per stage in flight (GenerateOptions::pipelineGroups),
+// each stage on its own thread, so stages work on different groups at the
+// same time as the ranks of a pipeline do. Greedy outputs equal one rank's.
 //
-// Not yet: overlap of micro-batch groups across stages (each stage waits
-// for the one before on the same step), and splitting a stage over its
-// tensor-parallel ranks (a stage runs whole).
+// Not yet: splitting a stage over its tensor-parallel ranks (a stage runs
+// whole on one thread), and ranks in separate processes (MPI).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
