@@ -12,6 +12,7 @@
 #include "hetplan/runtime/CudaBackend.h"
 #include "hetplan/runtime/Devices.h"
 #include "hetplan/runtime/Executor.h"
+#include "hetplan/runtime/Gradients.h"
 #include "hetplan/runtime/Model.h"
 #include "PlanFixtures.h"
 #if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
@@ -391,6 +392,233 @@ TEST(CudaPlan, TrainingRankOnCudaMatchesCpu) {
   for (int step = 0; step < 2; ++step) gpuLoss[step] = exec.train(inputs, labels, gpu, options);
   for (int step = 0; step < 2; ++step) EXPECT_NEAR(gpuLoss[step], cpuLoss[step], 1e-4 * std::fabs(cpuLoss[step]));
   EXPECT_LT(relativeError(exec.collectParameters(gpu), exec.collectParameters(cpu)), 1e-3);
+  // BACKWARD and Adam ran on the GPU: the last step's summed gradients and
+  // Adam's moments agree with the CPU plan's too.
+  EXPECT_LT(relativeError(gpu[0].grads, cpu[0].grads), 1e-3);
+  EXPECT_LT(relativeError(gpu[0].adamM, cpu[0].adamM), 1e-3);
+  EXPECT_LT(relativeError(gpu[0].adamV, cpu[0].adamV), 1e-3);
+}
+
+// --- training kernels: each device gradient and Adam against the CPU -------
+
+namespace {
+
+/// The host defaults of RankCompute (the CPU gradient registry, train::adamUpdate).
+class HostCompute final : public RankCompute {
+public:
+  std::map<std::string, Tensor> runNodes(const std::vector<size_t> &, std::map<std::string, Tensor>,
+                                         const std::set<std::string> &, std::map<std::string, std::vector<int64_t>> *,
+                                         ExecutionObserver *, const Executor::NodeHook *,
+                                         const std::set<size_t> *) override {
+    throw std::logic_error("not used");
+  }
+  std::string describe() const override { return "host"; }
+};
+
+Tensor randomTensor(DType dt, const std::vector<int64_t> &shape, std::mt19937 &rng, float lo = -2.f, float hi = 2.f) {
+  Tensor t(dt, shape);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+Tensor int64Tensor(const std::vector<int64_t> &shape, const std::vector<int64_t> &v) {
+  Tensor t(DType::Int64, shape);
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return t;
+}
+
+Attribute intsAttr(std::vector<int64_t> v) {
+  Attribute a;
+  a.kind = Attribute::Ints;
+  a.ints = std::move(v);
+  return a;
+}
+Attribute intAttr(int64_t v) {
+  Attribute a;
+  a.kind = Attribute::Int;
+  a.i = v;
+  return a;
+}
+Attribute floatAttr(float v) {
+  Attribute a;
+  a.kind = Attribute::Float;
+  a.f = v;
+  return a;
+}
+
+/// A graph of nodes over the graph inputs `inputs` (opset 17), its outputs
+/// the given names.
+Model graphOf(std::vector<Node> nodes, const std::map<std::string, Tensor> &inputs,
+              const std::vector<std::string> &outputs) {
+  Model m;
+  m.path = "grad-case";
+  m.opsets[""] = 17;
+  m.nodes = std::move(nodes);
+  for (const auto &[name, t] : inputs) {
+    m.inputs.push_back({name, t.dtype(), true, true, t.shape()});
+    m.valueTypes[name] = t.dtype();
+  }
+  for (const auto &o : outputs) m.outputs.push_back({o, DType::Float32, true, false, {}});
+  return m;
+}
+
+/// Runs BACKWARD over every node of `m` from random output gradients on the
+/// CPU (RankCompute's default) and on the GPU (the CUDA rank's), and
+/// compares the gradients of the float32 inputs (1e-4 relative).
+void expectGradientsMatch(const Model &m, const std::map<std::string, Tensor> &inputs, const std::string &what,
+                          unsigned seed = 1) {
+  SCOPED_TRACE(what);
+  std::map<std::string, Tensor> values = inputs;
+  Executor exec(m);
+  std::vector<size_t> all;
+  for (size_t i = 0; i < m.nodes.size(); ++i) all.push_back(i);
+  std::set<std::string> keepAll;
+  for (const auto &n : m.nodes)
+    for (const auto &o : n.outputs) keepAll.insert(o);
+  for (auto &[name, t] : exec.runNodes(all, inputs, keepAll)) values[name] = t;
+  std::mt19937 rng(seed);
+  std::map<std::string, Tensor> seeds;
+  for (const auto &o : m.outputs) seeds[o.name] = randomTensor(DType::Float32, values.at(o.name).shape(), rng);
+  std::set<std::string> requires;
+  for (const auto &[name, t] : inputs)
+    if (t.dtype() == DType::Float32) requires.insert(name);
+  for (const auto &n : m.nodes)
+    for (const auto &o : n.outputs) requires.insert(o);
+  auto value = [&](const std::string &v) -> const Tensor * {
+    auto it = values.find(v);
+    return it == values.end() ? nullptr : &it->second;
+  };
+  std::map<std::string, Tensor> cpu = seeds, gpu = seeds;
+  HostCompute().backward(m, all, value, requires, cpu, nullptr, nullptr);
+  auto device = makeCudaRankCompute(m, 0);
+  ASSERT_TRUE(device);
+  device->backward(m, all, value, requires, gpu, nullptr, nullptr);
+  for (const auto &[name, t] : inputs) {
+    if (t.dtype() != DType::Float32) continue;
+    ASSERT_EQ(gpu.count(name), cpu.count(name)) << name;
+    if (!cpu.count(name)) continue;
+    EXPECT_EQ(compareTensors(gpu.at(name), cpu.at(name)), "") << "gradient of " << name;
+  }
+}
+
+/// One node `op` over inputs x0, x1, ... (in order) with outputs y0, y1, ...
+void expectNodeGradientsMatch(const std::string &op, const std::vector<Tensor> &ins,
+                              std::map<std::string, Attribute> attrs = {}, size_t outputs = 1) {
+  Node n;
+  n.name = op;
+  n.opType = op;
+  n.attrs = std::move(attrs);
+  std::map<std::string, Tensor> inputs;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    n.inputs.push_back("x" + std::to_string(i));
+    inputs[n.inputs.back()] = ins[i];
+  }
+  std::vector<std::string> outs;
+  for (size_t i = 0; i < outputs; ++i) outs.push_back("y" + std::to_string(i));
+  n.outputs = outs;
+  std::string what = op;
+  for (const auto &t : ins) what += " " + t.describe();
+  expectGradientsMatch(graphOf({n}, inputs, outs), inputs, what);
+}
+
+} // namespace
+
+TEST(CudaTrain, GradientsMatchCpu) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(11);
+  auto R = [&](std::vector<int64_t> shape) { return randomTensor(DType::Float32, shape, rng); };
+  auto P = [&](std::vector<int64_t> shape) { return randomTensor(DType::Float32, shape, rng, 0.5f, 2.f); };
+  // MatMul: B shared (folded), one B per batch (batched), partial broadcast, 1-D
+  expectNodeGradientsMatch("MatMul", {R({2, 3, 4, 5}), R({5, 6})});
+  expectNodeGradientsMatch("MatMul", {R({2, 3, 4, 5}), R({2, 3, 5, 6})});
+  expectNodeGradientsMatch("MatMul", {R({2, 1, 4, 5}), R({3, 5, 6})});
+  expectNodeGradientsMatch("MatMul", {R({5}), R({5, 6})});
+  expectNodeGradientsMatch("MatMul", {R({3, 4, 5}), R({5})});
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      expectNodeGradientsMatch("Gemm", {ta ? R({5, 4}) : R({4, 5}), tb ? R({6, 5}) : R({5, 6}), R({6})},
+                               {{"transA", intAttr(ta)}, {"transB", intAttr(tb)}, {"alpha", floatAttr(0.5f)},
+                                {"beta", floatAttr(2.f)}});
+  // broadcasting elementwise ops, reduced back to each input's shape
+  expectNodeGradientsMatch("Add", {R({2, 3, 4}), R({4})});
+  expectNodeGradientsMatch("Add", {R({2, 3, 4}), R({2, 3, 4})});
+  expectNodeGradientsMatch("Sub", {R({2, 3, 4}), R({3, 1})});
+  expectNodeGradientsMatch("Mul", {R({2, 3, 4}), R({1, 3, 4})});
+  expectNodeGradientsMatch("Div", {R({2, 3, 4}), P({4})});
+  expectNodeGradientsMatch("Div", {R({2, 300}), P({300})}); // block-per-output sums
+  // unary ops
+  for (const char *op : {"Gelu", "Relu", "Tanh", "Erf", "Sigmoid", "Exp", "Neg", "Abs", "LeakyRelu", "Softplus"})
+    expectNodeGradientsMatch(op, {R({3, 7})});
+  for (const char *op : {"Sqrt", "Log", "Reciprocal"}) expectNodeGradientsMatch(op, {P({3, 7})});
+  Attribute tanhApprox;
+  tanhApprox.kind = Attribute::String;
+  tanhApprox.s = "tanh";
+  expectNodeGradientsMatch("Gelu", {R({3, 7})}, {{"approximate", tanhApprox}});
+  // normalizations
+  expectNodeGradientsMatch("Softmax", {R({2, 3, 7})});
+  expectNodeGradientsMatch("Softmax", {R({2, 3, 7})}, {{"axis", intAttr(1)}});
+  expectNodeGradientsMatch("LogSoftmax", {R({4, 9})});
+  expectNodeGradientsMatch("LayerNormalization", {R({2, 3, 8}), R({8}), R({8})}, {{"epsilon", floatAttr(1e-5f)}});
+  expectNodeGradientsMatch("LayerNormalization", {R({2, 3, 300}), R({300}), R({300})});
+  // data movement
+  expectNodeGradientsMatch("Transpose", {R({2, 3, 4, 5})}, {{"perm", intsAttr({0, 2, 1, 3})}});
+  expectNodeGradientsMatch("Reshape", {R({2, 3, 4}), int64Tensor({2}, {6, 4})});
+  expectNodeGradientsMatch("Gather", {R({10, 4}), int64Tensor({2, 3}, {1, 3, 1, -1, 0, 3})});
+  expectNodeGradientsMatch("Gather", {R({3, 5, 2}), int64Tensor({4}, {4, 0, 4, 2})}, {{"axis", intAttr(1)}});
+  expectNodeGradientsMatch("Split", {R({2, 6, 3}), int64Tensor({3}, {1, 2, 3})}, {{"axis", intAttr(1)}}, 3);
+  expectNodeGradientsMatch("Concat", {R({2, 3, 4}), R({2, 1, 4}), R({2, 2, 4})}, {{"axis", intAttr(1)}});
+  expectNodeGradientsMatch("Expand", {R({3, 1}), int64Tensor({3}, {2, 3, 4})});
+  Tensor cond(DType::Bool, {3, 1});
+  for (int i = 0; i < 3; ++i) cond.data<bool>()[i] = i % 2 == 0;
+  expectNodeGradientsMatch("Where", {cond, R({3, 4}), R({4})});
+  // an op without a device gradient: the CPU kernel on host copies
+  expectNodeGradientsMatch("Pow", {P({3, 4}), P({4})});
+}
+
+// A chain crossing between device and host gradients (Pow has no device
+// gradient), with a value used twice (gradients summed on the device).
+TEST(CudaTrain, MixedChainMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(5);
+  std::map<std::string, Tensor> inputs = {{"x", randomTensor(DType::Float32, {4, 6}, rng, 0.5f, 2.f)},
+                                          {"w", randomTensor(DType::Float32, {6, 5}, rng)},
+                                          {"e", randomTensor(DType::Float32, {5}, rng, 0.5f, 2.f)}};
+  auto node = [](const char *op, std::vector<std::string> in, std::string out) {
+    Node n;
+    n.name = out;
+    n.opType = op;
+    n.inputs = std::move(in);
+    n.outputs = {std::move(out)};
+    return n;
+  };
+  Model m = graphOf({node("MatMul", {"x", "w"}, "h"), node("Tanh", {"h"}, "t"), node("Pow", {"t", "e"}, "p"),
+                     node("Mul", {"p", "h"}, "q"), node("Add", {"q", "t"}, "y")},
+                    inputs, {"y"});
+  expectGradientsMatch(m, inputs, "MatMul-Tanh-Pow-Mul-Add");
+}
+
+TEST(CudaTrain, AdamMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(3);
+  AdamSettings s{1e-2, 0.9, 0.999, 1e-8, 0.01};
+  Model empty; // outlives the compute
+  auto device = makeCudaRankCompute(empty, 0);
+  ASSERT_TRUE(device);
+  HostCompute host;
+  using Pieces = std::vector<std::pair<int64_t, int64_t>>;
+  for (const Pieces &pieces : {Pieces{}, Pieces{{3, 10}, {20, 5}}}) {
+    Tensor param = randomTensor(DType::Float32, {7, 5}, rng);
+    Tensor p1 = param.clone(), p2 = param.clone(), m1, v1, m2, v2;
+    for (int64_t step = 1; step <= 3; ++step) {
+      Tensor grad = randomTensor(DType::Float32, {7, 5}, rng);
+      host.adamUpdate(p1, grad, m1, v1, step, s, pieces);
+      device->adamUpdate(p2, grad, m2, v2, step, s, pieces);
+      EXPECT_EQ(compareTensors(p2, p1), "") << "step " << step << ", " << pieces.size() << " pieces";
+      EXPECT_EQ(compareTensors(m2, m1), "") << "step " << step;
+      EXPECT_EQ(compareTensors(v2, v1), "") << "step " << step;
+    }
+  }
 }
 
 // Tensor-core math at the plan's dtype stays within the tolerance
@@ -452,6 +680,24 @@ TEST(CudaNccl, Communicator) {
     for (int i = 0; i < 4; ++i) EXPECT_EQ(back.data<int64_t>()[i], peer * 10 + i);
     EXPECT_EQ(none.numel(), 0);
   }
+  // Gradient sums (ncclAllReduce): over every rank (the world's
+  // communicator), then, with a third rank, twice over ranks 0 and 1 (a
+  // communicator made for the group, then kept).
+  std::vector<int> all;
+  for (int r = 0; r < size; ++r) all.push_back(r);
+  Tensor a(DType::Float32, {5}), b(DType::Float32, {2, 2});
+  for (int i = 0; i < 5; ++i) a.data<float>()[i] = float(rank + i);
+  for (int i = 0; i < 4; ++i) b.data<float>()[i] = float(rank * i);
+  comm.groupAllReduceSum(all, {&a, &b}, 100);
+  for (int i = 0; i < 5; ++i) EXPECT_FLOAT_EQ(a.data<float>()[i], float(size * (size - 1) / 2 + size * i));
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(b.data<float>()[i], float(size * (size - 1) / 2 * i));
+  if (size >= 3 && rank < 2)
+    for (int round = 0; round < 2; ++round) {
+      Tensor c(DType::Float64, {3});
+      for (int i = 0; i < 3; ++i) c.data<double>()[i] = rank + 0.5 * i;
+      comm.groupAllReduceSum({0, 1}, {&c}, 101);
+      for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(c.data<double>()[i], 1.0 + i) << "round " << round;
+    }
   comm.barrier();
 }
 #endif

@@ -18,6 +18,7 @@
 #include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Kernels.h"
 
+#include "CudaDevice.h"
 #include "CudaKernels.h"
 #if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
 #include "Cudnn.h"
@@ -46,20 +47,11 @@ using cudak::Strided;
 
 namespace {
 
-void cudaCheck(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
-void blasCheck(cublasStatus_t st, const char *what) {
-  if (st != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(st));
-}
-
-int blasInt(int64_t v, const char *what) {
-  if (v < 0 || v > INT_MAX) throw std::runtime_error(std::string(what) + ": dimension " + std::to_string(v) + " exceeds cuBLAS's int range");
-  return static_cast<int>(v);
-}
+using cudart::blasCheck;
+using cudart::makeBcast;
+using cudart::makeStrided;
+using cudart::blasInt;
+using cudart::cudaCheck;
 
 /// Ops whose CPU kernels read only the shape of input 0 (never its bytes):
 /// they run on a device view as they are.
@@ -233,29 +225,6 @@ int64_t normAxis(int64_t axis, int64_t rank) {
   return a;
 }
 
-Bcast makeBcast(const std::vector<int64_t> &out, const std::vector<const std::vector<int64_t> *> &ins) {
-  if (out.size() > size_t(cudak::kMaxRank))
-    throw std::runtime_error("rank " + std::to_string(out.size()) + " exceeds the CUDA kernels' " + std::to_string(cudak::kMaxRank));
-  Bcast b;
-  b.rank = static_cast<int>(out.size());
-  for (size_t d = 0; d < out.size(); ++d) b.shape[d] = out[d];
-  for (size_t k = 0; k < ins.size(); ++k) {
-    auto st = broadcastStrides(*ins[k], out);
-    for (size_t d = 0; d < out.size(); ++d) b.stride[k][d] = st[d];
-  }
-  return b;
-}
-
-Strided makeStrided(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int64_t base) {
-  if (shape.size() > size_t(cudak::kMaxRank))
-    throw std::runtime_error("rank " + std::to_string(shape.size()) + " exceeds the CUDA kernels' " + std::to_string(cudak::kMaxRank));
-  Strided v;
-  v.rank = static_cast<int>(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) { v.shape[d] = shape[d]; v.stride[d] = strides[d]; }
-  v.base = base;
-  return v;
-}
-
 /// The convolution/pooling window (the CPU kernels' makeWindow) in the
 /// device kernels' fixed-size form.
 cudak::Window makeWindow(const Node &n, const std::vector<int64_t> &in, std::vector<int64_t> kernel, bool pool,
@@ -275,22 +244,14 @@ cudak::Window makeWindow(const Node &n, const std::vector<int64_t> &in, std::vec
 
 } // namespace
 
-struct CudaExecutor::Impl {
+struct CudaExecutor::Impl : cudart::Device {
   const Model &model;
-  int device;
   std::vector<size_t> order;
   std::vector<bool> isFolded;
   std::map<std::string, DType> types;  // inferred element types (check())
   std::map<std::string, Val> weights;  // initializers and folded values
   std::mutex mutex;
   bool prepared = false;
-  cudaStream_t stream = nullptr;
-  cublasHandle_t blas = nullptr;
-  /// GEMM math (setPrecision): CUBLAS_COMPUTE_32F is plain FP32 (no TF32
-  /// while the handle's math mode is CUBLAS_DEFAULT_MATH); the FAST_* types
-  /// round the float32 operands to TF32 / FP16 / BF16 for tensor cores and
-  /// accumulate in FP32 (cuBLAS guide, cublasGemmEx, cublasComputeType_t).
-  cublasComputeType_t gemmCompute = CUBLAS_COMPUTE_32F;
   /// setStage(): prepare() uploads only the weights these nodes read (a
   /// plan rank's stage; others are uploaded on first use).
   std::set<size_t> stageNodes;
@@ -299,7 +260,7 @@ struct CudaExecutor::Impl {
   cudnn::Math convMath = cudnn::Math::Fp32;
 #endif
 
-  Impl(const Model &m, int dev) : model(m), device(dev) {}
+  Impl(const Model &m, int dev) : model(m) { device = dev; }
   ~Impl() {
     if (!prepared) return;
     cudaSetDevice(device);
@@ -314,30 +275,7 @@ struct CudaExecutor::Impl {
 
   std::string where(const Node &n) const { return model.path + ": " + n.describe() + ": "; }
 
-  // --- device memory -------------------------------------------------------
-  Tensor alloc(DType dt, const std::vector<int64_t> &shape) {
-    for (int64_t d : shape)
-      if (d < 0) throw std::runtime_error("negative dimension in shape " + shapeString(shape));
-    size_t bytes = std::max<size_t>(size_t(shapeNumel(shape)) * dtypeSize(dt), 1);
-    void *p = nullptr;
-    cudaCheck(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync");
-    cudaStream_t s = stream;
-    std::shared_ptr<void> holder(p, [s](void *q) { cudaFreeAsync(q, s); });
-    return Tensor::view(dt, shape, p, holder);
-  }
-  Tensor upload(const Tensor &h) {
-    Tensor d = alloc(h.dtype(), h.shape());
-    if (h.nbytes())
-      cudaCheck(cudaMemcpyAsync(d.raw(), h.raw(), h.nbytes(), cudaMemcpyHostToDevice, stream), "upload (cudaMemcpyAsync)");
-    return d;
-  }
-  Tensor download(const Tensor &d) {
-    Tensor h(d.dtype(), d.shape());
-    if (d.nbytes())
-      cudaCheck(cudaMemcpyAsync(h.raw(), d.raw(), d.nbytes(), cudaMemcpyDeviceToHost, stream), "download (cudaMemcpyAsync)");
-    cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    return h;
-  }
+  // device memory, GEMMs: cudart::Device (CudaDevice.h)
   const Tensor &devOf(Val &v) {
     if (!v.dev.defined()) v.dev = upload(v.host);
     return v.dev;
@@ -345,28 +283,6 @@ struct CudaExecutor::Impl {
   const Tensor &hostOf(Val &v) {
     if (!v.host.defined()) v.host = download(v.dev);
     return v.host;
-  }
-  Tensor copyDevice(const Tensor &src) {
-    Tensor d = alloc(src.dtype(), src.shape());
-    if (src.nbytes())
-      cudaCheck(cudaMemcpyAsync(d.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
-    return d;
-  }
-
-  /// Column-major C = op(A) op(B) on float32 with this executor's math:
-  /// cublasSgemm(StridedBatched)'s arguments through cublasGemm(StridedBatched)Ex.
-  void sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha, const float *A,
-             int lda, const float *B, int ldb, const float *beta, float *C, int ldc) {
-    blasCheck(cublasGemmEx(blas, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, beta, C, CUDA_R_32F,
-                           ldc, gemmCompute, CUBLAS_GEMM_DEFAULT),
-              "cublasGemmEx");
-  }
-  void sgemmBatched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
-                    const float *A, int lda, long long sa, const float *B, int ldb, long long sb, const float *beta,
-                    float *C, int ldc, long long sc, int batch) {
-    blasCheck(cublasGemmStridedBatchedEx(blas, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb,
-                                         beta, C, CUDA_R_32F, ldc, sc, batch, gemmCompute, CUBLAS_GEMM_DEFAULT),
-              "cublasGemmStridedBatchedEx");
   }
 
   void foldConstants();
@@ -1172,6 +1088,12 @@ CudaExecutor::CudaExecutor(const Model &model, int device) : impl_(std::make_uni
 CudaExecutor::~CudaExecutor() = default;
 
 std::vector<std::string> CudaExecutor::check() const { return impl_->check(); }
+
+cudart::Device &CudaExecutor::device() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->prepare();
+  return *impl_;
+}
 
 std::vector<std::string> CudaExecutor::check(const std::vector<size_t> &nodes) const {
   std::set<size_t> only(nodes.begin(), nodes.end());

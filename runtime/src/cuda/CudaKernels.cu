@@ -187,25 +187,29 @@ __global__ void gatherKernel(const T *data, const I *idx, T *out, int64_t outer,
   }
 }
 
-/// Sum (isMax false) or max over the block; every thread gets the result.
-__device__ float blockReduce(float v, bool isMax, float *sh) {
+__device__ inline float maxOf(float a, float b) { return fmaxf(a, b); }
+__device__ inline double maxOf(double a, double b) { return fmax(a, b); }
+
+/// Sum (isMax false) or max over the block (float or double); every
+/// thread gets the result. `sh` holds 33 values.
+template <typename T> __device__ T blockReduce(T v, bool isMax, T *sh) {
   for (int off = 16; off > 0; off >>= 1) {
-    float o = __shfl_down_sync(0xffffffffu, v, off);
-    v = isMax ? fmaxf(v, o) : v + o;
+    T o = __shfl_down_sync(0xffffffffu, v, off);
+    v = isMax ? maxOf(v, o) : v + o;
   }
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nWarps = (blockDim.x + 31) >> 5;
   if (lane == 0) sh[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    v = lane < nWarps ? sh[lane] : (isMax ? -INFINITY : 0.f);
+    v = lane < nWarps ? sh[lane] : (isMax ? T(-INFINITY) : T(0));
     for (int off = 16; off > 0; off >>= 1) {
-      float o = __shfl_down_sync(0xffffffffu, v, off);
-      v = isMax ? fmaxf(v, o) : v + o;
+      T o = __shfl_down_sync(0xffffffffu, v, off);
+      v = isMax ? maxOf(v, o) : v + o;
     }
     if (lane == 0) sh[32] = v;
   }
   __syncthreads();
-  float r = sh[32];
+  T r = sh[32];
   __syncthreads(); // sh may be reused by the next call
   return r;
 }
@@ -355,6 +359,178 @@ __global__ void lrnKernel(const float *x, float *y, int64_t C, int64_t S, int64_
       sq += v * v;
     }
     y[i] = x[i] / powf(bias + alpha / float(size) * sq, beta);
+  }
+}
+
+// --- backward and Adam (CudaTraining.cpp) ----------------------------------
+// The CPU gradient kernels' formulas (runtime/src/train), in double where
+// they compute in double, so results agree within float32 rounding.
+
+__device__ inline int64_t stridedOffset(const Strided &v, int64_t i) {
+  int64_t off = 0;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    int64_t k = i % v.shape[d];
+    i /= v.shape[d];
+    off += k * v.stride[d];
+  }
+  return off;
+}
+
+/// One thread per output element: few reduced positions each.
+__global__ void reduceSumThreadKernel(const float *g, float *out, Strided kept, Strided red, int64_t nOut,
+                                      int64_t nRed, float scale) {
+  HP_GRID_LOOP(o, nOut) {
+    int64_t base = stridedOffset(kept, o);
+    double acc = 0;
+    for (int64_t r = 0; r < nRed; ++r) acc += g[base + stridedOffset(red, r)];
+    out[o] = float(acc * scale);
+  }
+}
+
+/// One block per output element: many reduced positions each.
+__global__ void reduceSumBlockKernel(const float *g, float *out, Strided kept, Strided red, int64_t nRed,
+                                     float scale) {
+  __shared__ double sh[33];
+  int64_t o = blockIdx.x, base = stridedOffset(kept, o);
+  double acc = 0;
+  for (int64_t r = threadIdx.x; r < nRed; r += blockDim.x) acc += g[base + stridedOffset(red, r)];
+  acc = blockReduce(acc, false, sh);
+  if (threadIdx.x == 0) out[o] = float(acc * scale);
+}
+
+constexpr double kPiD = 3.14159265358979323846;
+
+__device__ inline double unaryDerivative(UnaryGrad op, double x, double y, double a) {
+  switch (op) {
+  case UnaryGrad::Neg: return -1.0;
+  case UnaryGrad::Sqrt: return 0.5 / y;
+  case UnaryGrad::Exp: return y;
+  case UnaryGrad::Log: return 1.0 / x;
+  case UnaryGrad::Tanh: return 1.0 - y * y;
+  case UnaryGrad::Sigmoid: return y * (1.0 - y);
+  case UnaryGrad::Erf: return 2.0 / sqrt(kPiD) * exp(-x * x);
+  case UnaryGrad::Relu: return x > 0 ? 1.0 : 0.0;
+  case UnaryGrad::Reciprocal: return -y * y;
+  case UnaryGrad::Abs: return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
+  case UnaryGrad::Sin: return cos(x);
+  case UnaryGrad::Cos: return -sin(x);
+  case UnaryGrad::Softplus: return 1.0 / (1.0 + exp(-x));
+  case UnaryGrad::LeakyRelu: return x < 0 ? a : 1.0;
+  case UnaryGrad::Elu: return x < 0 ? y + a : 1.0;
+  case UnaryGrad::Gelu: {
+    double cdf = 0.5 * (1.0 + erf(x / sqrt(2.0)));
+    double pdf = exp(-0.5 * x * x) / sqrt(2.0 * kPiD);
+    return cdf + x * pdf;
+  }
+  case UnaryGrad::GeluTanh: {
+    double k = sqrt(2.0 / kPiD), x2 = x * x;
+    double t = tanh(k * (x + 0.044715 * x2 * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x2);
+  }
+  }
+  return 0.0;
+}
+
+__global__ void unaryGradKernel(UnaryGrad op, const float *x, const float *y, const float *dy, float *dx, int64_t n,
+                                double a) {
+  HP_GRID_LOOP(i, n) {
+    double xi = x ? double(x[i]) : 0.0, yi = y ? double(y[i]) : xi;
+    dx[i] = float(double(dy[i]) * unaryDerivative(op, xi, yi, a));
+  }
+}
+
+__global__ void addInPlaceKernel(float *a, const float *b, int64_t n) {
+  HP_GRID_LOOP(i, n) a[i] += b[i];
+}
+
+/// One block per (outer, inner) row along `len`.
+__global__ void softmaxGradKernel(const float *y, const float *dy, float *dx, int64_t len, int64_t inner, bool log) {
+  __shared__ double sh[33];
+  int64_t row = blockIdx.x, o = row / inner, in = row % inner, base = o * len * inner + in;
+  double acc = 0;
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
+    int64_t e = base + k * inner;
+    acc += log ? double(dy[e]) : double(dy[e]) * y[e];
+  }
+  double sum = blockReduce(acc, false, sh);
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
+    int64_t e = base + k * inner;
+    dx[e] = float(log ? dy[e] - exp(double(y[e])) * sum : y[e] * (double(dy[e]) - sum));
+  }
+}
+
+/// One block per row: the row's mean and 1/std (double, as the CPU
+/// backward recomputes them), then dX when `dx` is given.
+__global__ void layerNormGradKernel(const float *x, const float *scale, const float *dy, const float *dMean,
+                                    const float *dInv, float *dx, double *mean, double *invStd, int64_t cols,
+                                    double eps) {
+  __shared__ double sh[33];
+  int64_t row = blockIdx.x;
+  const float *r = x + row * cols;
+  const float *g = dy ? dy + row * cols : nullptr;
+  double n = double(cols), acc = 0;
+  for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) acc += r[k];
+  double m = blockReduce(acc, false, sh) / n;
+  acc = 0;
+  for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) acc += (r[k] - m) * (r[k] - m);
+  double iv = 1.0 / sqrt(blockReduce(acc, false, sh) / n + eps);
+  if (threadIdx.x == 0) {
+    mean[row] = m;
+    invStd[row] = iv;
+  }
+  if (!dx) return;
+  double sg = 0, sgx = 0;
+  if (g) {
+    double a = 0, b = 0;
+    for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
+      double gi = double(g[k]) * scale[k];
+      a += gi;
+      b += gi * (r[k] - m) * iv;
+    }
+    sg = blockReduce(a, false, sh);
+    sgx = blockReduce(b, false, sh);
+  }
+  double cm = (dMean ? double(dMean[row]) : 0.0) / n, ci = -(dInv ? double(dInv[row]) : 0.0) * iv * iv / n;
+  float *d = dx + row * cols;
+  for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
+    double xh = (r[k] - m) * iv;
+    double gi = g ? double(g[k]) * scale[k] : 0.0;
+    d[k] = float(iv * (gi - sg / n - xh * sgx / n) + cm + ci * xh);
+  }
+}
+
+/// One thread per column: sums over the rows.
+__global__ void layerNormParamGradKernel(const float *x, const float *dy, const double *mean, const double *invStd,
+                                         float *dScale, float *dBias, int64_t rows, int64_t cols) {
+  HP_GRID_LOOP(j, cols) {
+    double s = 0, b = 0;
+    for (int64_t o = 0; o < rows; ++o) {
+      double g = dy[o * cols + j];
+      s += g * (x[o * cols + j] - mean[o]) * invStd[o];
+      b += g;
+    }
+    if (dScale) dScale[j] = float(s);
+    if (dBias) dBias[j] = float(b);
+  }
+}
+
+__global__ void gatherGradKernel(const float *dy, const int64_t *idx, float *dx, int64_t nIdx, int64_t d,
+                                 int64_t inner, int64_t n) {
+  HP_GRID_LOOP(i, n) {
+    int64_t e = i % inner, j = (i / inner) % nIdx, o = i / (inner * nIdx);
+    atomicAdd(dx + (o * d + idx[j]) * inner + e, dy[i]);
+  }
+}
+
+__global__ void adamKernel(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
+                           double beta2, double eps, double weightDecay, double c1, double c2) {
+  HP_GRID_LOOP(i, n) {
+    double gi = double(g[i]) + weightDecay * double(p[i]);
+    double mi = beta1 * m[i] + (1 - beta1) * gi;
+    double vi = beta2 * v[i] + (1 - beta2) * gi * gi;
+    m[i] = float(mi);
+    v[i] = float(vi);
+    p[i] = float(double(p[i]) - lr * (mi / c1) / (sqrt(vi / c2) + eps));
   }
 }
 
@@ -513,6 +689,73 @@ cudaError_t lrn(const float *x, float *y, int64_t N, int64_t C, int64_t S, int64
   int64_t n = N * C * S;
   if (n <= 0) return cudaSuccess;
   lrnKernel<<<blocksFor(n), kThreads, 0, s>>>(x, y, C, S, size, alpha, beta, bias, n);
+  return cudaGetLastError();
+}
+
+cudaError_t reduceSum(const float *g, float *out, const Strided &kept, const Strided &red, float scale,
+                      cudaStream_t s) {
+  int64_t nOut = 1, nRed = 1;
+  for (int d = 0; d < kept.rank; ++d) nOut *= kept.shape[d];
+  for (int d = 0; d < red.rank; ++d) nRed *= red.shape[d];
+  if (nOut <= 0) return cudaSuccess;
+  if (nRed >= 256 && nOut <= int64_t(INT32_MAX))
+    reduceSumBlockKernel<<<unsigned(nOut), kThreads, 0, s>>>(g, out, kept, red, nRed, scale);
+  else
+    reduceSumThreadKernel<<<blocksFor(nOut), kThreads, 0, s>>>(g, out, kept, red, nOut, nRed, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t unaryGrad(UnaryGrad op, const float *x, const float *y, const float *dy, float *dx, int64_t n,
+                      double alpha, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  unaryGradKernel<<<blocksFor(n), kThreads, 0, s>>>(op, x, y, dy, dx, n, alpha);
+  return cudaGetLastError();
+}
+
+cudaError_t addInPlace(float *a, const float *b, int64_t n, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  addInPlaceKernel<<<blocksFor(n), kThreads, 0, s>>>(a, b, n);
+  return cudaGetLastError();
+}
+
+cudaError_t softmaxGrad(const float *y, const float *dy, float *dx, int64_t outer, int64_t len, int64_t inner,
+                        bool log, cudaStream_t s) {
+  int64_t rows = outer * inner;
+  if (rows <= 0 || len <= 0) return cudaSuccess;
+  if (rows > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+  softmaxGradKernel<<<unsigned(rows), rowThreads(len), 0, s>>>(y, dy, dx, len, inner, log);
+  return cudaGetLastError();
+}
+
+cudaError_t layerNormGrad(const float *x, const float *scale, const float *dy, const float *dMean, const float *dInv,
+                          float *dx, double *mean, double *invStd, int64_t rows, int64_t cols, double eps,
+                          cudaStream_t s) {
+  if (rows <= 0) return cudaSuccess;
+  if (rows > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+  layerNormGradKernel<<<unsigned(rows), rowThreads(cols), 0, s>>>(x, scale, dy, dMean, dInv, dx, mean, invStd, cols,
+                                                                  eps);
+  return cudaGetLastError();
+}
+
+cudaError_t layerNormParamGrad(const float *x, const float *dy, const double *mean, const double *invStd,
+                               float *dScale, float *dBias, int64_t rows, int64_t cols, cudaStream_t s) {
+  if (cols <= 0) return cudaSuccess;
+  layerNormParamGradKernel<<<blocksFor(cols), kThreads, 0, s>>>(x, dy, mean, invStd, dScale, dBias, rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t gatherGrad(const float *dy, const int64_t *idx, float *dx, int64_t outer, int64_t nIdx, int64_t d,
+                       int64_t inner, cudaStream_t s) {
+  int64_t n = outer * nIdx * inner;
+  if (n <= 0) return cudaSuccess;
+  gatherGradKernel<<<blocksFor(n), kThreads, 0, s>>>(dy, idx, dx, nIdx, d, inner, n);
+  return cudaGetLastError();
+}
+
+cudaError_t adam(float *param, const float *grad, float *m, float *v, int64_t n, double lr, double beta1,
+                 double beta2, double eps, double weightDecay, double c1, double c2, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  adamKernel<<<blocksFor(n), kThreads, 0, s>>>(param, grad, m, v, n, lr, beta1, beta2, eps, weightDecay, c1, c2);
   return cudaGetLastError();
 }
 

@@ -93,4 +93,42 @@ cudaError_t addBias(float *y, const float *bias, int64_t N, int64_t M, int64_t S
 cudaError_t lrn(const float *x, float *y, int64_t N, int64_t C, int64_t S, int64_t size, float alpha,
                 float beta, float bias, cudaStream_t s);
 
+// --- backward and Adam (CudaTraining.cpp), the CPU gradients' formulas ---
+
+/// out[o] = scale * (sum of g over the positions of `red` from o's
+/// position in `kept`): a gradient summed down to an input's shape. `kept`
+/// walks the output (its dims, g's strides), `red` the summed dims (g's
+/// strides; 1 elsewhere). Sums in double.
+cudaError_t reduceSum(const float *g, float *out, const Strided &kept, const Strided &red, float scale,
+                      cudaStream_t s);
+enum class UnaryGrad {
+  Neg, Sqrt, Exp, Log, Tanh, Sigmoid, Erf, Relu, Reciprocal, Abs, Sin, Cos, Softplus, LeakyRelu, Elu, Gelu, GeluTanh
+};
+/// dx = dy * f'(x, y) in double; `x` or `y` may be null when f' does not
+/// read it; `alpha`: LeakyRelu's and Elu's.
+cudaError_t unaryGrad(UnaryGrad op, const float *x, const float *y, const float *dy, float *dx, int64_t n,
+                      double alpha, cudaStream_t s);
+/// a += b over n elements.
+cudaError_t addInPlace(float *a, const float *b, int64_t n, cudaStream_t s);
+/// Softmax (log: LogSoftmax) backward from the output y, [outer, len, inner] along len.
+cudaError_t softmaxGrad(const float *y, const float *dy, float *dx, int64_t outer, int64_t len, int64_t inner,
+                        bool log, cudaStream_t s);
+/// LayerNormalization backward over rows of `cols`: each row's mean and
+/// 1/std into mean/invStd (double, `rows` each); dX into `dx` when given
+/// (`dy`, `dMean`, `dInv` may be null: no gradient there).
+cudaError_t layerNormGrad(const float *x, const float *scale, const float *dy, const float *dMean, const float *dInv,
+                          float *dx, double *mean, double *invStd, int64_t rows, int64_t cols, double eps,
+                          cudaStream_t s);
+/// dScale[j] = sum over rows of dy * xhat, dBias[j] = sum of dy (either may be null).
+cudaError_t layerNormParamGrad(const float *x, const float *dy, const double *mean, const double *invStd,
+                               float *dScale, float *dBias, int64_t rows, int64_t cols, cudaStream_t s);
+/// Gather backward: dx [outer, d, inner] += dy [outer, nIdx, inner] at rows
+/// idx[j] (int64, already in [0, d)), with atomicAdd (indices may repeat).
+cudaError_t gatherGrad(const float *dy, const int64_t *idx, float *dx, int64_t outer, int64_t nIdx, int64_t d,
+                       int64_t inner, cudaStream_t s);
+/// Fused Adam over n elements in place (train::adamUpdate's formula, in
+/// double); c1, c2: the bias corrections 1 - beta^step.
+cudaError_t adam(float *param, const float *grad, float *m, float *v, int64_t n, double lr, double beta1,
+                 double beta2, double eps, double weightDecay, double c1, double c2, cudaStream_t s);
+
 } // namespace hetplan::runtime::cudak

@@ -1,10 +1,13 @@
 //===- CudaRankCompute.cpp - a plan rank's stage on the CUDA executor -----===//
 //
-// The plan executor hands a CUDA rank's FORWARDs here (RankCompute): host
-// tensors in and out, so the communicators stay host-staged (docs/gpu.md).
+// The plan executor hands a CUDA rank's FORWARDs, BACKWARDs and Adam
+// updates here (RankCompute): host tensors in and out, so the
+// communicators stay host-staged (docs/gpu.md).
 //
 //===----------------------------------------------------------------------===//
 #include "hetplan/runtime/CudaBackend.h"
+
+#include "CudaTraining.h"
 
 #include <cuda_runtime_api.h>
 
@@ -22,6 +25,16 @@ public:
     return exec_.runNodes(nodes, std::move(values), keep, shapes, observer, hook, hookNodes);
   }
   std::string describe() const override { return "cuda:" + std::to_string(device_); }
+  void backward(const Model &model, const std::vector<size_t> &nodes,
+                const std::function<const Tensor *(const std::string &)> &value, const std::set<std::string> &requires,
+                std::map<std::string, Tensor> &grads, const GradientHook *hook,
+                const std::set<size_t> *hookNodes) override {
+    cudart::backward(exec_.device(), model, nodes, value, requires, grads, hook, hookNodes);
+  }
+  void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step, const AdamSettings &settings,
+                  const std::vector<std::pair<int64_t, int64_t>> &pieces) override {
+    cudart::adamUpdate(exec_.device(), param, grad, m, v, step, settings, pieces);
+  }
   CudaExecutor &executor() { return exec_; }
 
 private:

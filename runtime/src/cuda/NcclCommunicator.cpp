@@ -21,6 +21,8 @@
 #include "hetplan/runtime/NcclCommunicator.h"
 #include "hetplan/runtime/MpiCommunicator.h"
 
+#include "../exec/Training.h"
+
 // The C API only: keep Open MPI's / MPICH's C++ bindings out.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
@@ -29,6 +31,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -73,15 +76,22 @@ struct NcclCommunicator::State {
 
   void select() const { cudaCheck(cudaSetDevice(device), "cudaSetDevice"); }
 
-  /// Waits for the NCCL stream, checking NCCL's asynchronous errors.
-  void wait(const char *what) {
+  /// Communicators of groups of ranks (groupAllReduceSum), by member list.
+  std::map<std::vector<int>, ncclComm_t> groupComms;
+
+  /// Waits for the NCCL stream, checking NCCL's asynchronous errors (of
+  /// `other` too, a group's communicator, when given).
+  void wait(const char *what, ncclComm_t other = nullptr) {
     for (int spins = 0;; ++spins) {
       cudaError_t q = cudaStreamQuery(stream);
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) cudaCheck(q, what);
       ncclResult_t async = ncclSuccess;
-      ncclCheck(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
-      if (async != ncclSuccess && async != ncclInProgress) ncclCheck(async, what);
+      for (ncclComm_t c : {comm, other}) {
+        if (!c) continue;
+        ncclCheck(ncclCommGetAsyncError(c, &async), "ncclCommGetAsyncError");
+        if (async != ncclSuccess && async != ncclInProgress) ncclCheck(async, what);
+      }
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
       else std::this_thread::yield();
     }
@@ -118,8 +128,8 @@ struct NcclCommunicator::State {
   }
 
   /// Copies a device buffer back after the NCCL stream's work (waited first).
-  void unstage(void *host, const void *d, size_t bytes, const char *what) {
-    wait(what);
+  void unstage(void *host, const void *d, size_t bytes, const char *what, ncclComm_t other = nullptr) {
+    wait(what, other);
     if (bytes) cudaCheck(cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (to host)");
     cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
@@ -173,6 +183,7 @@ NcclCommunicator::~NcclCommunicator() {
   } catch (const std::exception &e) {
     std::fprintf(stderr, "rank %d: %s\n", s.rank, e.what());
   }
+  for (auto &[group, c] : s.groupComms) ncclCommDestroy(c);
   ncclCommDestroy(s.comm);
   cudaStreamDestroy(s.stream);
   cudaStreamDestroy(s.copies);
@@ -344,6 +355,60 @@ void NcclCommunicator::allReduceSum(Tensor &tensor) {
   ncclCheck(r, "ncclAllReduce");
 }
 
+// Gradient sums: NCCL's own all-reduce over a communicator of the group's
+// ranks (NCCL user guide, "Collective operations", "Creating a
+// communicator"): ncclGetUniqueId on the group's lowest rank, the id to the
+// other members (over MPI, as the world's id), ncclCommInitRank by each
+// member with its index in the group; the communicator is kept for the
+// group's later sums. Members call a group's sums in the same order (the
+// plan executor's sum groups are in one order on every rank), as NCCL
+// requires of collectives on one communicator.
+void NcclCommunicator::groupAllReduceSum(const std::vector<int> &group, const std::vector<Tensor *> &tensors,
+                                         int64_t tag) {
+  State &s = *state_;
+  if (group.size() <= 1 || tensors.empty()) return;
+  if (!std::is_sorted(group.begin(), group.end()) || std::adjacent_find(group.begin(), group.end()) != group.end() ||
+      group.front() < 0 || group.back() >= s.size)
+    throw std::runtime_error("groupAllReduceSum: the group must list distinct ranks in order");
+  auto mine = std::find(group.begin(), group.end(), s.rank);
+  if (mine == group.end())
+    throw std::runtime_error("groupAllReduceSum: rank " + std::to_string(s.rank) + " is not in the group");
+  if (inGroup_) throw std::runtime_error("groupAllReduceSum inside a communicator group");
+  Tensor flat = train::flattenForSum(tensors);
+  s.select();
+  ncclComm_t comm = s.comm;
+  if (int(group.size()) != s.size) {
+    auto it = s.groupComms.find(group);
+    if (it == s.groupComms.end()) {
+      Tensor id(DType::UInt8, {int64_t(sizeof(ncclUniqueId))});
+      if (s.rank == group.front()) {
+        ncclUniqueId uid;
+        ncclCheck(ncclGetUniqueId(&uid), "ncclGetUniqueId (group)");
+        std::memcpy(id.raw(), &uid, sizeof uid);
+        for (size_t k = 1; k < group.size(); ++k) s.mpi->send(group[k], tag, id);
+      } else {
+        id = s.mpi->recv(group.front(), tag);
+        if (id.nbytes() != sizeof(ncclUniqueId)) throw std::runtime_error("groupAllReduceSum: bad NCCL id message");
+      }
+      ncclUniqueId uid;
+      std::memcpy(&uid, id.raw(), sizeof uid);
+      ncclComm_t made = nullptr;
+      ncclCheck(ncclCommInitRank(&made, int(group.size()), uid, int(mine - group.begin())),
+                "ncclCommInitRank (group)");
+      it = s.groupComms.emplace(group, made).first;
+    }
+    comm = it->second;
+  }
+  size_t bytes = flat.nbytes();
+  void *d = s.stage(flat.raw(), bytes);
+  ncclResult_t r = ncclAllReduce(d, d, size_t(flat.numel()), flat.dtype() == DType::Float32 ? ncclFloat : ncclDouble,
+                                 ncclSum, comm, s.stream);
+  if (r == ncclSuccess) s.unstage(flat.raw(), d, bytes, "ncclAllReduce (gradient sum)", comm);
+  s.releaseAfterNccl(d);
+  ncclCheck(r, "ncclAllReduce (gradient sum)");
+  train::unflattenSum(flat, tensors);
+}
+
 // Group collectives: one NCCL group of point-to-point calls (ncclSend /
 // ncclRecv between every pair of members, raw bytes, no headers: the
 // counts are known to all), so the exchanges cannot wait on each other.
@@ -416,6 +481,8 @@ void NcclCommunicator::abort(const std::string &why) {
   State &s = *state_;
   std::fprintf(stderr, "rank %d: aborting the NCCL/MPI job: %s\n", s.rank, why.c_str());
   std::fflush(stderr);
+  for (auto &[group, c] : s.groupComms) ncclCommAbort(c);
+  s.groupComms.clear();
   if (s.comm) ncclCommAbort(s.comm);
   s.comm = nullptr;
   MPI_Abort(MPI_COMM_WORLD, 1);

@@ -198,6 +198,19 @@ void PlanExecutor::setCompute(int rank, std::shared_ptr<RankCompute> compute) {
   else computes_.erase(rank);
 }
 
+void RankCompute::backward(const Model &model, const std::vector<size_t> &nodes,
+                           const std::function<const Tensor *(const std::string &)> &value,
+                           const std::set<std::string> &requires, std::map<std::string, Tensor> &grads,
+                           const GradientHook *hook, const std::set<size_t> * /*hookNodes*/) {
+  train::backward(model, nodes, value, requires, grads, hook);
+}
+
+void RankCompute::adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                             const AdamSettings &settings,
+                             const std::vector<std::pair<int64_t, int64_t>> &pieces) {
+  train::adamUpdatePieces(param, grad, m, v, step, settings, pieces);
+}
+
 const RankCompute *PlanExecutor::compute(int rank) const {
   auto it = computes_.find(rank);
   return it == computes_.end() ? nullptr : it->second.get();
@@ -847,6 +860,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   std::vector<int> tpGroup = tpRanks;  // sorted: groupSum's order
   std::sort(tpGroup.begin(), tpGroup.end());
   const auto &splitNodes = tpNodes_[j];
+  std::set<size_t> splitNodeSet; // the nodes the backward hook claims
+  for (const auto &[node, tn] : splitNodes) splitNodeSet.insert(node);
   size_t numNodes = model_->nodes.size();
   // This rank's part of the weight a split node reads as input `input`
   // (tpParams_): where it lies along which axis, and a copy.
@@ -1456,8 +1471,9 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
         return false;  // LOCAL and RESHAPE: the usual gradient on the slices
       }
     };
-    train::backward(*model_, stageNodes_[j], lookup, requires, grads,
-                    splitNodes.empty() || tp < 2 ? nullptr : &hook);
+    const train::GradientHook *tpHook = splitNodes.empty() || tp < 2 ? nullptr : &hook;
+    if (compute) compute->backward(*model_, stageNodes_[j], lookup, requires, grads, tpHook, &splitNodeSet);
+    else train::backward(*model_, stageNodes_[j], lookup, requires, grads, tpHook);
     for (const auto &p : stageParams_[j]) {
       auto it = grads.find(p);
       if (it != grads.end() && it->second.defined()) train::accumulate(train->state.grads[p], it->second);
@@ -1538,8 +1554,8 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     Tensor hostParam = offload ? param.clone() : param, hostGrad = offload ? grad.clone() : grad;
     train::AdamSettings adam{train->options.lr, train->options.beta1, train->options.beta2,
                              train->options.eps, train->options.weightDecay};
-    if (pieces.empty()) train::adamUpdate(hostParam, hostGrad, m, v, state.step, adam);
-    for (auto [begin, count] : pieces) train::adamUpdate(hostParam, hostGrad, m, v, state.step, adam, begin, count);
+    if (compute && !offload) compute->adamUpdate(hostParam, hostGrad, m, v, state.step, adam, pieces);
+    else train::adamUpdatePieces(hostParam, hostGrad, m, v, state.step, adam, pieces);
     if (offload) {
       std::memcpy(param.raw(), hostParam.raw(), param.nbytes());
       state.stats.offloadBytes += grad.nbytes() + 2 * param.nbytes();

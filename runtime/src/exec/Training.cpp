@@ -9,7 +9,8 @@
 #include <limits>
 #include <stdexcept>
 
-namespace hetplan::runtime::train {
+namespace hetplan::runtime {
+namespace train {
 
 bool isNonDifferentiable(const std::string &op) {
   static const std::set<std::string> kOps = {
@@ -21,8 +22,6 @@ bool isNonDifferentiable(const std::string &op) {
   return kOps.count(op) != 0;
 }
 
-namespace {
-/// Inputs of `n` through which a gradient can flow.
 std::vector<bool> differentiableInputs(const Node &n) {
   std::vector<bool> out(n.inputs.size(), false);
   if (isNonDifferentiable(n.opType)) return out;
@@ -34,6 +33,8 @@ std::vector<bool> differentiableInputs(const Node &n) {
   }
   return out;
 }
+
+namespace {
 /// Whether a value in `req` feeds `n` at an input a gradient can flow through.
 bool gradientReaches(const Node &n, const std::set<std::string> &req) {
   std::vector<bool> diff = differentiableInputs(n);
@@ -133,11 +134,74 @@ void accumulate(Tensor &acc, const Tensor &g) {
   else throw std::runtime_error(std::string("gradients of ") + dtypeName(acc.dtype()) + " values are not supported");
 }
 
+std::string backwardWhere(const Model &model, const Node &n) {
+  return model.path + ": " + n.describe() + ": backward: ";
+}
+
+void backwardSweep(const Model &model, const std::vector<size_t> &nodes, const std::set<std::string> &requires,
+                   const std::function<bool(const std::string &)> &hasGrad,
+                   const std::function<void(size_t, const std::vector<bool> &)> &step,
+                   const std::function<void(const std::string &)> &done) {
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    const Node &n = model.nodes[*it];
+    bool anyOut = false;
+    for (const auto &o : n.outputs) anyOut |= !o.empty() && hasGrad(o);
+    if (!anyOut) continue;
+    std::vector<bool> diff = differentiableInputs(n);
+    std::vector<bool> want(n.inputs.size(), false);
+    bool anyWant = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      want[i] = diff[i] && requires.count(n.inputs[i]);
+      anyWant |= want[i];
+    }
+    if (anyWant) step(*it, want);
+    // An output's gradient is complete once its producer ran: free it.
+    for (const auto &o : n.outputs)
+      if (!o.empty()) done(o);
+  }
+}
+
+std::vector<Tensor> hostNodeGradient(const Model &model, size_t idx, const std::vector<bool> &want,
+                                     const std::function<const Tensor *(const std::string &)> &value,
+                                     const std::function<Tensor(const std::string &)> &outGrad,
+                                     const GradientHook *hook) {
+  const Node &n = model.nodes[idx];
+  std::string where = backwardWhere(model, n);
+  const GradientInfo *g = findGradient(n.opType);
+  if (!g) throw std::runtime_error(where + "no backward kernel for " + n.opType);
+  GradientContext ctx{n, model.opset(""), {}, {}, {}, want, std::vector<Tensor>(n.inputs.size())};
+  for (const auto &s : n.inputs) {
+    const Tensor *t = s.empty() ? nullptr : value(s);
+    if (!s.empty() && !t) throw std::runtime_error(where + "forward value '" + s + "' was not kept");
+    ctx.inputs.push_back(t);
+  }
+  for (const auto &o : n.outputs) {
+    ctx.outputs.push_back(o.empty() ? nullptr : value(o));
+    ctx.outputGrads.push_back(o.empty() ? Tensor() : outGrad(o));
+  }
+  try {
+    if (!hook || !(*hook)(idx, ctx)) g->run(ctx);
+  } catch (const std::exception &e) {
+    throw std::runtime_error(where + e.what());
+  }
+  ctx.inputGrads.resize(n.inputs.size());
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (!want[i] || !ctx.inputGrads[i].defined()) {
+      ctx.inputGrads[i] = Tensor();
+      continue;
+    }
+    const Tensor &gi = ctx.inputGrads[i];
+    if (gi.shape() != ctx.inputs[i]->shape())
+      throw std::runtime_error(where + "gradient of input " + std::to_string(i) + " is " + gi.describe() +
+                               ", the input is " + ctx.inputs[i]->describe());
+  }
+  return std::move(ctx.inputGrads);
+}
+
 void backward(const Model &model, const std::vector<size_t> &nodes,
               const std::function<const Tensor *(const std::string &)> &value,
               const std::set<std::string> &requires, std::map<std::string, Tensor> &grads,
               const GradientHook *hook) {
-  int64_t opset = model.opset("");
   // Gradients first stored as a kernel returned them may share bytes with
   // another (Add hands the same tensor to both inputs): copied before the
   // first in-place sum.
@@ -155,63 +219,30 @@ void backward(const Model &model, const std::vector<size_t> &nodes,
     }
     accumulate(it->second, g);
   };
-  for (auto step = nodes.rbegin(); step != nodes.rend(); ++step) {
-    const Node &n = model.nodes[*step];
-    std::string where = model.path + ": " + n.describe() + ": backward: ";
-    bool anyOut = false;
-    for (const auto &o : n.outputs) anyOut |= !o.empty() && grads.count(o) && grads[o].defined();
-    if (!anyOut) continue;
-    std::vector<bool> diff = differentiableInputs(n);
-    std::vector<bool> want(n.inputs.size(), false);
-    bool anyWant = false;
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      want[i] = diff[i] && requires.count(n.inputs[i]);
-      anyWant |= want[i];
-    }
-    if (anyWant) {
-      const GradientInfo *g = findGradient(n.opType);
-      if (!g) throw std::runtime_error(where + "no backward kernel for " + n.opType);
-      GradientContext ctx{n, opset, {}, {}, {}, want, std::vector<Tensor>(n.inputs.size())};
-      for (const auto &s : n.inputs) {
-        const Tensor *t = s.empty() ? nullptr : value(s);
-        if (!s.empty() && !t) throw std::runtime_error(where + "forward value '" + s + "' was not kept");
-        ctx.inputs.push_back(t);
-      }
-      for (const auto &o : n.outputs) {
-        ctx.outputs.push_back(o.empty() ? nullptr : value(o));
-        auto it = o.empty() ? grads.end() : grads.find(o);
-        ctx.outputGrads.push_back(it == grads.end() ? Tensor() : it->second);
-      }
-      try {
-        if (!hook || !(*hook)(*step, ctx)) g->run(ctx);
-      } catch (const std::exception &e) {
-        throw std::runtime_error(where + e.what());
-      }
-      for (size_t i = 0; i < n.inputs.size(); ++i) {
-        if (!want[i] || i >= ctx.inputGrads.size() || !ctx.inputGrads[i].defined()) continue;
-        const Tensor &gi = ctx.inputGrads[i];
-        if (gi.shape() != ctx.inputs[i]->shape())
-          throw std::runtime_error(where + "gradient of input " + std::to_string(i) + " is " + gi.describe() +
-                                   ", the input is " + ctx.inputs[i]->describe());
-        add(n.inputs[i], gi);
-      }
-    }
-    // An output's gradient is complete once its producer ran: free it.
-    for (const auto &o : n.outputs)
-      if (!o.empty()) {
+  backwardSweep(
+      model, nodes, requires,
+      [&](const std::string &o) {
+        auto it = grads.find(o);
+        return it != grads.end() && it->second.defined();
+      },
+      [&](size_t idx, const std::vector<bool> &want) {
+        auto outGrad = [&](const std::string &o) {
+          auto it = grads.find(o);
+          return it == grads.end() ? Tensor() : it->second;
+        };
+        std::vector<Tensor> g = hostNodeGradient(model, idx, want, value, outGrad, hook);
+        const Node &n = model.nodes[idx];
+        for (size_t i = 0; i < n.inputs.size(); ++i)
+          if (g[i].defined()) add(n.inputs[i], std::move(g[i]));
+      },
+      [&](const std::string &o) {
         grads.erase(o);
         owned.erase(o);
-      }
-  }
+      });
 }
 
-namespace {
-/// groupSum/groupMax: the lowest rank combines the others' values in rank
-/// order and sends the result back, so every member ends with the same bits.
-void groupReduce(Communicator &comm, const std::vector<int> &group, int64_t tag,
-                 const std::vector<Tensor *> &tensors, bool takeMax) {
-  if (group.size() <= 1 || tensors.empty()) return;
-  DType type = tensors.front()->dtype();
+Tensor flattenForSum(const std::vector<Tensor *> &tensors) {
+  DType type = tensors.empty() ? DType::Float32 : tensors.front()->dtype();
   int64_t total = 0;
   for (const Tensor *t : tensors) {
     if (t->dtype() != type || (type != DType::Float32 && type != DType::Float64))
@@ -224,6 +255,26 @@ void groupReduce(Communicator &comm, const std::vector<int> &group, int64_t tag,
     std::memcpy(f, t->raw(), t->nbytes());
     f += t->nbytes();
   }
+  return flat;
+}
+
+void unflattenSum(const Tensor &flat, const std::vector<Tensor *> &tensors) {
+  const auto *src = static_cast<const char *>(flat.raw());
+  for (Tensor *t : tensors) {
+    std::memcpy(t->raw(), src, t->nbytes());
+    src += t->nbytes();
+  }
+}
+
+namespace {
+/// groupSum/groupMax: the lowest rank combines the others' values in rank
+/// order and sends the result back, so every member ends with the same bits.
+void groupReduce(Communicator &comm, const std::vector<int> &group, int64_t tag,
+                 const std::vector<Tensor *> &tensors, bool takeMax) {
+  if (group.size() <= 1 || tensors.empty()) return;
+  Tensor flat = flattenForSum(tensors);
+  DType type = flat.dtype();
+  int64_t total = flat.numel();
   auto combine = [&](const Tensor &part) {
     if (!takeMax) return accumulate(flat, part);
     if (type == DType::Float32) {
@@ -252,17 +303,13 @@ void groupReduce(Communicator &comm, const std::vector<int> &group, int64_t tag,
     if (flat.dtype() != type || flat.numel() != total)
       throw std::runtime_error("group sum came back as " + flat.describe());
   }
-  const auto *src = static_cast<const char *>(flat.raw());
-  for (Tensor *t : tensors) {
-    std::memcpy(t->raw(), src, t->nbytes());
-    src += t->nbytes();
-  }
+  unflattenSum(flat, tensors);
 }
 } // namespace
 
 void groupSum(Communicator &comm, const std::vector<int> &group, int64_t tag,
               const std::vector<Tensor *> &tensors) {
-  groupReduce(comm, group, tag, tensors, false);
+  comm.groupAllReduceSum(group, tensors, tag);
 }
 
 void groupMax(Communicator &comm, const std::vector<int> &group, int64_t tag,
@@ -340,14 +387,18 @@ double vocabParallelCrossEntropy(Communicator &comm, const std::vector<int> &gro
                            dtypeName(logits.dtype()));
 }
 
-void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
-                const AdamSettings &s, int64_t begin, int64_t count) {
+void prepareAdam(const Tensor &param, const Tensor &grad, Tensor &m, Tensor &v) {
   if (param.dtype() != DType::Float32 || grad.dtype() != DType::Float32 || grad.numel() != param.numel())
     throw std::runtime_error("Adam takes float32 parameters and gradients of the same size");
   if (!m.defined()) m = Tensor(DType::Float32, param.shape());
   if (!v.defined()) v = Tensor(DType::Float32, param.shape());
   if (m.numel() != param.numel() || v.numel() != param.numel())
     throw std::runtime_error("Adam state " + m.describe() + " does not fit the parameter " + param.describe());
+}
+
+void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                const AdamSettings &s, int64_t begin, int64_t count) {
+  prepareAdam(param, grad, m, v);
   int64_t end = count < 0 ? param.numel() : begin + count;
   if (begin < 0 || end > param.numel()) throw std::runtime_error("Adam: element range outside the parameter");
   float *p = param.data<float>(), *mm = m.data<float>(), *vv = v.data<float>();
@@ -363,4 +414,18 @@ void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t
   }
 }
 
-} // namespace hetplan::runtime::train
+void adamUpdatePieces(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step, const AdamSettings &s,
+                      const std::vector<std::pair<int64_t, int64_t>> &pieces) {
+  if (pieces.empty()) adamUpdate(param, grad, m, v, step, s);
+  for (auto [begin, count] : pieces) adamUpdate(param, grad, m, v, step, s, begin, count);
+}
+
+} // namespace train
+
+// The communicators' default (point-to-point) gradient sum.
+void Communicator::groupAllReduceSum(const std::vector<int> &group, const std::vector<Tensor *> &tensors,
+                                     int64_t tag) {
+  train::groupReduce(*this, group, tag, tensors, false);
+}
+
+} // namespace hetplan::runtime

@@ -22,6 +22,10 @@ namespace hetplan::runtime::train {
 /// piecewise-constant functions): backward stops there.
 bool isNonDifferentiable(const std::string &opType);
 
+/// Inputs of `n` through which a gradient can flow (backward's rule, for
+/// other sweeps such as the CUDA rank's).
+std::vector<bool> differentiableInputs(const Node &n);
+
 /// The trained parameters: float32 initializers with at least 2 elements
 /// (the compiler's parameter rule) read by some node at an input that can
 /// carry a gradient.
@@ -46,11 +50,32 @@ std::set<std::string> requiresGrad(const Model &model, const std::vector<size_t>
 /// uses). Float32/float64 values only.
 /// `hook`, when given, is offered every node first (tensor-parallel
 /// MatMuls): true when it filled ctx.inputGrads itself.
-using GradientHook = std::function<bool(size_t node, GradientContext &ctx)>;
+using runtime::GradientHook; // Gradients.h
 void backward(const Model &model, const std::vector<size_t> &nodes,
               const std::function<const Tensor *(const std::string &)> &value,
               const std::set<std::string> &requires, std::map<std::string, Tensor> &grads,
               const GradientHook *hook = nullptr);
+
+/// The skeleton of a backward sweep, shared by backward() and the CUDA
+/// rank's (RankCompute::backward): over `nodes` in reverse, a node with an
+/// output gradient (`hasGrad`) and a wanted input (differentiable, in
+/// `requires`) gets step(node, want); then done(output) for each of its
+/// outputs (its gradient is complete and may be freed).
+void backwardSweep(const Model &model, const std::vector<size_t> &nodes, const std::set<std::string> &requires,
+                   const std::function<bool(const std::string &)> &hasGrad,
+                   const std::function<void(size_t, const std::vector<bool> &)> &step,
+                   const std::function<void(const std::string &)> &done);
+/// One node's backward on the host: `hook` (when given) or the node's
+/// gradient kernel on its forward values (`value`) and output gradients
+/// (`outGrad`: undefined where none). Returns per input its gradient
+/// (undefined where not wanted or zero), each checked to have its input's
+/// shape. Errors start with backwardWhere().
+std::vector<Tensor> hostNodeGradient(const Model &model, size_t node, const std::vector<bool> &want,
+                                     const std::function<const Tensor *(const std::string &)> &value,
+                                     const std::function<Tensor(const std::string &)> &outGrad,
+                                     const GradientHook *hook);
+/// "model: node: backward: ", the start of a backward error.
+std::string backwardWhere(const Model &model, const Node &n);
 
 /// acc += g (same shape and type); an undefined `acc` becomes a copy of g.
 void accumulate(Tensor &acc, const Tensor &g);
@@ -62,6 +87,10 @@ void accumulate(Tensor &acc, const Tensor &g);
 /// other traffic between them.
 void groupSum(Communicator &comm, const std::vector<int> &group, int64_t tag,
               const std::vector<Tensor *> &tensors);
+/// A group sum's tensors (all float32 or all float64, else throws) in one
+/// 1-D tensor, in order; unflattenSum copies such a tensor back into them.
+Tensor flattenForSum(const std::vector<Tensor *> &tensors);
+void unflattenSum(const Tensor &flat, const std::vector<Tensor *> &tensors);
 /// The same with the elementwise maximum (tags `tag` and `tag + 1`).
 void groupMax(Communicator &comm, const std::vector<int> &group, int64_t tag,
               const std::vector<Tensor *> &tensors);
@@ -78,14 +107,19 @@ double vocabParallelCrossEntropy(Communicator &comm, const std::vector<int> &gro
                                  int64_t tagSum, const Tensor &logits, const Tensor &labels, int64_t lo,
                                  int64_t vocab, double denominator, int64_t ignoreIndex, Tensor *grad);
 
-struct AdamSettings {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
-};
+using runtime::AdamSettings; // Gradients.h
 /// One Adam (PyTorch's torch.optim.Adam, L2 weight decay added to the
 /// gradient) update of `param` at step `step` (1-based), in place; of its
 /// elements [begin, begin + count) only when count >= 0 (a ZeRO shard's
 /// piece of one parameter). m and v are made (zeros) when undefined.
 void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
                 const AdamSettings &s, int64_t begin = 0, int64_t count = -1);
+/// Adam's checks (float32 parameter and gradient of one size, state that
+/// fits), making m and v (zeros) when undefined; throws one line.
+void prepareAdam(const Tensor &param, const Tensor &grad, Tensor &m, Tensor &v);
+/// adamUpdate of the element ranges (begin, count) `pieces`, or of the
+/// whole parameter when empty.
+void adamUpdatePieces(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step, const AdamSettings &s,
+                      const std::vector<std::pair<int64_t, int64_t>> &pieces);
 
 } // namespace hetplan::runtime::train

@@ -79,6 +79,23 @@ inline Tensor gatherStrided(const Tensor &src, const std::vector<int64_t> &shape
   return out;
 }
 
+/// Softmax/LogSoftmax's [outer, len, inner] view of a `shape` input: along
+/// `axis`, or over the dims from `axis` on, coerced to 2-D, before opset 13.
+inline void softmaxDims(const Node &n, int64_t opset, const std::vector<int64_t> &shape, int64_t &outer, int64_t &len,
+                        int64_t &inner) {
+  int64_t r = static_cast<int64_t>(shape.size());
+  bool legacy = opset < 13;
+  int64_t axis = normAxis(n.getInt("axis", legacy ? 1 : -1), r);
+  outer = len = inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
+  if (legacy) {
+    for (int64_t i = axis; i < r; ++i) len *= shape[i];
+  } else {
+    len = shape[axis];
+    for (int64_t i = axis + 1; i < r; ++i) inner *= shape[i];
+  }
+}
+
 /// `t` broadcast (numpy rules) to `shape`, as a dense owned tensor.
 inline Tensor broadcastTo(const Tensor &t, const std::vector<int64_t> &shape) {
   if (t.shape() == shape) return t.clone();

@@ -185,17 +185,8 @@ void softmaxGrad(GradientContext &c, bool log) {
   const Tensor &x = c.in(0), &y = c.out(0);
   Tensor dy = outGrad(c, 0, x.dtype());
   if (!dy.defined()) return;
-  int64_t r = x.rank();
-  bool legacy = c.opset < 13;
-  int64_t axis = normAxis(c.node.getInt("axis", legacy ? 1 : -1), r);
-  int64_t outer = 1, len = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
-  if (legacy) {
-    for (int64_t i = axis; i < r; ++i) len *= x.dim(i);
-  } else {
-    len = x.dim(axis);
-    for (int64_t i = axis + 1; i < r; ++i) inner *= x.dim(i);
-  }
+  int64_t outer, len, inner;
+  softmaxDims(c.node, c.opset, x.shape(), outer, len, inner);
   Tensor dx(x.dtype(), x.shape());
   HP_DISPATCH_FLOAT(x.dtype(), {
     const T *py = y.data<T>(), *pg = dy.data<T>();

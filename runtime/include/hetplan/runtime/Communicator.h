@@ -87,6 +87,13 @@ public:
   // by tag). The defaults are point-to-point over send/recv (they rely on
   // buffered sends: ThreadCommGroup, MpiCommunicator).
 
+  /// Sum all-reduce of `tensors` (all float32 or all float64; every
+  /// member passes the same sizes), in place: the gradient sums of training
+  /// plans (train::groupSum). The default adds in group order at the lowest
+  /// rank and sends the sum back, so every member ends with the same bits;
+  /// NcclCommunicator calls ncclAllReduce.
+  virtual void groupAllReduceSum(const std::vector<int> &group, const std::vector<Tensor *> &tensors, int64_t tag);
+
   /// Sum-reduce-scatter: `in` holds sum(counts) float32 elements on every
   /// member; returns this member's segment (counts[me] elements, 1-D)
   /// summed over the members. The default adds in group order.

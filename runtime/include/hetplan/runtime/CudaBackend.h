@@ -26,6 +26,10 @@
 
 namespace hetplan::runtime {
 
+namespace cudart {
+struct Device; // runtime/src/cuda/CudaDevice.h
+}
+
 class CudaExecutor {
 public:
   /// Orders the nodes topologically and folds constant subgraphs on the CPU
@@ -79,6 +83,11 @@ public:
                                          ExecutionObserver *observer = nullptr,
                                          const Executor::NodeHook *hook = nullptr,
                                          const std::set<size_t> *hookNodes = nullptr);
+
+  /// prepare(), then the device, stream and cuBLAS handle this executor
+  /// computes on (internal: a CUDA rank's backward and Adam share them,
+  /// runtime/src/cuda/CudaTraining.cpp).
+  cudart::Device &device();
 
   struct Impl;
 

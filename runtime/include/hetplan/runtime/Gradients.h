@@ -54,6 +54,10 @@ struct GradientInfo {
   std::vector<size_t> nonDifferentiable;
 };
 
+/// Offered a node of a backward sweep before its gradient kernel (the plan
+/// executor's tensor-parallel nodes): true when it filled ctx.inputGrads.
+using GradientHook = std::function<bool(size_t node, GradientContext &ctx)>;
+
 void registerGradient(const std::string &opType, GradientInfo info);
 /// nullptr when the op type has no backward kernel (default domain).
 const GradientInfo *findGradient(const std::string &opType);
@@ -71,5 +75,12 @@ Tensor reduceGradToShape(const Tensor &grad, const std::vector<int64_t> &shape);
 /// when given, receives d(loss piece)/d(logits), float32.
 double softmaxCrossEntropy(const Tensor &logits, const Tensor &labels, double denominator,
                            int64_t ignoreIndex, Tensor *gradLogits);
+
+/// Adam's hyper-parameters (PyTorch's torch.optim.Adam, L2 weight decay
+/// added to the gradient): train::adamUpdate on the host, the fused kernel
+/// of a CUDA rank (RankCompute::adamUpdate).
+struct AdamSettings {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
+};
 
 } // namespace hetplan::runtime

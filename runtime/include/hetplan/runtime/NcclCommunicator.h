@@ -61,6 +61,15 @@ public:
   void barrier() override;
   /// float32 (ncclFloat) or float64 (ncclDouble).
   void allReduceSum(Tensor &tensor) override;
+  /// ncclAllReduce (ncclSum, in place) on the communicator of `group`:
+  /// the world's when the group is every rank, else one made for the group
+  /// at its first sum (ncclCommInitRank among its members only, the id sent
+  /// from its lowest rank over MPI under `tag`) and kept. Each element is
+  /// reduced once and the result broadcast by NCCL's ring and tree
+  /// algorithms, so members get the same values (bit-identity across ranks
+  /// is what these algorithms do, not a documented NCCL guarantee).
+  void groupAllReduceSum(const std::vector<int> &group, const std::vector<Tensor *> &tensors,
+                         int64_t tag) override;
   /// One NCCL group of ncclSend/ncclRecv between every pair of members
   /// (raw bytes, no header; NCCL's reduce-scatter and all-gather need
   /// equal segments and a communicator of the group); the sum is on the

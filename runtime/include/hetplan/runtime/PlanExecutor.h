@@ -18,21 +18,25 @@
 
 #include "hetplan/runtime/Communicator.h"
 #include "hetplan/runtime/Executor.h"
+#include "hetplan/runtime/Gradients.h"
 #include "hetplan/runtime/Model.h"
 #include "hetplan/runtime/Plan.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hetplan::runtime {
 
 /// Where a rank's stage computes: the CPU Executor unless the rank is
 /// given another (PlanExecutor::setCompute; a CUDA rank gets the CUDA
-/// executor's, RankBackend.h). Executor::runNodes' contract, plus
-/// `hookNodes`: the only nodes `hook` may claim.
+/// executor's, RankBackend.h). runNodes: Executor::runNodes' contract, plus
+/// `hookNodes`: the only nodes `hook` may claim. backward and adamUpdate
+/// default to the host (the CPU gradient kernels, train::adamUpdate).
 class RankCompute {
 public:
   virtual ~RankCompute() = default;
@@ -44,6 +48,23 @@ public:
                                                  const std::set<size_t> *hookNodes) = 0;
   /// "cpu", "cuda:0", ...: for messages and profiles.
   virtual std::string describe() const = 0;
+  /// A BACKWARD over the stage's nodes `nodes` (in forward order; swept in
+  /// reverse): `grads` holds the seeds on entry and, on return, the
+  /// gradient of every value in `requires` that reaches them (summed over
+  /// uses; the nodes' outputs' gradients are dropped), host tensors both
+  /// ways. `value` finds a forward value (host). `hook`, when given, is
+  /// offered the nodes in `hookNodes` first, on host tensors. The default
+  /// runs the CPU gradient kernels (train::backward).
+  virtual void backward(const Model &model, const std::vector<size_t> &nodes,
+                        const std::function<const Tensor *(const std::string &)> &value,
+                        const std::set<std::string> &requires, std::map<std::string, Tensor> &grads,
+                        const GradientHook *hook, const std::set<size_t> *hookNodes);
+  /// One Adam update of the host tensors `param` (in place), `m`, `v`
+  /// (made as zeros when undefined) from `grad` at step `step`, of the
+  /// element ranges (begin, count) `pieces`, all of it when empty. The
+  /// default is train::adamUpdate on the host.
+  virtual void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                          const AdamSettings &settings, const std::vector<std::pair<int64_t, int64_t>> &pieces);
 };
 
 class PlanExecutor {
@@ -70,9 +91,10 @@ public:
   const Executor &executor() const { return *executor_; }
   int ranks() const { return plan_.ranks_size(); }
 
-  /// Runs rank `rank`'s FORWARDs on `compute` (null: the CPU Executor,
-  /// the default). Values cross between ranks, and BACKWARD, the loss and
-  /// the optimizer run, on the host either way. Set before a run; one
+  /// Runs rank `rank`'s FORWARDs, BACKWARDs and (without optimizer
+  /// offload) Adam updates on `compute` (null: the CPU Executor and
+  /// gradient kernels, the default). Values cross between ranks, and the
+  /// loss and gradient sums run, on the host either way. Set before a run; one
   /// compute may serve one rank at a time only.
   void setCompute(int rank, std::shared_ptr<RankCompute> compute);
   const RankCompute *compute(int rank) const;
