@@ -10,12 +10,13 @@ with a KV cache, 5 blocks); the plan is `hetplan compile --mode serve
 --pin pp=N` on N T4s: one replica of N stages, run by the CPU runtime. Each
 stage's kernels run on one thread (OMP_NUM_THREADS=1), so the overlap can
 use up to N cores; the baseline without overlap is also run with N kernel
-threads, the cores the overlap uses. Every request's tokens are checked
+threads, the cores the overlap uses; the ratio is against the faster of
+the two. Every request's tokens are checked
 equal to the one-rank run before a time is reported.
 
   python3 bench/serving_pipeline_bench.py [--hetplan build/bin/hetplan]
-      [--stages 2] [--requests 64] [--prompt 16] [--new 64] [--batch 8]
-      [--repeat 3]
+      [--stages 2] [--requests 128] [--prompt 16] [--new 64] [--batch 8]
+      [--repeat 5]
 """
 import argparse, json, os, random, re, subprocess, sys, tempfile
 
@@ -38,11 +39,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hetplan", default=os.path.join(HERE, "..", "build", "bin", "hetplan"))
     ap.add_argument("--stages", type=int, default=2)
-    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="hetplan-serving-pipeline-")
     rng = random.Random(0)
@@ -74,9 +75,9 @@ def main():
     tokens = a.requests * a.new
     print(f"{a.requests} requests x {a.prompt} prompt + {a.new} new tokens, max batch {a.batch} per replica, "
           f"best of {a.repeat}, {os.cpu_count()} cores\n")
-    print("| runner | seconds | tokens/s | vs no overlap, same cores | tokens equal one rank |")
+    print("| runner | seconds | tokens/s | vs the faster no-overlap run | tokens equal one rank |")
     print("|---|---:|---:|---:|---|")
-    base = rows[1][1]
+    base = min(rows[0][1], rows[1][1])
     for name, t, equal in rows:
         print(f"| {name} | {t:.3f} | {tokens / t:,.0f} | {base / t:.2f}x | {'yes' if equal else 'NO'} |")
     return 0 if all(r[2] for r in rows) else 1

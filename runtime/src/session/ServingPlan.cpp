@@ -78,6 +78,7 @@ class StagePipeline {
 public:
   StagePipeline(const ServingPlan::Impl &impl, const ServingPlan::Impl::Replica &rep) : impl_(impl), rep_(rep) {
     queues_.resize(rep.stages.size());
+    wake_ = std::vector<std::condition_variable>(rep.stages.size());
     for (size_t k = 0; k < rep.stages.size(); ++k) workers_.emplace_back([this, k] { work(k); });
   }
   ~StagePipeline() {
@@ -85,7 +86,7 @@ public:
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
     }
-    wake_.notify_all();
+    for (auto &w : wake_) w.notify_all();
     for (auto &t : workers_) t.join();
   }
 
@@ -113,7 +114,7 @@ private:
       std::lock_guard<std::mutex> lock(mutex_);
       queues_[stage].push_back(step);
     }
-    wake_.notify_all();
+    wake_[stage].notify_one();
   }
 
   void work(size_t k) {
@@ -121,7 +122,7 @@ private:
       Step *step = nullptr;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || !queues_[k].empty(); });
+        wake_[k].wait(lock, [&] { return stopping_ || !queues_[k].empty(); });
         if (queues_[k].empty()) return; // stopping
         step = queues_[k].front();
         queues_[k].pop_front();
@@ -146,7 +147,8 @@ private:
   const ServingPlan::Impl &impl_;
   const ServingPlan::Impl::Replica &rep_;
   std::mutex mutex_;
-  std::condition_variable wake_, done_;
+  std::vector<std::condition_variable> wake_; // one per stage's worker
+  std::condition_variable done_;
   std::vector<std::deque<Step *>> queues_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
