@@ -5,7 +5,8 @@
 #   build      configure with CUDA (toolkit in /usr/local/cuda) and build the
 #              tool, the CUDA gtests and the GEMM benchmark
 #   gtests     hetplan-cuda-tests: the CUDA executor against the CPU, plans
-#              on CUDA ranks (inference, training, --profile), precisions
+#              on CUDA ranks (inference, training, --profile), precisions,
+#              fused groups (CudaFusionRun: cuBLASLt epilogues, cuDNN SDPA)
 #   nodes      the ONNX node conformance cases on the GPU
 #   zoo        examples + model zoo: `hetplan run --device cuda` against
 #              `--device cpu` (fp32 1e-3, fp16 1e-2, bf16 3e-2; training)

@@ -18,10 +18,13 @@
 #include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Kernels.h"
 
+#include "CublasLt.h"
 #include "CudaDevice.h"
+#include "CudaFusion.h"
 #include "CudaKernels.h"
 #if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
 #include "Cudnn.h"
+#include "CudnnAttention.h"
 #endif
 #include "../cpu/kernels/Geometry.h"
 #include "../cpu/kernels/ViewParams.h"
@@ -34,7 +37,9 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <set>
@@ -258,15 +263,26 @@ struct CudaExecutor::Impl : cudart::Device {
 #if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
   std::unique_ptr<cudnn::Context> dnn; // convolution and pooling (prepare())
   cudnn::Math convMath = cudnn::Math::Fp32;
+  std::unique_ptr<cudnn::Attention> sdpa; // fused attention (prepare())
 #endif
+  /// The plan's dtype (setPrecision): fp32, tf32, fp16 or bf16.
+  std::string precision = "fp32";
+  /// Fused groups (docs/gpu.md, "Fused on the GPU"), decided in prepare()
+  /// for the stage and precision; groupOf: node -> index into groups.
+  std::vector<CudaFusion> groups;
+  std::map<size_t, size_t> groupOf;
+  std::unique_ptr<cublaslt::Context> lt; // GEMM epilogues (prepare())
+  bool sdpaNoted = false, ltNoted = false; // a fallback was logged once
 
   Impl(const Model &m, int dev) : model(m) { device = dev; }
   ~Impl() {
     if (!prepared) return;
     cudaSetDevice(device);
 #if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+    sdpa.reset();
     dnn.reset();
 #endif
+    lt.reset();
     weights.clear(); // frees device copies (cudaFreeAsync on `stream`)
     cudaStreamSynchronize(stream);
     cublasDestroy(blas);
@@ -303,7 +319,40 @@ struct CudaExecutor::Impl : cudart::Device {
   void matmul(const Tensor &a, const Tensor &b, Val &out);
   void gemm(const Node &n, const Tensor &a, const Tensor &b, const Tensor *c, Val &out);
   void conv(const Node &n, const Tensor &x, const Tensor &w, const Tensor *bias, Val &out);
+  // fused groups (CudaFusion.h)
+  using Lookup = std::function<Val *(const std::string &)>;
+  std::vector<CudaFusion> findGroups() const;
+  void decideFusions();
+  /// The group's output from one library call; false (nothing computed)
+  /// when the library declines the shapes, types or math.
+  bool runGemmGroup(const CudaFusion &g, const Lookup &lookup, Val &out);
+  bool runAttentionGroup(const CudaFusion &g, const Lookup &lookup, Val &out);
+  /// The group's nodes one by one (the fallback); the output into `out`.
+  void runGroupUnfused(const CudaFusion &g, const Lookup &lookup, Val &out);
+  Tensor scratch(size_t bytes) { return alloc(DType::UInt8, {int64_t(bytes)}); }
 };
+
+std::vector<CudaFusion> CudaExecutor::Impl::findGroups() const {
+  auto constant = [&](const std::string &name) -> const Tensor * {
+    auto it = weights.find(name);
+    return it != weights.end() && it->second.host.defined() && it->second.host.dtype() == DType::Float32
+               ? &it->second.host
+               : nullptr;
+  };
+  return cudafuse::findFusions(model, order, isFolded, constant, precision, stageNodes);
+}
+
+void CudaExecutor::Impl::decideFusions() {
+  groups.clear();
+  groupOf.clear();
+  for (auto &g : findGroups()) {
+#if !(defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN)
+    if (g.kind == CudaFusion::Kind::Attention) continue; // no cuDNN in this build
+#endif
+    for (size_t m : g.nodes) groupOf[m] = groups.size();
+    groups.push_back(std::move(g));
+  }
+}
 
 /// Nodes whose inputs are all constants run once here, with the CPU kernels
 /// (as Executor does); their outputs become weights.
@@ -417,7 +466,10 @@ void CudaExecutor::Impl::prepare() {
   blasCheck(cublasSetStream(blas, stream), "cublasSetStream");
 #if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
   dnn = std::make_unique<cudnn::Context>(stream);
+  sdpa = std::make_unique<cudnn::Attention>(stream);
 #endif
+  lt = std::make_unique<cublaslt::Context>();
+  decideFusions();
   // Plain FP32 (no TF32): results compare with the CPU at 1e-4.
   blasCheck(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   std::set<std::string> used; // weights read by nodes that run (of the stage, if one is set)
@@ -475,9 +527,35 @@ CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::str
     if (auto it = weights.find(s); it != weights.end()) return &it->second;
     return nullptr;
   };
-  std::map<std::string, size_t> last; // value -> last step reading it
-  for (size_t step = 0; step < nodes.size(); ++step)
-    model.nodes[nodes[step]].forEachRead([&](const std::string &v) { last[v] = step; });
+  // Fused groups run at the step of their last node, when all their
+  // nodes are here, none is offered to the hook and no value inside a
+  // group is kept or given (nor are weights replaced: a training rank).
+  std::vector<long> fusedAt(nodes.size(), -1); // step -> the step its group runs at
+  std::vector<long> groupAt(groups.size(), -1);
+  if (!overridesWeights && !groups.empty()) {
+    std::map<size_t, size_t> stepOf;
+    for (size_t step = 0; step < nodes.size(); ++step) stepOf[nodes[step]] = step;
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const CudaFusion &g = groups[gi];
+      bool ok = true;
+      long at = -1;
+      for (size_t m : g.nodes) {
+        auto it = stepOf.find(m);
+        ok = ok && it != stepOf.end() && !(hook && hookNodes && hookNodes->count(m));
+        if (it != stepOf.end()) at = std::max(at, long(it->second));
+        for (const auto &o : model.nodes[m].outputs)
+          if (o != g.output) ok = ok && !keep.count(o) && !values.count(o);
+      }
+      if (!ok) continue;
+      groupAt[gi] = at;
+      for (size_t m : g.nodes) fusedAt[stepOf[m]] = at;
+    }
+  }
+  std::map<std::string, size_t> last; // value -> last step reading it (a group reads at its step)
+  for (size_t step = 0; step < nodes.size(); ++step) {
+    size_t at = fusedAt[step] >= 0 ? size_t(fusedAt[step]) : step;
+    model.nodes[nodes[step]].forEachRead([&](const std::string &v) { last[v] = std::max(last[v], at); });
+  }
   // Per-node times (hetplan run --profile): CUDA events around device
   // work (the stream's time, not the host's launch time), steady_clock
   // around nodes that ran on the host.
@@ -494,10 +572,52 @@ CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::str
       if (t.end) cudaEventDestroy(t.end);
     }
   };
+  // A fused group at its last node's step: its time goes to its first node
+  // (the MatMul/Gemm), 0 to the others; the values inside it never exist.
+  auto runFusedStep = [&](size_t step, size_t idx) {
+    const CudaFusion &g = groups.at(groupOf.at(idx));
+    const Node &head = model.nodes[g.nodes[0]];
+    if (observer) {
+      timed.push_back({g.nodes[0]});
+      cudaCheck(cudaEventCreate(&timed.back().begin), "cudaEventCreate");
+      cudaCheck(cudaEventCreate(&timed.back().end), "cudaEventCreate");
+      cudaCheck(cudaEventRecord(timed.back().begin, stream), "cudaEventRecord");
+    }
+    Lookup find = [&](const std::string &s) { return lookup(s); };
+    Val out;
+    bool done = false;
+    try {
+      done = g.kind == CudaFusion::Kind::Attention ? runAttentionGroup(g, find, out) : runGemmGroup(g, find, out);
+    } catch (const std::exception &e) {
+      throw std::runtime_error(where(head) + "(fused) " + e.what());
+    }
+    if (!done) runGroupUnfused(g, find, out);
+    if (observer) {
+      cudaCheck(cudaEventRecord(timed.back().end, stream), "cudaEventRecord");
+      for (size_t k = 1; k < g.nodes.size(); ++k) timed.push_back({g.nodes[k]}); // ran inside the group: 0 s
+    }
+    if (shapes) {
+      std::vector<int64_t> inner = out.shape(); // GEMM: every value has the output's shape
+      if (g.kind == CudaFusion::Kind::Attention && !inner.empty()) inner.back() = lookup(g.kT)->shape().back();
+      for (size_t m : g.nodes)
+        for (const auto &o : model.nodes[m].outputs)
+          if (!o.empty()) (*shapes)[o] = o == g.output ? out.shape() : inner;
+    }
+    values[g.output] = std::move(out);
+    for (size_t m : g.nodes)
+      model.nodes[m].forEachRead([&](const std::string &s) {
+        auto it = last.find(s);
+        if (it != last.end() && it->second == step && !keep.count(s)) values.erase(s);
+      });
+  };
   try {
     for (size_t step = 0; step < nodes.size(); ++step) {
       size_t idx = nodes[step];
       if (isFolded[idx] && !overridesWeights) continue;
+      if (fusedAt[step] >= 0) { // a fused group's node: the group runs at its last node's step
+        if (fusedAt[step] == long(step)) runFusedStep(step, idx);
+        continue;
+      }
       const Node &n = model.nodes[idx];
       std::vector<Val *> ins;
       std::vector<DType> inTypes;
@@ -723,6 +843,177 @@ void CudaExecutor::Impl::conv(const Node &nd, const Tensor &x, const Tensor &wt,
                  o.data<float>() + n * M * outSize, blasInt(outSize, "Conv"), Mg * outSize, blasInt(G, "Conv"));
   }
   if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
+}
+
+bool CudaExecutor::Impl::runGemmGroup(const CudaFusion &g, const Lookup &lookup, Val &out) {
+  if (!lt) return false;
+  const Node &h = model.nodes[g.nodes[0]];
+  Val *a = lookup(h.inputs[0]), *b = lookup(h.inputs[1]);
+  Val *c = g.bias.empty() ? (h.inputs.size() > 2 ? lookup(h.inputs[2]) : nullptr) : lookup(g.bias);
+  if (!a || !b || !c) return false;
+  for (Val *v : {a, b, c})
+    if (v->dtype() != DType::Float32) return false;
+  const std::vector<int64_t> &as = a->shape(), &bs = b->shape();
+  cublaslt::GemmBias args;
+  std::vector<int64_t> outShape;
+  if (h.opType == "MatMul") { // A [..., M, K] flattened to [M', K] times a 2-D B
+    if (as.size() < 2 || bs.size() != 2 || as.back() != bs[0]) return false;
+    args.K = bs[0];
+    args.N = bs[1];
+    args.M = args.K ? shapeNumel(as) / args.K : 0;
+    args.lda = args.K;
+    args.ldb = args.N;
+    outShape.assign(as.begin(), as.end() - 1);
+    outShape.push_back(args.N);
+  } else {
+    if (as.size() != 2 || bs.size() != 2) return false;
+    args.ta = h.getInt("transA", 0);
+    args.tb = h.getInt("transB", 0);
+    args.M = args.ta ? as[1] : as[0];
+    args.K = args.ta ? as[0] : as[1];
+    args.N = args.tb ? bs[0] : bs[1];
+    if ((args.tb ? bs[1] : bs[0]) != args.K) return false;
+    args.alpha = h.getFloat("alpha", 1.0f);
+    args.lda = as[1];
+    args.ldb = bs[1];
+    outShape = {args.M, args.N};
+  }
+  if (c->any().numel() != args.N) return false;
+  args.gelu = g.kind == CudaFusion::Kind::GemmBiasGelu;
+  const Tensor &A = devOf(*a), &B = devOf(*b), &C = devOf(*c);
+  Tensor o = alloc(DType::Float32, outShape);
+  args.A = A.data<float>();
+  args.B = B.data<float>();
+  args.bias = C.data<float>();
+  args.D = o.data<float>();
+  if (!lt->run(args, gemmCompute, stream, [&](size_t bytes) { return scratch(bytes); })) {
+    if (!ltNoted)
+      std::fprintf(stderr, "hetplan: cuBLASLt has no %s epilogue for %s (M=%lld N=%lld K=%lld); running it unfused\n",
+                   args.gelu ? "bias+GELU" : "bias", where(h).c_str(), (long long)args.M, (long long)args.N,
+                   (long long)args.K);
+    ltNoted = true;
+    return false;
+  }
+  out.dev = o;
+  return true;
+}
+
+bool CudaExecutor::Impl::runAttentionGroup(const CudaFusion &g, const Lookup &lookup, Val &out) {
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  if (!sdpa) return false;
+  Val *qv = lookup(g.q), *kv = lookup(g.kT), *vv = lookup(g.v), *mv = g.mask.empty() ? nullptr : lookup(g.mask);
+  if (!qv || !kv || !vv || (!g.mask.empty() && !mv)) return false;
+  for (Val *x : {qv, kv, vv, mv})
+    if (x && x->dtype() != DType::Float32) return false;
+  size_t r = qv->shape().size();
+  if (r < 3 || r > 4 || kv->shape().size() != r || vv->shape().size() != r) return false;
+  auto pad4 = [](std::vector<int64_t> s) {
+    while (s.size() < 4) s.insert(s.begin(), 1);
+    return s;
+  };
+  std::vector<int64_t> qs = pad4(qv->shape()), ks = pad4(kv->shape()), vs = pad4(vv->shape());
+  cudnn::Sdpa a;
+  a.Sq = qs[2];
+  a.D = qs[3];
+  a.Skv = ks[3];
+  a.Dv = vs[3];
+  if (ks[2] != a.D || vs[2] != a.Skv) return false;
+  for (int d = 0; d < 2; ++d) { // batch and heads: equal or broadcast from 1
+    int64_t n = std::max({qs[d], ks[d], vs[d]});
+    for (int64_t x : {qs[d], ks[d], vs[d]})
+      if (x != n && x != 1) return false;
+    (d == 0 ? a.B : a.H) = n;
+  }
+  if (!cudafuse::sdpaHeadDimOk(a.D) || !cudafuse::sdpaHeadDimOk(a.Dv) || a.Sq <= 0 || a.Skv <= 0 || a.B * a.H <= 0)
+    return false;
+  const std::vector<int64_t> full = {a.B, a.H, a.Sq, a.Skv};
+  std::vector<int64_t> ms;
+  if (mv) { // the mask may broadcast into the scores, never widen them
+    std::vector<int64_t> scores(full.begin() + (4 - r), full.end());
+    try {
+      if (mv->shape().size() > r || broadcastShapes(scores, mv->shape()) != scores) return false;
+    } catch (const std::exception &) {
+      return false;
+    }
+    ms = pad4(mv->shape());
+    a.biasB = ms[0] != 1;
+    a.biasH = ms[1] != 1;
+  }
+  a.bf16 = precision == "bf16";
+  a.scale = g.scale;
+  // float32 -> half, packed (K from the graph's Kᵀ), clamped to the finite
+  // range so that -FLT_MAX masks stay finite.
+  const float clamp = a.bf16 ? 3.0e38f : 65504.f;
+  auto half = [&](Val &src, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides) {
+    Tensor h = alloc(a.bf16 ? DType::BFloat16 : DType::Float16, shape);
+    cudaCheck(cudak::toHalf(devOf(src).data<float>(), h.raw(), a.bf16, makeStrided(shape, strides, 0), clamp, stream),
+              "attention: float32 to half");
+    return h;
+  };
+  Tensor qh = half(*qv, {a.B, a.H, a.Sq, a.D}, broadcastStrides(qs, {a.B, a.H, a.Sq, a.D}));
+  auto kst = broadcastStrides(ks, {a.B, a.H, a.D, a.Skv});
+  Tensor kh = half(*kv, {a.B, a.H, a.Skv, a.D}, {kst[0], kst[1], kst[3], kst[2]});
+  Tensor vh = half(*vv, {a.B, a.H, a.Skv, a.Dv}, broadcastStrides(vs, {a.B, a.H, a.Skv, a.Dv}));
+  Tensor bh;
+  if (mv) {
+    std::vector<int64_t> bshape = {a.biasB ? a.B : 1, a.biasH ? a.H : 1, a.Sq, a.Skv};
+    bh = half(*mv, bshape, broadcastStrides(ms, bshape));
+    a.bias = bh.raw();
+  }
+  Tensor oh = alloc(a.bf16 ? DType::BFloat16 : DType::Float16, {a.B, a.H, a.Sq, a.Dv});
+  a.q = qh.raw();
+  a.k = kh.raw();
+  a.v = vh.raw();
+  a.o = oh.raw();
+  std::string why;
+  if (!sdpa->run(a, [&](size_t bytes) { return scratch(bytes); }, &why)) {
+    if (!sdpaNoted)
+      std::fprintf(stderr, "hetplan: cuDNN fused attention unavailable for %s: %s; running the attention nodes unfused\n",
+                   where(model.nodes[g.nodes[0]]).c_str(), why.c_str());
+    sdpaNoted = true;
+    return false;
+  }
+  std::vector<int64_t> outShape = {a.B, a.H, a.Sq, a.Dv};
+  outShape.erase(outShape.begin(), outShape.begin() + (4 - r));
+  Tensor o = alloc(DType::Float32, outShape);
+  cudaCheck(cudak::fromHalf(oh.raw(), o.data<float>(), a.bf16, o.numel(), stream), "attention: half to float32");
+  out.dev = o;
+  return true;
+#else
+  (void)g;
+  (void)lookup;
+  (void)out;
+  return false;
+#endif
+}
+
+void CudaExecutor::Impl::runGroupUnfused(const CudaFusion &g, const Lookup &lookup, Val &out) {
+  std::map<std::string, Val> inside; // the group's intermediate values
+  for (size_t m : g.nodes) {
+    const Node &n = model.nodes[m];
+    std::vector<Val *> ins;
+    std::vector<DType> inTypes;
+    for (const auto &s : n.inputs) {
+      Val *v = nullptr;
+      if (!s.empty()) {
+        auto it = inside.find(s);
+        v = it != inside.end() ? &it->second : lookup(s);
+        if (!v) throw std::runtime_error(where(n) + "value '" + s + "' is missing");
+      }
+      ins.push_back(v);
+      inTypes.push_back(v ? v->dtype() : DType::Undefined);
+    }
+    std::vector<Val> outs(n.outputs.size());
+    try {
+      if (std::string dev = deviceCheck(n, inTypes); !dev.empty()) throw std::runtime_error(dev);
+      runDevice(n, ins, outs);
+    } catch (const std::exception &e) {
+      throw std::runtime_error(where(n) + e.what());
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) inside[n.outputs[i]] = std::move(outs[i]);
+  }
+  out = std::move(inside.at(g.output));
 }
 
 void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs) {
@@ -1103,6 +1394,18 @@ std::vector<std::string> CudaExecutor::check(const std::vector<size_t> &nodes) c
 void CudaExecutor::setStage(const std::vector<size_t> &nodes) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->stageNodes = std::set<size_t>(nodes.begin(), nodes.end());
+  if (impl_->prepared) impl_->decideFusions();
+}
+
+std::vector<CudaFusion> CudaExecutor::fusions() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->findGroups();
+}
+
+std::vector<CudaFusion> cudaFusions(const Model &model, const std::string &precision) {
+  CudaExecutor e(model);
+  e.setPrecision(precision);
+  return e.fusions();
 }
 
 void CudaExecutor::setPrecision(const std::string &dtype) {
@@ -1114,6 +1417,8 @@ void CudaExecutor::setPrecision(const std::string &dtype) {
   else if (dtype == "bf16") c = CUBLAS_COMPUTE_32F_FAST_16BF;
   else throw std::runtime_error("CUDA executor: precision '" + dtype + "' (expected fp32, tf32, fp16 or bf16)");
   impl_->gemmCompute = c;
+  impl_->precision = dtype.empty() ? "fp32" : dtype;
+  if (impl_->prepared) impl_->decideFusions();
 #if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
   impl_->convMath = c == CUBLAS_COMPUTE_32F ? cudnn::Math::Fp32 : cudnn::Math::TensorCores;
 #endif

@@ -8,6 +8,8 @@
 
 #include "CudaKernels.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -163,14 +165,19 @@ template <typename S> cudaError_t castFrom(const S *x, Elem to, void *y, int64_t
   return cudaGetLastError();
 }
 
+/// The source offset of dense index i of the strided view v (its base included).
+__device__ inline int64_t stridedOffset(const Strided &v, int64_t i) {
+  int64_t rem = i, off = v.base;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    off += (rem % v.shape[d]) * v.stride[d];
+    rem /= v.shape[d];
+  }
+  return off;
+}
+
 template <typename T> __global__ void stridedKernel(const T *src, T *out, Strided v, int64_t n) {
   HP_GRID_LOOP(i, n) {
-    int64_t rem = i, off = v.base;
-    for (int d = v.rank - 1; d >= 0; --d) {
-      off += (rem % v.shape[d]) * v.stride[d];
-      rem /= v.shape[d];
-    }
-    out[i] = src[off];
+    out[i] = src[stridedOffset(v, i)];
   }
 }
 
@@ -365,16 +372,6 @@ __global__ void lrnKernel(const float *x, float *y, int64_t C, int64_t S, int64_
 // --- backward and Adam (CudaTraining.cpp) ----------------------------------
 // The CPU gradient kernels' formulas (runtime/src/train), in double where
 // they compute in double, so results agree within float32 rounding.
-
-__device__ inline int64_t stridedOffset(const Strided &v, int64_t i) {
-  int64_t off = 0;
-  for (int d = v.rank - 1; d >= 0; --d) {
-    int64_t k = i % v.shape[d];
-    i /= v.shape[d];
-    off += k * v.stride[d];
-  }
-  return off;
-}
 
 /// One thread per output element: few reduced positions each.
 __global__ void reduceSumThreadKernel(const float *g, float *out, Strided kept, Strided red, int64_t nOut,
@@ -605,6 +602,38 @@ cudaError_t stridedCopy(const void *src, void *out, int elemSize, const Strided 
 #undef HP_STRIDED
   default: return cudaErrorInvalidValue;
   }
+  return cudaGetLastError();
+}
+
+template <typename H> __device__ H toH(float x);
+template <> __device__ __half toH<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __nv_bfloat16 toH<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <typename H> __global__ void toHalfKernel(const float *src, H *out, Strided v, float clamp, int64_t n) {
+  HP_GRID_LOOP(i, n) {
+    out[i] = toH<H>(fminf(fmaxf(src[stridedOffset(v, i)], -clamp), clamp));
+  }
+}
+__global__ void fromHalfKernel(const __half *src, float *out, int64_t n) {
+  HP_GRID_LOOP(i, n) out[i] = __half2float(src[i]);
+}
+__global__ void fromBf16Kernel(const __nv_bfloat16 *src, float *out, int64_t n) {
+  HP_GRID_LOOP(i, n) out[i] = __bfloat162float(src[i]);
+}
+
+cudaError_t toHalf(const float *src, void *out, bool bf16, const Strided &v, float clamp, cudaStream_t s) {
+  int64_t n = 1;
+  for (int d = 0; d < v.rank; ++d) n *= v.shape[d];
+  if (n <= 0) return cudaSuccess;
+  if (bf16) toHalfKernel<<<blocksFor(n), kThreads, 0, s>>>(src, static_cast<__nv_bfloat16 *>(out), v, clamp, n);
+  else toHalfKernel<<<blocksFor(n), kThreads, 0, s>>>(src, static_cast<__half *>(out), v, clamp, n);
+  return cudaGetLastError();
+}
+
+cudaError_t fromHalf(const void *src, float *out, bool bf16, int64_t n, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  if (bf16) fromBf16Kernel<<<blocksFor(n), kThreads, 0, s>>>(static_cast<const __nv_bfloat16 *>(src), out, n);
+  else fromHalfKernel<<<blocksFor(n), kThreads, 0, s>>>(static_cast<const __half *>(src), out, n);
   return cudaGetLastError();
 }
 

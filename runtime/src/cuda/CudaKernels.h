@@ -93,6 +93,15 @@ cudaError_t addBias(float *y, const float *bias, int64_t N, int64_t M, int64_t S
 cudaError_t lrn(const float *x, float *y, int64_t N, int64_t C, int64_t S, int64_t size, float alpha,
                 float beta, float bias, cudaStream_t s);
 
+// --- fused attention (CudaExecutor, cuDNN SDPA): float32 <-> half ---
+
+/// out[i] = half (bf16: bfloat16) of src at the strided position of dense
+/// index i, rounded to nearest and clamped to [-clamp, clamp] (masks of
+/// -FLT_MAX stay finite).
+cudaError_t toHalf(const float *src, void *out, bool bf16, const Strided &v, float clamp, cudaStream_t s);
+/// out[i] = float of the half (bf16: bfloat16) src[i].
+cudaError_t fromHalf(const void *src, float *out, bool bf16, int64_t n, cudaStream_t s);
+
 // --- backward and Adam (CudaTraining.cpp), the CPU gradients' formulas ---
 
 /// out[o] = scale * (sum of g over the positions of `red` from o's

@@ -30,6 +30,35 @@ namespace cudart {
 struct Device; // runtime/src/cuda/CudaDevice.h
 }
 
+/// A group of ONNX nodes the CUDA executor runs as one library call
+/// (docs/gpu.md, "Fused on the GPU"). `nodes` are indices into
+/// Model::nodes in graph order; `nodes[0]` is the node the group's time is
+/// attributed to (the MatMul/Gemm; the Q·Kᵀ MatMul of an attention), the
+/// others run as part of it and are timed 0. Every value between the nodes
+/// has its group as its only reader and is no graph output.
+struct CudaFusion {
+  enum class Kind {
+    GemmBias,     ///< MatMul/Gemm + bias: one cublasLtMatmul, CUBLASLT_EPILOGUE_BIAS
+    GemmBiasGelu, ///< ... + Gelu(approximate="tanh"): CUBLASLT_EPILOGUE_GELU_BIAS
+    Attention,    ///< MatMul(Q, Kᵀ) [* or / scale] [+ mask] Softmax(-1) [Cast] MatMul(., V): cuDNN SDPA
+  };
+  Kind kind = Kind::GemmBias;
+  std::vector<size_t> nodes;
+  std::string output; ///< the value the group produces (its last node's output)
+  // GemmBias(Gelu): the 1-D bias value (a constant); the Gemm's own C when empty
+  std::string bias;
+  // Attention: the values Q, Kᵀ (as the graph has it: [.., d, s_kv]), V,
+  // the additive mask ("" none), and the scale the scores are multiplied by.
+  std::string q, kT, v, mask;
+  float scale = 1.f;
+};
+
+/// Which nodes of `model` the CUDA executor fuses at `precision` (fp32,
+/// tf32, fp16 or bf16): the pattern matcher alone, no device needed.
+/// Attention groups only at fp16/bf16 (cuDNN's flash attention needs half
+/// inputs). The executor decides the same in prepare() for its stage.
+std::vector<CudaFusion> cudaFusions(const Model &model, const std::string &precision = "fp32");
+
 class CudaExecutor {
 public:
   /// Orders the nodes topologically and folds constant subgraphs on the CPU
@@ -54,6 +83,10 @@ public:
   /// CUBLAS_COMPUTE_32F_FAST_*, cuDNN CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION).
   /// Storage stays float32. Throws on another name.
   void setPrecision(const std::string &dtype);
+
+  /// The groups of nodes this executor runs fused at its precision and
+  /// stage (cudaFusions). Needs no device.
+  std::vector<CudaFusion> fusions() const;
 
   /// The nodes this executor will run (a plan rank's stage): prepare()
   /// uploads only their weights, so each GPU holds its stage's parameters,
