@@ -10,8 +10,10 @@
 #   nodes      the ONNX node conformance cases on the GPU
 #   zoo        examples + model zoo: `hetplan run --device cuda` against
 #              `--device cpu` (fp32 1e-3, fp16 1e-2, bf16 3e-2; training)
-#   nccl       a 2-rank plan as two processes sharing GPU 0 under mpirun,
-#              against the CPU run; NCCL itself (CudaNccl) when NCCL allows
+#   nccl       a 2-rank plan as two threads on GPU 0 (device-resident
+#              activations between them) and as two processes sharing GPU 0
+#              under mpirun, against the CPU run; NCCL itself (CudaNccl,
+#              host and device tensors) when NCCL allows
 #              the ranks' devices (it refuses two ranks on one GPU: the plan
 #              then runs host-staged over MPI, HETPLAN_NCCL=0)
 #   gemm       the executor's GEMMs against cuBLAS on the same shapes
@@ -114,6 +116,10 @@ nccl() {
     --dtype fp32 --pin pp=2,mb=2 --quiet -o "$w/plan" || return 1
   "$PY" -c "import numpy as np; np.save('$w/ids.npy', (np.arange(64) % 50).reshape(4, 16).astype(np.int64))"
   "$BIN" run "$w/plan" --device cpu --input input_ids="$w/ids.npy" --output "$w/cpu" --quiet || return 1
+  # The same 2 CUDA ranks as threads of one process: activations pass
+  # between them as device tensors (docs/gpu.md, "Device-resident values").
+  CUDA_VISIBLE_DEVICES=0 "$BIN" run "$w/plan" --device cuda --input input_ids="$w/ids.npy" --output "$w/threads" \
+    --quiet || return 1
   local comm=NCCL
   if [ "$GPUS" -ge 2 ]; then
     $mpi "$TESTS" --gtest_filter='CudaNccl.*' || return 1
@@ -136,10 +142,12 @@ nccl() {
   "$PY" - "$w" <<'EOF' || return 1
 import sys, numpy as np
 w = sys.argv[1]
-g, c = np.load(w + "/gpu/logits.npy"), np.load(w + "/cpu/logits.npy")
-err = float(np.max(np.abs(g - c)) / np.max(np.abs(c)))
+c = np.load(w + "/cpu/logits.npy")
+t = float(np.max(np.abs(np.load(w + "/threads/logits.npy") - c)) / np.max(np.abs(c)))
+err = float(np.max(np.abs(np.load(w + "/gpu/logits.npy") - c)) / np.max(np.abs(c)))
+print(f"2 CUDA ranks as threads vs CPU: max rel err {t:.2e}")
 print(f"2 processes on CUDA vs CPU: max rel err {err:.2e}")
-sys.exit(0 if err <= 1e-3 else 1)
+sys.exit(0 if max(err, t) <= 1e-3 else 1)
 EOF
   echo "transfers: $comm"
 }

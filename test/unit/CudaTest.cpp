@@ -380,10 +380,7 @@ TEST(CudaPlan, TrainingRankOnCudaMatchesCpu) {
   std::string path = std::string(HETPLAN_EXAMPLES) + "/gpt2-tiny.onnx";
   PlanExecutor exec(hetplan::test::oneRankPlan(path, "train", 2));
   auto inputs = randomInputs(exec.model(), 2, 8, 3);
-  auto out = Executor(exec.model()).run(inputs).begin()->second;
-  std::vector<int64_t> shape(out.shape().begin(), out.shape().end() - 1);
-  Tensor labels(DType::Int64, shape);
-  for (int64_t i = 0; i < labels.numel(); ++i) labels.data<int64_t>()[i] = i % 50;
+  Tensor labels = hetplan::test::cyclicLabels(exec.model(), inputs);
   PlanExecutor::TrainOptions options;
   std::vector<PlanExecutor::RankTrainState> cpu, gpu;
   double cpuLoss[2], gpuLoss[2];
@@ -399,6 +396,81 @@ TEST(CudaPlan, TrainingRankOnCudaMatchesCpu) {
   EXPECT_LT(relativeError(gpu[0].adamV, cpu[0].adamV), 1e-3);
 }
 
+// --- device-resident values (docs/gpu.md): two CUDA ranks as threads -----
+
+namespace {
+/// Bytes of the values stage 1 receives, over the whole batch.
+uint64_t crossingBytes(const PlanExecutor &exec, const std::map<std::string, Tensor> &inputs) {
+  std::vector<size_t> all(exec.model().nodes.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const auto &names = exec.stageIO(1).received;
+  auto got = Executor(exec.model()).runNodes(all, inputs, std::set<std::string>(names.begin(), names.end()));
+  uint64_t bytes = 0;
+  for (const auto &[name, t] : got) bytes += t.nbytes();
+  return bytes;
+}
+
+hetplan::test::TwoStageLayout twoCudaRanks(const char *cut, const char *schedule) {
+  hetplan::test::TwoStageLayout l;
+  l.firstNodeOfStage1 = cut;
+  l.shares = {{2}, {2}};
+  l.micro = 3;
+  l.schedule = schedule;
+  return l;
+}
+} // namespace
+
+// Stage 0's activations go to stage 1 as device tensors (ThreadComm hands
+// them over; both ranks share GPU 0, so no copy at all): stage 0 copies no
+// forward value to the host, stage 1 uploads none of its activations.
+TEST(CudaPlan, DeviceValuesInferenceMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  std::string path = std::string(HETPLAN_EXAMPLES) + "/gpt2-tiny.onnx";
+  PlanExecutor exec(hetplan::test::twoStagePlan(path, twoCudaRanks("h.1.ln_1", "gpipe"), "infer"));
+  auto inputs = randomInputs(exec.model(), 6, 16, 7);
+  auto want = exec.run(inputs);
+  auto first = makeCudaRankCompute(exec.model(), 0), second = makeCudaRankCompute(exec.model(), 0);
+  exec.setCompute(0, first);
+  exec.setCompute(1, second);
+  auto before0 = first->valueTransfers(), before1 = second->valueTransfers();
+  auto got = exec.run(inputs);
+  expectSame(got, want, "gpt2-tiny, two CUDA ranks");
+  EXPECT_EQ(first->valueTransfers().toHost - before0.toHost, 0u) << "stage 0 copied activations to the host";
+  EXPECT_LT(second->valueTransfers().toDevice - before1.toDevice, crossingBytes(exec, inputs))
+      << "stage 1 uploaded its activations";
+}
+
+// 1F1B on two CUDA ranks: losses and weights as the CPU plan's. Stage 0 is
+// the embeddings (every gradient on the device): it keeps its activations
+// on the GPU for the send, the stash and BACKWARD, copying no forward
+// value to the host, with and without recomputation.
+TEST(CudaPlan, DeviceValuesTrainingMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  std::string path = std::string(HETPLAN_EXAMPLES) + "/gpt2-tiny.onnx";
+  for (bool recompute : {false, true}) {
+    hetplan::test::TwoStageLayout l = twoCudaRanks("h.0.ln_1", "1f1b");
+    l.recompute = {recompute, recompute};
+    PlanExecutor exec(hetplan::test::twoStagePlan(path, l));
+    auto inputs = randomInputs(exec.model(), 6, 8, 3);
+    Tensor labels = hetplan::test::cyclicLabels(exec.model(), inputs);
+    PlanExecutor::TrainOptions options;
+    std::vector<PlanExecutor::RankTrainState> cpu, gpu;
+    double cpuLoss[2], gpuLoss[2];
+    for (int step = 0; step < 2; ++step) cpuLoss[step] = exec.train(inputs, labels, cpu, options);
+    auto first = makeCudaRankCompute(exec.model(), 0), second = makeCudaRankCompute(exec.model(), 0);
+    exec.setCompute(0, first);
+    exec.setCompute(1, second);
+    auto before = first->valueTransfers();
+    for (int step = 0; step < 2; ++step) gpuLoss[step] = exec.train(inputs, labels, gpu, options);
+    for (int step = 0; step < 2; ++step)
+      EXPECT_NEAR(gpuLoss[step], cpuLoss[step], 1e-4 * std::fabs(cpuLoss[step])) << "recompute " << recompute;
+    EXPECT_LT(relativeError(exec.collectParameters(gpu), exec.collectParameters(cpu)), 1e-3)
+        << "recompute " << recompute;
+    EXPECT_EQ(first->valueTransfers().toHost - before.toHost, 0u)
+        << "stage 0 copied forward values to the host, recompute " << recompute;
+  }
+}
+
 // --- training kernels: each device gradient and Adam against the CPU -------
 
 namespace {
@@ -409,7 +481,7 @@ public:
   std::map<std::string, Tensor> runNodes(const std::vector<size_t> &, std::map<std::string, Tensor>,
                                          const std::set<std::string> &, std::map<std::string, std::vector<int64_t>> *,
                                          ExecutionObserver *, const Executor::NodeHook *,
-                                         const std::set<size_t> *) override {
+                                         const std::set<size_t> *, const std::set<std::string> *) override {
     throw std::logic_error("not used");
   }
   std::string describe() const override { return "host"; }
@@ -946,6 +1018,23 @@ TEST(CudaNccl, Communicator) {
     comm.groupEnd();
     for (int i = 0; i < 4; ++i) EXPECT_EQ(back.data<int64_t>()[i], peer * 10 + i);
     EXPECT_EQ(none.numel(), 0);
+    // Device-resident values: rank 1 receives into device memory (no
+    // staging), reads it back, and sends the device tensor on in place;
+    // rank 0 gets its own bytes back.
+    if (rank == 0) {
+      comm.send(peer, 10, msg);
+      Tensor echo = comm.recv(peer, 11);
+      ASSERT_FALSE(echo.isDevice());
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(echo.data<int64_t>()[i], i);
+    } else {
+      Tensor dev;
+      comm.recvDeviceInGroup(peer, 10, &dev);
+      ASSERT_TRUE(dev.isDevice());
+      EXPECT_EQ(dev.shape(), (std::vector<int64_t>{2, 2}));
+      Tensor host = dev.toHost();
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(host.data<int64_t>()[i], i);
+      comm.send(peer, 11, dev);
+    }
   }
   // Gradient sums (ncclAllReduce): over every rank (the world's
   // communicator), then, with a third rank, twice over ranks 0 and 1 (a

@@ -137,7 +137,7 @@ public:
                                          const std::set<std::string> &keep,
                                          std::map<std::string, std::vector<int64_t>> *shapes,
                                          ExecutionObserver *observer, const Executor::NodeHook *hook,
-                                         const std::set<size_t> *) override {
+                                         const std::set<size_t> *, const std::set<std::string> *) override {
     ++calls;
     return cpu_.runNodes(nodes, std::move(values), keep, shapes, observer, hook);
   }

@@ -5,8 +5,22 @@
 // on one device: the device index, one non-blocking stream that every
 // kernel, copy and cuBLAS call runs on (cublasSetStream), the cuBLAS handle
 // and its GEMM math, and stream-ordered allocation (cudaMallocAsync /
-// cudaFreeAsync on that stream). A device tensor is a Tensor view of device
-// memory whose holder frees it on the stream.
+// cudaFreeAsync on that stream). A device tensor (Tensor::isDevice) points
+// into a StreamMemory: one allocation, the stream it was made on (its
+// owner) and, once handed to other streams (NCCL's, another rank's), the
+// events that order them (docs/gpu.md, "Device-resident values"):
+//   - ready: recorded after its producer; another stream waits on it
+//     (cudaStreamWaitEvent) before reading, a host copy synchronizes on it;
+//   - uses: recorded on another stream after its last read there; the free
+//     waits on them (cudaStreamWaitEvent) and then runs (cudaFreeAsync) on
+//     the owner: stream-ordered allocation frees memory in the order of
+//     the stream it is freed on, so an access on another stream must be
+//     ordered before the free by an event (CUDA runtime API, "Stream
+//     Ordered Memory Allocator": all accesses between the allocation and
+//     the free in stream order). Memory whose owner is done with it once
+//     ready (an NCCL receive's landing) is freed on the stream of its last
+//     use instead, after the ready event: freeing it on the NCCL stream
+//     would hold that stream's later transfers behind the consumer.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -19,8 +33,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -67,6 +83,136 @@ inline cudak::Strided makeStrided(const std::vector<int64_t> &shape, const std::
   return v;
 }
 
+/// Makes `device` current until the end of the scope (then the caller's again).
+class DeviceScope {
+public:
+  explicit DeviceScope(int device) {
+    cudaCheck(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) cudaCheck(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() {
+    int now = -1;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope &) = delete;
+  DeviceScope &operator=(const DeviceScope &) = delete;
+
+private:
+  int previous_ = 0;
+};
+
+/// A CUDA event (no timing) that destroys itself; shared by the tensors
+/// whose producer or reader it marks.
+struct Event {
+  cudaEvent_t event = nullptr;
+  Event() { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags"); }
+  ~Event() { cudaEventDestroy(event); } // released once its waits are done (cudaEventDestroy)
+  Event(const Event &) = delete;
+  Event &operator=(const Event &) = delete;
+};
+/// An event recorded on `stream` now (the current device must be the stream's).
+inline std::shared_ptr<Event> recordEvent(cudaStream_t stream) {
+  auto e = std::make_shared<Event>();
+  cudaCheck(cudaEventRecord(e->event, stream), "cudaEventRecord");
+  return e;
+}
+
+/// Bytes of forward values moved between host and device (RankCompute::ValueTransfers).
+struct TransferCounts {
+  std::atomic<uint64_t> toDevice{0}, toHost{0};
+};
+
+/// The device memory of device tensors (see the top of this file).
+class StreamMemory final : public DeviceMemory {
+public:
+  StreamMemory(int device, void *ptr, cudaStream_t owner, std::shared_ptr<TransferCounts> counts)
+      : device_(device), ptr_(ptr), owner_(owner), counts_(std::move(counts)) {}
+  ~StreamMemory() override {
+    int current = -1;
+    cudaGetDevice(&current);
+    if (current != device_) cudaSetDevice(device_);
+    cudaStream_t at = owner_;
+    if (ownerDone_ && !uses_.empty()) {
+      at = uses_.back().second;
+      if (ready_) cudaStreamWaitEvent(at, ready_->event, 0);
+    }
+    for (const auto &[e, stream] : uses_)
+      if (stream != at) cudaStreamWaitEvent(at, e->event, 0);
+    cudaFreeAsync(ptr_, at);
+    if (current >= 0 && current != device_) cudaSetDevice(current);
+  }
+  int device() const override { return device_; }
+  cudaStream_t owner() const { return owner_; }
+  /// The producer is done at `e`; `ownerDone`: the owner stream does not
+  /// touch the memory after that (see the top of this file).
+  void setReady(std::shared_ptr<Event> e, bool ownerDone = false) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready_ = std::move(e);
+    ownerDone_ = ownerDone;
+  }
+  /// Orders `stream` after the producer. Without a ready event the memory
+  /// is only known ready in its owner's order: another stream waits for
+  /// everything on the owner so far.
+  void waitReady(cudaStream_t stream) {
+    std::shared_ptr<Event> e;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      e = ready_;
+    }
+    if (!e && stream == owner_) return;
+    if (!e) {
+      DeviceScope scope(device_);
+      e = recordEvent(owner_);
+    }
+    cudaCheck(cudaStreamWaitEvent(stream, e->event, 0), "cudaStreamWaitEvent");
+  }
+  /// Stream `stream` read the memory until `e` (recorded there): the free waits for it.
+  void usedUntil(std::shared_ptr<Event> e, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uses_.emplace_back(std::move(e), stream);
+  }
+  void copyToHost(void *dst, const void *src, size_t bytes) const override {
+    std::shared_ptr<Event> e;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      e = ready_;
+    }
+    DeviceScope scope(device_);
+    if (e) cudaCheck(cudaEventSynchronize(e->event), "cudaEventSynchronize");
+    else cudaCheck(cudaStreamSynchronize(owner_), "cudaStreamSynchronize");
+    // Synchronous: returns once the bytes are in (pageable) host memory.
+    cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (device value to host)");
+    if (counts_) counts_->toHost += bytes;
+  }
+
+private:
+  int device_;
+  void *ptr_;
+  cudaStream_t owner_;
+  std::shared_ptr<TransferCounts> counts_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<Event> ready_;
+  bool ownerDone_ = false;
+  std::vector<std::pair<std::shared_ptr<Event>, cudaStream_t>> uses_;
+};
+
+/// The StreamMemory of a device tensor, null for host tensors and device
+/// memory made elsewhere.
+inline StreamMemory *streamMemory(const Tensor &t) {
+  return t.isDevice() ? dynamic_cast<StreamMemory *>(t.deviceMemory().get()) : nullptr;
+}
+
+/// A device tensor over new stream-ordered memory on `stream` of `device`.
+inline Tensor allocOn(int device, cudaStream_t stream, DType dt, const std::vector<int64_t> &shape,
+                      std::shared_ptr<TransferCounts> counts = nullptr) {
+  for (int64_t d : shape)
+    if (d < 0) throw std::runtime_error("negative dimension in shape " + shapeString(shape));
+  size_t bytes = std::max<size_t>(size_t(shapeNumel(shape)) * dtypeSize(dt), 1);
+  void *p = nullptr;
+  cudaCheck(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync");
+  return Tensor::onDevice(dt, shape, p, std::make_shared<StreamMemory>(device, p, stream, std::move(counts)));
+}
+
 struct Device {
   int device = 0;
   cudaStream_t stream = nullptr;
@@ -78,16 +224,11 @@ struct Device {
   /// cublasComputeType_t).
   cublasComputeType_t gemmCompute = CUBLAS_COMPUTE_32F;
 
-  Tensor alloc(DType dt, const std::vector<int64_t> &shape) {
-    for (int64_t d : shape)
-      if (d < 0) throw std::runtime_error("negative dimension in shape " + shapeString(shape));
-    size_t bytes = std::max<size_t>(size_t(shapeNumel(shape)) * dtypeSize(dt), 1);
-    void *p = nullptr;
-    cudaCheck(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync");
-    cudaStream_t s = stream;
-    std::shared_ptr<void> holder(p, [s](void *q) { cudaFreeAsync(q, s); });
-    return Tensor::view(dt, shape, p, holder);
-  }
+  /// Forward values moved between host and device (valueUpload, valueDownload, host copies of device tensors).
+  std::shared_ptr<TransferCounts> counts = std::make_shared<TransferCounts>();
+
+  /// A device tensor of new memory on this stream.
+  Tensor alloc(DType dt, const std::vector<int64_t> &shape) { return allocOn(device, stream, dt, shape, counts); }
   /// alloc, then zeros (cudaMemsetAsync).
   Tensor zeros(DType dt, const std::vector<int64_t> &shape) {
     Tensor d = alloc(dt, shape);
@@ -107,6 +248,37 @@ struct Device {
       cudaCheck(cudaMemcpyAsync(h.raw(), d.raw(), d.nbytes(), cudaMemcpyDeviceToHost, stream), "download (cudaMemcpyAsync)");
     cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return h;
+  }
+  /// upload / download of a forward value (counted).
+  Tensor valueUpload(const Tensor &h) {
+    counts->toDevice += h.nbytes();
+    return upload(h);
+  }
+  Tensor valueDownload(const Tensor &d) {
+    counts->toHost += d.nbytes();
+    return download(d);
+  }
+  /// A device value for this stream: `t` itself when it is in this
+  /// device's memory (ordered after its producer; a read of another
+  /// stream's memory is listed in `foreign`, for markRead, which keeps it
+  /// alive until then), an upload (counted) of a host tensor or of a host
+  /// copy of another device's memory (pool memory is not made accessible
+  /// to peers here: cudaMemPoolSetAccess).
+  Tensor deviceValue(const Tensor &t, std::vector<std::shared_ptr<StreamMemory>> &foreign) {
+    if (!t.isDevice()) return valueUpload(t);
+    auto m = std::dynamic_pointer_cast<StreamMemory>(t.deviceMemory());
+    if (!m) throw std::runtime_error("device tensor of unknown memory");
+    if (m->device() != device) return valueUpload(t.toHost());
+    m->waitReady(stream);
+    if (m->owner() != stream) foreign.push_back(std::move(m));
+    return t;
+  }
+  /// The reads of `foreign` memory enqueued so far on this stream precede its free.
+  void markRead(std::vector<std::shared_ptr<StreamMemory>> &foreign) {
+    if (foreign.empty()) return;
+    std::shared_ptr<Event> e = recordEvent(stream);
+    for (const auto &m : foreign) m->usedUntil(e, stream);
+    foreign.clear();
   }
   Tensor copyDevice(const Tensor &src) {
     Tensor d = alloc(src.dtype(), src.shape());

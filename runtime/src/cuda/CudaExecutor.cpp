@@ -170,8 +170,10 @@ std::string deviceCheck(const Node &n, const std::vector<DType> &t) {
 }
 
 /// A value: a host copy, a device copy (a view of device memory), or both.
+/// `given`: a FORWARD's input (its transfers are counted), not a weight.
 struct Val {
   Tensor host, dev;
+  bool given = false;
   const Tensor &any() const { return host.defined() ? host : dev; }
   DType dtype() const { return any().dtype(); }
   const std::vector<int64_t> &shape() const { return any().shape(); }
@@ -293,11 +295,11 @@ struct CudaExecutor::Impl : cudart::Device {
 
   // device memory, GEMMs: cudart::Device (CudaDevice.h)
   const Tensor &devOf(Val &v) {
-    if (!v.dev.defined()) v.dev = upload(v.host);
+    if (!v.dev.defined()) v.dev = v.given ? valueUpload(v.host) : upload(v.host);
     return v.dev;
   }
   const Tensor &hostOf(Val &v) {
-    if (!v.host.defined()) v.host = download(v.dev);
+    if (!v.host.defined()) v.host = v.given ? valueDownload(v.dev) : download(v.dev);
     return v.host;
   }
 
@@ -310,7 +312,7 @@ struct CudaExecutor::Impl : cudart::Device {
                                          const std::set<std::string> &keep,
                                          std::map<std::string, std::vector<int64_t>> *shapes,
                                          ExecutionObserver *observer, const Executor::NodeHook *hook,
-                                         const std::set<size_t> *hookNodes);
+                                         const std::set<size_t> *hookNodes, const std::set<std::string> *resident);
   bool runHooked(const Node &n, size_t idx, const Executor::NodeHook &hook, std::vector<Val *> &ins,
                  std::vector<Val> &outs);
   void runHost(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs, bool deviceView);
@@ -498,7 +500,7 @@ std::map<std::string, Tensor> CudaExecutor::Impl::run(const std::map<std::string
   std::vector<size_t> nodes;
   for (size_t idx : order)
     if (!isFolded[idx]) nodes.push_back(idx);
-  auto got = runNodes(nodes, std::move(values), keep, nullptr, nullptr, nullptr, nullptr);
+  auto got = runNodes(nodes, std::move(values), keep, nullptr, nullptr, nullptr, nullptr, nullptr);
   std::map<std::string, Tensor> out;
   for (const auto &o : model.outputs) {
     auto it = got.find(o.name);
@@ -512,15 +514,23 @@ std::map<std::string, Tensor>
 CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> given,
                              const std::set<std::string> &keep, std::map<std::string, std::vector<int64_t>> *shapes,
                              ExecutionObserver *observer, const Executor::NodeHook *hook,
-                             const std::set<size_t> *hookNodes) {
+                             const std::set<size_t> *hookNodes, const std::set<std::string> *resident) {
   cudaCheck(cudaSetDevice(device), "cudaSetDevice");
   std::map<std::string, Val> values;
   // Given values that replace initializers (a training rank's parameters)
-  // make the values folded from them stale: their nodes run again.
+  // make the values folded from them stale: their nodes run again. Given
+  // device tensors (device-resident values) are used where they are, this
+  // stream ordered after their producer; reads of another stream's memory
+  // are marked for its free at the end (`foreign`).
   bool overridesWeights = false;
+  std::vector<std::shared_ptr<cudart::StreamMemory>> foreign;
   for (auto &[name, t] : given) {
-    overridesWeights = overridesWeights || model.initializers.count(name);
-    values[name].host = std::move(t);
+    bool weight = model.initializers.count(name);
+    overridesWeights = overridesWeights || weight;
+    Val &v = values[name];
+    v.given = !weight;
+    if (t.isDevice()) v.dev = deviceValue(t, foreign);
+    else v.host = std::move(t);
   }
   auto lookup = [&](const std::string &s) -> Val * {
     if (auto it = values.find(s); it != values.end()) return &it->second;
@@ -679,17 +689,37 @@ CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::str
         if (it != last.end() && it->second == step && !keep.count(s)) values.erase(s);
       });
     }
+    // Kept values: on the device where `resident` names them and they
+    // have no host copy (ready after an event recorded now: another stream
+    // or a host copy waits on it, this stream is already ordered), else
+    // on the host.
+    std::vector<cudart::StreamMemory *> produced;
     for (const auto &name : keep) {
       auto it = values.find(name);
       if (it == values.end()) continue;
+      Val &v = it->second;
       try {
-        const Tensor &h = hostOf(it->second);
+        if (resident && resident->count(name) && !v.host.defined()) {
+          out[name] = v.dev;
+          if (cudart::StreamMemory *m = cudart::streamMemory(v.dev); m && m->owner() == stream) produced.push_back(m);
+          continue;
+        }
+        if (!v.host.defined()) v.host = valueDownload(v.dev);
+        const Tensor &h = v.host;
         out[name] = h.isView() ? h.clone() : h;
       } catch (const std::exception &e) {
         throw std::runtime_error(model.path + ": value '" + name + "': " + e.what());
       }
     }
-    cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    markRead(foreign);
+    if (!produced.empty()) {
+      std::shared_ptr<cudart::Event> ready = cudart::recordEvent(stream);
+      for (cudart::StreamMemory *m : produced) m->setReady(ready);
+    }
+    // Host results were synchronized by their download; with device
+    // results the host goes on while the stream computes (the next
+    // instruction overlaps it), unless node times are wanted.
+    if (!resident || observer) cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     for (const auto &t : timed) {
       float ms = 0;
       if (t.begin) cudaCheck(cudaEventElapsedTime(&ms, t.begin, t.end), "cudaEventElapsedTime");
@@ -697,6 +727,10 @@ CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::str
     }
   } catch (...) {
     releaseEvents();
+    try {
+      markRead(foreign); // their free still waits for the reads enqueued here
+    } catch (...) {
+    }
     throw;
   }
   releaseEvents();
@@ -1438,10 +1472,15 @@ std::map<std::string, Tensor> CudaExecutor::runNodes(const std::vector<size_t> &
                                                      const std::set<std::string> &keep,
                                                      std::map<std::string, std::vector<int64_t>> *shapes,
                                                      ExecutionObserver *observer, const Executor::NodeHook *hook,
-                                                     const std::set<size_t> *hookNodes) {
+                                                     const std::set<size_t> *hookNodes,
+                                                     const std::set<std::string> *resident) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->prepare();
-  return impl_->runNodes(nodes, std::move(values), keep, shapes, observer, hook, hookNodes);
+  return impl_->runNodes(nodes, std::move(values), keep, shapes, observer, hook, hookNodes, resident);
+}
+
+RankCompute::ValueTransfers CudaExecutor::valueTransfers() const {
+  return {impl_->counts->toDevice.load(), impl_->counts->toHost.load()};
 }
 
 bool cudaDeviceAvailable(std::string *why) {

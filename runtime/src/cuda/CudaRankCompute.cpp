@@ -1,8 +1,9 @@
 //===- CudaRankCompute.cpp - a plan rank's stage on the CUDA executor -----===//
 //
 // The plan executor hands a CUDA rank's FORWARDs, BACKWARDs and Adam
-// updates here (RankCompute): host tensors in and out, so the
-// communicators stay host-staged (docs/gpu.md).
+// updates here (RankCompute). FORWARD values stay on the device
+// (deviceValues(): device-resident values, docs/gpu.md); parameters,
+// gradients and Adam's state cross as host tensors.
 //
 //===----------------------------------------------------------------------===//
 #include "hetplan/runtime/CudaBackend.h"
@@ -21,10 +22,13 @@ public:
                                          const std::set<std::string> &keep,
                                          std::map<std::string, std::vector<int64_t>> *shapes,
                                          ExecutionObserver *observer, const Executor::NodeHook *hook,
-                                         const std::set<size_t> *hookNodes) override {
-    return exec_.runNodes(nodes, std::move(values), keep, shapes, observer, hook, hookNodes);
+                                         const std::set<size_t> *hookNodes,
+                                         const std::set<std::string> *resident) override {
+    return exec_.runNodes(nodes, std::move(values), keep, shapes, observer, hook, hookNodes, resident);
   }
   std::string describe() const override { return "cuda:" + std::to_string(device_); }
+  bool deviceValues() const override { return true; }
+  ValueTransfers valueTransfers() const override { return exec_.valueTransfers(); }
   void backward(const Model &model, const std::vector<size_t> &nodes,
                 const std::function<const Tensor *(const std::string &)> &value, const std::set<std::string> &requires,
                 std::map<std::string, Tensor> &grads, const GradientHook *hook,

@@ -3,8 +3,9 @@
 // The device gradients mirror the CPU gradient kernels (runtime/src/train)
 // op by op: the same formulas, the same cases, row-major GEMMs through
 // Device::rowGemm with cpu::gemm's arguments. Gradients live on the device
-// from the seeds' upload to the end of the sweep; forward values are
-// uploaded once per BACKWARD, when a node first reads them, and dropped
+// from the seeds' upload to the end of the sweep; forward values are read
+// where the FORWARD left them (device-resident values, docs/gpu.md) or
+// uploaded once per BACKWARD when a node first reads them, and dropped
 // once their producer's gradient ran. A node whose op has no device
 // gradient (or whose values are not float32, or whose attributes take a
 // case not done here) runs the CPU gradient kernel on host copies
@@ -56,6 +57,12 @@ class Sweep {
 public:
   Sweep(Device &dev, const Model &model, const std::function<const Tensor *(const std::string &)> &value)
       : dev_(dev), model_(model), value_(value) {}
+  ~Sweep() {
+    try {
+      finish(); // after an error too: the free of another stream's memory waits for the reads made here
+    } catch (...) {
+    }
+  }
 
   // --- gradients: a host and/or a device copy per value ---
   struct Grad {
@@ -104,17 +111,34 @@ public:
   }
 
   // --- forward values ---
+  /// A forward value as the FORWARD left it, host or device: for its shape
+  /// and type (hostValue for its bytes on the host).
   const Tensor &host(const std::string &name) {
     const Tensor *t = value_(name);
     if (!t) throw std::runtime_error("forward value '" + name + "' was not kept");
     return *t;
   }
+  /// A forward value on the host (a device one copied once, counted).
+  const Tensor *hostValue(const std::string &name) {
+    const Tensor *t = value_(name);
+    if (!t || !t->isDevice()) return t;
+    auto it = down_.find(name);
+    if (it == down_.end()) it = down_.emplace(name, t->toHost()).first;
+    return &it->second;
+  }
   const Tensor &devValue(const std::string &name) {
     auto it = up_.find(name);
     if (it != up_.end()) return it->second;
-    return up_[name] = dev_.upload(host(name));
+    const Tensor &t = host(name); // a parameter's upload is not a forward value's (ValueTransfers)
+    bool parameter = !t.isDevice() && model_.initializers.count(name);
+    return up_[name] = parameter ? dev_.upload(t) : dev_.deviceValue(t, foreign_);
   }
-  void dropValue(const std::string &name) { up_.erase(name); }
+  void dropValue(const std::string &name) {
+    up_.erase(name);
+    down_.erase(name);
+  }
+  /// At the end of the sweep: reads of other streams' memory precede its free.
+  void finish() { dev_.markRead(foreign_); }
 
   /// "" when node `idx`'s backward runs on the device, else why not.
   std::string whyHost(const Node &n, const std::vector<bool> &want);
@@ -125,7 +149,8 @@ private:
   Device &dev_;
   const Model &model_;
   const std::function<const Tensor *(const std::string &)> &value_;
-  std::map<std::string, Tensor> up_;
+  std::map<std::string, Tensor> up_, down_;
+  std::vector<std::shared_ptr<StreamMemory>> foreign_;
 
   const float *fp(const Tensor &t) { return t.data<float>(); }
   float *fp(Tensor &t) { return t.data<float>(); }
@@ -438,8 +463,9 @@ std::vector<Tensor> Sweep::split(const Node &n) {
   int64_t axis = cpu::normAxis(n.getInt("axis", 0), x.rank());
   int64_t count = int64_t(n.outputs.size());
   bool hasSplit = n.inputs.size() > 1 && !n.inputs[1].empty();
-  std::vector<int64_t> parts = model_.opset("") >= 13 ? (hasSplit ? host(n.inputs[1]).toInt64Vector() : std::vector<int64_t>{})
-                                                      : n.getInts("split");
+  std::vector<int64_t> parts = model_.opset("") >= 13
+                                   ? (hasSplit ? hostValue(n.inputs[1])->toInt64Vector() : std::vector<int64_t>{})
+                                   : n.getInts("split");
   if (parts.empty()) {
     int64_t each = (x.dim(axis) + count - 1) / count;
     for (int64_t i = 0; i < count; ++i) parts.push_back(std::min(each, x.dim(axis) - i * each));
@@ -506,7 +532,7 @@ std::vector<Tensor> Sweep::gather(const Node &n) {
   std::vector<Tensor> g(n.inputs.size());
   const Tensor &x = host(n.inputs[0]);
   int64_t axis = cpu::normAxis(n.getInt("axis", 0), x.rank());
-  std::vector<int64_t> idx = host(n.inputs[1]).toInt64Vector();
+  std::vector<int64_t> idx = hostValue(n.inputs[1])->toInt64Vector();
   int64_t outer, inner, d = x.dim(axis), count = int64_t(idx.size());
   aroundAxis(x.shape(), axis, outer, inner);
   for (auto &k : idx) {
@@ -555,7 +581,8 @@ void backward(Device &dev, const Model &model, const std::vector<size_t> &nodes,
         }
         if (!onDevice) {
           auto outGrad = [&](const std::string &o) { return sweep.hostGrad(o); };
-          got = train::hostNodeGradient(model, idx, want, value, outGrad, hooked ? hook : nullptr);
+          auto hostValue = [&](const std::string &v) { return sweep.hostValue(v); };
+          got = train::hostNodeGradient(model, idx, want, hostValue, outGrad, hooked ? hook : nullptr);
         }
         for (size_t i = 0; i < n.inputs.size() && i < got.size(); ++i)
           if (want[i] && got[i].defined()) sweep.add(n.inputs[i], std::move(got[i]), onDevice);
@@ -566,6 +593,7 @@ void backward(Device &dev, const Model &model, const std::vector<size_t> &nodes,
       });
   for (auto &[name, g] : sweep.grads)
     if (g.defined()) grads[name] = sweep.hostGrad(name);
+  sweep.finish();
 }
 
 void adamUpdate(Device &dev, Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,

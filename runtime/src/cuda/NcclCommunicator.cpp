@@ -16,12 +16,25 @@
 // group's kernels, which launch at ncclGroupEnd; nothing inside a group
 // synchronizes the stream (the guide's caution on groups).
 //
+// Device tensors (device-resident values, docs/gpu.md) go without staging:
+// the NCCL stream waits (cudaStreamWaitEvent) for the event their
+// producer recorded, ncclSend reads them in place, and an event recorded
+// after the send orders their free (CudaDevice.h, StreamMemory). A device
+// receive (recvDeviceInGroup) lands in memory allocated on the NCCL stream,
+// ready at an event recorded after the group, which its consumer's stream
+// waits for (and frees it on, after its reads). A group without host
+// landings returns without waiting for the stream (NCCL user guide, "CUDA
+// stream semantics": calls return once enqueued; inside a group, once
+// ncclGroupEnd returns), so the rank's next FORWARD overlaps the transfer;
+// host landings (shapes, flags, gradients, collectives) wait as before.
+//
 //===----------------------------------------------------------------------===//
 
 #include "hetplan/runtime/NcclCommunicator.h"
 #include "hetplan/runtime/MpiCommunicator.h"
 
 #include "../exec/Training.h"
+#include "CudaDevice.h"
 
 // The C API only: keep Open MPI's / MPICH's C++ bindings out.
 #define OMPI_SKIP_MPICXX 1
@@ -37,6 +50,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -111,6 +125,11 @@ struct NcclCommunicator::State {
     if (grouped) groupBuffers.push_back(p);
     else releaseAfterNccl(p);
   }
+  /// Device memory that the open group's ncclSends read: an event after
+  /// ncclGroupEnd orders its free.
+  std::vector<std::shared_ptr<cudart::StreamMemory>> groupReads;
+  /// The open group's device receives (recvDeviceInGroup).
+  std::set<Tensor *> deviceOuts;
   /// Per peer: sequence numbers of the next message sent / expected.
   std::map<int, int64_t> sendSeq, recvSeq;
 
@@ -220,7 +239,17 @@ void NcclCommunicator::send(int peer, int64_t tag, const Tensor &tensor) {
   for (int64_t d = 0; d < dims; ++d) h[kFixed + d] = tensor.dim(d);
   s.mpi->send(peer, tag, header);
   if (!bytes) return;
-  void *dd = s.stage(tensor.raw(), bytes);
+  auto memory = std::dynamic_pointer_cast<cudart::StreamMemory>(tensor.deviceMemory());
+  if (memory && memory->device() == s.device) {
+    // In place, after its producer; the send precedes the memory's free.
+    memory->waitReady(s.stream);
+    ncclCheck(ncclSend(tensor.raw(), bytes, ncclUint8, peer, s.comm, s.stream), "ncclSend");
+    if (inGroup_) s.groupReads.push_back(std::move(memory));
+    else memory->usedUntil(cudart::recordEvent(s.stream), s.stream);
+    return;
+  }
+  Tensor host = tensor.toHost(); // another device's memory: host-staged
+  void *dd = s.stage(host.raw(), bytes);
   ncclCheck(ncclSend(dd, bytes, ncclUint8, peer, s.comm, s.stream), "ncclSend");
   s.release(dd, inGroup_);
 }
@@ -267,6 +296,25 @@ Tensor NcclCommunicator::recv(int peer, int64_t tag) {
   return out;
 }
 
+void NcclCommunicator::recvDeviceInGroup(int peer, int64_t tag, Tensor *out) {
+  if (!inGroup_) {
+    groupStart();
+    try {
+      recvDeviceInGroup(peer, tag, out);
+    } catch (...) {
+      groupRecvs_.clear();
+      state_->deviceOuts.clear();
+      inGroup_ = false;
+      ncclGroupEnd();
+      throw;
+    }
+    groupEnd();
+    return;
+  }
+  state_->deviceOuts.insert(out);
+  recvInGroup(peer, tag, out);
+}
+
 void NcclCommunicator::groupStart() {
   Communicator::groupStart();
   state_->select();
@@ -279,16 +327,22 @@ void NcclCommunicator::groupEnd() {
   inGroup_ = false;
   auto recvs = std::move(groupRecvs_);
   groupRecvs_.clear();
+  std::set<Tensor *> deviceOuts = std::move(s.deviceOuts);
+  s.deviceOuts.clear();
+  auto reads = std::move(s.groupReads);
+  s.groupReads.clear();
   s.select();
   // The group's sends are posted (headers sent, ncclSend recorded); now the
   // receives: each header first (every peer sends its headers when it
-  // reaches its group, never waiting), then ncclRecv into a device buffer.
+  // reaches its group, never waiting), then ncclRecv into a device buffer:
+  // a staging one for a host receive, the tensor's own for a device one.
   struct Landing {
     Tensor *out;
     void *device;
     size_t bytes;
   };
   std::vector<Landing> landings;
+  std::vector<cudart::StreamMemory *> landed; // device receives
   ncclResult_t r = ncclSuccess;
   std::string error;
   try {
@@ -296,8 +350,15 @@ void NcclCommunicator::groupEnd() {
       size_t bytes = 0;
       *out = readHeader(*s.mpi, s.rank, peer, tag, s.recvSeq[peer]++, bytes);
       if (!bytes) continue;
-      void *d = s.deviceAlloc(bytes, s.stream);
-      landings.push_back({out, d, bytes});
+      void *d = nullptr;
+      if (deviceOuts.count(out)) {
+        *out = cudart::allocOn(s.device, s.stream, out->dtype(), out->shape());
+        landed.push_back(cudart::streamMemory(*out));
+        d = out->raw();
+      } else {
+        d = s.deviceAlloc(bytes, s.stream);
+        landings.push_back({out, d, bytes});
+      }
       r = ncclRecv(d, bytes, ncclUint8, peer, s.comm, s.stream);
       if (r != ncclSuccess) break;
     }
@@ -308,11 +369,20 @@ void NcclCommunicator::groupEnd() {
   if (r == ncclSuccess) r = end;
   if (error.empty() && r == ncclSuccess) {
     try {
-      s.wait("ncclSend/ncclRecv group");
-      for (const Landing &l : landings)
-        cudaCheck(cudaMemcpyAsync(l.out->raw(), l.device, l.bytes, cudaMemcpyDeviceToHost, s.stream),
-                  "cudaMemcpyAsync (to host)");
-      cudaCheck(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+      // After the group's kernels: device receives are ready, and the
+      // memory its sends read may be freed.
+      if (!landed.empty() || !reads.empty()) {
+        std::shared_ptr<cudart::Event> done = cudart::recordEvent(s.stream);
+        for (cudart::StreamMemory *m : landed) m->setReady(done, /*ownerDone=*/true);
+        for (const auto &m : reads) m->usedUntil(done, s.stream);
+      }
+      if (!landings.empty()) { // host receives: wait for the group
+        s.wait("ncclSend/ncclRecv group");
+        for (const Landing &l : landings)
+          cudaCheck(cudaMemcpyAsync(l.out->raw(), l.device, l.bytes, cudaMemcpyDeviceToHost, s.stream),
+                    "cudaMemcpyAsync (to host)");
+        cudaCheck(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+      }
     } catch (const std::exception &e) {
       error = e.what();
     }

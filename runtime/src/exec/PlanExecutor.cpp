@@ -34,8 +34,10 @@ Tensor sliceRows(const Tensor &t, int64_t lo, int64_t count) {
   std::vector<int64_t> shape = t.shape();
   size_t row = shape[0] ? t.nbytes() / size_t(shape[0]) : 0;
   shape[0] = count;
-  auto holder = std::make_shared<Tensor>(t);
   const char *base = static_cast<const char *>(t.raw());
+  if (t.isDevice()) // the same device memory
+    return Tensor::onDevice(t.dtype(), shape, const_cast<char *>(base) + row * size_t(lo), t.deviceMemory());
+  auto holder = std::make_shared<Tensor>(t);
   return Tensor::view(t.dtype(), shape, base ? base + row * size_t(lo) : nullptr, holder);
 }
 
@@ -43,8 +45,15 @@ Tensor sliceRows(const Tensor &t, int64_t lo, int64_t count) {
 /// no batch dim: every rank gets all of it, and it is not batched.
 bool isScalarInput(const ValueInfo &in) { return in.hasShape && in.shape.empty(); }
 
+/// Device pieces (device-resident values) are concatenated on the host.
 Tensor concatRows(const std::vector<Tensor> &parts) {
   if (parts.size() == 1) return parts[0];
+  for (const Tensor &p : parts)
+    if (p.isDevice()) {
+      std::vector<Tensor> host;
+      for (const Tensor &q : parts) host.push_back(q.toHost());
+      return concatRows(host);
+    }
   std::vector<int64_t> shape = parts.at(0).shape();
   int64_t rows = 0;
   for (const Tensor &p : parts) {
@@ -845,6 +854,9 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
   if (isIdleRank(plan_, me)) return pieces;
   RankCompute *compute = nullptr;
   if (auto it = computes_.find(int(me)); it != computes_.end()) compute = it->second.get();
+  // Device-resident values (docs/gpu.md): what this rank's FORWARDs make
+  // stays where its compute left it, host copies only for host consumers.
+  const bool onDevice = compute && compute->deviceValues();
   const auto &rank = plan_.ranks(int(me));
   size_t j = rank.stage(), S = size_t(plan_.stages_size());
   const auto &st = plan_.stages(int(j));
@@ -1001,7 +1013,10 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     Received &r = pending[mb][w.sample_offset()];
     r.data.assign(in->received.size(), Tensor());
     r.shapes.assign(in->shapes.size(), Tensor());
-    for (size_t i = 0; i < in->received.size(); ++i) comm.recvInGroup(int(peer), dataTag(mb, i), &r.data[i]);
+    for (size_t i = 0; i < in->received.size(); ++i) {
+      if (onDevice) comm.recvDeviceInGroup(int(peer), dataTag(mb, i), &r.data[i]);
+      else comm.recvInGroup(int(peer), dataTag(mb, i), &r.data[i]);
+    }
     for (size_t i = 0; i < in->shapes.size(); ++i) comm.recvInGroup(int(peer), shapeTag(mb, i), &r.shapes[i]);
     if (train) comm.recvInGroup(int(peer), flagTag(mb), &r.flags);
   };
@@ -1067,7 +1082,13 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
         for (size_t p : in->metaNodes)
           for (const auto &o : model_->nodes[p].outputs)
             if (!o.empty()) metaKeep.insert(o);
-        auto meta = executor_->runNodes(in->metaNodes, values, metaKeep);
+        std::map<std::string, Tensor> metaValues = values;
+        for (size_t p : in->metaNodes) // the CPU executor reads host bytes
+          model_->nodes[p].forEachRead([&](const std::string &v) {
+            auto it = metaValues.find(v);
+            if (it != metaValues.end() && it->second.isDevice()) it->second = it->second.toHost();
+          });
+        auto meta = executor_->runNodes(in->metaNodes, std::move(metaValues), metaKeep);
         for (auto &[k, v] : meta) values[k] = std::move(v);
       }
       for (const auto &f : fakes) values.erase(f);
@@ -1199,13 +1220,21 @@ PlanExecutor::OutputPieces PlanExecutor::runProgram(Communicator &comm,
     const Executor::NodeHook *hookPtr = splitNodes.empty() || tp < 2 ? nullptr : &hook;
     // The stage's nodes on this rank's compute (the CUDA executor on a
     // CUDA rank); its split nodes may go to the hook.
+    // Results stay on its device where the rank sends them, stashes them
+    // or feeds them to a FORWARD again; the loss and an inference plan's
+    // graph outputs come to the host.
+    std::set<std::string> resident;
+    if (onDevice && (out || train)) {
+      resident = keepAll;
+      resident.erase(lossOutput);
+    }
     auto stageRun = [&](std::map<std::string, Tensor> vals, const std::set<std::string> &keeping,
                         std::map<std::string, std::vector<int64_t>> *shp, ExecutionObserver *obs,
                         const Executor::NodeHook *h) {
       if (!compute) return executor_->runNodes(nodes, std::move(vals), keeping, shp, obs, h);
       std::set<size_t> hooked;
       for (const auto &[node, tn] : splitNodes) hooked.insert(node);
-      return compute->runNodes(nodes, std::move(vals), keeping, shp, obs, h, &hooked);
+      return compute->runNodes(nodes, std::move(vals), keeping, shp, obs, h, &hooked, onDevice ? &resident : nullptr);
     };
     std::map<std::string, Tensor> result;
     if (timing && !replay) { // a profile times each node once per micro-batch

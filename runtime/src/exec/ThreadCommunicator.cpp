@@ -103,8 +103,10 @@ public:
 
   void send(int peer, int64_t tag, const Tensor &tensor) override {
     checkPeer(peer);
-    // Copy: the sender may reuse or free its buffer (as with MPI_Send).
-    Tensor copy = tensor.clone();
+    // Copy: the sender may reuse or free its buffer (as with MPI_Send). A
+    // device tensor goes as it is (nobody writes into one once made): a
+    // device receive takes it, any other receive copies it to the host.
+    Tensor copy = tensor.isDevice() ? tensor : tensor.clone();
     std::unique_lock<std::mutex> lock(s_.mutex);
     s_.throwIfAborted();
     uint64_t id = s_.nextId++;
@@ -122,9 +124,40 @@ public:
     s_.throwIfAborted();
   }
 
+  void recvDeviceInGroup(int peer, int64_t tag, Tensor *out) override {
+    if (!inGroup_) {
+      *out = take(peer, tag);
+      return;
+    }
+    deviceOuts_.insert(out);
+    groupRecvs_.emplace_back(peer, tag, out);
+  }
+
   void groupEnd() override {
-    if (!s_.rendezvous) return Communicator::groupEnd();
+    std::set<Tensor *> device = std::move(deviceOuts_);
+    deviceOuts_.clear();
     if (!inGroup_) throw std::runtime_error("rank " + std::to_string(rank_) + ": groupEnd without groupStart");
+    auto outs = groupRecvs_;
+    if (s_.rendezvous) rendezvousGroupEnd();
+    else {
+      inGroup_ = false;
+      auto recvs = std::move(groupRecvs_);
+      groupRecvs_.clear();
+      // Buffered sends: every peer's sends of its group are already posted
+      // (Communicator::groupEnd's order).
+      for (auto &[peer, tag, out] : recvs) *out = take(peer, tag);
+    }
+    for (auto &[peer, tag, out] : outs)
+      if (!device.count(out)) *out = out->toHost();
+  }
+
+  Tensor recv(int peer, int64_t tag) override { return take(peer, tag).toHost(); }
+
+private:
+  std::set<Tensor *> deviceOuts_; // the open group's device receives
+
+  /// groupEnd under HETPLAN_COMM_RENDEZVOUS (NCCL's rules).
+  void rendezvousGroupEnd() {
     inGroup_ = false;
     auto recvs = std::move(groupRecvs_);
     auto sends = std::move(groupSends_);
@@ -153,7 +186,9 @@ public:
     s_.throwIfAborted();
   }
 
-  Tensor recv(int peer, int64_t tag) override {
+
+  /// The next message from `peer` under `tag`, as sent (maybe a device tensor).
+  Tensor take(int peer, int64_t tag) {
     checkPeer(peer);
     std::unique_lock<std::mutex> lock(s_.mutex);
     auto key = std::make_tuple(peer, rank_, tag);
@@ -169,6 +204,7 @@ public:
     return t;
   }
 
+public:
   void barrier() override {
     collective(nullptr);
   }

@@ -174,6 +174,20 @@ Tensor Tensor::view(DType dtype, std::vector<int64_t> shape, const void *data,
   return t;
 }
 
+Tensor Tensor::onDevice(DType dtype, std::vector<int64_t> shape, void *data, std::shared_ptr<DeviceMemory> memory) {
+  if (!memory) throw std::runtime_error("a device tensor needs its device memory");
+  Tensor t = view(dtype, std::move(shape), data, memory);
+  t.device_ = std::move(memory);
+  return t;
+}
+
+Tensor Tensor::toHost() const {
+  if (!device_) return *this;
+  Tensor t(dtype_, shape_);
+  if (nbytes()) device_->copyToHost(t.data_, data_, nbytes());
+  return t;
+}
+
 int64_t Tensor::numel() const { return shapeNumel(shape_); }
 
 void Tensor::throwNoAxis(int64_t i) const {
@@ -189,6 +203,7 @@ Tensor Tensor::reshaped(std::vector<int64_t> shape) const {
 }
 
 Tensor Tensor::clone() const {
+  if (device_) return toHost();
   Tensor t(dtype_, shape_);
   if (nbytes()) std::memcpy(t.data_, data_, nbytes());
   return t;

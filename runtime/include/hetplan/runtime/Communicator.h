@@ -48,9 +48,9 @@ public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  /// Sends `tensor` to `peer` under `tag`. Does not wait for the receiver
-  /// (messages are buffered); messages with the same (source, tag) arrive
-  /// in the order they were sent.
+  /// Sends `tensor` (host or device) to `peer` under `tag`. Does not wait
+  /// for the receiver (messages are buffered); messages with the same
+  /// (source, tag) arrive in the order they were sent.
   virtual void send(int peer, int64_t tag, const Tensor &tensor) = 0;
   /// Waits for the next message from `peer` under `tag` (at most
   /// commTimeoutSeconds(), then throws naming both ranks).
@@ -73,6 +73,15 @@ public:
   /// until then). Messages between a pair must be received in the order
   /// they were sent (NCCL matches by order).
   virtual void recvInGroup(int peer, int64_t tag, Tensor *out);
+  /// recvInGroup for a consumer that takes device tensors (a CUDA rank's
+  /// FORWARD, docs/gpu.md "Device-resident values"): a communicator that
+  /// moves device memory leaves the message there -- NCCL lands it in a
+  /// device buffer, threads of one process hand a device tensor over as it
+  /// is -- and *out may then be a device tensor (Tensor::isDevice). Every
+  /// other receive gives host tensors, and every communicator's send takes
+  /// device tensors (host-staged ones copy them to the host first). The
+  /// default receives to the host.
+  virtual void recvDeviceInGroup(int peer, int64_t tag, Tensor *out) { recvInGroup(peer, tag, out); }
   /// Waits until every rank of the group has called barrier().
   virtual void barrier() = 0;
   /// Every rank passes a tensor of the same shape and float type (float32

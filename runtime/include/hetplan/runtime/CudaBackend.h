@@ -104,7 +104,11 @@ public:
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs);
 
   /// Executor::runNodes on the GPU (a plan's stage on a CUDA rank): host
-  /// tensors in and out, everything between on the device. Given values may
+  /// tensors in and out, everything between on the device; but given
+  /// device tensors (Tensor::isDevice: device-resident values, docs/gpu.md)
+  /// are read where they are, and kept values named in `resident` come back
+  /// as device tensors where they are on the device (the host does not
+  /// then wait for the stream). Given values may
   /// replace initializers (a training rank's parameters; the values folded
   /// from them are then computed again). Nodes in `hookNodes` are first
   /// offered to `hook` on host copies of their inputs (the plan executor's
@@ -115,7 +119,10 @@ public:
                                          std::map<std::string, std::vector<int64_t>> *shapes = nullptr,
                                          ExecutionObserver *observer = nullptr,
                                          const Executor::NodeHook *hook = nullptr,
-                                         const std::set<size_t> *hookNodes = nullptr);
+                                         const std::set<size_t> *hookNodes = nullptr,
+                                         const std::set<std::string> *resident = nullptr);
+  /// Bytes of forward values moved so far (RankCompute::valueTransfers).
+  RankCompute::ValueTransfers valueTransfers() const;
 
   /// prepare(), then the device, stream and cuBLAS handle this executor
   /// computes on (internal: a CUDA rank's backward and Adam share them,

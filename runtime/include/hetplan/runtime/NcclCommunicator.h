@@ -21,7 +21,9 @@ namespace hetplan::runtime {
 #if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
 /// The ranks of MPI_COMM_WORLD over NCCL. The GPU of a rank is its rank
 /// among the processes of its node (MPI_COMM_TYPE_SHARED) modulo the node's
-/// device count. Tensors are host tensors staged through device buffers.
+/// device count. Host tensors are staged through device buffers; device
+/// tensors of the rank's GPU are sent in place, and recvDeviceInGroup
+/// lands in one (docs/gpu.md, "Device-resident values").
 ///
 /// NCCL has no tags: a message is a header over MPI (magic, tag, sequence
 /// number, dtype, rank, byte count, dims; buffered, matched by tag) and its
@@ -56,6 +58,8 @@ public:
   int device() const;
   void send(int peer, int64_t tag, const Tensor &tensor) override;
   Tensor recv(int peer, int64_t tag) override;
+  /// Lands the bytes in a device tensor of this rank's GPU (no staging).
+  void recvDeviceInGroup(int peer, int64_t tag, Tensor *out) override;
   void groupStart() override;
   void groupEnd() override;
   void barrier() override;

@@ -35,8 +35,12 @@ namespace hetplan::runtime {
 /// Where a rank's stage computes: the CPU Executor unless the rank is
 /// given another (PlanExecutor::setCompute; a CUDA rank gets the CUDA
 /// executor's, RankBackend.h). runNodes: Executor::runNodes' contract, plus
-/// `hookNodes`: the only nodes `hook` may claim. backward and adamUpdate
-/// default to the host (the CPU gradient kernels, train::adamUpdate).
+/// `hookNodes`: the only nodes `hook` may claim, and, for a compute with
+/// deviceValues(), device-resident values (docs/gpu.md): `values` may hold
+/// device tensors (Tensor::isDevice) and the kept values named in
+/// `resident` (null: none) may come back as device tensors. backward and
+/// adamUpdate default to the host (the CPU gradient kernels,
+/// train::adamUpdate).
 class RankCompute {
 public:
   virtual ~RankCompute() = default;
@@ -45,14 +49,32 @@ public:
                                                  const std::set<std::string> &keep,
                                                  std::map<std::string, std::vector<int64_t>> *shapes,
                                                  ExecutionObserver *observer, const Executor::NodeHook *hook,
-                                                 const std::set<size_t> *hookNodes) = 0;
+                                                 const std::set<size_t> *hookNodes,
+                                                 const std::set<std::string> *resident) = 0;
   /// "cpu", "cuda:0", ...: for messages and profiles.
   virtual std::string describe() const = 0;
+  /// True when values may stay in this compute's device memory between
+  /// instructions: runNodes takes and returns device tensors, and so does
+  /// backward's `value` (a FORWARD's results). The plan executor then
+  /// keeps what the rank sends, stashes or feeds to a FORWARD again as
+  /// the FORWARD left it, and receives activations with
+  /// Communicator::recvDeviceInGroup. Default false (host tensors only).
+  virtual bool deviceValues() const { return false; }
+  /// Bytes of forward values (a FORWARD's inputs and results, the values
+  /// a BACKWARD reads) this compute moved between host and device: its
+  /// uploads and downloads, and host copies of its device tensors made
+  /// elsewhere (Tensor::toHost: a host-staged send, a host consumer).
+  /// Weights, parameters, gradients and Adam's state are not counted.
+  struct ValueTransfers {
+    uint64_t toDevice = 0, toHost = 0;
+  };
+  virtual ValueTransfers valueTransfers() const { return {}; }
   /// A BACKWARD over the stage's nodes `nodes` (in forward order; swept in
   /// reverse): `grads` holds the seeds on entry and, on return, the
   /// gradient of every value in `requires` that reaches them (summed over
   /// uses; the nodes' outputs' gradients are dropped), host tensors both
-  /// ways. `value` finds a forward value (host). `hook`, when given, is
+  /// ways. `value` finds a forward value (on the host, or on the device
+  /// with deviceValues()). `hook`, when given, is
   /// offered the nodes in `hookNodes` first, on host tensors. The default
   /// runs the CPU gradient kernels (train::backward).
   virtual void backward(const Model &model, const std::vector<size_t> &nodes,
@@ -93,8 +115,9 @@ public:
 
   /// Runs rank `rank`'s FORWARDs, BACKWARDs and (without optimizer
   /// offload) Adam updates on `compute` (null: the CPU Executor and
-  /// gradient kernels, the default). Values cross between ranks, and the
-  /// loss and gradient sums run, on the host either way. Set before a run; one
+  /// gradient kernels, the default). A compute with deviceValues() keeps
+  /// activations on its device between instructions; the loss and the
+  /// gradient sums run on the host either way. Set before a run; one
   /// compute may serve one rank at a time only.
   void setCompute(int rank, std::shared_ptr<RankCompute> compute);
   const RankCompute *compute(int rank) const;

@@ -3,7 +3,10 @@
 // A Tensor is a shape, an element type (ONNX's numbering) and bytes. The
 // bytes are either owned (allocated here) or a view of memory that someone
 // else keeps alive (a memory-mapped external data file, a parsed model): a
-// shared holder keeps that memory alive as long as any view exists.
+// shared holder keeps that memory alive as long as any view exists. A
+// device tensor's bytes are GPU memory (the CUDA backend makes them,
+// docs/gpu.md "Device-resident values"): its shape and type are read as
+// any tensor's, its bytes only through toHost().
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -39,6 +42,18 @@ float bfloat16ToFloat(uint16_t b);
 /// Round half to even; NaN stays NaN.
 uint16_t floatToBfloat16(float f);
 
+/// GPU memory behind device tensors (Tensor::isDevice). The CUDA backend
+/// implements it (runtime/src/cuda/CudaDevice.h); nothing else reads it, so
+/// host-only code needs no GPU API.
+class DeviceMemory {
+public:
+  virtual ~DeviceMemory() = default;
+  virtual int device() const = 0;
+  /// Copies `bytes` from `src` (inside this memory) to host `dst`, once
+  /// the memory's producer has written them; returns when they are there.
+  virtual void copyToHost(void *dst, const void *src, size_t bytes) const = 0;
+};
+
 class Tensor {
 public:
   Tensor() = default;
@@ -47,6 +62,9 @@ public:
   /// A view of `data`; `holder` keeps the memory alive.
   static Tensor view(DType dtype, std::vector<int64_t> shape, const void *data,
                      std::shared_ptr<const void> holder);
+  /// A device tensor: `data` points into `memory` (GPU memory), which
+  /// the tensor keeps alive.
+  static Tensor onDevice(DType dtype, std::vector<int64_t> shape, void *data, std::shared_ptr<DeviceMemory> memory);
   /// A 1-element rank-0 tensor.
   template <typename T> static Tensor scalar(DType dtype, T value) {
     Tensor t(dtype, {});
@@ -71,6 +89,13 @@ public:
   size_t nbytes() const;
   /// True when the bytes belong to someone else (mapped file, model proto).
   bool isView() const { return view_; }
+  /// True when the bytes are GPU memory: raw() is a device address (never
+  /// read it on the host; toHost() copies it).
+  bool isDevice() const { return device_ != nullptr; }
+  const std::shared_ptr<DeviceMemory> &deviceMemory() const { return device_; }
+  /// A host tensor of the same values: *this when already on the host, an
+  /// owned copy of a device tensor's bytes otherwise.
+  Tensor toHost() const;
 
   void *raw() { return data_; }
   const void *raw() const { return data_; }
@@ -79,7 +104,7 @@ public:
 
   /// Same bytes, another shape with the same element count.
   Tensor reshaped(std::vector<int64_t> shape) const;
-  /// An owned copy.
+  /// An owned host copy (of a device tensor: toHost()).
   Tensor clone() const;
   /// Values as int64 (any integer type); for shape-like inputs.
   std::vector<int64_t> toInt64Vector() const;
@@ -95,6 +120,7 @@ private:
   std::shared_ptr<const void> holder_;
   void *data_ = nullptr;
   bool view_ = false;
+  std::shared_ptr<DeviceMemory> device_; // set for device tensors only
 };
 
 /// Element count of a shape; throws when it overflows int64 (Checked.h).
