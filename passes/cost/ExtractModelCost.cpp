@@ -792,7 +792,8 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
   llvm::DenseMap<Value, size_t> paramIndex;
   for (auto [k, p] : llvm::enumerate(info.parameters))
     paramIndex[p.value] = k;
-  for (auto [l, r] : llvm::enumerate(*ranges)) {
+  for (auto [index, r] : llvm::enumerate(*ranges)) {
+    size_t l = index; // C++17 lambdas cannot capture structured bindings
     llvm::DenseSet<size_t> seen;
     std::function<void(Value)> visit = [&](Value v) {
       if (auto it = paramIndex.find(v); it != paramIndex.end()) {

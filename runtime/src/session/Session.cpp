@@ -724,8 +724,10 @@ Status Session::run(const std::map<std::string, Tensor> &inputs,
   const auto &declared = backend_->inputs();
   // Every given name is a graph input...
   for (const auto &[name, t] : inputs) {
+    // Named, not captured: C++17 lambdas cannot capture structured bindings.
+    const std::string &given = name;
     auto it = std::find_if(declared.begin(), declared.end(),
-                           [&](const TensorInfo &i) { return i.name == name; });
+                           [&given](const TensorInfo &i) { return i.name == given; });
     if (it == declared.end()) {
       std::string names;
       for (const auto &d : declared) names += (names.empty() ? "'" : ", '") + d.name + "'";
