@@ -809,15 +809,18 @@ GraphInfo::GraphInfo(GraphOp g, int64_t samplesOverride) : graph(g) {
       s.uniformUsers = false;
     seenType = type;
   };
-  for (auto [i, node] : llvm::enumerate(nodes)) {
+  for (auto [index, n0] : llvm::enumerate(nodes)) {
+    // Named copies: C++17 lambdas cannot capture structured bindings.
+    int i = int(index);
+    NodeOp node = n0;
     llvm::SmallDenseSet<Value, 8> seen;
     for (Value v : node.getInputs())
-      noteUse(v, int(i), seen);
+      noteUse(v, i, seen);
     node->walk([&](Operation *inner) {
       if (inner == node.getOperation())
         return;
       for (Value v : inner->getOperands())
-        noteUse(v, int(i), seen);
+        noteUse(v, i, seen);
     });
   }
   if (auto ret = dyn_cast<ReturnOp>(body.getTerminator())) {
@@ -858,7 +861,9 @@ GraphInfo::GraphInfo(GraphOp g, int64_t samplesOverride) : graph(g) {
     for (Value in : node.getInputs())
       collect(in, user);
   };
-  for (auto [i, node] : llvm::enumerate(nodes)) {
+  for (auto [index, n0] : llvm::enumerate(nodes)) {
+    int i = int(index); // named copies, as above
+    NodeOp node = n0;
     if (isFolded(node))
       continue;
     // BatchNormalization's running mean and variance are buffers, not
@@ -866,14 +871,14 @@ GraphInfo::GraphInfo(GraphOp g, int64_t samplesOverride) : graph(g) {
     bool batchNorm = node.getDomain().empty() && node.getOpType() == "BatchNormalization";
     for (auto [k, v] : llvm::enumerate(node.getInputs()))
       if (kind(v) == ValueKind::Constant && !(batchNorm && (k == 3 || k == 4)))
-        collect(v, int(i));
+        collect(v, i);
     // Subgraphs may read weights of the enclosing graph.
     node->walk([&](Operation *inner) {
       if (inner == node.getOperation())
         return;
       for (Value v : inner->getOperands())
         if (kinds.count(v) && kind(v) == ValueKind::Constant)
-          collect(v, int(i));
+          collect(v, i);
     });
   }
 }
@@ -921,7 +926,9 @@ std::optional<std::pair<Operation *, std::string>> GraphInfo::findNonStatic() co
                             "input " + name + " has no static shape (" + type +
                                 "); run het-bind-shapes first");
     }
-  for (auto [i, node] : llvm::enumerate(nodes)) {
+  for (auto [index, n0] : llvm::enumerate(nodes)) {
+    int i = int(index); // named copies: C++17 lambdas cannot capture bindings
+    NodeOp node = n0;
     auto check = [&](Value v, const char *what, size_t at) -> std::optional<std::string> {
       if (!notStatic(v.getType()))
         return std::nullopt;
