@@ -288,8 +288,12 @@ Status ServingPlan::generate(const std::vector<GenerateRequest> &requests, const
       // Micro-batch groups in flight: one per stage unless asked otherwise
       // (a single stage has nothing to overlap), never more than requests.
       size_t S = rep.stages.size();
+      // The planned max batch bounds the replica's KV cache: the groups
+      // share it (and --max-batch caps it), so there are never more groups
+      // than it allows requests.
+      int cap = std::min(options.maxBatch, rep.maxBatch);
       size_t G = S < 2 ? 1 : options.pipelineGroups > 0 ? size_t(options.pipelineGroups) : S;
-      G = std::max<size_t>(1, std::min(G, routed[k].size()));
+      G = std::max<size_t>(1, std::min({G, routed[k].size(), size_t(cap)}));
       std::unique_ptr<StagePipeline> pipeline;
       if (G > 1) pipeline = std::make_unique<StagePipeline>(impl, rep);
       Generator::RunFunction runOnce =
@@ -309,9 +313,7 @@ Status ServingPlan::generate(const std::vector<GenerateRequest> &requests, const
         status[k] = st;
         return;
       }
-      // The planned max batch bounds the replica's KV cache: the groups
-      // share it. Requests go to groups in turn.
-      int cap = std::min(options.maxBatch, rep.maxBatch);
+      // Requests go to groups in turn.
       GenerateOptions o = options;
       o.maxBatch = std::max(1, cap / int(G));
       std::vector<std::vector<size_t>> mine(G); // indices into routed[k]

@@ -52,7 +52,8 @@ struct GenerateOptions {
   int64_t padTokenId = 0;
   /// Serving plans (ServingPlan.h) only: groups of requests in flight
   /// through a replica's pipeline at once, each with its own batch (the
-  /// replica's max batch is shared among them). 0: one per stage; 1: no
+  /// replica's max batch, capped by maxBatch, is shared among them, so
+  /// there are never more groups than it). 0: one per stage; 1: no
   /// overlap (every stage waits for the one before).
   int pipelineGroups = 0;
 };
