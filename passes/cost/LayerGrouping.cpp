@@ -99,7 +99,11 @@ struct Grouper {
   };
   std::vector<Layer> layers;
 
-  explicit Grouper(const GraphInfo &info) : info(info), numNodes(int(info.nodes.size())) {}
+  /// Activations crossing each cut (between nodes c and c+1).
+  std::vector<int> counts;
+
+  explicit Grouper(const GraphInfo &info)
+      : info(info), numNodes(int(info.nodes.size())), counts(liveCounts()) {}
 
   std::vector<StringRef> namesOf(int first, int last) const {
     std::vector<StringRef> names;
@@ -116,9 +120,8 @@ struct Grouper {
   /// The live counts at each cut, ascending and distinct (ignoring cuts
   /// nothing crosses).
   std::vector<int> levels() const {
-    std::vector<int> count = liveCounts();
     std::vector<int> out;
-    for (int c : count)
+    for (int c : counts)
       if (c >= 1)
         out.push_back(c);
     llvm::sort(out);
@@ -153,10 +156,9 @@ struct Grouper {
     segments.clear();
     signatures.clear();
     layers.clear();
-    std::vector<int> count = liveCounts();
     int start = 0;
     for (int c = 0; c < n - 1; ++c)
-      if (count[c] >= 1 && count[c] <= level) {
+      if (counts[c] >= 1 && counts[c] <= level) {
         segments.push_back({start, c});
         start = c + 1;
       }

@@ -296,17 +296,11 @@ Status ServingPlan::generate(const std::vector<GenerateRequest> &requests, const
       G = std::max<size_t>(1, std::min({G, routed[k].size(), size_t(cap)}));
       std::unique_ptr<StagePipeline> pipeline;
       if (G > 1) pipeline = std::make_unique<StagePipeline>(impl, rep);
-      Generator::RunFunction runOnce =
-          pipeline ? Generator::RunFunction([p = pipeline.get()](const std::map<std::string, Tensor> &in,
-                                                                  std::map<std::string, Tensor> *out,
-                                                                  const std::vector<std::string> &names) {
-            return p->run(in, out, names);
-          })
-                   : Generator::RunFunction([&impl, &rep](const std::map<std::string, Tensor> &in,
-                                                          std::map<std::string, Tensor> *out,
-                                                          const std::vector<std::string> &names) {
-                       return impl.run(rep, in, out, names);
-                     });
+      Generator::RunFunction runOnce = [&impl, &rep, p = pipeline.get()](const std::map<std::string, Tensor> &in,
+                                                                         std::map<std::string, Tensor> *out,
+                                                                         const std::vector<std::string> &names) {
+        return p ? p->run(in, out, names) : impl.run(rep, in, out, names);
+      };
       std::unique_ptr<Generator> g;
       Status st = Generator::create(runOnce, impl.inputs, impl.outputs, &g);
       if (!st.ok()) {
