@@ -2,7 +2,7 @@
 """scripts/test.sh's closing line: passed, failed and skipped ctest tests,
 each skip with its reason and whether this machine explains it.
 
-  test-summary.py JUNIT_XML [--source DIR]
+  test-summary.py JUNIT_XML [--build DIR]
 
 JUNIT_XML is what `ctest --output-junit` wrote. A test is skipped when ctest
 says so (SKIP_RETURN_CODE, SKIP_REGULAR_EXPRESSION: gtest's GTEST_SKIP) or
@@ -12,7 +12,7 @@ reason names something this machine truly lacks:
   no GPU            "no CUDA device" while nvidia-smi lists no GPU (and
                     "a CUDA device is present" while it lists one)
   GPUs < 2          NCCL's 2-rank test on a machine with fewer than 2 GPUs
-  no MPI            mpirun/mpiexec not on PATH (or hetplan built without MPI)
+  no MPI            mpirun/mpiexec not on PATH, or hetplan built without MPI
   data absent       "<path> is absent" / "no ... under <path>" where <path>
                     really does not exist (../shared/models, libonnx-testdata)
   no python onnx    a generator needs /usr/bin/python3 with onnx and numpy,
@@ -52,8 +52,18 @@ def python_has_onnx():
         return False
 
 
-def have_mpirun():
-    return bool(shutil.which("mpirun") or shutil.which("mpiexec"))
+def have_mpi(build):
+    """mpirun on PATH, and this build's hetplan linked with MPI (the
+    runtime's MPI is optional: runtime/CMakeLists.txt)."""
+    if not (shutil.which("mpirun") or shutil.which("mpiexec")):
+        return False
+    tool = os.path.join(build, "bin", "hetplan")
+    try:
+        out = subprocess.run(["ldd", tool], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # cannot tell: count MPI skips as unexpected
+    return "libmpi" in out or not os.path.exists(tool)
 
 
 # The path a skip reason names as missing: "SKIP: /a/b is absent",
@@ -72,7 +82,7 @@ def classify(name, reason, machine):
         return gpus == 0, "GPU tests without a GPU"
     if re.search(r"mpirun|mpiexec|no MPI support|hetplan-no-mpirun", reason) or (
             reason == "disabled" and "mpi" in name):
-        return not machine["mpirun"], "no MPI"
+        return not machine["mpi"], "no MPI"
     if re.search(r"python3 with onnx|python3-onnx is missing", reason):
         return not machine["python_onnx"], "no onnx for /usr/bin/python3"
     for rx in ABSENT:
@@ -105,9 +115,11 @@ def skip_reason(out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("junit")
+    ap.add_argument("--build", help="the build folder (default: the junit file's)")
     a = ap.parse_args()
     root = ET.parse(a.junit).getroot()
-    machine = {"gpus": gpu_count(), "mpirun": have_mpirun(), "python_onnx": None}
+    build = a.build or os.path.dirname(os.path.abspath(a.junit))
+    machine = {"gpus": gpu_count(), "mpi": have_mpi(build), "python_onnx": None}
     passed, failed, skipped = [], [], []
     for tc in root.iter("testcase"):
         name, status = tc.get("name"), tc.get("status")
@@ -131,7 +143,7 @@ def main():
             expected.setdefault(label, []).append(name)
         else:
             unexpected.append(f"{name}: {reason} [{label}]")
-    print(f"machine: {machine['gpus']} GPU(s), mpirun {'found' if machine['mpirun'] else 'absent'}")
+    print(f"machine: {machine['gpus']} GPU(s), MPI {'yes' if machine['mpi'] else 'no'}")
     for label, names in sorted(expected.items()):
         print(f"expected skips, {label}: {len(names)}")
         for n in names:
