@@ -24,7 +24,9 @@ config.substitutions.append(("%python", python))
 config.substitutions.append(("%models", os.path.join(config.hetplan_src_root, "examples", "models")))
 
 # The project's shared models (ResNet50 & co., ONNX 1.22 node models) sit
-# beside the checkout; tests that need them say `REQUIRES: shared-models`.
+# beside the checkout; tests that need them say `REQUIRES: shared-models`
+# (ctest runs those as `lit-shared-models`, a skip without the folder, and
+# fails `lit` on any other UNSUPPORTED test: test/lit_ctest.py).
 shared_models = os.path.join(os.path.dirname(config.hetplan_src_root), "shared", "models")
 if os.path.isdir(os.path.join(shared_models, "onnx-light")):
     config.available_features.add("shared-models")

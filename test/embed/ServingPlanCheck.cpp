@@ -1,13 +1,15 @@
 //===- ServingPlanCheck.cpp - a serving plan's replicas against one rank --===//
 //
-//   hetplan-serving-plan-check PLAN MODEL PROMPTS.jsonl WORK_DIR
+//   hetplan-serving-plan-check PLAN MODEL PROMPTS.jsonl WORK_DIR [CUT_LAYOUT]
 //
 // Runs a serving plan (hetplan compile --mode serve) with ServingPlan, and
 // the same plan with its first replica cut into a pipeline of one stage per
 // layer (the tiny test model gives the planner no reason to split it), with
 // one request group per stage in flight and with none overlapping, and
 // compares every request's greedy tokens with a model session's Generator
-// (one rank). Prints one line per check; exit 1 on a difference.
+// (one rank). Prints one line per check; exit 1 on a difference, on an
+// empty prompt file, or when the cut replica's description lacks
+// CUT_LAYOUT (e.g. "nodes 0-2 | 3-9 | 10-16": the stages it must have).
 //
 //===----------------------------------------------------------------------===//
 #include "hetplan/runtime/Generate.h"
@@ -44,12 +46,16 @@ std::vector<GenerateRequest> readPrompts(const std::string &path) {
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 5) {
-    std::cerr << "usage: hetplan-serving-plan-check PLAN MODEL PROMPTS.jsonl WORK_DIR\n";
+  if (argc != 5 && argc != 6) {
+    std::cerr << "usage: hetplan-serving-plan-check PLAN MODEL PROMPTS.jsonl WORK_DIR [CUT_LAYOUT]\n";
     return 2;
   }
-  std::string planPath = argv[1], model = argv[2], work = argv[4];
+  std::string planPath = argv[1], model = argv[2], work = argv[4], cutLayout = argc == 6 ? argv[5] : "";
   std::vector<GenerateRequest> requests = readPrompts(argv[3]);
+  if (requests.empty()) { // 0 of 0 requests would compare equal
+    std::cout << "FAIL: no prompts in " << argv[3] << "\n";
+    return 1;
+  }
   GenerateOptions options;
   options.maxBatch = 4;
 
@@ -138,6 +144,10 @@ int main(int argc, char **argv) {
     for (int n : perReplica) std::cout << " " << n;
     std::cout << "\n";
     failures += same != ref.size();
+    if (c.path == cut && plan->describeReplica(0).find(cutLayout) == std::string::npos) {
+      std::cout << "FAIL: the cut replica is not " << cutLayout << "\n";
+      ++failures;
+    }
   }
   return failures ? 1 : 0;
 }
