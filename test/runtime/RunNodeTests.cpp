@@ -445,8 +445,9 @@ int main(int argc, char **argv) {
     auto bad = checkExpected(results, cases, expected, expectedFile, passed);
     for (const auto &b : bad) std::cout << b << "\n";
     if (!bad.empty()) {
-      std::cout << "FAILED: " << bad.size() << " difference(s) from " << expectedFile
-                << " (a case that now passes or is newly refused for a good reason: rerun with --update-expected)\n";
+      std::cout << "FAILED: " << bad.size() << " difference(s) from " << expectedFile;
+      if (counts[Wrong] || counts[Crash]) std::cout << " (fix the wrong outputs and crashes: they are never pinned)\n";
+      else std::cout << " (a case that now passes or is newly refused for a good reason: rerun with --update-expected)\n";
       rc = 1;
     }
   } else {
