@@ -23,7 +23,48 @@ Plan Search::simulate(const Candidate &c, bool even) {
   int M = c.microBatches;
   int64_t mb = (opt.globalBatch + M - 1) / M;
 
-  // Stage timings and integer shares per worker.
+  placeStages(c, even, mb, plan);
+
+  // Event simulation of one step. Transfers delay the dependent compute but
+  // do not occupy the sender.
+  std::vector<double> free(P, 0);
+  std::vector<double> busy(P, 0);
+  std::vector<int> peakStash(P, 0);
+  runSchedule(scheduleProgram(P, M), plan, free, busy, peakStash);
+  double computeEnd = 0;
+  for (int j = 0; j < P; ++j)
+    computeEnd = std::max(computeEnd, free[j]);
+  double step = computeEnd;
+  for (int j = 0; j < P; ++j) {
+    if (!training)
+      continue;
+    const Stage &st = plan.stages[j];
+    double t = free[j];
+    if (st.allReduceSeconds > 0) {
+      plan.timeline.push_back({Event::AllReduce, j, -1, t, t + st.allReduceSeconds});
+      t += st.allReduceSeconds;
+    }
+    plan.timeline.push_back({Event::Optimizer, j, -1, t, t + st.optimizerSeconds});
+    t += st.optimizerSeconds;
+    step = std::max(step, t);
+  }
+  plan.stepSeconds = step;
+  plan.samplesPerSecond = double(opt.globalBatch) / step;
+  double busiest = *std::max_element(busy.begin(), busy.end());
+  plan.bubbleFraction = computeEnd > 0 ? 1.0 - busiest / computeEnd : 0;
+  plan.modelFlopsPerStep = (training ? 3.0 : 1.0) * model.forwardFlopsPerSample() *
+                           double(opt.globalBatch);
+  double peak = cluster.totalPeakFlops(opt.dtype);
+  plan.modelFlopsUtilization = peak > 0 ? plan.modelFlopsPerStep / (step * peak) : 0;
+
+  rankMemory(c, peakStash, plan);
+  return plan;
+}
+
+/// The plan's stages for `c`: timings, transfers, and integer shares per
+/// worker (a worker with nothing to do stays out of the plan).
+void Search::placeStages(const Candidate &c, bool even, int64_t mb, Plan &plan) {
+  int P = int(c.stagesRef().size());
   plan.stageOfRank.assign(cluster.devices.size(), -1);
   // Each stage's grouping (tensor-parallel degree) first: a transfer's
   // price depends on both ends.
@@ -47,24 +88,7 @@ Plan Search::simulate(const Candidate &c, bool even) {
     if (j + 1 < P)
       st.sendSeconds = sendTime(sd, chosen(c.stagesRef()[j + 1], costs[j + 1]), r, mb,
                                 st.sendBytes);
-    // Integer shares: floor of each worker's share, the remainder to the
-    // workers with the largest fractional parts (ties by position).
-    struct Slot { size_t g; int w; double frac; };
-    std::vector<Slot> slots;
-    int64_t assigned = 0;
-    std::vector<std::vector<int64_t>> samples(sd.groups.size());
-    for (size_t g = 0; g < sd.groups.size(); ++g)
-      for (int w = 0; w < sd.groups[g].count; ++w) {
-        double s = sc.share.empty() ? 0 : sc.share[g];
-        int64_t whole = runtime::saturatedCount(std::floor(s + 1e-9));
-        samples[g].push_back(whole);
-        assigned += whole;
-        slots.push_back({g, w, s - double(whole)});
-      }
-    std::stable_sort(slots.begin(), slots.end(),
-                     [](const Slot &a, const Slot &b) { return a.frac > b.frac; });
-    for (size_t i = 0; assigned < mb && i < slots.size(); ++i, ++assigned)
-      ++samples[slots[i].g][slots[i].w];
+    std::vector<std::vector<int64_t>> samples = integerShares(sd, sc, mb);
     int64_t offset = 0;
     for (size_t g = 0; g < sd.groups.size(); ++g)
       for (int w = 0; w < sd.groups[g].count; ++w) {
@@ -79,10 +103,37 @@ Plan Search::simulate(const Candidate &c, bool even) {
     plan.stages.push_back(std::move(st));
     l = r + 1;
   }
+}
 
-  // Event simulation of one step. Transfers delay the dependent compute but
-  // do not occupy the sender.
-  std::vector<std::vector<std::pair<Event::Kind, int>>> program(P);
+/// Samples per worker (by group, then worker) of a micro-batch of `mb`:
+/// floor of each worker's share, the remainder to the workers with the
+/// largest fractional parts (ties by position).
+std::vector<std::vector<int64_t>> Search::integerShares(const StageDevices &sd,
+                                                        const StageCost &sc, int64_t mb) {
+  struct Slot { size_t g; int w; double frac; };
+  std::vector<Slot> slots;
+  int64_t assigned = 0;
+  std::vector<std::vector<int64_t>> samples(sd.groups.size());
+  for (size_t g = 0; g < sd.groups.size(); ++g)
+    for (int w = 0; w < sd.groups[g].count; ++w) {
+      double s = sc.share.empty() ? 0 : sc.share[g];
+      int64_t whole = runtime::saturatedCount(std::floor(s + 1e-9));
+      samples[g].push_back(whole);
+      assigned += whole;
+      slots.push_back({g, w, s - double(whole)});
+    }
+  std::stable_sort(slots.begin(), slots.end(),
+                   [](const Slot &a, const Slot &b) { return a.frac > b.frac; });
+  for (size_t i = 0; assigned < mb && i < slots.size(); ++i, ++assigned)
+    ++samples[slots[i].g][slots[i].w];
+  return samples;
+}
+
+/// What each of the `P` stages runs, in order, for `M` micro-batches:
+/// forwards only at inference, else GPipe's all forwards then all
+/// backwards, or 1F1B's warm-up forwards then one forward one backward.
+Search::Program Search::scheduleProgram(int P, int M) const {
+  Program program(P);
   for (int j = 0; j < P; ++j) {
     auto &prog = program[j];
     if (!training) {
@@ -105,12 +156,21 @@ Plan Search::simulate(const Candidate &c, bool even) {
     for (int m = M - warm; m < M; ++m)
       prog.push_back({Event::Backward, m});
   }
+  return program;
+}
+
+/// Runs `program` on the plan's stages: each box starts when its stage is
+/// free and its input has arrived. Fills the plan's timeline, and per
+/// stage when it is last free, how long it computes, and the most
+/// micro-batches it stashes at once.
+void Search::runSchedule(const Program &program, Plan &plan, std::vector<double> &free,
+                         std::vector<double> &busy, std::vector<int> &peakStash) {
+  int P = int(program.size());
+  int M = plan.microBatches;
   std::vector<std::vector<double>> fEnd(P, std::vector<double>(M, -1)),
       bEnd(P, std::vector<double>(M, -1));
   std::vector<size_t> next(P, 0);
-  std::vector<double> free(P, 0);
-  std::vector<double> busy(P, 0);
-  std::vector<int> stashed(P, 0), peakStash(P, 0);
+  std::vector<int> stashed(P, 0);
   size_t remaining = 0;
   for (auto &p : program)
     remaining += p.size();
@@ -159,33 +219,12 @@ Plan Search::simulate(const Candidate &c, bool even) {
     if (!progressed)
       break;  // cannot happen for these schedules; guards against a hang
   }
-  double computeEnd = 0;
-  for (int j = 0; j < P; ++j)
-    computeEnd = std::max(computeEnd, free[j]);
-  double step = computeEnd;
-  for (int j = 0; j < P; ++j) {
-    if (!training)
-      continue;
-    const Stage &st = plan.stages[j];
-    double t = free[j];
-    if (st.allReduceSeconds > 0) {
-      plan.timeline.push_back({Event::AllReduce, j, -1, t, t + st.allReduceSeconds});
-      t += st.allReduceSeconds;
-    }
-    plan.timeline.push_back({Event::Optimizer, j, -1, t, t + st.optimizerSeconds});
-    t += st.optimizerSeconds;
-    step = std::max(step, t);
-  }
-  plan.stepSeconds = step;
-  plan.samplesPerSecond = double(opt.globalBatch) / step;
-  double busiest = *std::max_element(busy.begin(), busy.end());
-  plan.bubbleFraction = computeEnd > 0 ? 1.0 - busiest / computeEnd : 0;
-  plan.modelFlopsPerStep = (training ? 3.0 : 1.0) * model.forwardFlopsPerSample() *
-                           double(opt.globalBatch);
-  double peak = cluster.totalPeakFlops(opt.dtype);
-  plan.modelFlopsUtilization = peak > 0 ? plan.modelFlopsPerStep / (step * peak) : 0;
+}
 
-  // Memory per rank from the simulated stash depth.
+/// Memory per rank from the simulated stash depth of its stage.
+void Search::rankMemory(const Candidate &c, const std::vector<int> &peakStash, Plan &plan) {
+  int P = int(c.stagesRef().size());
+  int M = c.microBatches;
   plan.zeroStage = training ? c.savers.zero : 0;
   plan.offloadOptimizer = training && c.savers.offload;
   plan.memory.resize(cluster.devices.size());
@@ -214,7 +253,6 @@ Plan Search::simulate(const Candidate &c, bool even) {
           plan.fitsMemory = false;
       }
   }
-  return plan;
 }
 
 } // namespace hetplan::planner::detail

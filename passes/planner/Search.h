@@ -114,7 +114,6 @@ struct RangeMax {
   }
 };
 
-
 /// Prefix sums over layers of forward time at `samples` samples per worker
 /// on one rank of a `tp`-way group of class `c` (compute only).
 struct Table {
@@ -141,6 +140,8 @@ struct Need {
   double fixed() const { return weights + gradients + optimizer + framework + gather; }
 };
 
+/// One layout the search prices: its stages' devices, layer cuts,
+/// micro-batches and memory savers.
 struct Candidate {
   /// Shared by the candidates that differ only in micro-batches.
   std::shared_ptr<const std::vector<StageDevices>> stagesPtr;
@@ -164,6 +165,14 @@ struct StageTerm {
   double tail = 0;     // all-reduce + optimizer, once per step
 };
 
+/// What the enumeration keeps: the best few candidates by estimate.
+struct Finalists {
+  static constexpr size_t kKept = 24;
+  std::vector<Candidate> kept;
+  std::vector<Candidate> keptOffload;  // the same among those that offload
+  uint64_t order = 0;                  // candidates enumerated so far
+};
+
 /// "1.25 GiB", "3.40 MiB", "512.00 KiB", "12 B".
 std::string bytesText(double b);
 
@@ -178,6 +187,17 @@ public:
 private:
   // Search.cpp: the enumeration that drives the others
   void buildClasses();
+  std::vector<std::vector<int>> classOrders() const;
+  std::vector<std::vector<int>> deviceCounts(const std::vector<int> &classOrder) const;
+  std::vector<int> pipelineDepths(int N) const;
+  void searchDevices(const std::vector<int> &classOrder, const std::vector<int> &take,
+                     bool even, bool evenLayers, bool hasTP, Finalists &finalists);
+  std::vector<int> microBatchCounts(int P) const;
+  void tryMicroBatches(const std::shared_ptr<const std::vector<StageDevices>> &stages, int tp,
+                       int P, bool even, bool evenLayers, Finalists &finalists);
+  void keep(Candidate c, Finalists &finalists);
+  llvm::Error noLayoutFits() const;
+  Plan bestOf(std::vector<Candidate> &kept, bool even, bool evenLayers);
 
   // StageTiming.cpp: what a stage's work and transfers take on its devices
   const Table &table(int c, int tp, int64_t samples);
@@ -244,6 +264,15 @@ private:
 
   // ScheduleSimulation.cpp: the step of one candidate, and its plan
   Plan simulate(const Candidate &c, bool even);
+  void placeStages(const Candidate &c, bool even, int64_t mb, Plan &plan);
+  static std::vector<std::vector<int64_t>> integerShares(const StageDevices &sd,
+                                                         const StageCost &sc, int64_t mb);
+  /// Per stage, its forward and backward boxes in order: (kind, micro-batch).
+  using Program = std::vector<std::vector<std::pair<Event::Kind, int>>>;
+  Program scheduleProgram(int P, int M) const;
+  void runSchedule(const Program &program, Plan &plan, std::vector<double> &free,
+                   std::vector<double> &busy, std::vector<int> &peakStash);
+  void rankMemory(const Candidate &c, const std::vector<int> &peakStash, Plan &plan);
 
   bool isGpu(int c) const { return classes[c].type->kind == cluster::DeviceKind::GPU; }
 
