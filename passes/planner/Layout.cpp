@@ -18,18 +18,51 @@ namespace hetplan::planner::detail {
 llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
   if (layout.stageWorkers.size() != layout.lastLayer.size() || layout.stageWorkers.empty())
     return llvm::createStringError("a layout needs one last layer per stage");
-  std::map<int, int> classOf;
-  for (size_t c = 0; c < classes.size(); ++c)
-    for (int r : classes[c].ranks)
-      classOf[r] = int(c);
   Candidate cand;
-  std::vector<StageDevices> built;
   cand.tp = layout.tensorParallel;
   cand.microBatches = layout.microBatches;
   cand.cuts = layout.lastLayer;
   if (!layout.stageTensorParallel.empty() &&
       layout.stageTensorParallel.size() != layout.stageWorkers.size())
     return llvm::createStringError("a layout gives a tensor-parallel degree for every stage or none");
+  auto built = layoutStages(layout);
+  if (!built)
+    return built.takeError();
+  cand.stagesPtr = std::make_shared<const std::vector<StageDevices>>(std::move(*built));
+  bool even = layout.evenShares || opt.strategy == Strategy::DataParallel ||
+              opt.strategy == Strategy::EvenPipeline;
+  for (size_t j = 0; j < layout.lastLayer.size(); ++j)
+    if (layout.lastLayer[j] < (j ? layout.lastLayer[j - 1] + 1 : 0) || layout.lastLayer[j] >= L)
+      return llvm::createStringError(
+          llvm::formatv("layout: stage {0} ends at layer {1}, outside {2}..{3}", j,
+                        layout.lastLayer[j], j ? layout.lastLayer[j - 1] + 1 : 0, L - 1));
+  if (layout.lastLayer.back() != L - 1)
+    return llvm::createStringError(llvm::formatv(
+        "layout: the last stage ends at layer {0}, not at the model's last layer {1}",
+        layout.lastLayer.back(), L - 1));
+  if (!layout.recompute.empty()) {
+    if (layout.recompute.size() != layout.stageWorkers.size())
+      return llvm::createStringError("layout: recompute needs one entry per stage");
+    for (bool on : layout.recompute)
+      cand.forceRecompute.push_back(on ? 1 : 0);
+  }
+  if (layout.zeroStage > 3)
+    return llvm::createStringError("layout: zero_stage must be 0, 1, 2 or 3");
+  if (!layoutSavers(cand, layout, even))
+    return overCapacity(cand, even);
+  Plan p = simulate(cand, even);
+  p.plansEvaluated = 1;
+  return p;
+}
+
+/// The layout's stages as the search's StageDevices: each worker's ranks
+/// one device type, as many as the stage's tensor-parallel degree.
+llvm::Expected<std::vector<StageDevices>> Search::layoutStages(const Layout &layout) {
+  std::map<int, int> classOf;
+  for (size_t c = 0; c < classes.size(); ++c)
+    for (int r : classes[c].ranks)
+      classOf[r] = int(c);
+  std::vector<StageDevices> built;
   for (const auto &[j, workers] : llvm::enumerate(layout.stageWorkers)) {
     StageDevices sd;
     sd.tp = layout.stageTensorParallel.empty() ? layout.tensorParallel
@@ -58,26 +91,14 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
     finishStage(sd);
     built.push_back(std::move(sd));
   }
-  cand.stagesPtr = std::make_shared<const std::vector<StageDevices>>(std::move(built));
-  bool even = layout.evenShares || opt.strategy == Strategy::DataParallel ||
-              opt.strategy == Strategy::EvenPipeline;
-  for (size_t j = 0; j < layout.lastLayer.size(); ++j)
-    if (layout.lastLayer[j] < (j ? layout.lastLayer[j - 1] + 1 : 0) || layout.lastLayer[j] >= L)
-      return llvm::createStringError(
-          llvm::formatv("layout: stage {0} ends at layer {1}, outside {2}..{3}", j,
-                        layout.lastLayer[j], j ? layout.lastLayer[j - 1] + 1 : 0, L - 1));
-  if (layout.lastLayer.back() != L - 1)
-    return llvm::createStringError(llvm::formatv(
-        "layout: the last stage ends at layer {0}, not at the model's last layer {1}",
-        layout.lastLayer.back(), L - 1));
-  if (!layout.recompute.empty()) {
-    if (layout.recompute.size() != layout.stageWorkers.size())
-      return llvm::createStringError("layout: recompute needs one entry per stage");
-    for (bool on : layout.recompute)
-      cand.forceRecompute.push_back(on ? 1 : 0);
-  }
-  if (layout.zeroStage > 3)
-    return llvm::createStringError("layout: zero_stage must be 0, 1, 2 or 3");
+  return built;
+}
+
+/// The layout's ZeRO stage and offload, or those the options allow: the
+/// first that fits, then (as the search's fasterZero) larger ZeRO stages
+/// while they price faster. False when none fits; `cand` then carries the
+/// savers the over-capacity report prices.
+bool Search::layoutSavers(Candidate &cand, const Layout &layout, bool even) {
   std::vector<int> zeros =
       layout.zeroStage >= 0 ? std::vector<int>{layout.zeroStage} : zeroStages(cand);
   std::vector<bool> offloads;
@@ -107,38 +128,39 @@ llvm::Expected<Plan> Search::evaluate(const Layout &layout) {
     if (fits)
       break;
   }
-  if (!fits) {
-    // Price it with memory ignored to say how far over it is.
-    ignoreMemory = true;
-    cand.estimate = estimate(cand, even);
-    Plan p = simulate(cand, even);
-    ignoreMemory = false;
-    p.fitsMemory = false;
-    p.plansEvaluated = 1;
-    if (opt.priceOverCapacity)
-      return p;
-    int fullest = -1;
-    for (size_t r = 0; r < p.memory.size(); ++r)
-      if (p.stageOfRank[r] >= 0 &&
-          (fullest < 0 || p.memory[r].peak() / p.memory[r].capacity >
-                              p.memory[fullest].peak() / p.memory[fullest].capacity))
-        fullest = int(r);
-    if (fullest < 0)
-      return llvm::createStringError("the layout does not fit in memory");
-    const RankMemory &m = p.memory[fullest];
-    auto gib = [](double b) { return b / double(1 << 30); };
-    return llvm::createStringError(llvm::formatv(
-        "the layout does not fit in memory: rank {0} ({1}, stage {2}) needs {3:F2} GiB of "
-        "{4:F2} GiB (weights {5:F2}, gradients {6:F2}, optimizer {7:F2}, activations {8:F2}, "
-        "workspace {9:F2}, framework {10:F2}, optimizer step {11:F2})",
-        fullest, cluster.devices[fullest].type->name, p.stageOfRank[fullest], gib(m.peak()),
-        gib(m.capacity), gib(m.parameters), gib(m.gradients), gib(m.optimizerState),
-        gib(m.activations + m.kvCache), gib(m.workspace), gib(m.framework),
-        gib(m.optimizerStep)));
-  }
+  return fits;
+}
+
+/// A layout that does not fit, priced with memory ignored: the plan itself
+/// with Options::priceOverCapacity, else an error naming its fullest rank
+/// and what fills it.
+llvm::Expected<Plan> Search::overCapacity(Candidate &cand, bool even) {
+  ignoreMemory = true;
+  cand.estimate = estimate(cand, even);
   Plan p = simulate(cand, even);
+  ignoreMemory = false;
+  p.fitsMemory = false;
   p.plansEvaluated = 1;
-  return p;
+  if (opt.priceOverCapacity)
+    return p;
+  int fullest = -1;
+  for (size_t r = 0; r < p.memory.size(); ++r)
+    if (p.stageOfRank[r] >= 0 &&
+        (fullest < 0 || p.memory[r].peak() / p.memory[r].capacity >
+                            p.memory[fullest].peak() / p.memory[fullest].capacity))
+      fullest = int(r);
+  if (fullest < 0)
+    return llvm::createStringError("the layout does not fit in memory");
+  const RankMemory &m = p.memory[fullest];
+  auto gib = [](double b) { return b / double(1 << 30); };
+  return llvm::createStringError(llvm::formatv(
+      "the layout does not fit in memory: rank {0} ({1}, stage {2}) needs {3:F2} GiB of "
+      "{4:F2} GiB (weights {5:F2}, gradients {6:F2}, optimizer {7:F2}, activations {8:F2}, "
+      "workspace {9:F2}, framework {10:F2}, optimizer step {11:F2})",
+      fullest, cluster.devices[fullest].type->name, p.stageOfRank[fullest], gib(m.peak()),
+      gib(m.capacity), gib(m.parameters), gib(m.gradients), gib(m.optimizerState),
+      gib(m.activations + m.kvCache), gib(m.workspace), gib(m.framework),
+      gib(m.optimizerStep)));
 }
 
 } // namespace hetplan::planner::detail

@@ -262,6 +262,11 @@ private:
   bool partitionWith(Candidate &c, bool even, bool evenLayers);
   void refineWide(Candidate &c, bool even);
 
+  // Layout.cpp: explicit layouts (evaluate)
+  llvm::Expected<std::vector<StageDevices>> layoutStages(const Layout &layout);
+  bool layoutSavers(Candidate &cand, const Layout &layout, bool even);
+  llvm::Expected<Plan> overCapacity(Candidate &cand, bool even);
+
   // ScheduleSimulation.cpp: the step of one candidate, and its plan
   Plan simulate(const Candidate &c, bool even);
   void placeStages(const Candidate &c, bool even, int64_t mb, Plan &plan);
