@@ -214,29 +214,15 @@ struct Refusal {
   std::string ttftWhere;
 };
 
-/// Prices `sh` on the devices in `stageRanks` (for the links); false when
-/// it fits no request or misses a latency target at any batch.
-bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
-                  const std::vector<std::vector<int>> &stageRanks, Replica &out,
-                  Refusal &why) {
-  const Pricer &pr = *pricer;
+/// The stages of replica shape `sh` on `stageRanks`, into `out`, with the
+/// memory that does not depend on the requests (weights, the CUDA context,
+/// prefill activations). Every stage holds the KV cache of every request in
+/// flight: returns how many requests memory allows, or -1 (noted in `why`)
+/// when one request per group does not fit.
+int placeStages(const Pricer &pr, const Shape &sh, const std::vector<std::vector<int>> &stageRanks,
+                int prefillBatch, const std::string &where, Replica &out, Refusal &why) {
   const Options &opt = pr.opt;
-  const cluster::Cluster &cl = pr.cluster;
-  std::string where = formatv("{0} x{1} (tp {2}, {3} stage(s))", sh.type->name, sh.tp * sh.pp,
-                              sh.tp, sh.pp).str();
-  std::vector<cluster::Link> tpLink, next;
-  for (int s = 0; s < sh.pp; ++s) {
-    const auto &ranks = stageRanks[size_t(s)];
-    tpLink.push_back(ranks.size() > 1 ? cl.linkBetween(ranks[0], ranks[1]) : cluster::Link{1e9, 0, ""});
-    next.push_back(s + 1 < sh.pp ? cl.linkBetween(ranks[0], stageRanks[size_t(s + 1)][0])
-                                 : cluster::Link{1e9, 0, ""});
-  }
-  out = Replica();
-  out.type = sh.type;
-  out.tensorParallel = sh.tp;
   const int64_t P = opt.promptTokens, O = opt.outputTokens;
-  const int prefillBatch = int(std::max<int64_t>(1, opt.maxPrefillTokens / P));
-  // Memory: every stage holds the KV cache of every request in flight.
   double capacity = double(sh.type->memoryBytes()) * opt.memoryUtilization;
   double context = sh.type->kind == cluster::DeviceKind::GPU ? opt.deviceContextBytes : 0;
   int memBatch = std::numeric_limits<int>::max();
@@ -263,13 +249,41 @@ bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
         why.memoryShortBytes = -free;
         why.memoryWhere = where + formatv(", stage {0}", s).str();
       }
-      return false;
+      return -1;
     }
     int fit = perRequest > 0 ? int(std::min(1e9, std::floor((capacity - fixed) / perRequest))) : 1 << 30;
     memBatch = std::min(memBatch, fit);
     st.peakBytes = fixed;  // KV added once max batch is known
     out.stages.push_back(std::move(st));
   }
+  return memBatch;
+}
+
+/// Prices `sh` on the devices in `stageRanks` (for the links); false when
+/// it fits no request or misses a latency target at any batch.
+bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
+                  const std::vector<std::vector<int>> &stageRanks, Replica &out,
+                  Refusal &why) {
+  const Pricer &pr = *pricer;
+  const Options &opt = pr.opt;
+  const cluster::Cluster &cl = pr.cluster;
+  std::string where = formatv("{0} x{1} (tp {2}, {3} stage(s))", sh.type->name, sh.tp * sh.pp,
+                              sh.tp, sh.pp).str();
+  std::vector<cluster::Link> tpLink, next;
+  for (int s = 0; s < sh.pp; ++s) {
+    const auto &ranks = stageRanks[size_t(s)];
+    tpLink.push_back(ranks.size() > 1 ? cl.linkBetween(ranks[0], ranks[1]) : cluster::Link{1e9, 0, ""});
+    next.push_back(s + 1 < sh.pp ? cl.linkBetween(ranks[0], stageRanks[size_t(s + 1)][0])
+                                 : cluster::Link{1e9, 0, ""});
+  }
+  out = Replica();
+  out.type = sh.type;
+  out.tensorParallel = sh.tp;
+  const int64_t P = opt.promptTokens, O = opt.outputTokens;
+  const int prefillBatch = int(std::max<int64_t>(1, opt.maxPrefillTokens / P));
+  int memBatch = placeStages(pr, sh, stageRanks, prefillBatch, where, out, why);
+  if (memBatch < 0)
+    return false;
   // The iteration times keep the pricer alive (Replica::sim outlives the
   // planning call).
   auto prefillSeconds = [=](int k) {
