@@ -215,154 +215,155 @@ void checkSamples(ModuleOp probe, het::GraphOp bound, const std::vector<std::str
   }
 }
 
-} // namespace
+/// The sizes `costModelFile` gives the graph's symbolic dims, gathered flag
+/// by flag (ModelPipeline.h gives the rules). Each step returns the first
+/// error in the user's terms.
+struct Binder {
+  Binder(const PipelineOptions &o, het::GraphOp graph, CostedModel &result)
+      : o(o), inputs(graphInputs(graph)), known(allDimNames(graph)),
+        bound(result.boundDims), warnings(result.warnings) {}
 
-llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
-  const std::string &path = o.path;
-  auto err = [](const llvm::Twine &message) -> llvm::Expected<CostedModel> {
+  const PipelineOptions &o;
+  std::vector<InputInfo> inputs;
+  std::set<std::string> known;
+  std::map<std::string, std::optional<int64_t>> declaredAxis;
+  std::set<std::string> batchNames;
+  std::map<std::string, int64_t> &bound;  // as the plan records them
+  std::map<std::string, int64_t> bindTo;  // what het-bind-shapes gets
+  std::vector<std::string> inputShapes, probeShapes; // probe: the batch at kProbeBatch
+  std::set<std::string> shaped;
+  std::string sequenceName, sequenceInput;
+  std::vector<std::string> &warnings;
+
+  static llvm::Error fail(const llvm::Twine &message) {
     return llvm::createStringError(message.str());
-  };
-  CostedModel result;
-  MLIRContext context;
-  context.loadDialect<het::HetDialect>();
-  std::string error;
-  OwningOpRef<ModuleOp> module;
-  if (llvm::StringRef(path).ends_with(".mlir")) {
-    llvm::SourceMgr sourceMgr;
-    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
-    module = parseSourceFile<ModuleOp>(path, sourceMgr, &context);
-    if (!module)
-      return err(path + ": not valid het IR (see above)");
-  } else {
-    import::ImportOptions io;
-    io.allowMissingWeights = o.allowMissingWeights;
-    module = import::importOnnxFile(path, &context, io, error);
-    if (!module)
-      return err(error);
   }
-  auto graphs = llvm::to_vector(module->getOps<het::GraphOp>());
-  if (graphs.size() != 1)
-    return err(path + ": expected one het.graph, found " + std::to_string(graphs.size()));
-  het::GraphOp graph = graphs.front();
 
-  std::vector<InputInfo> inputs = graphInputs(graph);
-  std::set<std::string> known = allDimNames(graph);
-  auto findInput = [&](llvm::StringRef name) -> const InputInfo * {
+  const InputInfo *findInput(llvm::StringRef name) const {
     for (const InputInfo &in : inputs)
       if (in.name == name)
         return &in;
     return nullptr;
-  };
-  auto inputList = [&] {
+  }
+  std::string inputList() const {
     std::vector<std::string> names;
     for (const InputInfo &in : inputs)
       names.push_back("'" + in.name + "'");
     return llvm::join(names, ", ");
-  };
-  auto dimList = [&] {
+  }
+  std::string dimList() const {
     return known.empty() ? std::string("none")
                          : llvm::join(std::vector<std::string>(known.begin(), known.end()), ", ");
-  };
-
-  // --batch-axis INPUT=AXIS|none
-  std::map<std::string, std::optional<int64_t>> declaredAxis;
-  for (const std::string &entry : o.batchAxes) {
-    auto [name, value] = llvm::StringRef(entry).split('=');
-    const InputInfo *in = findInput(name);
-    if (name.empty() || value.empty())
-      return err("--batch-axis '" + entry + "': expected INPUT=AXIS (e.g. h0=1) or INPUT=none");
-    if (!in)
-      return err("--batch-axis '" + entry + "': the model has no input '" + name.str() +
-                 "' (its inputs: " + inputList() + ")");
-    if (value == "none") {
-      declaredAxis[name.str()] = std::nullopt;
-      continue;
-    }
-    int64_t axis;
-    int64_t rank = in->type ? in->type.getRank() : 0;
-    if (value.getAsInteger(10, axis) || axis < -rank || axis >= rank)
-      return err("--batch-axis '" + entry + "': input '" + name.str() + "' has rank " +
-                 std::to_string(rank) + "; the axis must be in [" + std::to_string(-rank) +
-                 ", " + std::to_string(rank) + ") or none");
-    declaredAxis[name.str()] = axis < 0 ? axis + rank : axis;
   }
 
-  // The batch dim names.
-  std::set<std::string> batchNames;
-  for (auto &[input, axis] : declaredAxis)
-    if (axis)
-      if (const std::string &n = findInput(input)->dimNames[*axis]; !n.empty())
-        batchNames.insert(n);
-  if (batchNames.empty())
-    for (const InputInfo &in : inputs)
-      if (!declaredAxis.count(in.name))
-        for (const std::string &n : in.dimNames)
-          if (!n.empty() && looksLikeBatch(n))
-            batchNames.insert(n);
-  if (batchNames.empty())
-    for (const InputInfo &in : inputs)
-      if (!declaredAxis.count(in.name) && !in.dimNames.empty() && !in.dimNames[0].empty()) {
-        if (!looksLikeSequence(in.dimNames[0]))
-          batchNames.insert(in.dimNames[0]);
-        break;
+  /// --batch-axis INPUT=AXIS|none
+  llvm::Error declareBatchAxes() {
+    for (const std::string &entry : o.batchAxes) {
+      auto [name, value] = llvm::StringRef(entry).split('=');
+      const InputInfo *in = findInput(name);
+      if (name.empty() || value.empty())
+        return fail("--batch-axis '" + entry + "': expected INPUT=AXIS (e.g. h0=1) or INPUT=none");
+      if (!in)
+        return fail("--batch-axis '" + entry + "': the model has no input '" + name.str() +
+                    "' (its inputs: " + inputList() + ")");
+      if (value == "none") {
+        declaredAxis[name.str()] = std::nullopt;
+        continue;
       }
-  // An input's batch axis: declared, else where a batch dim sits.
-  auto batchAxisOf = [&](const InputInfo &in) -> std::optional<int64_t> {
+      int64_t axis;
+      int64_t rank = in->type ? in->type.getRank() : 0;
+      if (value.getAsInteger(10, axis) || axis < -rank || axis >= rank)
+        return fail("--batch-axis '" + entry + "': input '" + name.str() + "' has rank " +
+                    std::to_string(rank) + "; the axis must be in [" + std::to_string(-rank) +
+                    ", " + std::to_string(rank) + ") or none");
+      declaredAxis[name.str()] = axis < 0 ? axis + rank : axis;
+    }
+    return llvm::Error::success();
+  }
+
+  /// The batch dim names, bound at one sample (costs are per sample).
+  void bindBatch() {
+    for (auto &[input, axis] : declaredAxis)
+      if (axis)
+        if (const std::string &n = findInput(input)->dimNames[*axis]; !n.empty())
+          batchNames.insert(n);
+    if (batchNames.empty())
+      for (const InputInfo &in : inputs)
+        if (!declaredAxis.count(in.name))
+          for (const std::string &n : in.dimNames)
+            if (!n.empty() && looksLikeBatch(n))
+              batchNames.insert(n);
+    if (batchNames.empty())
+      for (const InputInfo &in : inputs)
+        if (!declaredAxis.count(in.name) && !in.dimNames.empty() && !in.dimNames[0].empty()) {
+          if (!looksLikeSequence(in.dimNames[0]))
+            batchNames.insert(in.dimNames[0]);
+          break;
+        }
+    for (const std::string &n : batchNames) {
+      bindTo[n] = 1; // costs are per sample
+      bound[n] = o.batch;
+    }
+  }
+
+  /// An input's batch axis: declared, else where a batch dim sits.
+  std::optional<int64_t> batchAxisOf(const InputInfo &in) const {
     if (auto it = declaredAxis.find(in.name); it != declaredAxis.end())
       return it->second;
     for (auto [k, n] : llvm::enumerate(in.dimNames))
       if (!n.empty() && batchNames.count(n))
         return int64_t(k);
     return std::nullopt;
-  };
-
-  std::map<std::string, int64_t> &bound = result.boundDims;  // as the plan records them
-  std::map<std::string, int64_t> bindTo;                     // what het-bind-shapes gets
-  for (const std::string &n : batchNames) {
-    bindTo[n] = 1; // costs are per sample
-    bound[n] = o.batch;
   }
 
-  // --dim NAME=VALUE
-  for (const std::string &entry : o.dims) {
-    auto [name, value] = llvm::StringRef(entry).split('=');
-    int64_t size;
-    if (name.empty() || value.getAsInteger(10, size) || size < 0)
-      return err("--dim '" + entry + "': expected NAME=VALUE with VALUE >= 0 "
-                 "(e.g. past_sequence_length=0)");
-    if (!known.count(name.str()))
-      return err("--dim '" + entry + "': the model has no symbolic dim '" + name.str() +
-                 "' (its dims: " + dimList() + ")");
-    if (batchNames.count(name.str())) {
-      if (size != o.batch)
-        return err("--dim '" + entry + "': '" + name.str() +
-                   "' is the batch dim, which --batch sets (" + std::to_string(o.batch) +
-                   "); give --batch " + std::to_string(size) +
-                   ", or --batch-axis INPUT=AXIS if the batch is another dim");
-      continue;
+  /// --dim NAME=VALUE
+  llvm::Error bindDims() {
+    for (const std::string &entry : o.dims) {
+      auto [name, value] = llvm::StringRef(entry).split('=');
+      int64_t size;
+      if (name.empty() || value.getAsInteger(10, size) || size < 0)
+        return fail("--dim '" + entry + "': expected NAME=VALUE with VALUE >= 0 "
+                    "(e.g. past_sequence_length=0)");
+      if (!known.count(name.str()))
+        return fail("--dim '" + entry + "': the model has no symbolic dim '" + name.str() +
+                    "' (its dims: " + dimList() + ")");
+      if (batchNames.count(name.str())) {
+        if (size != o.batch)
+          return fail("--dim '" + entry + "': '" + name.str() +
+                      "' is the batch dim, which --batch sets (" + std::to_string(o.batch) +
+                      "); give --batch " + std::to_string(size) +
+                      ", or --batch-axis INPUT=AXIS if the batch is another dim");
+        continue;
+      }
+      bindTo[name.str()] = size;
+      bound[name.str()] = size;
     }
-    bindTo[name.str()] = size;
-    bound[name.str()] = size;
+    return llvm::Error::success();
   }
 
-  // --shape INPUT=D0xD1x...
-  std::vector<std::string> inputShapes, probeShapes; // probe: the batch at kProbeBatch
-  std::set<std::string> shaped;
-  for (const std::string &entry : o.shapes) {
+  /// --shape INPUT=D0xD1x...
+  llvm::Error bindShapes() {
+    for (const std::string &entry : o.shapes)
+      if (llvm::Error e = bindShape(entry))
+        return e;
+    return llvm::Error::success();
+  }
+
+  llvm::Error bindShape(const std::string &entry) {
     auto [name, value] = llvm::StringRef(entry).split('=');
     auto dims = parseShape(value);
     if (name.empty() || !dims)
-      return err("--shape '" + entry + "': expected INPUT=D0xD1x... (e.g. x=8x3x640x640)");
+      return fail("--shape '" + entry + "': expected INPUT=D0xD1x... (e.g. x=8x3x640x640)");
     const InputInfo *in = findInput(name);
     if (!in)
-      return err("--shape '" + entry + "': the model has no input '" + name.str() +
-                 "' (its inputs: " + inputList() + ")");
+      return fail("--shape '" + entry + "': the model has no input '" + name.str() +
+                  "' (its inputs: " + inputList() + ")");
     if (!in->type)
-      return err("--shape '" + entry + "': input '" + name.str() + "' has no ranked shape");
+      return fail("--shape '" + entry + "': input '" + name.str() + "' has no ranked shape");
     if (int64_t(dims->size()) != in->type.getRank())
-      return err("--shape '" + entry + "': input '" + name.str() + "' has rank " +
-                 std::to_string(in->type.getRank()) + " " + shapeText(*in) + ", not " +
-                 std::to_string(dims->size()));
+      return fail("--shape '" + entry + "': input '" + name.str() + "' has rank " +
+                  std::to_string(in->type.getRank()) + " " + shapeText(*in) + ", not " +
+                  std::to_string(dims->size()));
     std::optional<int64_t> axis = batchAxisOf(*in);
     if (!axis && !declaredAxis.count(in->name) && in->type.getRank() > 0 &&
         ShapedType::isDynamic(in->type.getDimSize(0)) && in->dimNames[0].empty())
@@ -371,24 +372,24 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
       int64_t fixed = in->type.getDimSize(k), want = (*dims)[k];
       if (axis && k == *axis) {
         if (want != o.batch)
-          return err("--shape '" + entry + "': its batch (dim " + std::to_string(k) +
-                     (in->dimNames[k].empty() ? "" : ", '" + in->dimNames[k] + "'") +
-                     ") is " + std::to_string(want) + " but --batch is " +
-                     std::to_string(o.batch) +
-                     (k == 0 ? "" : "") + "; input '" + in->name + "' is " + shapeText(*in));
+          return fail("--shape '" + entry + "': its batch (dim " + std::to_string(k) +
+                      (in->dimNames[k].empty() ? "" : ", '" + in->dimNames[k] + "'") +
+                      ") is " + std::to_string(want) + " but --batch is " +
+                      std::to_string(o.batch) +
+                      (k == 0 ? "" : "") + "; input '" + in->name + "' is " + shapeText(*in));
         (*dims)[k] = 1; // costs are per sample
         continue;
       }
       if (!ShapedType::isDynamic(fixed) && fixed != want)
-        return err("--shape '" + entry + "': dim " + std::to_string(k) + " of input '" +
-                   in->name + "' is fixed at " + std::to_string(fixed) + " " +
-                   shapeText(*in));
+        return fail("--shape '" + entry + "': dim " + std::to_string(k) + " of input '" +
+                    in->name + "' is fixed at " + std::to_string(fixed) + " " +
+                    shapeText(*in));
       const std::string &n = in->dimNames[k];
       if (n.empty())
         continue;
       if (auto it = bindTo.find(n); it != bindTo.end() && it->second != want)
-        return err("--shape '" + entry + "' gives '" + n + "' = " + std::to_string(want) +
-                   " but it is already " + std::to_string(bound[n]));
+        return fail("--shape '" + entry + "' gives '" + n + "' = " + std::to_string(want) +
+                    " but it is already " + std::to_string(bound[n]));
       bindTo[n] = want;
       bound[n] = want;
     }
@@ -400,11 +401,13 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
     inputShapes.push_back((name + "=" + llvm::join(parts, "x")).str());
     probeShapes.push_back((name + "=" + llvm::join(probeParts, "x")).str());
     shaped.insert(name.str());
+    return llvm::Error::success();
   }
 
-  // --seq L: the sequence dim (see ModelPipeline.h for the rule).
-  std::string sequenceName, sequenceInput;
-  if (o.sequence > 0) {
+  /// --seq L: the sequence dim (see ModelPipeline.h for the rule).
+  void bindSequence() {
+    if (o.sequence <= 0)
+      return;
     for (const InputInfo &in : inputs) {
       if (shaped.count(in.name))
         continue;
@@ -421,15 +424,17 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
       bindTo[sequenceName] = o.sequence;
       bound[sequenceName] = o.sequence;
     } else {
-      result.warnings.push_back(
+      warnings.push_back(
           "--seq " + std::to_string(o.sequence) +
           " binds no dim: no input has an unbound dim named like a sequence (seq, len, "
           "token, time) that is not a past/total/cache length; use --dim NAME=VALUE");
     }
   }
 
-  // A KV cache's length (serve mode): past/cache dims, and totals over them.
-  if (o.cacheLength >= 0 && o.sequence > 0)
+  /// A KV cache's length (serve mode): past/cache dims, and totals over them.
+  void bindCache() {
+    if (o.cacheLength < 0 || o.sequence <= 0)
+      return;
     for (const InputInfo &in : inputs) {
       if (shaped.count(in.name))
         continue;
@@ -447,22 +452,26 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
           bindTo[n] = bound[n] = size;
       }
     }
-
-  // Every symbolic dim of an input needs a size.
-  std::vector<std::string> unbound, unboundNames;
-  bool sequenceLike = false;
-  for (const InputInfo &in : inputs) {
-    if (shaped.count(in.name))
-      continue;
-    for (const std::string &n : in.dimNames)
-      if (!n.empty() && !bindTo.count(n) &&
-          llvm::find(unboundNames, n) == unboundNames.end()) {
-        unboundNames.push_back(n);
-        unbound.push_back(n + " (of input '" + in.name + "')");
-        sequenceLike |= looksLikeSequence(n) && !qualifiedLength(n);
-      }
   }
-  if (!unbound.empty()) {
+
+  /// Every symbolic dim of an input needs a size: the error names each
+  /// with its input and says which flag binds it.
+  llvm::Error checkAllBound() const {
+    std::vector<std::string> unbound, unboundNames;
+    bool sequenceLike = false;
+    for (const InputInfo &in : inputs) {
+      if (shaped.count(in.name))
+        continue;
+      for (const std::string &n : in.dimNames)
+        if (!n.empty() && !bindTo.count(n) &&
+            llvm::find(unboundNames, n) == unboundNames.end()) {
+          unboundNames.push_back(n);
+          unbound.push_back(n + " (of input '" + in.name + "')");
+          sequenceLike |= looksLikeSequence(n) && !qualifiedLength(n);
+        }
+    }
+    if (unbound.empty())
+      return llvm::Error::success();
     std::string hint;
     if (o.sequence <= 0 && sequenceLike)
       hint = "give --seq L for the sequence dim, --dim NAME=VALUE for others";
@@ -474,41 +483,103 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
       hint += "; no dim was taken as the batch: name its axis with --batch-axis INPUT=AXIS";
     if (!sequenceName.empty())
       hint += "; --seq bound only '" + sequenceName + "' (of input '" + sequenceInput + "')";
-    return err(path + ": symbolic dims " + llvm::join(unbound, ", ") + " need sizes: " + hint);
+    return fail(o.path + ": symbolic dims " + llvm::join(unbound, ", ") + " need sizes: " + hint);
   }
-  std::vector<std::string> dims, probeDims;
-  for (auto &[n, v] : bindTo) {
+
+  /// All of the above, in the order their errors are reported.
+  llvm::Error bindAll() {
+    if (llvm::Error e = declareBatchAxes())
+      return e;
+    bindBatch();
+    if (llvm::Error e = bindDims())
+      return e;
+    if (llvm::Error e = bindShapes())
+      return e;
+    bindSequence();
+    bindCache();
+    return checkAllBound();
+  }
+};
+
+/// The model at `path`: het IR text, else ONNX imported.
+OwningOpRef<ModuleOp> loadModule(const PipelineOptions &o, MLIRContext &context,
+                                 std::string &error) {
+  const std::string &path = o.path;
+  if (llvm::StringRef(path).ends_with(".mlir")) {
+    llvm::SourceMgr sourceMgr;
+    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+    OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(path, sourceMgr, &context);
+    if (!module)
+      error = path + ": not valid het IR (see above)";
+    return module;
+  }
+  import::ImportOptions io;
+  io.allowMissingWeights = o.allowMissingWeights;
+  return import::importOnnxFile(path, &context, io, error);
+}
+
+/// het-bind-shapes with the binding, then het-group-layers; warnings go to
+/// `result`, the first error to the returned text.
+llvm::Error bindAndGroup(ModuleOp module, const Binder &binder, CostedModel &result) {
+  MLIRContext *context = module.getContext();
+  std::vector<std::string> dims;
+  for (auto &[n, v] : binder.bindTo)
     dims.push_back(n + "=" + std::to_string(v));
-    probeDims.push_back(n + "=" + std::to_string(batchNames.count(n) ? kProbeBatch : v));
-  }
+  PassManager pm(context);
+  het::HetBindShapesOptions bindOptions;
+  bindOptions.dims.assign(dims.begin(), dims.end());
+  bindOptions.inputShapes.assign(binder.inputShapes.begin(), binder.inputShapes.end());
+  bindOptions.requireStatic = true;
+  pm.addPass(het::createHetBindShapes(bindOptions));
+  pm.addPass(het::createHetGroupLayers());
+  std::string diag;
+  ScopedDiagnosticHandler handler(context, [&](Diagnostic &d) {
+    std::string where = describeLocation(d.getLocation());
+    std::string text = (where.empty() ? "" : where + ": ") + d.str();
+    if (d.getSeverity() == DiagnosticSeverity::Warning) {
+      result.warnings.push_back(text);
+      return success();
+    }
+    if (diag.empty()) diag = text;
+    return success();
+  });
+  if (failed(pm.run(module)))
+    return llvm::createStringError(binder.o.path + ": " + diag);
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
+  const std::string &path = o.path;
+  auto err = [](const llvm::Twine &message) -> llvm::Expected<CostedModel> {
+    return llvm::createStringError(message.str());
+  };
+  CostedModel result;
+  MLIRContext context;
+  context.loadDialect<het::HetDialect>();
+  std::string error;
+  OwningOpRef<ModuleOp> module = loadModule(o, context, error);
+  if (!module)
+    return err(error);
+  auto graphs = llvm::to_vector(module->getOps<het::GraphOp>());
+  if (graphs.size() != 1)
+    return err(path + ": expected one het.graph, found " + std::to_string(graphs.size()));
+  het::GraphOp graph = graphs.front();
+
+  Binder binder(o, graph, result);
+  if (llvm::Error e = binder.bindAll())
+    return std::move(e);
+  std::vector<std::string> probeDims;
+  for (auto &[n, v] : binder.bindTo)
+    probeDims.push_back(n + "=" + std::to_string(binder.batchNames.count(n) ? kProbeBatch : v));
 
   // The same binding with the batch at an unusual size tells whether the
   // batch may be split and where each input and output carries it.
   OwningOpRef<ModuleOp> probe = module->clone();
-
-  PassManager pm(&context);
-  het::HetBindShapesOptions bindOptions;
-  bindOptions.dims.assign(dims.begin(), dims.end());
-  bindOptions.inputShapes.assign(inputShapes.begin(), inputShapes.end());
-  bindOptions.requireStatic = true;
-  pm.addPass(het::createHetBindShapes(bindOptions));
-  pm.addPass(het::createHetGroupLayers());
-  {
-    std::string diag;
-    ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
-      std::string where = describeLocation(d.getLocation());
-      std::string text = (where.empty() ? "" : where + ": ") + d.str();
-      if (d.getSeverity() == DiagnosticSeverity::Warning) {
-        result.warnings.push_back(text);
-        return success();
-      }
-      if (diag.empty()) diag = text;
-      return success();
-    });
-    if (failed(pm.run(*module)))
-      return err(path + ": " + diag);
-  }
-  checkSamples(*probe, graph, probeDims, probeShapes, result);
+  if (llvm::Error e = bindAndGroup(*module, binder, result))
+    return std::move(e);
+  checkSamples(*probe, graph, probeDims, binder.probeShapes, result);
 
   cost::ExtractOptions extract;
   extract.dtype = o.dtype;

@@ -79,13 +79,13 @@ plan::Plan exportPlanHeader(const cost::ModelCost &model, const cluster::Cluster
   return out;
 }
 
-plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
-                      const cluster::Cluster &cluster, const Options &options,
-                      const ExportInfo &info) {
-  plan::Plan out = exportPlanHeader(model, cluster, options.dtype, info);
+namespace {
 
+/// The run's settings: mode, batch, dtype, schedule, inputs and outputs,
+/// bound dims, memory savers.
+void exportSettings(plan::Settings *settings, const Plan &result, const Options &options,
+                    const ExportInfo &info) {
   bool training = options.mode == cost::Mode::Train;
-  auto *settings = out.mutable_settings();
   settings->set_mode(training ? "train" : "infer");
   settings->set_global_batch(options.globalBatch);
   settings->set_sequence(info.sequence);
@@ -110,62 +110,178 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
   settings->set_optimizer(training ? "adam" : "");
   settings->set_zero_stage(training ? uint32_t(result.zeroStage) : 0);
   settings->set_offload_optimizer(training && result.offloadOptimizer);
+}
+
+/// The nodes a tensor-parallel stage splits and the collectives they run.
+void exportTensorParallel(plan::Stage *stage, const Stage &st, const cost::ModelCost &model,
+                          bool training) {
+  auto *traffic = stage->mutable_tensor_parallel_traffic();
+  for (int l = st.firstLayer; l <= st.lastLayer; ++l)
+    for (const cost::TensorParallelUnit &u : model.layers[l].tensorParallelUnits) {
+      if (!u.fits(st.tensorParallel))
+        continue;
+      for (const cost::TensorParallelNode &n : u.nodes) {
+        auto *node = stage->add_tensor_parallel_nodes();
+        node->set_node(uint32_t(n.node));
+        node->set_role(plan::TensorParallelNode::Role(int(n.role)));
+        node->set_axis(n.axis);
+        node->set_segments(uint32_t(n.segments));
+      }
+      if (u.pair) {
+        traffic->set_forward_all_reduces(traffic->forward_all_reduces() +
+                                         uint32_t(u.forwardCollectives));
+        traffic->set_forward_all_reduce_elements(traffic->forward_all_reduce_elements() +
+                                                 u.forwardElementsPerSample);
+      } else {
+        traffic->set_forward_all_gathers(traffic->forward_all_gathers() +
+                                         uint32_t(u.forwardCollectives));
+        traffic->set_forward_all_gather_elements(traffic->forward_all_gather_elements() +
+                                                 u.forwardElementsPerSample);
+      }
+      if (training) {
+        traffic->set_backward_all_reduces(traffic->backward_all_reduces() +
+                                          uint32_t(u.backwardCollectives));
+        traffic->set_backward_all_reduce_elements(traffic->backward_all_reduce_elements() +
+                                                  u.backwardElementsPerSample);
+      }
+    }
+}
+
+void exportStage(plan::Stage *stage, const Stage &st, int j, const cost::ModelCost &model,
+                 bool training) {
+  stage->set_index(j);
+  stage->set_first_layer(st.firstLayer);
+  stage->set_last_layer(st.lastLayer);
+  stage->set_first_node(model.layers[st.firstLayer].firstNode);
+  stage->set_last_node(model.layers[st.lastLayer].lastNode);
+  stage->set_tensor_parallel(st.tensorParallel);
+  stage->set_recompute(training && st.recompute);
+  if (st.tensorParallel > 1)
+    exportTensorParallel(stage, st, model, training);
+  for (const Worker &w : st.workers) {
+    auto *worker = stage->add_workers();
+    for (int r : w.ranks)
+      worker->add_ranks(r);
+    worker->set_samples(w.samples);
+    worker->set_sample_offset(w.sampleOffset);
+  }
+  stage->set_forward_s(st.forwardSeconds);
+  stage->set_backward_s(st.backwardSeconds);
+  stage->set_gradient_allreduce_s(st.allReduceSeconds);
+  stage->set_send_activation_s(st.sendSeconds);
+}
+
+void exportMemory(plan::MemoryUse *mem, const RankMemory &m) {
+  mem->set_capacity(runtime::saturatedCount(m.capacity));
+  mem->set_parameters(runtime::saturatedCount(m.parameters));
+  mem->set_gradients(runtime::saturatedCount(m.gradients));
+  mem->set_optimizer_state(runtime::saturatedCount(m.optimizerState));
+  mem->set_activations(runtime::saturatedCount(m.activations));
+  mem->set_kv_cache(runtime::saturatedCount(m.kvCache));
+  // The plan's workspace: the CUDA context and the transient buffers.
+  mem->set_workspace(runtime::saturatedCount(m.workspace + m.framework));
+  mem->set_peak(runtime::saturatedCount(m.peak()));
+}
+
+/// The program of rank `self` (a worker of stage `j`, `tpIndex` within its
+/// tensor-parallel group): the stage's simulated events in order, with the
+/// receives, sends and all-reduce peers they imply.
+void exportProgram(plan::Rank *rank, const Plan &result, const cost::ModelCost &model, int j,
+                   const Worker *self, int tpIndex, const std::vector<const Event *> &events) {
+  int P = int(result.stages.size());
+  const Stage &st = result.stages[j];
+  uint32_t firstNode = model.layers[st.firstLayer].firstNode;
+  uint32_t lastNode = model.layers[st.lastLayer].lastNode;
+  auto add = [&](plan::Instruction::Kind kind, const Event *e) {
+    auto *ins = rank->add_program();
+    ins->set_kind(kind);
+    ins->set_micro_batch(e && e->microBatch >= 0 ? e->microBatch : 0);
+    if (e) {
+      ins->set_predicted_start_s(e->start);
+      ins->set_predicted_end_s(e->end);
+    }
+    return ins;
+  };
+  double outBytes = model.layers[st.lastLayer].outputBytesPerSample;
+  double inBytes = st.firstLayer > 0
+                       ? model.layers[st.firstLayer - 1].outputBytesPerSample
+                       : 0;
+  for (const Event *e : events) {
+    switch (e->kind) {
+    case Event::Forward: {
+      if (j > 0)
+        for (auto [from, n] : overlapping(result.stages[j - 1], self->sampleOffset,
+                                          self->samples)) {
+          auto *ins = add(plan::Instruction::RECV_ACTIVATION, e);
+          ins->add_peers(from->ranks[0]);
+          ins->set_bytes(runtime::saturatedCount(inBytes * double(n)));
+          ins->set_predicted_end_s(e->start);
+        }
+      auto *ins = add(plan::Instruction::FORWARD, e);
+      ins->set_first_node(firstNode);
+      ins->set_last_node(lastNode);
+      ins->set_samples(self->samples);
+      break;
+    }
+    case Event::Backward: {
+      if (j + 1 < P)
+        for (auto [from, n] : overlapping(result.stages[j + 1], self->sampleOffset,
+                                          self->samples)) {
+          auto *ins = add(plan::Instruction::RECV_GRADIENT, e);
+          ins->add_peers(from->ranks[0]);
+          ins->set_bytes(runtime::saturatedCount(outBytes * double(n)));
+          ins->set_predicted_end_s(e->start);
+        }
+      auto *ins = add(plan::Instruction::BACKWARD, e);
+      ins->set_first_node(firstNode);
+      ins->set_last_node(lastNode);
+      ins->set_samples(self->samples);
+      break;
+    }
+    case Event::SendActivation:
+    case Event::SendGradient: {
+      if (tpIndex != 0)
+        break;  // the first rank of a tensor-parallel worker sends for it
+      bool act = e->kind == Event::SendActivation;
+      const Stage &to = result.stages[act ? j + 1 : j - 1];
+      double perSample = act ? outBytes : inBytes;
+      for (auto [peer, n] : overlapping(to, self->sampleOffset, self->samples)) {
+        auto *ins = add(act ? plan::Instruction::SEND_ACTIVATION
+                            : plan::Instruction::SEND_GRADIENT,
+                        e);
+        for (int r : peer->ranks)
+          ins->add_peers(r);
+        ins->set_bytes(runtime::saturatedCount(perSample * double(n)));
+      }
+      break;
+    }
+    case Event::AllReduce: {
+      auto *ins = add(plan::Instruction::ALLREDUCE_GRADIENTS, e);
+      for (const Worker &w : st.workers)
+        if (&w != self)
+          ins->add_peers(w.ranks[std::min<size_t>(tpIndex, w.ranks.size() - 1)]);
+      break;
+    }
+    case Event::Optimizer:
+      add(plan::Instruction::OPTIMIZER_STEP, e);
+      break;
+    }
+  }
+}
+
+} // namespace
+
+plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
+                      const cluster::Cluster &cluster, const Options &options,
+                      const ExportInfo &info) {
+  plan::Plan out = exportPlanHeader(model, cluster, options.dtype, info);
+
+  bool training = options.mode == cost::Mode::Train;
+  exportSettings(out.mutable_settings(), result, options, info);
 
   int P = int(result.stages.size());
-  for (int j = 0; j < P; ++j) {
-    const Stage &st = result.stages[j];
-    auto *stage = out.add_stages();
-    stage->set_index(j);
-    stage->set_first_layer(st.firstLayer);
-    stage->set_last_layer(st.lastLayer);
-    stage->set_first_node(model.layers[st.firstLayer].firstNode);
-    stage->set_last_node(model.layers[st.lastLayer].lastNode);
-    stage->set_tensor_parallel(st.tensorParallel);
-    stage->set_recompute(training && st.recompute);
-    if (st.tensorParallel > 1) {
-      auto *traffic = stage->mutable_tensor_parallel_traffic();
-      for (int l = st.firstLayer; l <= st.lastLayer; ++l)
-        for (const cost::TensorParallelUnit &u : model.layers[l].tensorParallelUnits) {
-          if (!u.fits(st.tensorParallel))
-            continue;
-          for (const cost::TensorParallelNode &n : u.nodes) {
-            auto *node = stage->add_tensor_parallel_nodes();
-            node->set_node(uint32_t(n.node));
-            node->set_role(plan::TensorParallelNode::Role(int(n.role)));
-            node->set_axis(n.axis);
-            node->set_segments(uint32_t(n.segments));
-          }
-          if (u.pair) {
-            traffic->set_forward_all_reduces(traffic->forward_all_reduces() +
-                                             uint32_t(u.forwardCollectives));
-            traffic->set_forward_all_reduce_elements(traffic->forward_all_reduce_elements() +
-                                                     u.forwardElementsPerSample);
-          } else {
-            traffic->set_forward_all_gathers(traffic->forward_all_gathers() +
-                                             uint32_t(u.forwardCollectives));
-            traffic->set_forward_all_gather_elements(traffic->forward_all_gather_elements() +
-                                                     u.forwardElementsPerSample);
-          }
-          if (training) {
-            traffic->set_backward_all_reduces(traffic->backward_all_reduces() +
-                                              uint32_t(u.backwardCollectives));
-            traffic->set_backward_all_reduce_elements(traffic->backward_all_reduce_elements() +
-                                                      u.backwardElementsPerSample);
-          }
-        }
-    }
-    for (const Worker &w : st.workers) {
-      auto *worker = stage->add_workers();
-      for (int r : w.ranks)
-        worker->add_ranks(r);
-      worker->set_samples(w.samples);
-      worker->set_sample_offset(w.sampleOffset);
-    }
-    stage->set_forward_s(st.forwardSeconds);
-    stage->set_backward_s(st.backwardSeconds);
-    stage->set_gradient_allreduce_s(st.allReduceSeconds);
-    stage->set_send_activation_s(st.sendSeconds);
-  }
+  for (int j = 0; j < P; ++j)
+    exportStage(out.add_stages(), result.stages[j], j, model, training);
 
   // Programs: every rank of a stage follows the stage's simulated order.
   std::vector<std::vector<const Event *>> byStage(P);
@@ -176,21 +292,10 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
       return a->start < b->start;
     });
 
-  auto *memoryOf = [&]() { return &result.memory; }();
   for (const auto &d : cluster.devices) {
     auto *rank = out.add_ranks();
     rank->set_rank(d.rank);
-    const RankMemory &m = (*memoryOf)[d.rank];
-    auto *mem = rank->mutable_memory();
-    mem->set_capacity(runtime::saturatedCount(m.capacity));
-    mem->set_parameters(runtime::saturatedCount(m.parameters));
-    mem->set_gradients(runtime::saturatedCount(m.gradients));
-    mem->set_optimizer_state(runtime::saturatedCount(m.optimizerState));
-    mem->set_activations(runtime::saturatedCount(m.activations));
-    mem->set_kv_cache(runtime::saturatedCount(m.kvCache));
-    // The plan's workspace: the CUDA context and the transient buffers.
-    mem->set_workspace(runtime::saturatedCount(m.workspace + m.framework));
-    mem->set_peak(runtime::saturatedCount(m.peak()));
+    exportMemory(rank->mutable_memory(), result.memory[d.rank]);
 
     int j = result.stageOfRank[d.rank];
     if (j < 0)
@@ -207,83 +312,7 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
         tpIndex = int(it - st.workers[w].ranks.begin());
       }
     }
-    uint32_t firstNode = model.layers[st.firstLayer].firstNode;
-    uint32_t lastNode = model.layers[st.lastLayer].lastNode;
-    auto add = [&](plan::Instruction::Kind kind, const Event *e) {
-      auto *ins = rank->add_program();
-      ins->set_kind(kind);
-      ins->set_micro_batch(e && e->microBatch >= 0 ? e->microBatch : 0);
-      if (e) {
-        ins->set_predicted_start_s(e->start);
-        ins->set_predicted_end_s(e->end);
-      }
-      return ins;
-    };
-    double outBytes = model.layers[st.lastLayer].outputBytesPerSample;
-    double inBytes = st.firstLayer > 0
-                         ? model.layers[st.firstLayer - 1].outputBytesPerSample
-                         : 0;
-    for (const Event *e : byStage[j]) {
-      switch (e->kind) {
-      case Event::Forward: {
-        if (j > 0)
-          for (auto [from, n] : overlapping(result.stages[j - 1], self->sampleOffset,
-                                            self->samples)) {
-            auto *ins = add(plan::Instruction::RECV_ACTIVATION, e);
-            ins->add_peers(from->ranks[0]);
-            ins->set_bytes(runtime::saturatedCount(inBytes * double(n)));
-            ins->set_predicted_end_s(e->start);
-          }
-        auto *ins = add(plan::Instruction::FORWARD, e);
-        ins->set_first_node(firstNode);
-        ins->set_last_node(lastNode);
-        ins->set_samples(self->samples);
-        break;
-      }
-      case Event::Backward: {
-        if (j + 1 < P)
-          for (auto [from, n] : overlapping(result.stages[j + 1], self->sampleOffset,
-                                            self->samples)) {
-            auto *ins = add(plan::Instruction::RECV_GRADIENT, e);
-            ins->add_peers(from->ranks[0]);
-            ins->set_bytes(runtime::saturatedCount(outBytes * double(n)));
-            ins->set_predicted_end_s(e->start);
-          }
-        auto *ins = add(plan::Instruction::BACKWARD, e);
-        ins->set_first_node(firstNode);
-        ins->set_last_node(lastNode);
-        ins->set_samples(self->samples);
-        break;
-      }
-      case Event::SendActivation:
-      case Event::SendGradient: {
-        if (tpIndex != 0)
-          break;  // the first rank of a tensor-parallel worker sends for it
-        bool act = e->kind == Event::SendActivation;
-        const Stage &to = result.stages[act ? j + 1 : j - 1];
-        double perSample = act ? outBytes : inBytes;
-        for (auto [peer, n] : overlapping(to, self->sampleOffset, self->samples)) {
-          auto *ins = add(act ? plan::Instruction::SEND_ACTIVATION
-                              : plan::Instruction::SEND_GRADIENT,
-                          e);
-          for (int r : peer->ranks)
-            ins->add_peers(r);
-          ins->set_bytes(runtime::saturatedCount(perSample * double(n)));
-        }
-        break;
-      }
-      case Event::AllReduce: {
-        auto *ins = add(plan::Instruction::ALLREDUCE_GRADIENTS, e);
-        for (const Worker &w : st.workers)
-          if (&w != self)
-            ins->add_peers(w.ranks[std::min<size_t>(tpIndex, w.ranks.size() - 1)]);
-        break;
-      }
-      case Event::Optimizer:
-        add(plan::Instruction::OPTIMIZER_STEP, e);
-        break;
-      }
-    }
+    exportProgram(rank, result, model, j, self, tpIndex, byStage[j]);
   }
 
   auto *pred = out.mutable_prediction();

@@ -1,6 +1,7 @@
 //===- ServePlanner.cpp - LLM serving plans on mixed GPUs -----------------===//
 //
-// docs/serving.md gives the model and its sources.
+// docs/serving.md gives the model and its sources. The request-level
+// simulation is in ServeSimulation.cpp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,181 +14,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
-#include <random>
+#include <functional>
 
 namespace hetplan::planner::serve {
 
 using llvm::formatv;
-
-//===----------------------------------------------------------------------===//
-// Simulation
-//===----------------------------------------------------------------------===//
-
-namespace {
-
-struct Request {
-  double arrival = 0, firstToken = -1, finish = -1;
-  int64_t generated = 0;
-};
-
-double percentileOf(std::vector<double> v, double p) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  // Nearest rank.
-  size_t rank = size_t(std::ceil(p / 100.0 * double(v.size())));
-  return v[std::min(v.size(), std::max<size_t>(rank, 1)) - 1];
-}
-
-/// One replica's continuous batching over the requests routed to it.
-void simulateReplica(const SimReplica &r, std::vector<Request *> &requests,
-                     int64_t promptTokens, int64_t outputTokens) {
-  struct Group {
-    double busyUntil = 0;
-    bool busy = false;
-    bool prefilling = false;
-    std::vector<Request *> running, admitted;
-  };
-  std::vector<Group> groups(size_t(std::max(1, r.groups)));
-  std::deque<Request *> waiting;
-  size_t next = 0;
-  const double inf = std::numeric_limits<double>::infinity();
-  auto start = [&](Group &g, double now) {
-    if (!waiting.empty() && int(g.running.size()) < r.groupBatch) {
-      int k = std::min({int(waiting.size()), r.groupBatch - int(g.running.size()),
-                        std::max(1, r.prefillBatch)});
-      g.admitted.assign(waiting.begin(), waiting.begin() + k);
-      waiting.erase(waiting.begin(), waiting.begin() + k);
-      g.prefilling = true;
-      g.busy = true;
-      g.busyUntil = now + r.prefillSeconds(k);
-    } else if (!g.running.empty()) {
-      double context = 0;
-      for (Request *q : g.running)
-        context += double(promptTokens + q->generated);
-      g.prefilling = false;
-      g.busy = true;
-      g.busyUntil = now + r.decodeSeconds(int(g.running.size()), context);
-    } else {
-      g.busy = false;
-    }
-  };
-  while (true) {
-    double nextArrival = next < requests.size() ? requests[next]->arrival : inf;
-    Group *first = nullptr;
-    for (Group &g : groups)
-      if (g.busy && (!first || g.busyUntil < first->busyUntil))
-        first = &g;
-    double nextDone = first ? first->busyUntil : inf;
-    if (nextArrival == inf && nextDone == inf)
-      break;
-    if (nextArrival <= nextDone) {
-      waiting.push_back(requests[next++]);
-      for (Group &g : groups)
-        if (!g.busy)
-          start(g, nextArrival);
-      continue;
-    }
-    Group &g = *first;
-    double now = g.busyUntil;
-    if (g.prefilling) {
-      for (Request *q : g.admitted) {
-        q->firstToken = now;
-        q->generated = 1;
-        if (q->generated >= outputTokens)
-          q->finish = now;
-        else
-          g.running.push_back(q);
-      }
-      g.admitted.clear();
-    } else {
-      std::vector<Request *> still;
-      for (Request *q : g.running) {
-        if (++q->generated >= outputTokens)
-          q->finish = now;
-        else
-          still.push_back(q);
-      }
-      g.running = std::move(still);
-    }
-    start(g, now);
-    // Another idle group may take what this one left waiting.
-    for (Group &other : groups)
-      if (!other.busy)
-        start(other, now);
-  }
-}
-
-} // namespace
-
-SimResult simulate(const std::vector<SimReplica> &replicas, double rate,
-                   int64_t promptTokens, int64_t outputTokens, uint64_t count, uint64_t seed) {
-  SimResult result;
-  if (replicas.empty() || rate <= 0 || count == 0)
-    return result;
-  // Exponential gaps by inversion on the generator's own 53-bit doubles:
-  // the same on every standard library (std::exponential_distribution is not).
-  std::mt19937_64 gen(seed);
-  std::vector<Request> requests(count);
-  double t = 0;
-  for (Request &q : requests) {
-    double u = double(gen() >> 11) * (1.0 / 9007199254740992.0);
-    t += -std::log1p(-u) / rate;
-    q.arrival = t;
-  }
-  // Smooth weighted round-robin (nginx): deterministic, and each replica's
-  // arrivals stay evenly spread.
-  std::vector<std::vector<Request *>> routed(replicas.size());
-  std::vector<double> current(replicas.size(), 0);
-  double total = 0;
-  for (const SimReplica &r : replicas)
-    total += std::max(0.0, r.share);
-  for (Request &q : requests) {
-    size_t best = 0;
-    for (size_t i = 0; i < replicas.size(); ++i) {
-      current[i] += std::max(0.0, replicas[i].share);
-      if (current[i] > current[best])
-        best = i;
-    }
-    current[best] -= total;
-    routed[best].push_back(&q);
-  }
-  for (size_t i = 0; i < replicas.size(); ++i)
-    simulateReplica(replicas[i], routed[i], promptTokens, outputTokens);
-
-  std::vector<double> ttft, tpot;
-  double last = 0;
-  size_t skip = count / 10;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const Request &q = requests[i];
-    last = std::max(last, q.finish);
-    if (i < skip)
-      continue;
-    ttft.push_back(q.firstToken - q.arrival);
-    tpot.push_back(outputTokens > 1 ? (q.finish - q.firstToken) / double(outputTokens - 1) : 0);
-  }
-  for (double v : ttft)
-    result.ttftMean += v / double(ttft.size());
-  for (double v : tpot)
-    result.tpotMean += v / double(tpot.size());
-  result.ttftP50 = percentileOf(ttft, 50);
-  result.ttftP90 = percentileOf(ttft, 90);
-  result.ttftP99 = percentileOf(ttft, 99);
-  result.tpotP50 = percentileOf(tpot, 50);
-  result.tpotP90 = percentileOf(tpot, 90);
-  result.tpotP99 = percentileOf(tpot, 99);
-  result.requests = count;
-  double span = last - requests.front().arrival;
-  if (span > 0) {
-    result.requestsPerSecond = double(count) / span;
-    result.outputTokensPerSecond = double(count) * double(outputTokens) / span;
-  }
-  return result;
-}
 
 //===----------------------------------------------------------------------===//
 // Pricing a replica
@@ -380,29 +214,15 @@ struct Refusal {
   std::string ttftWhere;
 };
 
-/// Prices `sh` on the devices in `stageRanks` (for the links); false when
-/// it fits no request or misses a latency target at any batch.
-bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
-                  const std::vector<std::vector<int>> &stageRanks, Replica &out,
-                  Refusal &why) {
-  const Pricer &pr = *pricer;
+/// The stages of replica shape `sh` on `stageRanks`, into `out`, with the
+/// memory that does not depend on the requests (weights, the CUDA context,
+/// prefill activations). Every stage holds the KV cache of every request in
+/// flight: returns how many requests memory allows, or -1 (noted in `why`)
+/// when one request per group does not fit.
+int placeStages(const Pricer &pr, const Shape &sh, const std::vector<std::vector<int>> &stageRanks,
+                int prefillBatch, const std::string &where, Replica &out, Refusal &why) {
   const Options &opt = pr.opt;
-  const cluster::Cluster &cl = pr.cluster;
-  std::string where = formatv("{0} x{1} (tp {2}, {3} stage(s))", sh.type->name, sh.tp * sh.pp,
-                              sh.tp, sh.pp).str();
-  std::vector<cluster::Link> tpLink, next;
-  for (int s = 0; s < sh.pp; ++s) {
-    const auto &ranks = stageRanks[size_t(s)];
-    tpLink.push_back(ranks.size() > 1 ? cl.linkBetween(ranks[0], ranks[1]) : cluster::Link{1e9, 0, ""});
-    next.push_back(s + 1 < sh.pp ? cl.linkBetween(ranks[0], stageRanks[size_t(s + 1)][0])
-                                 : cluster::Link{1e9, 0, ""});
-  }
-  out = Replica();
-  out.type = sh.type;
-  out.tensorParallel = sh.tp;
   const int64_t P = opt.promptTokens, O = opt.outputTokens;
-  const int prefillBatch = int(std::max<int64_t>(1, opt.maxPrefillTokens / P));
-  // Memory: every stage holds the KV cache of every request in flight.
   double capacity = double(sh.type->memoryBytes()) * opt.memoryUtilization;
   double context = sh.type->kind == cluster::DeviceKind::GPU ? opt.deviceContextBytes : 0;
   int memBatch = std::numeric_limits<int>::max();
@@ -429,13 +249,41 @@ bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
         why.memoryShortBytes = -free;
         why.memoryWhere = where + formatv(", stage {0}", s).str();
       }
-      return false;
+      return -1;
     }
     int fit = perRequest > 0 ? int(std::min(1e9, std::floor((capacity - fixed) / perRequest))) : 1 << 30;
     memBatch = std::min(memBatch, fit);
     st.peakBytes = fixed;  // KV added once max batch is known
     out.stages.push_back(std::move(st));
   }
+  return memBatch;
+}
+
+/// Prices `sh` on the devices in `stageRanks` (for the links); false when
+/// it fits no request or misses a latency target at any batch.
+bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
+                  const std::vector<std::vector<int>> &stageRanks, Replica &out,
+                  Refusal &why) {
+  const Pricer &pr = *pricer;
+  const Options &opt = pr.opt;
+  const cluster::Cluster &cl = pr.cluster;
+  std::string where = formatv("{0} x{1} (tp {2}, {3} stage(s))", sh.type->name, sh.tp * sh.pp,
+                              sh.tp, sh.pp).str();
+  std::vector<cluster::Link> tpLink, next;
+  for (int s = 0; s < sh.pp; ++s) {
+    const auto &ranks = stageRanks[size_t(s)];
+    tpLink.push_back(ranks.size() > 1 ? cl.linkBetween(ranks[0], ranks[1]) : cluster::Link{1e9, 0, ""});
+    next.push_back(s + 1 < sh.pp ? cl.linkBetween(ranks[0], stageRanks[size_t(s + 1)][0])
+                                 : cluster::Link{1e9, 0, ""});
+  }
+  out = Replica();
+  out.type = sh.type;
+  out.tensorParallel = sh.tp;
+  const int64_t P = opt.promptTokens, O = opt.outputTokens;
+  const int prefillBatch = int(std::max<int64_t>(1, opt.maxPrefillTokens / P));
+  int memBatch = placeStages(pr, sh, stageRanks, prefillBatch, where, out, why);
+  if (memBatch < 0)
+    return false;
   // The iteration times keep the pricer alive (Replica::sim outlives the
   // planning call).
   auto prefillSeconds = [=](int k) {
@@ -533,27 +381,13 @@ struct TypeChoice {
   int best = -1;
 };
 
-} // namespace
+llvm::Error servingError(const std::string &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m);
+}
 
-llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
-                                      const cost::ModelCost &decode,
-                                      const cluster::Cluster &cluster, const Options &opt) {
-  auto err = [](const std::string &m) {
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), m);
-  };
-  if (prefill.layers.size() != decode.layers.size() || prefill.layers.empty())
-    return err(formatv("the model groups into {0} layers at the prompt length and {1} at one "
-                       "token: cannot price decode layer by layer",
-                       prefill.layers.size(), decode.layers.size()).str());
-  if (opt.rate <= 0 || opt.promptTokens < 1 || opt.outputTokens < 1)
-    return err("--rate, --prompt-len and --output-len must be positive");
-  auto pricer = std::make_shared<const Pricer>(prefill, decode, cluster, opt);
-  const Pricer &pr = *pricer;
-  if (pr.kvBytesPerToken() <= 0)
-    return err("the model has no attention whose keys and values hetplan recognizes (Q·K^T "
-               "feeding a Softmax, or an Attention node): no KV cache to serve with");
-
-  // Device types in order of first rank.
+/// The device types of the cluster in order of first rank, with how many
+/// devices each has and whether --pick-devices may leave them out.
+std::vector<TypeChoice> deviceTypes(const cluster::Cluster &cluster, const Options &opt) {
   std::vector<TypeChoice> types;
   for (const cluster::Device &d : cluster.devices) {
     auto it = std::find_if(types.begin(), types.end(),
@@ -568,99 +402,108 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
     }
     ++it->devices;
   }
+  return types;
+}
 
-  Refusal why;
-  int L = int(decode.layers.size());
-  for (TypeChoice &t : types) {
-    double bestPerDevice = -1;
-    int perNode = 0;
-    for (const cluster::Node &node : cluster.nodes) {
-      int n = 0;
-      for (int r : node.devices)
-        n += cluster.devices[size_t(r)].type == t.type;
-      perNode = std::max(perNode, n);
+/// Every replica shape of type `t` (tensor-parallel degree within a node,
+/// pipeline depth; powers of two, or the pinned ones) that fits and meets
+/// the targets, and the best by requests/s per device.
+void priceShapes(TypeChoice &t, const std::shared_ptr<const Pricer> &pricer, int L,
+                 Refusal &why) {
+  const Pricer &pr = *pricer;
+  const Options &opt = pr.opt;
+  const cluster::Cluster &cluster = pr.cluster;
+  double bestPerDevice = -1;
+  int perNode = 0;
+  for (const cluster::Node &node : cluster.nodes) {
+    int n = 0;
+    for (int r : node.devices)
+      n += cluster.devices[size_t(r)].type == t.type;
+    perNode = std::max(perNode, n);
+  }
+  // Replica shapes: powers of two, or the pinned ones.
+  auto sizes = [](int pinned, int most) {
+    std::vector<int> out;
+    if (pinned) {
+      if (pinned <= most)
+        out.push_back(pinned);
+    } else {
+      for (int k = 1; k <= most; k *= 2)
+        out.push_back(k);
     }
-    // Replica shapes: powers of two, or the pinned ones.
-    auto sizes = [](int pinned, int most) {
-      std::vector<int> out;
-      if (pinned) {
-        if (pinned <= most)
-          out.push_back(pinned);
-      } else {
-        for (int k = 1; k <= most; k *= 2)
-          out.push_back(k);
+    return out;
+  };
+  for (int tp : sizes(opt.pinTensorParallel, std::min(perNode, opt.maxTensorParallel)))
+    for (int pp : sizes(opt.pinPipelineStages,
+                        std::min({L, std::max(opt.maxPipelineStages, opt.pinPipelineStages), t.devices / tp}))) {
+      auto groups = tpGroups(cluster, t.type, tp, t.devices);
+      if (int(groups.size()) < pp)
+        continue;
+      Shape sh{t.type, tp, pp, pr.split(pp)};
+      std::vector<std::vector<int>> stageRanks(groups.begin(), groups.begin() + pp);
+      Replica r;
+      if (!priceReplica(pricer, sh, stageRanks, r, why))
+        continue;
+      double perDevice = r.capacity / double(tp * pp);
+      t.options.push_back({sh, std::move(r), int(groups.size()) / pp});
+      if (perDevice > bestPerDevice * 1.0001) {
+        bestPerDevice = perDevice;
+        t.best = int(t.options.size()) - 1;
       }
-      return out;
-    };
-    for (int tp : sizes(opt.pinTensorParallel, std::min(perNode, opt.maxTensorParallel)))
-      for (int pp : sizes(opt.pinPipelineStages,
-                          std::min({L, std::max(opt.maxPipelineStages, opt.pinPipelineStages), t.devices / tp}))) {
-        auto groups = tpGroups(cluster, t.type, tp, t.devices);
-        if (int(groups.size()) < pp)
-          continue;
-        Shape sh{t.type, tp, pp, pr.split(pp)};
-        std::vector<std::vector<int>> stageRanks(groups.begin(), groups.begin() + pp);
-        Replica r;
-        if (!priceReplica(pricer, sh, stageRanks, r, why))
-          continue;
-        double perDevice = r.capacity / double(tp * pp);
-        t.options.push_back({sh, std::move(r), int(groups.size()) / pp});
-        if (perDevice > bestPerDevice * 1.0001) {
-          bestPerDevice = perDevice;
-          t.best = int(t.options.size()) - 1;
-        }
-      }
-  }
-  std::vector<TypeChoice *> usable;
-  for (TypeChoice &t : types)
-    if (t.best >= 0)
-      usable.push_back(&t);
-  if (usable.empty() && (opt.pinPipelineStages || opt.pinTensorParallel) &&
-      why.memoryShortBytes == std::numeric_limits<double>::infinity() &&
-      why.bestTpot == std::numeric_limits<double>::infinity() &&
-      why.bestTtft == std::numeric_limits<double>::infinity())
-    return err(formatv("--pin pp={0},tp={1}: no device type has that replica shape ({2} layers; "
-                       "tensor parallelism within one node)",
-                       std::max(1, opt.pinPipelineStages), std::max(1, opt.pinTensorParallel), L)
-                   .str());
-  if (usable.empty()) {
-    if (why.memoryShortBytes < std::numeric_limits<double>::infinity() &&
-        why.bestTpot == std::numeric_limits<double>::infinity() &&
-        why.bestTtft == std::numeric_limits<double>::infinity())
-      return err(formatv("no replica fits in memory: the closest, {0}, needs {1} more for its "
-                         "weights and one request's KV cache ({2} tokens)",
-                         why.memoryWhere, gibText(why.memoryShortBytes),
-                         opt.promptTokens + opt.outputTokens).str());
-    std::string m = "no replica meets the latency targets:";
-    if (why.bestTtft < std::numeric_limits<double>::infinity())
-      m += formatv(" TTFT target {0} is missed by the fastest prefill, {1} on {2} ({3} over)",
-                   ms(opt.ttftTarget), ms(why.bestTtft), why.ttftWhere,
-                   ms(why.bestTtft - opt.ttftTarget)).str();
-    if (why.bestTpot < std::numeric_limits<double>::infinity())
-      m += formatv("{0} TPOT target {1} (with a tenth kept for queueing: {2}) is missed by "
-                   "the fastest decode at batch 1, {3} on {4} ({5} over)",
-                   why.bestTtft < std::numeric_limits<double>::infinity() ? ";" : "",
-                   ms(opt.tpotTarget), ms(0.9 * opt.tpotTarget), ms(why.bestTpot),
-                   why.tpotWhere, ms(why.bestTpot - 0.9 * opt.tpotTarget)).str();
-    if (why.memoryShortBytes < std::numeric_limits<double>::infinity())
-      m += formatv("; other shapes do not fit in memory ({0} short on {1})",
-                   gibText(why.memoryShortBytes), why.memoryWhere).str();
-    return err(m);
-  }
+    }
+}
 
-  // How many replicas of each usable type: all of them for a fixed cluster
-  // (and for types that are not optional), else the cheapest counts whose
-  // capacity, loaded to `load`, covers the rate. Prices unknown: refused
-  // when picking (the cheapest would be meaningless).
-  uint64_t requests = opt.simulatedRequests
-                          ? opt.simulatedRequests
-                          : uint64_t(std::clamp(opt.rate * 120.0, 2000.0, 20000.0));
-  // A choice: per usable type, which of its shapes and how many replicas.
-  using Choice = std::vector<std::pair<int, int>>;
-  auto build = [&](const Choice &choice) {
+/// The error when no device type has a usable replica shape: the pinned
+/// shape exists nowhere, nothing fits in memory, or the targets are missed.
+llvm::Error noReplica(const Refusal &why, const Options &opt, int L) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if ((opt.pinPipelineStages || opt.pinTensorParallel) && why.memoryShortBytes == inf &&
+      why.bestTpot == inf && why.bestTtft == inf)
+    return servingError(formatv("--pin pp={0},tp={1}: no device type has that replica shape ({2} layers; "
+                                "tensor parallelism within one node)",
+                                std::max(1, opt.pinPipelineStages), std::max(1, opt.pinTensorParallel), L)
+                            .str());
+  if (why.memoryShortBytes < inf && why.bestTpot == inf && why.bestTtft == inf)
+    return servingError(formatv("no replica fits in memory: the closest, {0}, needs {1} more for its "
+                                "weights and one request's KV cache ({2} tokens)",
+                                why.memoryWhere, gibText(why.memoryShortBytes),
+                                opt.promptTokens + opt.outputTokens).str());
+  std::string m = "no replica meets the latency targets:";
+  if (why.bestTtft < inf)
+    m += formatv(" TTFT target {0} is missed by the fastest prefill, {1} on {2} ({3} over)",
+                 ms(opt.ttftTarget), ms(why.bestTtft), why.ttftWhere,
+                 ms(why.bestTtft - opt.ttftTarget)).str();
+  if (why.bestTpot < inf)
+    m += formatv("{0} TPOT target {1} (with a tenth kept for queueing: {2}) is missed by "
+                 "the fastest decode at batch 1, {3} on {4} ({5} over)",
+                 why.bestTtft < inf ? ";" : "",
+                 ms(opt.tpotTarget), ms(0.9 * opt.tpotTarget), ms(why.bestTpot),
+                 why.tpotWhere, ms(why.bestTpot - 0.9 * opt.tpotTarget)).str();
+  if (why.memoryShortBytes < inf)
+    m += formatv("; other shapes do not fit in memory ({0} short on {1})",
+                 gibText(why.memoryShortBytes), why.memoryWhere).str();
+  return servingError(m);
+}
+
+/// A choice: per usable type, which of its shapes and how many replicas.
+using Choice = std::vector<std::pair<int, int>>;
+
+/// How many replicas of each usable type: all of them for a fixed cluster
+/// (and for types that are not optional), else the cheapest counts whose
+/// capacity, loaded to a share of it, covers the rate.
+struct ReplicaChoice {
+  std::shared_ptr<const Pricer> pricer;
+  const cluster::Cluster &cluster;
+  const Options &opt;
+  std::vector<TypeChoice *> usable;
+  uint64_t requests;  // simulated
+
+  /// The plan of `choice`: its replicas priced on their devices, the rate
+  /// split by capacity, and the simulated latencies.
+  ServePlan build(const Choice &choice) const {
     ServePlan plan;
     plan.seed = opt.seed;
-    plan.kvBytesPerToken = pr.kvBytesPerToken();
+    plan.kvBytesPerToken = pricer->kvBytesPerToken();
     for (size_t i = 0; i < usable.size(); ++i) {
       TypeChoice &t = *usable[i];
       const Shape &shape = t.options[size_t(choice[i].first)].shape;
@@ -692,8 +535,10 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
     double tokensPerHour = opt.rate * double(opt.outputTokens) * 3600;
     plan.pricePerMillionTokens = plan.pricePerHour / tokensPerHour * 1e6;
     return plan;
-  };
-  auto missed = [&](const ServePlan &p) {
+  }
+
+  /// The targets `p` misses at the percentile asked for ("" when none).
+  std::string missed(const ServePlan &p) const {
     std::string m;
     int q = opt.percentile;
     if (opt.ttftTarget > 0 && p.predicted.ttft(q) > opt.ttftTarget)
@@ -704,56 +549,31 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
            formatv("TPOT p{0} {1} exceeds the target {2} by {3}", q, ms(p.predicted.tpot(q)),
                    ms(opt.tpotTarget), ms(p.predicted.tpot(q) - opt.tpotTarget)).str();
     return m;
-  };
-
-  Choice all;
-  double allCapacity = 0;
-  for (TypeChoice *t : usable) {
-    const ShapeOption &o = t->options[size_t(t->best)];
-    all.push_back({t->best, o.available});
-    double most = 0;
-    for (const ShapeOption &x : t->options)
-      most = std::max(most, x.available * x.sample.capacity);
-    allCapacity += t->optional ? most : o.available * o.sample.capacity;
   }
-  if (allCapacity < opt.rate)
-    return err(formatv("the rate {0:F2} req/s exceeds what the {1} can serve{5}, {2:F2} "
-                       "req/s, by {3:F2} req/s ({4:F0}%)",
-                       opt.rate, opt.pickDevices ? "devices available" : "cluster",
-                       allCapacity, opt.rate - allCapacity,
-                       100 * (opt.rate - allCapacity) / allCapacity,
-                       opt.tpotTarget > 0 ? " within the TPOT target" : "").str());
 
-  bool picking = false;
-  for (TypeChoice *t : usable)
-    picking |= t->optional;
-  if (!picking) {
+  /// The whole cluster, paid whole (idle devices too).
+  llvm::Expected<ServePlan> fixedCluster(const Choice &all) const {
     ServePlan plan = build(all);
-    // A fixed cluster is paid whole, idle devices too.
     int unpriced = 0;
     plan.pricePerHour = cluster.totalPricePerHour(unpriced);
     plan.unpricedDevices = unpriced;
     plan.pricePerMillionTokens =
         plan.pricePerHour / (opt.rate * double(opt.outputTokens) * 3600) * 1e6;
     if (std::string m = missed(plan); !m.empty())
-      return err(formatv("at {0:F2} req/s on the whole cluster (capacity {1:F2} req/s): {2}",
-                         opt.rate, plan.capacity, m).str());
+      return servingError(formatv("at {0:F2} req/s on the whole cluster (capacity {1:F2} req/s): {2}",
+                                  opt.rate, plan.capacity, m).str());
     if (opt.budget > 0 && plan.pricePerHour > opt.budget)
-      return err(formatv("the budget ${0:F2}/h is too small: the cluster costs ${1:F2}/h "
-                         "(${2:F2}/h over); --pick-devices chooses the cheapest part of it",
-                         opt.budget, plan.pricePerHour, plan.pricePerHour - opt.budget).str());
+      return servingError(formatv("the budget ${0:F2}/h is too small: the cluster costs ${1:F2}/h "
+                                  "(${2:F2}/h over); --pick-devices chooses the cheapest part of it",
+                                  opt.budget, plan.pricePerHour, plan.pricePerHour - opt.budget).str());
     return plan;
   }
-  for (TypeChoice *t : usable)
-    if (t->optional && t->options[size_t(t->best)].sample.unpriced)
-      return err(formatv("--pick-devices needs a price for every optional type: {0} has none "
-                         "(give price_per_hour_usd in the cluster file)", t->type->name).str());
 
-  // Cheapest choice for a load: enumerate, per optional type, each shape
-  // and count (a few types, a few shapes, tens of replicas: small); the
-  // other types at their best shape, whole. A type runs one shape.
-  std::string lastMiss;
-  for (double load : {0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2}) {
+  /// Cheapest choice whose capacity at `load` covers the rate (empty when
+  /// none): enumerate, per optional type, each shape and count (a few
+  /// types, a few shapes, tens of replicas: small); the other types at
+  /// their best shape, whole. A type runs one shape.
+  Choice cheapest(double load) const {
     Choice best;
     double bestPrice = std::numeric_limits<double>::infinity(), bestCap = 0;
     Choice choice(usable.size(), {0, 0});
@@ -792,25 +612,99 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
       choice[i] = {0, 0};
     };
     walk(0, 0, 0);
-    if (best.empty())
-      break;
-    ServePlan plan = build(best);
-    std::string m = missed(plan);
-    if (m.empty()) {
-      if (opt.budget > 0 && plan.pricePerHour > opt.budget)
-        return err(formatv("the budget ${0:F2}/h is too small: the cheapest devices meeting "
-                           "{1:F2} req/s within the targets cost ${2:F2}/h (${3:F2}/h, {4:F0}% "
-                           "over)",
-                           opt.budget, opt.rate, plan.pricePerHour,
-                           plan.pricePerHour - opt.budget,
-                           100 * (plan.pricePerHour - opt.budget) / opt.budget).str());
-      return plan;
-    }
-    lastMiss = formatv("loaded to {0:F0}% of capacity: {1}", 100 * load, m).str();
+    return best;
   }
-  return err(formatv("no choice of the devices available meets the targets at {0:F2} req/s "
-                     "(the last tried, {1})",
-                     opt.rate, lastMiss.empty() ? "none: not enough capacity" : lastMiss).str());
+
+  /// --pick-devices: the cheapest choice meeting the targets, loaded to
+  /// 90% of its capacity, else to less.
+  llvm::Expected<ServePlan> pickDevices() const {
+    std::string lastMiss;
+    for (double load : {0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2}) {
+      Choice best = cheapest(load);
+      if (best.empty())
+        break;
+      ServePlan plan = build(best);
+      std::string m = missed(plan);
+      if (m.empty()) {
+        if (opt.budget > 0 && plan.pricePerHour > opt.budget)
+          return servingError(formatv("the budget ${0:F2}/h is too small: the cheapest devices meeting "
+                                      "{1:F2} req/s within the targets cost ${2:F2}/h (${3:F2}/h, {4:F0}% "
+                                      "over)",
+                                      opt.budget, opt.rate, plan.pricePerHour,
+                                      plan.pricePerHour - opt.budget,
+                                      100 * (plan.pricePerHour - opt.budget) / opt.budget).str());
+        return plan;
+      }
+      lastMiss = formatv("loaded to {0:F0}% of capacity: {1}", 100 * load, m).str();
+    }
+    return servingError(formatv("no choice of the devices available meets the targets at {0:F2} req/s "
+                                "(the last tried, {1})",
+                                opt.rate, lastMiss.empty() ? "none: not enough capacity" : lastMiss).str());
+  }
+};
+
+} // namespace
+
+llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
+                                      const cost::ModelCost &decode,
+                                      const cluster::Cluster &cluster, const Options &opt) {
+  if (prefill.layers.size() != decode.layers.size() || prefill.layers.empty())
+    return servingError(formatv("the model groups into {0} layers at the prompt length and {1} at one "
+                                "token: cannot price decode layer by layer",
+                                prefill.layers.size(), decode.layers.size()).str());
+  if (opt.rate <= 0 || opt.promptTokens < 1 || opt.outputTokens < 1)
+    return servingError("--rate, --prompt-len and --output-len must be positive");
+  auto pricer = std::make_shared<const Pricer>(prefill, decode, cluster, opt);
+  if (pricer->kvBytesPerToken() <= 0)
+    return servingError("the model has no attention whose keys and values hetplan recognizes (Q·K^T "
+                        "feeding a Softmax, or an Attention node): no KV cache to serve with");
+
+  std::vector<TypeChoice> types = deviceTypes(cluster, opt);
+  Refusal why;
+  int L = int(decode.layers.size());
+  for (TypeChoice &t : types)
+    priceShapes(t, pricer, L, why);
+  std::vector<TypeChoice *> usable;
+  for (TypeChoice &t : types)
+    if (t.best >= 0)
+      usable.push_back(&t);
+  if (usable.empty())
+    return noReplica(why, opt, L);
+
+  // Prices unknown: refused when picking (the cheapest would be meaningless).
+  uint64_t requests = opt.simulatedRequests
+                          ? opt.simulatedRequests
+                          : uint64_t(std::clamp(opt.rate * 120.0, 2000.0, 20000.0));
+  ReplicaChoice chooser{pricer, cluster, opt, usable, requests};
+
+  Choice all;
+  double allCapacity = 0;
+  for (TypeChoice *t : usable) {
+    const ShapeOption &o = t->options[size_t(t->best)];
+    all.push_back({t->best, o.available});
+    double most = 0;
+    for (const ShapeOption &x : t->options)
+      most = std::max(most, x.available * x.sample.capacity);
+    allCapacity += t->optional ? most : o.available * o.sample.capacity;
+  }
+  if (allCapacity < opt.rate)
+    return servingError(formatv("the rate {0:F2} req/s exceeds what the {1} can serve{5}, {2:F2} "
+                                "req/s, by {3:F2} req/s ({4:F0}%)",
+                                opt.rate, opt.pickDevices ? "devices available" : "cluster",
+                                allCapacity, opt.rate - allCapacity,
+                                100 * (opt.rate - allCapacity) / allCapacity,
+                                opt.tpotTarget > 0 ? " within the TPOT target" : "").str());
+
+  bool picking = false;
+  for (TypeChoice *t : usable)
+    picking |= t->optional;
+  if (!picking)
+    return chooser.fixedCluster(all);
+  for (TypeChoice *t : usable)
+    if (t->optional && t->options[size_t(t->best)].sample.unpriced)
+      return servingError(formatv("--pick-devices needs a price for every optional type: {0} has none "
+                                  "(give price_per_hour_usd in the cluster file)", t->type->name).str());
+  return chooser.pickDevices();
 }
 
 //===----------------------------------------------------------------------===//

@@ -592,6 +592,177 @@ int runCompileServe() {
   return 0;
 }
 
+namespace {
+
+llvm::Error flagError(const std::string &message) {
+  return llvm::createStringError(message);
+}
+
+/// --batch, --seq and --mode for a train or infer plan.
+llvm::Error readBatchAndMode(planner::Options &options) {
+  options.globalBatch = batchArg;
+  // Sizes beyond 2^24 samples or tokens are no real step and overflow the
+  // planner's element and byte counts.
+  constexpr int64_t kMaxSize = int64_t(1) << 24;
+  if (batchArg <= 0)
+    return flagError("--batch must be at least 1");
+  if (batchArg > kMaxSize)
+    return flagError("--batch " + std::to_string(batchArg) + " is too large (at most " +
+                     std::to_string(kMaxSize) + " samples per step)");
+  if (seqArg < 0 || seqArg > kMaxSize)
+    return flagError("--seq must be between 1 and " + std::to_string(kMaxSize) + ", not " +
+                     std::to_string(seqArg));
+  if (modeArg == "train")
+    options.mode = cost::Mode::Train;
+  else if (modeArg == "infer" || modeArg == "inference")
+    options.mode = cost::Mode::Infer;
+  else
+    return flagError("--mode must be train, infer or serve, not '" + modeArg + "'");
+  return llvm::Error::success();
+}
+
+/// The search's flags: --schedule, --strategy, --pin, --grad-dtype,
+/// --recompute, --zero, --offload.
+llvm::Error readSearchFlags(planner::Options &options) {
+  auto schedule = planner::parseSchedule(scheduleArg);
+  if (!schedule)
+    return schedule.takeError();
+  options.schedule = *schedule;
+  auto strategy = planner::parseStrategy(strategyArg);
+  if (!strategy)
+    return strategy.takeError();
+  options.strategy = *strategy;
+  if (!pinArg.empty()) {
+    auto pin = planner::parsePin(pinArg);
+    if (!pin)
+      return pin.takeError();
+    options.strategy = planner::Strategy::Pinned;
+    options.pin = *pin;
+  }
+  if (!gradDtypeArg.empty()) {
+    auto g = cluster::parseDType(gradDtypeArg);
+    if (!g || *g == cluster::DType::INT8 || *g == cluster::DType::TF32)
+      return flagError("--grad-dtype must be fp32, fp16 or bf16, not '" + gradDtypeArg + "'");
+    options.gradientDType = *g;
+  }
+  if (recomputeArg == "never")
+    options.recompute = planner::RecomputePolicy::Never;
+  else if (recomputeArg == "auto")
+    options.recompute = planner::RecomputePolicy::Search;
+  else if (recomputeArg == "always")
+    options.recompute = planner::RecomputePolicy::Always;
+  else
+    return flagError("--recompute must be never, auto or always, not '" + recomputeArg + "'");
+  if (zeroArg == "auto")
+    options.zeroStage = -1;
+  else if (zeroArg.size() == 1 && zeroArg[0] >= '0' && zeroArg[0] <= '3')
+    options.zeroStage = zeroArg[0] - '0';
+  else
+    return flagError("--zero must be auto, 0, 1, 2 or 3, not '" + zeroArg + "'");
+  if (offloadArg == "never")
+    options.offload = planner::OffloadPolicy::Never;
+  else if (offloadArg == "auto")
+    options.offload = planner::OffloadPolicy::Search;
+  else if (offloadArg == "always")
+    options.offload = planner::OffloadPolicy::Always;
+  else
+    return flagError("--offload must be never, auto or always, not '" + offloadArg + "'");
+  return llvm::Error::success();
+}
+
+/// --layout FILE: the layouts to price (none without the flag).
+llvm::Error readLayouts(planner::Options &options, std::vector<planner::Layout> &layouts) {
+  if (layoutArg.empty())
+    return llvm::Error::success();
+  if (!pinArg.empty())
+    return flagError("give --layout or --pin, not both");
+  llvm::sys::fs::file_status status;  // regular files only (no FIFO, no /dev/zero)
+  if (!llvm::sys::fs::status(layoutArg, status) &&
+      status.type() != llvm::sys::fs::file_type::regular_file)
+    return flagError(layoutArg + ": not a regular file");
+  auto buffer = llvm::MemoryBuffer::getFile(layoutArg, /*IsText=*/true);
+  if (!buffer)
+    return flagError(layoutArg + ": cannot read layout: " + buffer.getError().message());
+  auto parsed = planner::parseLayouts((*buffer)->getBuffer(), layoutArg);
+  if (!parsed)
+    return parsed.takeError();
+  layouts = std::move(*parsed);
+  options.strategy = planner::Strategy::Pinned;
+  return llvm::Error::success();
+}
+
+/// One JSON line for a priced layout: its predicted step time, or why it
+/// fails with how full its fullest device would be.
+llvm::json::Object layoutLine(size_t index, llvm::Expected<planner::Plan> p) {
+  llvm::json::Object line{{"index", int64_t(index)}};
+  if (!p) {
+    line["error"] = llvm::toString(p.takeError());
+    return line;
+  }
+  double peak = 0;
+  int fullest = -1;
+  for (size_t r = 0; r < p->memory.size(); ++r) {
+    const auto &m = p->memory[r];
+    if (p->stageOfRank[r] < 0 || m.capacity <= 0)
+      continue;
+    if (m.peak() / m.capacity > peak) {
+      peak = m.peak() / m.capacity;
+      fullest = int(r);
+    }
+  }
+  line["peak_memory_fraction"] = peak;
+  if (fullest >= 0) {
+    line["peak_memory_bytes"] = p->memory[fullest].peak();
+    line["fullest_rank"] = fullest;
+    line["fullest_capacity_bytes"] = p->memory[fullest].capacity;
+  }
+  line["zero_stage"] = p->zeroStage;
+  line["offload_optimizer"] = p->offloadOptimizer;
+  llvm::json::Array recompute;
+  for (const auto &st : p->stages)
+    recompute.push_back(st.recompute);
+  line["recompute"] = std::move(recompute);
+  if (p->fitsMemory) {
+    line["step_time_s"] = p->stepSeconds;
+    line["samples_per_s"] = p->samplesPerSecond;
+    line["bubble_fraction"] = p->bubbleFraction;
+  } else {
+    line["error"] = "the layout does not fit in memory";
+  }
+  return line;
+}
+
+/// The plan written to -o (without its wall-clock search time: same
+/// inputs, same bytes), then its summary or its JSON.
+int writeCompiledPlan(const planner::Plan &result, const planner::CostedModel &costed,
+                      const cluster::Cluster &cl, const planner::Options &options) {
+  std::string error;
+  plan::Plan out =
+      planner::exportPlan(result, costed.cost, cl, options, exportInfo(costed, seqArg));
+  if (!runtime::validatePlan(out, error))
+    return fail("internal error: the plan does not validate: " + error);
+  // The file holds no wall-clock figures: same inputs, same bytes.
+  out.mutable_prediction()->clear_search_time_s();
+  if (!outputArg.empty() && !runtime::writePlan(outputArg, out, error))
+    return fail(error);
+  out.mutable_prediction()->set_search_time_s(result.searchSeconds);
+
+  if (jsonArg) {
+    llvm::json::Value summary = summaryJson(out);
+    llvm::json::Array warnings;
+    for (const std::string &w : costed.warnings)
+      warnings.push_back(w);
+    summary.getAsObject()->try_emplace("warnings", std::move(warnings));
+    llvm::outs() << llvm::formatv("{0:2}", summary) << "\n";
+  } else {
+    printSummary(out, llvm::outs());
+    llvm::outs() << "  plan written to " << outputArg << "\n";
+  }
+  return 0;
+}
+
+} // namespace
+
 int runCompile() {
   if (modeArg == "serve")
     return runCompileServe();
@@ -605,88 +776,17 @@ int runCompile() {
                 "--pick-devices are for --mode serve");
   // Options first: a bad flag should not wait for a large import.
   planner::Options options;
-  options.globalBatch = batchArg;
-  // Sizes beyond 2^24 samples or tokens are no real step and overflow the
-  // planner's element and byte counts.
-  constexpr int64_t kMaxSize = int64_t(1) << 24;
-  if (batchArg <= 0)
-    return fail("--batch must be at least 1");
-  if (batchArg > kMaxSize)
-    return fail("--batch " + std::to_string(batchArg) + " is too large (at most " +
-                std::to_string(kMaxSize) + " samples per step)");
-  if (seqArg < 0 || seqArg > kMaxSize)
-    return fail("--seq must be between 1 and " + std::to_string(kMaxSize) + ", not " +
-                std::to_string(seqArg));
-  if (modeArg == "train")
-    options.mode = cost::Mode::Train;
-  else if (modeArg == "infer" || modeArg == "inference")
-    options.mode = cost::Mode::Infer;
-  else
-    return fail("--mode must be train, infer or serve, not '" + modeArg + "'");
+  if (llvm::Error e = readBatchAndMode(options))
+    return fail(llvm::toString(std::move(e)));
   auto flags = readCommonFlags();
   if (!flags)
     return fail(llvm::toString(flags.takeError()));
   options.dtype = flags->dtype;
-  auto schedule = planner::parseSchedule(scheduleArg);
-  if (!schedule)
-    return fail(llvm::toString(schedule.takeError()));
-  options.schedule = *schedule;
-  auto strategy = planner::parseStrategy(strategyArg);
-  if (!strategy)
-    return fail(llvm::toString(strategy.takeError()));
-  options.strategy = *strategy;
-  if (!pinArg.empty()) {
-    auto pin = planner::parsePin(pinArg);
-    if (!pin)
-      return fail(llvm::toString(pin.takeError()));
-    options.strategy = planner::Strategy::Pinned;
-    options.pin = *pin;
-  }
-  if (!gradDtypeArg.empty()) {
-    auto g = cluster::parseDType(gradDtypeArg);
-    if (!g || *g == cluster::DType::INT8 || *g == cluster::DType::TF32)
-      return fail("--grad-dtype must be fp32, fp16 or bf16, not '" + gradDtypeArg + "'");
-    options.gradientDType = *g;
-  }
-  if (recomputeArg == "never")
-    options.recompute = planner::RecomputePolicy::Never;
-  else if (recomputeArg == "auto")
-    options.recompute = planner::RecomputePolicy::Search;
-  else if (recomputeArg == "always")
-    options.recompute = planner::RecomputePolicy::Always;
-  else
-    return fail("--recompute must be never, auto or always, not '" + recomputeArg + "'");
-  if (zeroArg == "auto")
-    options.zeroStage = -1;
-  else if (zeroArg.size() == 1 && zeroArg[0] >= '0' && zeroArg[0] <= '3')
-    options.zeroStage = zeroArg[0] - '0';
-  else
-    return fail("--zero must be auto, 0, 1, 2 or 3, not '" + zeroArg + "'");
-  if (offloadArg == "never")
-    options.offload = planner::OffloadPolicy::Never;
-  else if (offloadArg == "auto")
-    options.offload = planner::OffloadPolicy::Search;
-  else if (offloadArg == "always")
-    options.offload = planner::OffloadPolicy::Always;
-  else
-    return fail("--offload must be never, auto or always, not '" + offloadArg + "'");
+  if (llvm::Error e = readSearchFlags(options))
+    return fail(llvm::toString(std::move(e)));
   std::vector<planner::Layout> layouts;
-  if (!layoutArg.empty()) {
-    if (!pinArg.empty())
-      return fail("give --layout or --pin, not both");
-    llvm::sys::fs::file_status status;  // regular files only (no FIFO, no /dev/zero)
-    if (!llvm::sys::fs::status(layoutArg, status) &&
-        status.type() != llvm::sys::fs::file_type::regular_file)
-      return fail(layoutArg + ": not a regular file");
-    auto buffer = llvm::MemoryBuffer::getFile(layoutArg, /*IsText=*/true);
-    if (!buffer)
-      return fail(layoutArg + ": cannot read layout: " + buffer.getError().message());
-    auto parsed = planner::parseLayouts((*buffer)->getBuffer(), layoutArg);
-    if (!parsed)
-      return fail(llvm::toString(parsed.takeError()));
-    layouts = std::move(*parsed);
-    options.strategy = planner::Strategy::Pinned;
-  }
+  if (llvm::Error e = readLayouts(options, layouts))
+    return fail(llvm::toString(std::move(e)));
   options.profiles = flags->profiles;
   if (outputArg.empty() && !jsonArg && layouts.size() <= 1)
     return fail("give -o PLAN (the plan file to write)");
@@ -707,7 +807,6 @@ int runCompile() {
   for (const std::string &w : costed->warnings)
     llvm::errs() << "hetplan: warning: " << w << "\n";
   cost::ModelCost *modelCost = &costed->cost;
-  std::string error;
   options.splitBatch = costed->wholeBatchReason.empty();
   if (!options.splitBatch && !quietArg)
     llvm::errs() << "hetplan: note: the batch is not split (one worker per stage, one "
@@ -724,47 +823,12 @@ int runCompile() {
       }
     };
   if (layouts.size() > 1) {
-    // One JSON line per layout: its predicted step time, or why it fails
-    // with how full its fullest device would be.
+    // One JSON line per layout.
     planner::Options overCapacity = options;
     overCapacity.priceOverCapacity = true;
     for (size_t i = 0; i < layouts.size(); ++i) {
-      auto p = planner::evaluateLayout(*modelCost, *cl, overCapacity, layouts[i]);
-      llvm::json::Object line{{"index", int64_t(i)}};
-      if (p) {
-        double peak = 0;
-        int fullest = -1;
-        for (size_t r = 0; r < p->memory.size(); ++r) {
-          const auto &m = p->memory[r];
-          if (p->stageOfRank[r] < 0 || m.capacity <= 0)
-            continue;
-          if (m.peak() / m.capacity > peak) {
-            peak = m.peak() / m.capacity;
-            fullest = int(r);
-          }
-        }
-        line["peak_memory_fraction"] = peak;
-        if (fullest >= 0) {
-          line["peak_memory_bytes"] = p->memory[fullest].peak();
-          line["fullest_rank"] = fullest;
-          line["fullest_capacity_bytes"] = p->memory[fullest].capacity;
-        }
-        line["zero_stage"] = p->zeroStage;
-        line["offload_optimizer"] = p->offloadOptimizer;
-        llvm::json::Array recompute;
-        for (const auto &st : p->stages)
-          recompute.push_back(st.recompute);
-        line["recompute"] = std::move(recompute);
-        if (p->fitsMemory) {
-          line["step_time_s"] = p->stepSeconds;
-          line["samples_per_s"] = p->samplesPerSecond;
-          line["bubble_fraction"] = p->bubbleFraction;
-        } else {
-          line["error"] = "the layout does not fit in memory";
-        }
-      } else {
-        line["error"] = llvm::toString(p.takeError());
-      }
+      llvm::json::Object line =
+          layoutLine(i, planner::evaluateLayout(*modelCost, *cl, overCapacity, layouts[i]));
       llvm::outs() << llvm::formatv("{0}", llvm::json::Value(std::move(line))) << "\n";
     }
     return 0;
@@ -774,29 +838,7 @@ int runCompile() {
                     : planner::evaluateLayout(*modelCost, *cl, options, layouts[0]);
   if (!result)
     return fail(model + " on " + clusterArg + ": " + llvm::toString(result.takeError()));
-
-  plan::Plan out =
-      planner::exportPlan(*result, *modelCost, *cl, options, exportInfo(*costed, seqArg));
-  if (!runtime::validatePlan(out, error))
-    return fail("internal error: the plan does not validate: " + error);
-  // The file holds no wall-clock figures: same inputs, same bytes.
-  out.mutable_prediction()->clear_search_time_s();
-  if (!outputArg.empty() && !runtime::writePlan(outputArg, out, error))
-    return fail(error);
-  out.mutable_prediction()->set_search_time_s(result->searchSeconds);
-
-  if (jsonArg) {
-    llvm::json::Value summary = summaryJson(out);
-    llvm::json::Array warnings;
-    for (const std::string &w : costed->warnings)
-      warnings.push_back(w);
-    summary.getAsObject()->try_emplace("warnings", std::move(warnings));
-    llvm::outs() << llvm::formatv("{0:2}", summary) << "\n";
-  } else {
-    printSummary(out, llvm::outs());
-    llvm::outs() << "  plan written to " << outputArg << "\n";
-  }
-  return 0;
+  return writeCompiledPlan(*result, *costed, *cl, options);
 }
 
 int runExplain() {

@@ -1,8 +1,9 @@
 //===- OnnxImporter.h - ONNX to het IR --------------------------*- C++ -*-===//
 //
 // The only interface to the ONNX importer. It exposes MLIR types only: the
-// protobuf and ONNX types stay inside OnnxImporter.cpp, which is built with
-// exceptions (libonnx throws) while the rest of the project is not.
+// protobuf and ONNX types stay inside this folder's .cpp files and its
+// internal Importer.h, built with exceptions (libonnx throws) while the rest
+// of the project is not.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HETPLAN_DIALECTS_HET_IMPORT_ONNXIMPORTER_H

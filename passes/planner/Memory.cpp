@@ -1,0 +1,94 @@
+//===- Memory.cpp - what a rank of a stage holds ----------------------------===//
+//
+// Weights, gradients, optimizer state, kept activations and workspace of
+// one rank (docs/planner.md, "Memory").
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/planner/Search.h"
+
+#include <algorithm>
+
+namespace hetplan::planner::detail {
+
+/// Parameters a rank of stage [l, r] holds before any sharding: the
+/// layers' own and a copy of each tied parameter whose owner is elsewhere.
+double Search::stageParameters(int l, int r) const {
+  double p = paramsPrefix[r + 1] - paramsPrefix[l];
+  for (int i : tiedLayers)
+    if (i >= l && i <= r)
+      for (auto [owner, n] : model.layers[i].tiedParameters)
+        if (owner < l || owner > r)
+          p += double(n);
+  return p;
+}
+
+/// The largest layer's kept activations per sample on a rank of a tp group.
+const RangeMax &Search::stashMax(int tp) {
+  auto it = stashMaxByTp.find(tp);
+  if (it == stashMaxByTp.end()) {
+    std::vector<double> values;
+    for (int i = 0; i < L; ++i)
+      values.push_back(layerStash(i, tp));
+    it = stashMaxByTp.emplace(tp, RangeMax(std::move(values))).first;
+  }
+  return it->second;
+}
+
+Need Search::need(int c, int l, int r, int tp, int workers, int inflight, int microBatches,
+                  bool recompute, const Savers &sv) {
+  Need n;
+  n.framework = isGpu(c) ? opt.deviceContextBytes : 0;
+  double params = stageParameters(l, r) / tp;
+  double largest = largestActivation.max(l, r);
+  double largestStash = training && recompute ? stashMax(tp).max(l, r) : 0;
+  double largestLayer = training && sv.zero >= 3 ? largestParameters.max(l, r) : 0;
+  // The backward pass of the largest op holds the gradients of its output
+  // and of its input at once; at inference its input and output.
+  n.transientPerSample = 2 * largest / tp;
+  if (!training) {
+    n.weights = params * elementBytes;
+    n.kvPerSample = (kvPrefix[r + 1] - kvPrefix[l]) / tp * microBatches;
+    return n;
+  }
+  int D = std::max(1, workers);
+  n.weights = params * elementBytes / (sv.zero >= 3 ? D : 1);
+  n.gradients = params * elementBytes / (sv.zero >= 2 ? D : 1);
+  double stateBytes = std::max(0.0, opt.trainingBytesPerParameter - 2.0 * elementBytes);
+  if (!sv.offload) {
+    n.optimizer = params * stateBytes / (sv.zero >= 1 ? D : 1);
+    // Mixed precision: the optimizer steps on an fp32 copy of the
+    // gradients (DeepSpeed's FP16_Optimizer, ZeRO's fp32 partition).
+    if (elementBytes < 4)
+      n.step = params * 4.0 / (sv.zero >= 1 ? D : 1);
+  }
+  // ZeRO-3 gathers the whole parameters of the layer it computes.
+  if (sv.zero >= 3)
+    n.gather = largestLayer / tp * elementBytes;
+  if (recompute) {
+    n.keptPerSample = (layerInputPrefix[r + 1] - layerInputPrefix[l]) * inflight;
+    n.transientPerSample += largestStash;
+  } else {
+    double stash = 0;
+    if (tp == 1)
+      stash = stashPrefix[r + 1] - stashPrefix[l];
+    else
+      stash = (stashPrefix[r + 1] - stashPrefix[l]) -
+              (stashSplitPrefix[r + 1] - stashSplitPrefix[l]) * (1.0 - 1.0 / tp);
+    n.keptPerSample = stash * inflight;
+  }
+  if (r == L - 1) {
+    // The loss: its softmax kept in fp32 for the backward pass (Megatron
+    // computes the cross entropy in fp32), and the gradient of the
+    // model's output in the run format while the backward starts.
+    const cost::LayerCost &last = model.layers[L - 1];
+    double elements = last.outputBytesPerSample / elementBytes;
+    if (last.tensorParallelLossBytesPerSample > 0 || vocabHeadElements(L - 1, L - 1, tp) > 0)
+      elements /= tp;  // vocab-parallel: each rank holds its columns
+    n.keptPerSample += 4.0 * elements * inflight;
+    n.transientPerSample += elementBytes * elements;
+  }
+  return n;
+}
+
+} // namespace hetplan::planner::detail
