@@ -300,6 +300,9 @@ def main():
         if rc != 0:
             print(f"FAIL {name}: PlanExecutor differs from one rank")
             failures += 1
+            if info is not None:  # which of them is wrong: both against onnxruntime
+                check_ort(a, name, model, info, work, mpi_prefix, a.ort_references)
+                shutil.rmtree(os.path.join(work, "model"), ignore_errors=True)
             continue
 
         if info is not None:
