@@ -3,13 +3,14 @@
 
 The ~25 ctests that run these models compare plans with one rank of
 hetplan; this one compares hetplan with an independent runtime. For fixed
-seeded inputs (batch 6, sequence 8), onnxruntime's outputs and the
-softmax cross-entropy of the first output against fixed labels (the loss
-`hetplan run --labels --steps` reports: mean over the labels of
--log softmax(logits)[label], numpy, float64) are stored in
-test/runtime/references/examples/ (NAME.npz: in:*, out:*, labels, loss;
-manifest.json: the model files' sha256, versions). Written OFFLINE where
-onnxruntime is installed (CI has none):
+seeded inputs (batch 6, sequence 8), onnxruntime's outputs, the softmax
+cross-entropy of the first output against fixed labels (the loss `hetplan
+run --labels --steps` reports: mean over the labels of
+-log softmax(logits)[label], numpy, float64), and the loss after one Adam
+step (numpy_train_step.py: an independent backward and Adam in numpy) are
+stored in test/runtime/references/examples/ (NAME.npz: in:*, out:*,
+labels, loss = [step 1, step 2]; manifest.json: the model files' sha256,
+versions). Written OFFLINE where onnxruntime is installed (CI has none):
 
   python3 test/runtime/example_models_check.py --write-references
 
@@ -17,11 +18,9 @@ The check (ctest runtime-example-models-ort) compiles each model into a
 one-CPU plan and a 3-CPU plan (2 stages, 2 micro-batches, uneven shares),
 runs both with `hetplan run` on the stored inputs and compares every output
 with onnxruntime's (max-norm relative error <= 1e-5); then compiles both as
-training plans and checks step 1's loss (relative error <= 1e-7: the loss
-of the untouched weights, so only the forward and the cross-entropy enter).
-Step 2's loss would need the gradients of an independent runtime (no
-onnxruntime-training or torch here): the ranks-vs-one-rank training tests
-(runtime-train-plan*) cover steps after the first.
+training plans, runs 2 steps (--lr 1 --adam-eps 1, see STEP2_LR) and checks
+both losses (relative error <= 1e-7 and 3e-7): step 1's is the forward and
+the cross-entropy, step 2's also the gradients and the Adam update.
 
   example_models_check.py --hetplan BIN --work DIR [--only NAME] [--perturb]
 
@@ -43,12 +42,20 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 REFS = os.path.join(HERE, "references", "examples")
 sys.path.insert(0, os.path.join(HERE, ".."))
 import cpu_clusters  # noqa: E402
+sys.path.insert(0, HERE)
+import numpy_train_step  # noqa: E402
+from onnx_light_random import rel_error  # noqa: E402
 
 MODELS = ["gpt2-tiny", "bert-tiny"]
 BATCH, SEQ = 6, 8
-# hetplan is within ~5e-7 (outputs) and ~5e-9 (loss) of onnxruntime here.
+# hetplan is within ~5e-7 (outputs) and ~5e-9 (losses) of the references.
 OUTPUT_TOL = 1e-5
-LOSS_TOL = 1e-7
+LOSS_TOL = {1: 1e-7, 2: 3e-7}
+# Step 2 after one Adam step with lr 1, eps 1: p -= g / (|g| + 1), close to
+# a gradient step, so that the loss moves with every gradient's value (with
+# eps 1e-4 the first update is lr * sign(g) almost everywhere, and a 1%
+# error in a gradient moves step 2's loss by ~1e-8).
+STEP2_LR, STEP2_EPS = 1.0, 1.0
 
 
 def model_path(name):
@@ -82,18 +89,20 @@ def make_inputs(name):
 
 def cross_entropy(logits, labels):
     """Mean over rows of -log softmax(logits)[label] (float64)."""
-    x = logits.astype(np.float64).reshape(-1, logits.shape[-1])
-    y = labels.reshape(-1)
-    m = x.max(axis=1, keepdims=True)
-    lse = m[:, 0] + np.log(np.exp(x - m).sum(axis=1))
-    return float(np.mean(lse - x[np.arange(len(y)), y]))
+    return numpy_train_step.cross_entropy(logits.astype(np.float64), labels)[0]
 
 
-def rel_error(got, ref):
-    got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    if got.shape != ref.shape or not np.all(np.isfinite(got)):
-        return float("inf")
-    return float(np.max(np.abs(got - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
+def savez_fixed(path, arrays):
+    """np.savez with a fixed zip date: the bytes do not depend on when."""
+    import io
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for k, a in arrays.items():
+            buf = io.BytesIO()
+            np.save(buf, a, allow_pickle=False)
+            info = zipfile.ZipInfo(k + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, buf.getvalue())
 
 
 def write_references():
@@ -112,15 +121,18 @@ def write_references():
         names = [o.name for o in sess.get_outputs()]
         outs = dict(zip(names, sess.run(names, inputs)))
         loss = cross_entropy(outs[names[0]], labels)
+        numpy1, loss2 = numpy_train_step.two_losses(model_path(name), inputs, labels, STEP2_LR, STEP2_EPS)
+        if abs(numpy1 - loss) > 1e-7 * loss:  # the numpy forward against onnxruntime's
+            raise SystemExit(f"{name}: numpy's step-1 loss {numpy1} differs from onnxruntime's {loss}")
         arrays = {f"in:{k}": v for k, v in inputs.items()}
         arrays.update({f"out:{k}": v for k, v in outs.items()})
         arrays["labels"] = labels
-        arrays["loss"] = np.array([loss])
-        path = os.path.join(REFS, name + ".npz")
-        np.savez(path, **arrays)
+        arrays["loss"] = np.array([loss, loss2])
+        savez_fixed(os.path.join(REFS, name + ".npz"), arrays)
         manifest["models"][name] = {"model_sha256": sha256(model_path(name)), "outputs": names,
-                                    "loss_output": names[0], "loss_step1": loss}
-        print(f"{name}: outputs {names}, step-1 loss {loss:.8f}")
+                                    "loss_output": names[0], "loss_step1": loss, "loss_step2": loss2,
+                                    "step2_lr": STEP2_LR, "step2_adam_eps": STEP2_EPS}
+        print(f"{name}: outputs {names}, step-1 loss {loss:.8f} (numpy {numpy1:.8f}), step-2 loss {loss2:.8f}")
     with open(os.path.join(REFS, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.write("\n")
@@ -161,20 +173,21 @@ def check_model(a, name, entry, model, tag, checks):
             shutil.rmtree(out, ignore_errors=True)
             cmd = [a.hetplan, "run", plan, "--output", out, "--quiet", *inputs]
             if mode == "train":
-                cmd += ["--labels", labels, "--steps", "1"]
+                cmd += ["--labels", labels, "--steps", "2", "--lr", str(STEP2_LR), "--adam-eps", str(STEP2_EPS)]
             rc, log = run(cmd)
             if rc != 0:
                 failures.append(f"{tag}: hetplan run ({mode}, {ranks} rank(s))\n{log}")
                 continue
             if mode == "train":
-                loss = float(np.load(os.path.join(out, "loss.npy"))[0])
-                want = float(ref["loss"][0])
-                err = abs(loss - want) / abs(want)
-                ok = err <= LOSS_TOL
-                print(f"{'ok' if ok else 'FAIL'}: {tag} step-1 loss on {ranks} rank(s) {loss:.8f}, "
-                      f"onnxruntime + numpy {want:.8f}, relative error {err:.3g} (tolerance {LOSS_TOL:g})")
-                if not ok:
-                    failures.append(f"{tag}: step-1 loss {loss:.8f} != {want:.8f} on {ranks} rank(s)")
+                losses = np.load(os.path.join(out, "loss.npy"))
+                for step, who in ((1, "onnxruntime + numpy cross-entropy"), (2, "numpy (backward, Adam)")):
+                    loss, want = float(losses[step - 1]), float(ref["loss"][step - 1])
+                    err = abs(loss - want) / abs(want)
+                    ok = err <= LOSS_TOL[step]
+                    print(f"{'ok' if ok else 'FAIL'}: {tag} step-{step} loss on {ranks} rank(s) {loss:.8f}, "
+                          f"{who} {want:.8f}, relative error {err:.3g} (tolerance {LOSS_TOL[step]:g})")
+                    if not ok:
+                        failures.append(f"{tag}: step-{step} loss {loss:.8f} != {want:.8f} on {ranks} rank(s)")
                 continue
             for o in entry["outputs"]:
                 f = os.path.join(out, "".join(c if c.isalnum() else "_" for c in o) + ".npy")
