@@ -149,6 +149,11 @@ def logits_name(graph):
     return last.input[0] if last.op_type == "Softmax" else None
 
 
+def logits_name_of(path):
+    import onnx
+    return logits_name(onnx.load(path, load_external_data=False).graph)
+
+
 def randomize(src, out, perturb=None):
     """Write `src` with seeded random weights to `out` (+ `out`.data).
     perturb=(index, factor): scale the index-th random weight tensor by
@@ -322,6 +327,14 @@ def write_references(src_dir, refs):
                 stats[out] = {"shape": list(a.shape), "max_abs": float(np.max(np.abs(flat))),
                               "std": float(np.std(flat)), "max": float(np.max(flat)),
                               "min": float(np.min(flat))}
+            # The point of the random weights: outputs that depend on every
+            # class's weights. Logits with a spread; a Softmax neither flat
+            # nor one-hot.
+            for out, a in outs.items():
+                std, top = float(np.std(a)), float(np.max(a))
+                probs = out != logits_name_of(path) and np.allclose(np.sum(a), 1.0, atol=1e-3)
+                if (probs and not 2e-3 < top < 0.99) or (not probs and not 0.5 < std < 20):
+                    raise SystemExit(f"{name}: output '{out}' std {std:.3g}, max {top:.3g}: flat or saturated")
             manifest["models"][name] = {"weights_digest": info["weights_digest"],
                                         "inputs_digest": inputs_digest(inputs),
                                         "random_weights": info["weights"],
