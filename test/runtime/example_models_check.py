@@ -143,9 +143,13 @@ def run(cmd):
     return r.returncode, r.stdout
 
 
-def check_model(a, name, entry, model, tag, checks):
+def check_model(a, name, entry, model, tag, checks, perturbed=False):
     """Compile and run `model` (one and three CPUs, infer and train);
-    returns a list of failure messages."""
+    returns a list of failure messages (`perturbed`: a model that must
+    differ, the lines say so)."""
+
+    def label(ok):
+        return ("NOT CAUGHT" if ok else "caught") if perturbed else ("ok" if ok else "FAIL")
     ref = np.load(os.path.join(REFS, name + ".npz"))
     work = os.path.join(a.work, tag)
     os.makedirs(work, exist_ok=True)
@@ -184,7 +188,7 @@ def check_model(a, name, entry, model, tag, checks):
                     loss, want = float(losses[step - 1]), float(ref["loss"][step - 1])
                     err = abs(loss - want) / abs(want)
                     ok = err <= LOSS_TOL[step]
-                    print(f"{'ok' if ok else 'FAIL'}: {tag} step-{step} loss on {ranks} rank(s) {loss:.8f}, "
+                    print(f"{label(ok)}: {tag} step-{step} loss on {ranks} rank(s) {loss:.8f}, "
                           f"{who} {want:.8f}, relative error {err:.3g} (tolerance {LOSS_TOL[step]:g})")
                     if not ok:
                         failures.append(f"{tag}: step-{step} loss {loss:.8f} != {want:.8f} on {ranks} rank(s)")
@@ -194,7 +198,7 @@ def check_model(a, name, entry, model, tag, checks):
                 got = np.load(f) if os.path.exists(f) else None
                 err = float("inf") if got is None else rel_error(got, ref["out:" + o])
                 ok = err <= OUTPUT_TOL
-                print(f"{'ok' if ok else 'FAIL'}: {tag} output '{o}' on {ranks} rank(s) against onnxruntime: "
+                print(f"{label(ok)}: {tag} output '{o}' on {ranks} rank(s) against onnxruntime: "
                       f"max-norm relative error {err:.3g} (tolerance {OUTPUT_TOL:g})")
                 if not ok:
                     failures.append(f"{tag}: output '{o}' on {ranks} rank(s) differs from onnxruntime "
@@ -245,7 +249,7 @@ def main():
         if a.perturb:
             copy = os.path.join(a.work, name + "-perturbed.onnx")
             weight = perturbed_copy(model_path(name), copy)
-            caught = check_model(a, name, entry, copy, name + "-perturbed", [(1, [])])
+            caught = check_model(a, name, entry, copy, name + "-perturbed", [(1, [])], perturbed=True)
             print(f"{'ok' if caught else 'FAIL'}: {name} with weight '{weight}' perturbed: "
                   f"{len(caught)} comparison(s) failed, as they must")
             if not caught:

@@ -93,9 +93,10 @@ def check_training(name, work, trained, mpi_prefix):
     return 0
 
 
-def check_ort(a, name, model, info, work, mpi_prefix, refs, check_digest=True, pipelined=True):
+def check_ort(a, name, model, info, work, mpi_prefix, refs, check_digest=True, pipelined=True, perturbed=False):
     """`hetplan run` of the pipelined plan (work/plan) and of a one-CPU
-    plan on the seeded inputs against onnxruntime. Returns failures."""
+    plan on the seeded inputs against onnxruntime. Returns failures
+    (`perturbed`: a model that must differ, the lines say so)."""
     inputs = []
     seeded = onnx_light_random.make_inputs(model)
     info = dict(info, inputs_digest=onnx_light_random.inputs_digest(seeded))
@@ -132,7 +133,8 @@ def check_ort(a, name, model, info, work, mpi_prefix, refs, check_digest=True, p
             if os.path.exists(f):
                 outputs[o] = np.load(f)
         ok, msg = onnx_light_random.compare(name, info, outputs, refs, check_digest=check_digest)
-        print(f"{'ok' if ok else 'FAIL'}: hetplan run, {what}: {msg}")
+        label = ("NOT CAUGHT" if ok else "caught") if perturbed else ("ok" if ok else "FAIL")
+        print(f"{label}: hetplan run, {what}: {msg}")
         failures += 0 if ok else 1
     return failures
 
@@ -223,7 +225,7 @@ def main():
         model = os.path.join(work, "model", a.perturb_check + ".onnx")
         info = onnx_light_random.randomize(src[0], model, perturb=(10, 1.001))
         caught = check_ort(a, a.perturb_check, model, info, work, [], a.ort_references,
-                           check_digest=False, pipelined=False)
+                           check_digest=False, pipelined=False, perturbed=True)
         shutil.rmtree(work, ignore_errors=True)
         print(f"{'ok' if caught else 'FAIL'}: {a.perturb_check} with random weight 10 scaled by 1.001: "
               f"{'the comparison with onnxruntime fails, as it must' if caught else 'NOT caught'}")
