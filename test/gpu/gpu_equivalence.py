@@ -11,11 +11,19 @@ test/zoo/zoo_check.py gives them) -- compile an inference plan for
   bf16   plan --dtype bf16: 3e-2
 
 and for gpt2-tiny a 2-step training plan (fp32): each loss within 1e-3.
+
+The onnx-light graphs (../shared/models/onnx-light, unless --no-onnx-light)
+run too, with seeded random weights (test/runtime/onnx_light_random.py:
+their stored weights are one constant, under which a wrong kernel goes
+unseen) on seeded inputs, batch 1: besides CUDA against CPU, the fp32 CUDA
+outputs (logits and final output) are compared with onnxruntime's, stored
+in test/runtime/references/onnx-light (max-norm relative error <= 1e-3).
 A model the CUDA executor cannot run (`hetplan run --device cuda` says "the
 CUDA executor cannot run its stage") counts as unsupported, not failed.
 One line per check; exit 1 if any failed.
 
-  gpu_equivalence.py --hetplan BIN --work DIR [--zoo] [--only NAME...] [-j N] [--timeout S]
+  gpu_equivalence.py --hetplan BIN --work DIR [--zoo] [--no-onnx-light] [--only NAME...] [-j N]
+                     [--timeout S]
 """
 import argparse
 import concurrent.futures
@@ -30,6 +38,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "test", "zoo"))
+sys.path.insert(0, os.path.join(ROOT, "test", "runtime"))
+ONNX_LIGHT = os.path.normpath(os.path.join(ROOT, "..", "shared", "models", "onnx-light"))
 
 CLUSTER = "2xA100-80G"
 TOLERANCE = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 3e-2}
@@ -88,6 +98,37 @@ def zoo_rows():
     return rows
 
 
+def onnx_light_rows(a):
+    """The onnx-light graphs with seeded random weights, written under
+    WORK/onnx-light (weights in MODEL.onnx.data, up to 575 MB each)."""
+    import onnx_light_random
+    rows = []
+    out = os.path.join(a.work, "onnx-light")
+    os.makedirs(out, exist_ok=True)
+    for src in sorted(os.listdir(ONNX_LIGHT)):
+        name = os.path.splitext(src)[0]
+        if not src.endswith(".onnx") or (a.only and name not in a.only):
+            continue
+        path = os.path.join(out, src)
+        info = onnx_light_random.randomize(os.path.join(ONNX_LIGHT, src), path)
+        feeds = onnx_light_random.make_inputs(path)
+        info["inputs_digest"] = onnx_light_random.inputs_digest(feeds)
+        rows.append({"name": name, "path": path, "compile": ["--batch", "1"], "feeds": feeds, "ort": info})
+    return rows
+
+
+def ort_check(row, cuda_dir):
+    """The fp32 CUDA outputs of a randomized onnx-light graph against
+    onnxruntime's: (ok, message)."""
+    import onnx_light_random
+    outputs = {}
+    for o in row["ort"]["outputs"]:
+        f = os.path.join(cuda_dir, onnx_light_random.safe(o) + ".npy")
+        if os.path.exists(f):
+            outputs[o] = np.load(f)
+    return onnx_light_random.compare(row["name"], row["ort"], outputs, tolerance=TOLERANCE["fp32"])
+
+
 def feeds_for(a, row, work):
     """--input arguments: the row's reference inputs, else random token ids
     (batch 4, sequence 16) for every graph input."""
@@ -138,8 +179,11 @@ def check(a, row, dtype, results):
         results.append((f"{name} {dtype}", "FAIL", why, time.time() - t0))
     else:
         ok = err <= TOLERANCE[dtype]
-        results.append((f"{name} {dtype}", "ok" if ok else "FAIL",
-                        f"max rel err {err:.2e} (tolerance {TOLERANCE[dtype]:g})", time.time() - t0))
+        detail = f"max rel err {err:.2e} (tolerance {TOLERANCE[dtype]:g})"
+        if row.get("ort") and dtype == "fp32":
+            ort_ok, msg = ort_check(row, dirs["cuda"])
+            ok, detail = ok and ort_ok, detail + "; CUDA " + msg
+        results.append((f"{name} {dtype}", "ok" if ok else "FAIL", detail, time.time() - t0))
 
 
 def check_training(a, results):
@@ -179,8 +223,11 @@ def main():
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per command")
     ap.add_argument("-j", "--jobs", type=int, default=4, help="checks at once (they share the GPU)")
+    ap.add_argument("--no-onnx-light", action="store_true", help="leave out the onnx-light graphs")
     a = ap.parse_args()
     rows = example_rows() + (zoo_rows() if a.zoo else [])
+    if not a.no_onnx_light and os.path.isdir(ONNX_LIGHT):
+        rows += onnx_light_rows(a)
     if a.only:
         rows = [r for r in rows if r["name"] in a.only]
     jobs = [(row, dtype) for row in rows

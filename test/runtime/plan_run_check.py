@@ -20,13 +20,23 @@ process) and with `hetplan run` on .npy files (compared here with numpy).
   equivalence check (e.g. "--zero 3 --recompute all --offload"), which
   writes the changed plan for `hetplan run` (docs/runtime.md, "Training
   memory: recomputation, ZeRO, offload").
+  --ort-references DIR: the models are onnx-light graphs: each is first
+  given seeded random weights (onnx_light_random.py; their stored weights
+  are one constant, under which a wrong kernel goes unseen), and the
+  pipelined plan's `hetplan run` and a one-CPU plan's run, on seeded
+  inputs, are compared with onnxruntime's outputs stored in DIR (the
+  logits and the final output; max-norm relative error, printed).
+  --perturb-check MODEL: a test of the test: MODEL with one random weight
+  tensor scaled by 1.001 must FAIL that comparison.
 """
 import argparse, glob, os, shutil, subprocess, sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_clusters  # noqa: E402
+import onnx_light_random  # noqa: E402
 
 CLUSTER = cpu_clusters.CPU3
 
@@ -43,6 +53,14 @@ def cluster_tp(n):
 def run(cmd, timeout=None):
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return r.returncode, r.stdout
+
+
+def run_bounded(cmd, under_mpi):
+    """run(), bounded to 300 s under mpirun (where a stuck rank would hang)."""
+    try:
+        return run(cmd, timeout=300 if under_mpi else None)
+    except subprocess.TimeoutExpired:
+        return 1, "timed out after 300 s"
 
 
 def check_training(name, work, trained, mpi_prefix):
@@ -75,6 +93,52 @@ def check_training(name, work, trained, mpi_prefix):
     return 0
 
 
+def check_ort(a, name, model, info, work, mpi_prefix, refs, check_digest=True, pipelined=True, perturbed=False):
+    """`hetplan run` of the pipelined plan (work/plan) and of a one-CPU
+    plan on the seeded inputs against onnxruntime. Returns failures
+    (`perturbed`: a model that must differ, the lines say so)."""
+    inputs = []
+    seeded = onnx_light_random.make_inputs(model)
+    info = dict(info, inputs_digest=onnx_light_random.inputs_digest(seeded))
+    for n, arr in seeded.items():
+        f = os.path.join(work, "seeded_" + onnx_light_random.safe(n) + ".npy")
+        np.save(f, arr)
+        inputs += ["--input", f"{n}={f}"]
+    cluster1 = os.path.join(work, "cpu1.yaml")
+    with open(cluster1, "w") as f:
+        f.write(cpu_clusters.CPU1)
+    plan1 = os.path.join(work, "plan1")
+    rc, out = run([a.hetplan, "compile", model, "--mode", "infer", "--cluster", cluster1, "--batch", "1",
+                   "--dtype", "fp32", "--quiet", "-o", plan1])
+    if rc != 0:
+        print(f"FAIL {name}: compile on one CPU\n{out}")
+        return 1
+    runs = [("one CPU", [], plan1, 1)]
+    if pipelined:
+        runs.append(("pipelined plan" + (f" (mpirun -np {mpi_prefix[-1]})" if mpi_prefix else ""),
+                     mpi_prefix, os.path.join(work, "plan"), 3))
+    failures = 0
+    for what, prefix, plan, ranks in runs:
+        out_dir = os.path.join(work, "ort_out_%d" % ranks)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        rc, out = run_bounded(prefix + [a.hetplan, "run", plan, "--output", out_dir, "--ranks", str(ranks),
+                                        "--quiet"] + inputs, bool(prefix))
+        if rc != 0:
+            print(f"FAIL {name}: hetplan run ({what}, seeded inputs)\n{out}")
+            failures += 1
+            continue
+        outputs = {}
+        for o in info["outputs"]:
+            f = os.path.join(out_dir, onnx_light_random.safe(o) + ".npy")
+            if os.path.exists(f):
+                outputs[o] = np.load(f)
+        ok, msg = onnx_light_random.compare(name, info, outputs, refs, check_digest=check_digest)
+        label = ("NOT CAUGHT" if ok else "caught") if perturbed else ("ok" if ok else "FAIL")
+        print(f"{label}: hetplan run, {what}: {msg}")
+        failures += 0 if ok else 1
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hetplan", required=True)
@@ -93,6 +157,10 @@ def main():
                          "a --layout on cluster_tp(4)); gpt2's tied embedding is read by both")
     ap.add_argument("--memory", default="", metavar="ARGS",
                     help="hetplan-plan-equivalence options that set training memory options on the plan")
+    ap.add_argument("--ort-references", metavar="DIR",
+                    help="onnx-light graphs: randomize their weights, compare with these onnxruntime outputs")
+    ap.add_argument("--perturb-check", metavar="MODEL",
+                    help="with --ort-references: MODEL (a base name) with one weight perturbed must fail")
     ap.add_argument("models", nargs="*")
     a = ap.parse_args()
     if a.mixed_tp:
@@ -123,6 +191,7 @@ def main():
             print(f"FAIL: generating {config}\n{log}")
             return 1
         models.append(out)
+    generated = set(models)  # not onnx-light graphs: never randomized
     for m in a.models:
         if os.path.isdir(m):
             models += sorted(glob.glob(os.path.join(m, "*.onnx")))
@@ -143,10 +212,36 @@ def main():
         f.write(cluster_tp(a.tp) if a.tp else CLUSTER)
 
     failures = 0
+    if a.ort_references and a.perturb_check:
+        # A test of the test, first (it is cheap): one weight tensor scaled
+        # by 1.001 must show against onnxruntime, or the comparison is too
+        # loose to catch a slightly wrong kernel.
+        src = [m for m in models if os.path.splitext(os.path.basename(m))[0] == a.perturb_check]
+        if len(src) != 1:
+            print(f"FAIL: --perturb-check {a.perturb_check} is not among the models")
+            return 1
+        work = os.path.join(a.work, a.perturb_check + "-perturbed")
+        os.makedirs(os.path.join(work, "model"), exist_ok=True)
+        model = os.path.join(work, "model", a.perturb_check + ".onnx")
+        info = onnx_light_random.randomize(src[0], model, perturb=(10, 1.001))
+        caught = check_ort(a, a.perturb_check, model, info, work, [], a.ort_references,
+                           check_digest=False, pipelined=False, perturbed=True)
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"{'ok' if caught else 'FAIL'}: {a.perturb_check} with random weight 10 scaled by 1.001: "
+              f"{'the comparison with onnxruntime fails, as it must' if caught else 'NOT caught'}")
+        if not caught:
+            return 1
     for model in models:
         name = os.path.splitext(os.path.basename(model))[0]
         work = os.path.join(a.work, name)
         os.makedirs(work, exist_ok=True)
+        info = None
+        if a.ort_references and model not in generated:
+            # The graph with seeded random weights (MODEL.onnx.data: up to
+            # 575 MB, removed after the model's checks).
+            os.makedirs(os.path.join(work, "model"), exist_ok=True)
+            src, model = model, os.path.join(work, "model", name + ".onnx")
+            info = onnx_light_random.randomize(src, model)
         plan = os.path.join(work, "plan")
         # Graphs that hard-code a batch of 1 (the onnx-light models reshape to
         # [1, N]) can only run one sample per worker: a 3-stage pipeline of
@@ -207,6 +302,17 @@ def main():
         if rc != 0:
             print(f"FAIL {name}: PlanExecutor differs from one rank")
             failures += 1
+            if info is not None:  # which of them is wrong: both against onnxruntime
+                check_ort(a, name, model, info, work, mpi_prefix, a.ort_references)
+                shutil.rmtree(os.path.join(work, "model"), ignore_errors=True)
+            continue
+
+        if info is not None:
+            # hetplan run of the plan (and of a one-CPU plan) on seeded
+            # inputs against onnxruntime: that the plan's outputs equal one
+            # rank's was checked in process just above.
+            failures += 1 if check_ort(a, name, model, info, work, mpi_prefix, a.ort_references) else 0
+            shutil.rmtree(os.path.join(work, "model"), ignore_errors=True)
             continue
 
         # input_names.txt: the real input names, in the order of in_*.npy
@@ -221,10 +327,7 @@ def main():
             os.path.join(work, "input_names.txt")) else None
         for f, n in zip(inputs, names or []):
             args += ["--input", f"{n}={f}"]
-        try:
-            rc, out = run(args, timeout=300 if mpi_prefix else None)
-        except subprocess.TimeoutExpired:
-            rc, out = 1, "timed out after 300 s"
+        rc, out = run_bounded(args, bool(mpi_prefix))
         if rc != 0:
             print(f"FAIL {name}: hetplan run\n{out}")
             failures += 1
