@@ -271,6 +271,37 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
     return success();
   }
 
+  /// What the terminator of `region`'s block returns, as facts (none for an
+  /// empty region or a block not ended by a ReturnOp).
+  static SmallVector<ValueFacts> returnedFacts(const Facts &facts, Region &region) {
+    SmallVector<ValueFacts> r;
+    if (region.empty())
+      return r;
+    if (auto ret = dyn_cast<ReturnOp>(region.front().getTerminator()))
+      for (Value v : ret.getOperands())
+        r.push_back(factsOf(facts, v));
+    return r;
+  }
+
+  /// Types `block`'s arguments: from `types` (merged with the declared type)
+  /// where given, else the declared type with named dims bound.
+  static void typeBlockArgs(Block &block, ArrayRef<Type> types, Facts &facts,
+                            const llvm::StringMap<int64_t> &bound) {
+    for (auto [arg, type] : llvm::zip(block.getArguments(), types)) {
+      Type t = type ? type : bindNamedDims(arg.getType(), bound);
+      if (auto merged = type ? mergeTypes(type, bindNamedDims(arg.getType(), bound)) : Type())
+        t = merged;
+      arg.setType(t);
+      facts[arg] = ValueFacts{t, std::nullopt, std::nullopt};
+    }
+  }
+
+  static std::optional<int64_t> intScalar(const ValueFacts &f) {
+    if (f.ints && f.ints->size() == 1)
+      return (*f.ints)[0];
+    return std::nullopt;
+  }
+
   /// If, Loop and Scan: binds the bodies (their arguments typed from the
   /// node's inputs) and derives the node's outputs from what they return.
   /// Loop records a trip count it can compute as `het.trip_count`.
@@ -278,163 +309,160 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
                               SmallVectorImpl<ValueFacts> &out, Facts &facts,
                               const llvm::StringMap<int64_t> &bound,
                               llvm::StringMap<int> &noRule) {
-    MLIRContext *ctx = node.getContext();
     StringRef op = node.getDomain().empty() ? node.getOpType() : StringRef();
-    auto returned = [&](Region &region) -> SmallVector<ValueFacts> {
-      SmallVector<ValueFacts> r;
-      if (region.empty())
-        return r;
-      if (auto ret = dyn_cast<ReturnOp>(region.front().getTerminator()))
-        for (Value v : ret.getOperands())
-          r.push_back(factsOf(facts, v));
-      return r;
-    };
-    auto typeArgs = [&](Block &block, ArrayRef<Type> types) {
-      for (auto [arg, type] : llvm::zip(block.getArguments(), types)) {
-        Type t = type ? type : bindNamedDims(arg.getType(), bound);
-        if (auto merged = type ? mergeTypes(type, bindNamedDims(arg.getType(), bound)) : Type())
-          t = merged;
-        arg.setType(t);
-        facts[arg] = ValueFacts{t, std::nullopt, std::nullopt};
-      }
-    };
-    auto intScalar = [](const ValueFacts &f) -> std::optional<int64_t> {
-      if (f.ints && f.ints->size() == 1)
-        return (*f.ints)[0];
-      return std::nullopt;
-    };
-    Type i64 = RankedTensorType::get({}, IntegerType::get(ctx, 64));
-    Type i1 = RankedTensorType::get({}, IntegerType::get(ctx, 1));
-
-    if (op == "If" && node->getNumRegions() == 2) {
-      std::optional<int64_t> cond = in.empty() ? std::nullopt : intScalar(in[0]);
-      SmallVector<SmallVector<ValueFacts>> branches;
-      for (Region &region : node->getRegions()) {
-        if (!region.empty() && failed(bindBlock(region.front(), facts, bound, noRule)))
-          return failure();
-        branches.push_back(returned(region));
-      }
-      for (size_t i = 0; i < out.size(); ++i) {
-        if (cond) { // a constant condition: the branch taken
-          auto &b = branches[*cond ? 0 : 1];
-          if (i < b.size())
-            out[i] = b[i];
-          continue;
-        }
-        if (i >= branches[0].size() || i >= branches[1].size())
-          continue;
-        out[i].type = joinTypes(branches[0][i].type, branches[1][i].type);
-      }
-      return success();
-    }
-    if (op == "Loop" && node->getNumRegions() == 1 && !node->getRegion(0).empty()) {
-      // Loop(M, cond, v_initial...): body(iter, cond, v...) -> (cond, v..., scan...)
-      Block &body = node->getRegion(0).front();
-      SmallVector<Type> argTypes = {i64, i1};
-      for (size_t k = 2; k < in.size(); ++k)
-        argTypes.push_back(in[k].type && isa<RankedTensorType>(in[k].type) ? in[k].type
-                                                                           : Type());
-      typeArgs(body, argTypes);
-      if (failed(bindBlock(body, facts, bound, noRule)))
-        return failure();
-      auto ret = returned(node->getRegion(0));
-      size_t carried = in.size() > 2 ? in.size() - 2 : 0;
-      std::optional<int64_t> trips =
-          in.size() > 0 && in[0].type && !isa<NoneType>(in[0].type) ? intScalar(in[0])
-                                                                     : std::nullopt;
-      if (trips && *trips >= 0)
-        node->setAttr("het.trip_count",
-                      IntegerAttr::get(IntegerType::get(ctx, 64), *trips));
-      for (size_t i = 0; i < out.size(); ++i) {
-        if (i < carried) {
-          Type body = 1 + i < ret.size() ? ret[1 + i].type : Type();
-          out[i].type = body ? joinTypes(in[2 + i].type, body) : Type();
-        } else if (1 + i < ret.size()) {
-          auto s = ret[1 + i].shape();
-          if (!s)
-            continue;
-          Shape stacked{trips && *trips >= 0 ? *trips : ShapedType::kDynamic};
-          stacked.append(s->begin(), s->end());
-          out[i] = ValueFacts{makeTensor(stacked, ret[1 + i].elementType()), std::nullopt,
-                              std::nullopt};
-        }
-      }
-      return success();
-    }
+    if (op == "If" && node->getNumRegions() == 2)
+      return bindIf(node, in, out, facts, bound, noRule);
+    if (op == "Loop" && node->getNumRegions() == 1 && !node->getRegion(0).empty())
+      return bindLoop(node, in, out, facts, bound, noRule);
     if (op == "Scan" && node.getOpset() >= 9 && node->getNumRegions() == 1 &&
-        !node->getRegion(0).empty()) {
-      // Scan(state..., scan_in...): body(state..., slice...) -> (state..., scan_out_elem...)
-      Block &body = node->getRegion(0).front();
-      int64_t numScan = 0;
-      if (auto a = dyn_cast_or_null<IntegerAttr>(node.getOnnxAttr("num_scan_inputs")))
-        numScan = a.getInt();
-      if (numScan < 0 || numScan > int64_t(in.size()))
-        return node.emitError() << "Scan: num_scan_inputs is " << numScan << " but it has "
-                                << in.size() << " inputs";
-      size_t states = in.size() - numScan;
-      auto axesOf = [&](StringRef name, size_t count) {
-        Shape axes(count, 0);
-        if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(node.getOnnxAttr(name)))
-          for (size_t k = 0; k < count && k < a.size(); ++k)
-            axes[k] = a[k];
-        return axes;
-      };
-      Shape inAxes = axesOf("scan_input_axes", numScan);
-      SmallVector<Type> argTypes;
-      int64_t length = ShapedType::kDynamic;
-      for (size_t k = 0; k < in.size(); ++k) {
-        if (k < states) {
-          argTypes.push_back(isa_and_nonnull<RankedTensorType>(in[k].type) ? in[k].type
-                                                                             : Type());
-          continue;
-        }
-        auto s = in[k].shape();
-        if (!s) {
-          argTypes.push_back(Type());
-          continue;
-        }
-        int64_t axis = inAxes[k - states] < 0 ? inAxes[k - states] + s->size()
-                                              : inAxes[k - states];
-        if (axis < 0 || axis >= int64_t(s->size()))
-          return node.emitError() << "Scan: scan axis out of range for input #" << k;
-        if (ShapedType::isDynamic(length))
-          length = (*s)[axis];
-        Shape slice(s->begin(), s->end());
-        slice.erase(slice.begin() + axis);
-        argTypes.push_back(makeTensor(slice, in[k].elementType()));
-      }
-      typeArgs(body, argTypes);
-      if (failed(bindBlock(body, facts, bound, noRule)))
-        return failure();
-      if (!ShapedType::isDynamic(length))
-        node->setAttr("het.trip_count", IntegerAttr::get(IntegerType::get(ctx, 64), length));
-      auto ret = returned(node->getRegion(0));
-      Shape outAxes = axesOf("scan_output_axes", out.size() > states ? out.size() - states : 0);
-      for (size_t i = 0; i < out.size() && i < ret.size(); ++i) {
-        if (i < states) {
-          out[i].type = joinTypes(in[i].type, ret[i].type);
-          continue;
-        }
-        auto s = ret[i].shape();
-        if (!s)
-          continue;
-        Shape stacked(s->begin(), s->end());
-        int64_t axis = outAxes[i - states];
-        if (axis < 0)
-          axis += stacked.size() + 1;
-        if (axis < 0 || axis > int64_t(stacked.size()))
-          return node.emitError() << "Scan: scan_output_axes out of range for output #" << i;
-        stacked.insert(stacked.begin() + axis, length);
-        out[i] = ValueFacts{makeTensor(stacked, ret[i].elementType()), std::nullopt,
-                            std::nullopt};
-      }
-      return success();
-    }
+        !node->getRegion(0).empty())
+      return bindScan(node, in, out, facts, bound, noRule);
     // Other nodes with regions: bind their bodies for costing; outputs keep
     // the declared types.
     for (Region &region : node->getRegions())
       if (!region.empty() && failed(bindBlock(region.front(), facts, bound, noRule)))
         return failure();
+    return success();
+  }
+
+  /// If(cond): both branches bound; a constant condition picks the branch's
+  /// results, otherwise each output joins the two branches' types.
+  LogicalResult bindIf(NodeOp node, ArrayRef<ValueFacts> in, SmallVectorImpl<ValueFacts> &out,
+                       Facts &facts, const llvm::StringMap<int64_t> &bound,
+                       llvm::StringMap<int> &noRule) {
+    std::optional<int64_t> cond = in.empty() ? std::nullopt : intScalar(in[0]);
+    SmallVector<SmallVector<ValueFacts>> branches;
+    for (Region &region : node->getRegions()) {
+      if (!region.empty() && failed(bindBlock(region.front(), facts, bound, noRule)))
+        return failure();
+      branches.push_back(returnedFacts(facts, region));
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (cond) { // a constant condition: the branch taken
+        auto &b = branches[*cond ? 0 : 1];
+        if (i < b.size())
+          out[i] = b[i];
+        continue;
+      }
+      if (i >= branches[0].size() || i >= branches[1].size())
+        continue;
+      out[i].type = joinTypes(branches[0][i].type, branches[1][i].type);
+    }
+    return success();
+  }
+
+  /// Loop(M, cond, v_initial...): body(iter, cond, v...) -> (cond, v..., scan...)
+  LogicalResult bindLoop(NodeOp node, ArrayRef<ValueFacts> in, SmallVectorImpl<ValueFacts> &out,
+                         Facts &facts, const llvm::StringMap<int64_t> &bound,
+                         llvm::StringMap<int> &noRule) {
+    MLIRContext *ctx = node.getContext();
+    Type i64 = RankedTensorType::get({}, IntegerType::get(ctx, 64));
+    Type i1 = RankedTensorType::get({}, IntegerType::get(ctx, 1));
+    Block &body = node->getRegion(0).front();
+    SmallVector<Type> argTypes = {i64, i1};
+    for (size_t k = 2; k < in.size(); ++k)
+      argTypes.push_back(in[k].type && isa<RankedTensorType>(in[k].type) ? in[k].type
+                                                                         : Type());
+    typeBlockArgs(body, argTypes, facts, bound);
+    if (failed(bindBlock(body, facts, bound, noRule)))
+      return failure();
+    auto ret = returnedFacts(facts, node->getRegion(0));
+    size_t carried = in.size() > 2 ? in.size() - 2 : 0;
+    std::optional<int64_t> trips =
+        in.size() > 0 && in[0].type && !isa<NoneType>(in[0].type) ? intScalar(in[0])
+                                                                   : std::nullopt;
+    if (trips && *trips >= 0)
+      node->setAttr("het.trip_count", IntegerAttr::get(IntegerType::get(ctx, 64), *trips));
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (i < carried) {
+        Type body = 1 + i < ret.size() ? ret[1 + i].type : Type();
+        out[i].type = body ? joinTypes(in[2 + i].type, body) : Type();
+      } else if (1 + i < ret.size()) {
+        auto s = ret[1 + i].shape();
+        if (!s)
+          continue;
+        Shape stacked{trips && *trips >= 0 ? *trips : ShapedType::kDynamic};
+        stacked.append(s->begin(), s->end());
+        out[i] = ValueFacts{makeTensor(stacked, ret[1 + i].elementType()), std::nullopt,
+                            std::nullopt};
+      }
+    }
+    return success();
+  }
+
+  /// A Scan attribute listing one axis per scan input or output (`count` of
+  /// them), 0 where absent.
+  static Shape scanAxes(NodeOp node, StringRef name, size_t count) {
+    Shape axes(count, 0);
+    if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(node.getOnnxAttr(name)))
+      for (size_t k = 0; k < count && k < size_t(a.size()); ++k)
+        axes[k] = a[k];
+    return axes;
+  }
+
+  /// Scan(state..., scan_in...): body(state..., slice...) -> (state..., scan_out_elem...)
+  LogicalResult bindScan(NodeOp node, ArrayRef<ValueFacts> in, SmallVectorImpl<ValueFacts> &out,
+                         Facts &facts, const llvm::StringMap<int64_t> &bound,
+                         llvm::StringMap<int> &noRule) {
+    MLIRContext *ctx = node.getContext();
+    Block &body = node->getRegion(0).front();
+    int64_t numScan = 0;
+    if (auto a = dyn_cast_or_null<IntegerAttr>(node.getOnnxAttr("num_scan_inputs")))
+      numScan = a.getInt();
+    if (numScan < 0 || numScan > int64_t(in.size()))
+      return node.emitError() << "Scan: num_scan_inputs is " << numScan << " but it has "
+                              << in.size() << " inputs";
+    size_t states = in.size() - numScan;
+    Shape inAxes = scanAxes(node, "scan_input_axes", numScan);
+    SmallVector<Type> argTypes;
+    int64_t length = ShapedType::kDynamic;
+    for (size_t k = 0; k < in.size(); ++k) {
+      if (k < states) {
+        argTypes.push_back(isa_and_nonnull<RankedTensorType>(in[k].type) ? in[k].type
+                                                                           : Type());
+        continue;
+      }
+      auto s = in[k].shape();
+      if (!s) {
+        argTypes.push_back(Type());
+        continue;
+      }
+      int64_t axis = inAxes[k - states] < 0 ? inAxes[k - states] + s->size()
+                                            : inAxes[k - states];
+      if (axis < 0 || axis >= int64_t(s->size()))
+        return node.emitError() << "Scan: scan axis out of range for input #" << k;
+      if (ShapedType::isDynamic(length))
+        length = (*s)[axis];
+      Shape slice(s->begin(), s->end());
+      slice.erase(slice.begin() + axis);
+      argTypes.push_back(makeTensor(slice, in[k].elementType()));
+    }
+    typeBlockArgs(body, argTypes, facts, bound);
+    if (failed(bindBlock(body, facts, bound, noRule)))
+      return failure();
+    if (!ShapedType::isDynamic(length))
+      node->setAttr("het.trip_count", IntegerAttr::get(IntegerType::get(ctx, 64), length));
+    auto ret = returnedFacts(facts, node->getRegion(0));
+    Shape outAxes =
+        scanAxes(node, "scan_output_axes", out.size() > states ? out.size() - states : 0);
+    for (size_t i = 0; i < out.size() && i < ret.size(); ++i) {
+      if (i < states) {
+        out[i].type = joinTypes(in[i].type, ret[i].type);
+        continue;
+      }
+      auto s = ret[i].shape();
+      if (!s)
+        continue;
+      Shape stacked(s->begin(), s->end());
+      int64_t axis = outAxes[i - states];
+      if (axis < 0)
+        axis += stacked.size() + 1;
+      if (axis < 0 || axis > int64_t(stacked.size()))
+        return node.emitError() << "Scan: scan_output_axes out of range for output #" << i;
+      stacked.insert(stacked.begin() + axis, length);
+      out[i] = ValueFacts{makeTensor(stacked, ret[i].elementType()), std::nullopt,
+                          std::nullopt};
+    }
     return success();
   }
 

@@ -137,15 +137,21 @@ std::vector<Row> rowsOf(const plan::Plan &p, int &idle) {
   return rows;
 }
 
-} // namespace
+/// The picture's layout (px) and its time scale.
+struct Geometry {
+  double end = 0; // seconds the plot spans
+  double left = 0, right = 36, plotWidth = 1000, width = 0;
+  double top = 70, computeH = 26, commGap = 3, commH = 9, rowGap = 12;
+  double pitch = 0, rowsBottom = 0, axisY = 0, legendY = 0, height = 0;
 
-std::string timelineSvg(const plan::Plan &p) {
-  int idle = 0;
-  const std::vector<Row> rows = rowsOf(p, idle);
+  double x(double seconds) const { return left + seconds / end * plotWidth; }
+};
 
-  // Time range: the predicted step, or the last instruction if later.
+/// Time range: the predicted step, or the last instruction if later.
+/// `timed` says whether any instruction has a predicted time.
+double timelineEnd(const plan::Plan &p, const std::vector<Row> &rows, bool &timed) {
   double end = std::max(0.0, p.prediction().step_time_s());
-  bool timed = false;
+  timed = false;
   for (const auto &row : rows)
     for (const auto &ins : p.ranks(row.rank).program()) {
       if (std::isfinite(ins.predicted_end_s()))
@@ -154,40 +160,44 @@ std::string timelineSvg(const plan::Plan &p) {
     }
   if (!(end > 0))
     end = 1e-3;
-  const double endMs = end * 1e3;
+  return end;
+}
 
-  // Geometry (px).
+Geometry geometryOf(const std::vector<Row> &rows, double end) {
+  Geometry g;
+  g.end = end;
   // The label column fits the longest label (about 0.62 em a character in
   // DejaVu Sans, wider than its average): labels stay inside the picture.
   double labelWidth = 0;
   for (const auto &row : rows)
     labelWidth = std::max({labelWidth, 13 * 0.62 * double(row.label.size()),
                            10 * 0.62 * double(row.sublabel.size())});
-  const double left = std::max(200.0, std::ceil(labelWidth) + 24), right = 36, plotWidth = 1000;
-  const double width = left + plotWidth + right;
-  const double top = 70, computeH = 26, commGap = 3, commH = 9, rowGap = 12;
-  const double pitch = computeH + commGap + commH + rowGap;
-  const double rowsBottom = top + pitch * double(rows.size()) - rowGap;
-  const double axisY = rowsBottom + 8;
-  const double legendY = axisY + 50;
-  const double height = legendY + 30;
-  auto x = [&](double seconds) { return left + seconds / end * plotWidth; };
+  g.left = std::max(200.0, std::ceil(labelWidth) + 24);
+  g.width = g.left + g.plotWidth + g.right;
+  g.pitch = g.computeH + g.commGap + g.commH + g.rowGap;
+  g.rowsBottom = g.top + g.pitch * double(rows.size()) - g.rowGap;
+  g.axisY = g.rowsBottom + 8;
+  g.legendY = g.axisY + 50;
+  g.height = g.legendY + 30;
+  return g;
+}
 
-  // A tick step of 1, 2 or 5 times a power of ten, about 10 ticks.
+/// A tick step of 1, 2 or 5 times a power of ten, about 10 ticks, and the
+/// decimals its labels need.
+struct Ticks {
+  double step = 0;
+  int decimals = 0;
+};
+
+Ticks ticksOf(double endMs) {
   double raw = endMs / 10, mag = std::pow(10.0, std::floor(std::log10(raw)));
   double norm = raw / mag;
   double step = (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10) * mag;
   int decimals = step >= 1 ? 0 : int(std::ceil(-std::log10(step) - 1e-9));
+  return {step, decimals};
+}
 
-  std::ostringstream o;
-  const char *font = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
-  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-    << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\""
-    << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height) << "\" " << font
-    << ">\n";
-  o << "<path d=\"M0 0 H" << num(width) << " V" << num(height) << " H0 Z\" fill=\"#ffffff\"/>\n";
-
-  // Title.
+void writeTitle(std::ostringstream &o, const plan::Plan &p, int idle, bool timed) {
   const auto &s = p.settings();
   std::string title = "hetplan plan";
   if (!p.model().graph().empty())
@@ -214,118 +224,159 @@ std::string timelineSvg(const plan::Plan &p) {
     << escape(title) << "</text>\n";
   o << "<text x=\"16\" y=\"50\" font-size=\"12\" fill=\"#555555\">" << escape(subtitle)
     << "</text>\n";
+}
 
-  // Row backgrounds, labels, grid.
+/// Row backgrounds, labels, grid.
+void writeRows(std::ostringstream &o, const std::vector<Row> &rows, const Geometry &g,
+               double step, double endMs) {
   o << "<g id=\"rows\">\n";
   for (size_t i = 0; i < rows.size(); ++i) {
-    double y = top + pitch * double(i);
+    double y = g.top + g.pitch * double(i);
     if (i % 2 == 0)
-      o << "<path d=\"M10 " << num(y - rowGap / 2) << " H" << num(width - 8)
-        << " V" << num(y + pitch - rowGap / 2) << " H10 Z\" fill=\"#f3f4f6\"/>\n";
-    o << "<text x=\"" << num(left - 10) << "\" y=\"" << num(y + 17)
+      o << "<path d=\"M10 " << num(y - g.rowGap / 2) << " H" << num(g.width - 8)
+        << " V" << num(y + g.pitch - g.rowGap / 2) << " H10 Z\" fill=\"#f3f4f6\"/>\n";
+    o << "<text x=\"" << num(g.left - 10) << "\" y=\"" << num(y + 17)
       << "\" font-size=\"13\" text-anchor=\"end\" fill=\"#222222\">" << escape(rows[i].label)
       << "</text>\n";
     if (!rows[i].sublabel.empty())
-      o << "<text x=\"" << num(left - 10) << "\" y=\"" << num(y + computeH + commGap + commH)
+      o << "<text x=\"" << num(g.left - 10) << "\" y=\""
+        << num(y + g.computeH + g.commGap + g.commH)
         << "\" font-size=\"10\" text-anchor=\"end\" fill=\"#666666\">"
         << escape(rows[i].sublabel) << "</text>\n";
   }
   o << "</g>\n<g id=\"grid\" stroke=\"#d0d4da\" stroke-width=\"1\">\n";
   for (int k = 0; k * step <= endMs * (1 + 1e-9); ++k) {
-    double px = x(k * step / 1e3);
-    o << "<line x1=\"" << num(px) << "\" y1=\"" << num(top - 6) << "\" x2=\"" << num(px)
-      << "\" y2=\"" << num(axisY) << "\"/>\n";
+    double px = g.x(k * step / 1e3);
+    o << "<line x1=\"" << num(px) << "\" y1=\"" << num(g.top - 6) << "\" x2=\"" << num(px)
+      << "\" y2=\"" << num(g.axisY) << "\"/>\n";
   }
   o << "</g>\n";
+}
 
-  // Instruction boxes.
+/// One instruction's box (compute or communication lane of the row at `y`),
+/// its tooltip, and its micro-batch number where it fits.
+void writeInstruction(std::ostringstream &o, const plan::Instruction &ins, int rank, int k,
+                      double y, const Geometry &g) {
+  const Style st = styleOf(ins.kind());
+  double t0 = std::isfinite(ins.predicted_start_s()) ? std::max(0.0, ins.predicted_start_s()) : 0;
+  double t1 = std::isfinite(ins.predicted_end_s()) ? std::max(t0, ins.predicted_end_s()) : t0;
+  double bx = g.x(t0), bw = std::max(g.x(t1) - bx, 1.0);
+  double by = st.comm ? y + g.computeH + g.commGap : y;
+  double bh = st.comm ? g.commH : g.computeH;
+  const std::string &kindName = plan::Instruction::Kind_IsValid(ins.kind())
+                                    ? plan::Instruction::Kind_Name(ins.kind())
+                                    : std::string("UNKNOWN");
+  char times[96];
+  std::snprintf(times, sizeof(times), "%.3f-%.3f ms", t0 * 1e3, t1 * 1e3);
+  std::string tip = "rank " + std::to_string(rank) + " #" + std::to_string(k) + " " + kindName;
+  if (perMicroBatch(ins.kind()))
+    tip += " micro-batch " + std::to_string(ins.micro_batch());
+  if (ins.peers_size() > 0) {
+    tip += " peers";
+    for (uint32_t peer : ins.peers())
+      tip += " " + std::to_string(peer);
+  }
+  tip += std::string(": ") + times;
+  o << "<rect x=\"" << num(bx) << "\" y=\"" << num(by) << "\" width=\"" << num(bw)
+    << "\" height=\"" << num(bh) << "\" fill=\"" << st.fill << "\"><title>" << escape(tip)
+    << "</title></rect>\n";
+  if (!st.comm && perMicroBatch(ins.kind())) {
+    std::string label = std::to_string(ins.micro_batch());
+    if (bw >= 7.0 * double(label.size()) + 3)
+      o << "<text x=\"" << num(bx + bw / 2) << "\" y=\"" << num(by + g.computeH / 2 + 4)
+        << "\" font-size=\"11\" text-anchor=\"middle\" stroke=\"none\" fill=\"" << st.text
+        << "\">" << label << "</text>\n";
+  }
+}
+
+void writeInstructions(std::ostringstream &o, const plan::Plan &p, const std::vector<Row> &rows,
+                       const Geometry &g) {
   o << "<g id=\"instructions\" stroke=\"#ffffff\" stroke-width=\"0.5\">\n";
   for (size_t i = 0; i < rows.size(); ++i) {
-    const double y = top + pitch * double(i);
+    const double y = g.top + g.pitch * double(i);
     const auto &program = p.ranks(rows[i].rank).program();
-    for (int k = 0; k < program.size(); ++k) {
-      const auto &ins = program[k];
-      const Style st = styleOf(ins.kind());
-      double t0 = std::isfinite(ins.predicted_start_s()) ? std::max(0.0, ins.predicted_start_s()) : 0;
-      double t1 = std::isfinite(ins.predicted_end_s()) ? std::max(t0, ins.predicted_end_s()) : t0;
-      double bx = x(t0), bw = std::max(x(t1) - bx, 1.0);
-      double by = st.comm ? y + computeH + commGap : y;
-      double bh = st.comm ? commH : computeH;
-      const std::string &kindName = plan::Instruction::Kind_IsValid(ins.kind())
-                                        ? plan::Instruction::Kind_Name(ins.kind())
-                                        : std::string("UNKNOWN");
-      char times[96];
-      std::snprintf(times, sizeof(times), "%.3f-%.3f ms", t0 * 1e3, t1 * 1e3);
-      std::string tip = "rank " + std::to_string(rows[i].rank) + " #" + std::to_string(k) +
-                        " " + kindName;
-      if (perMicroBatch(ins.kind()))
-        tip += " micro-batch " + std::to_string(ins.micro_batch());
-      if (ins.peers_size() > 0) {
-        tip += " peers";
-        for (uint32_t peer : ins.peers())
-          tip += " " + std::to_string(peer);
-      }
-      tip += std::string(": ") + times;
-      o << "<rect x=\"" << num(bx) << "\" y=\"" << num(by) << "\" width=\"" << num(bw)
-        << "\" height=\"" << num(bh) << "\" fill=\"" << st.fill << "\"><title>" << escape(tip)
-        << "</title></rect>\n";
-      if (!st.comm && perMicroBatch(ins.kind())) {
-        std::string label = std::to_string(ins.micro_batch());
-        if (bw >= 7.0 * double(label.size()) + 3)
-          o << "<text x=\"" << num(bx + bw / 2) << "\" y=\"" << num(by + computeH / 2 + 4)
-            << "\" font-size=\"11\" text-anchor=\"middle\" stroke=\"none\" fill=\"" << st.text
-            << "\">" << label << "</text>\n";
-      }
-    }
+    for (int k = 0; k < program.size(); ++k)
+      writeInstruction(o, program[k], rows[i].rank, k, y, g);
   }
   o << "</g>\n";
+}
 
-  // Predicted step end.
+/// The predicted step's end (a dashed line) and the time axis.
+void writeAxis(std::ostringstream &o, const plan::Plan &p, const Geometry &g, const Ticks &t,
+               double endMs) {
   if (p.prediction().step_time_s() > 0) {
-    double px = x(p.prediction().step_time_s());
-    o << "<line x1=\"" << num(px) << "\" y1=\"" << num(top - 10) << "\" x2=\"" << num(px)
-      << "\" y2=\"" << num(axisY) << "\" stroke=\"#222222\" stroke-width=\"1.5\" "
+    double px = g.x(p.prediction().step_time_s());
+    o << "<line x1=\"" << num(px) << "\" y1=\"" << num(g.top - 10) << "\" x2=\"" << num(px)
+      << "\" y2=\"" << num(g.axisY) << "\" stroke=\"#222222\" stroke-width=\"1.5\" "
       << "stroke-dasharray=\"5 3\"/>\n"
-      << "<text x=\"" << num(px) << "\" y=\"" << num(top - 13)
+      << "<text x=\"" << num(px) << "\" y=\"" << num(g.top - 13)
       << "\" font-size=\"11\" text-anchor=\"end\" fill=\"#222222\">step end</text>\n";
   }
 
-  // Time axis.
   o << "<g id=\"axis\" font-size=\"11\" fill=\"#333333\">\n";
-  o << "<line x1=\"" << num(left) << "\" y1=\"" << num(axisY) << "\" x2=\"" << num(left + plotWidth)
-    << "\" y2=\"" << num(axisY) << "\" stroke=\"#333333\" stroke-width=\"1\"/>\n";
-  for (int k = 0; k * step <= endMs * (1 + 1e-9); ++k) {
-    double px = x(k * step / 1e3);
+  o << "<line x1=\"" << num(g.left) << "\" y1=\"" << num(g.axisY) << "\" x2=\""
+    << num(g.left + g.plotWidth) << "\" y2=\"" << num(g.axisY)
+    << "\" stroke=\"#333333\" stroke-width=\"1\"/>\n";
+  for (int k = 0; k * t.step <= endMs * (1 + 1e-9); ++k) {
+    double px = g.x(k * t.step / 1e3);
     char label[32];
-    std::snprintf(label, sizeof(label), "%.*f", decimals, k * step);
-    o << "<line x1=\"" << num(px) << "\" y1=\"" << num(axisY) << "\" x2=\"" << num(px)
-      << "\" y2=\"" << num(axisY + 5) << "\" stroke=\"#333333\"/>\n"
-      << "<text x=\"" << num(px) << "\" y=\"" << num(axisY + 18)
+    std::snprintf(label, sizeof(label), "%.*f", t.decimals, k * t.step);
+    o << "<line x1=\"" << num(px) << "\" y1=\"" << num(g.axisY) << "\" x2=\"" << num(px)
+      << "\" y2=\"" << num(g.axisY + 5) << "\" stroke=\"#333333\"/>\n"
+      << "<text x=\"" << num(px) << "\" y=\"" << num(g.axisY + 18)
       << "\" text-anchor=\"middle\">" << label << "</text>\n";
   }
-  o << "<text x=\"" << num(left + plotWidth / 2) << "\" y=\"" << num(axisY + 36)
+  o << "<text x=\"" << num(g.left + g.plotWidth / 2) << "\" y=\"" << num(g.axisY + 36)
     << "\" text-anchor=\"middle\" font-size=\"12\">time (ms)</text>\n</g>\n";
+}
 
-  // Legend.
+void writeLegend(std::ostringstream &o, const Geometry &g) {
   o << "<g id=\"legend\" font-size=\"12\" fill=\"#333333\">\n";
   const Kind legend[] = {plan::Instruction::FORWARD, plan::Instruction::BACKWARD,
                          plan::Instruction::SEND_ACTIVATION,
                          plan::Instruction::ALLREDUCE_GRADIENTS,
                          plan::Instruction::OPTIMIZER_STEP};
-  double lx = left;
+  double lx = g.left;
   for (Kind kind : legend) {
     Style st = styleOf(kind);
-    double h = st.comm ? commH : 14;
-    double sy = legendY - 11 + (14 - h) / 2;
+    double h = st.comm ? g.commH : 14;
+    double sy = g.legendY - 11 + (14 - h) / 2;
     o << "<path d=\"M" << num(lx) << " " << num(sy) << " h18 v" << num(h) << " h-18 Z\" fill=\""
       << st.fill << "\"/>\n"
-      << "<text x=\"" << num(lx + 24) << "\" y=\"" << num(legendY) << "\">" << st.name
+      << "<text x=\"" << num(lx + 24) << "\" y=\"" << num(g.legendY) << "\">" << st.name
       << (st.comm ? " (lower lane)" : "") << "</text>\n";
     lx += 24 + 6.6 * double(std::strlen(st.name) + (st.comm ? 13 : 0)) + 26;
   }
-  o << "<text x=\"" << num(lx + 10) << "\" y=\"" << num(legendY)
+  o << "<text x=\"" << num(lx + 10) << "\" y=\"" << num(g.legendY)
     << "\" fill=\"#666666\">numbers: micro-batch</text>\n";
-  o << "</g>\n</svg>\n";
+  o << "</g>\n";
+}
+
+} // namespace
+
+std::string timelineSvg(const plan::Plan &p) {
+  int idle = 0;
+  const std::vector<Row> rows = rowsOf(p, idle);
+  bool timed = false;
+  const double end = timelineEnd(p, rows, timed);
+  const double endMs = end * 1e3;
+  const Geometry g = geometryOf(rows, end);
+  const Ticks ticks = ticksOf(endMs);
+
+  std::ostringstream o;
+  const char *font = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(g.width) << "\" height=\""
+    << num(g.height) << "\" viewBox=\"0 0 " << num(g.width) << " " << num(g.height) << "\" "
+    << font << ">\n";
+  o << "<path d=\"M0 0 H" << num(g.width) << " V" << num(g.height)
+    << " H0 Z\" fill=\"#ffffff\"/>\n";
+  writeTitle(o, p, idle, timed);
+  writeRows(o, rows, g, ticks.step, endMs);
+  writeInstructions(o, p, rows, g);
+  writeAxis(o, p, g, ticks, endMs);
+  writeLegend(o, g);
+  o << "</svg>\n";
   return o.str();
 }
 
