@@ -1,6 +1,7 @@
 //===- Session.cpp - the embedding API over the Executor and PlanExecutor --===//
 #include "hetplan/runtime/Session.h"
 #include "hetplan/runtime/Executor.h"
+#include "hetplan/runtime/Json.h"
 #include "hetplan/runtime/Model.h"
 #include "hetplan/runtime/MpiCommunicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
@@ -482,26 +483,7 @@ struct Session::Profiler {
   }
 };
 
-namespace {
-std::string jsonString(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += char(c);
-    else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else out += char(c);
-  }
-  return out + "\"";
-}
-
-std::string formatDouble(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-} // namespace
+namespace json = runtime::json;
 
 Session::Session(std::unique_ptr<detail::SessionBackend> backend, const SessionOptions &options)
     : backend_(std::move(backend)) {
@@ -539,14 +521,14 @@ Status Session::endProfiling(std::string *path) {
   bool first = true;
   for (const auto &e : p.events) {
     double ts = std::chrono::duration<double, std::micro>(e.start - p.origin).count();
-    os << (first ? "\n" : ",\n") << "{\"name\":" << jsonString(e.name) << ",\"cat\":" << jsonString(e.cat)
-       << ",\"ph\":\"X\",\"ts\":" << formatDouble(ts) << ",\"dur\":" << formatDouble(e.seconds * 1e6)
+    os << (first ? "\n" : ",\n") << "{\"name\":" << json::quoted(e.name) << ",\"cat\":" << json::quoted(e.cat)
+       << ",\"ph\":\"X\",\"ts\":" << json::number(ts, "%.9g") << ",\"dur\":" << json::number(e.seconds * 1e6, "%.9g")
        << ",\"pid\":" << pid << ",\"tid\":" << e.tid;
-    if (!e.op.empty()) os << ",\"args\":{\"op_type\":" << jsonString(e.op) << "}";
+    if (!e.op.empty()) os << ",\"args\":{\"op_type\":" << json::quoted(e.op) << "}";
     os << "}";
     first = false;
   }
-  os << "\n],\n\"displayTimeUnit\":\"ms\",\n\"hetplan\":{\"source\":" << jsonString(backend_->source())
+  os << "\n],\n\"displayTimeUnit\":\"ms\",\n\"hetplan\":{\"source\":" << json::quoted(backend_->source())
      << ",\"plan\":" << (isPlan() ? "true" : "false") << ",\"ranks\":" << ranks()
      << ",\"runs\":" << p.runs << ",\"nodes\":[";
   // Slowest first: where the time went.
@@ -555,8 +537,8 @@ Status Session::endProfiling(std::string *path) {
                    [](const auto &a, const auto &b) { return a.second.seconds > b.second.seconds; });
   first = true;
   for (const auto &[name, t] : nodes) {
-    os << (first ? "\n" : ",\n") << "{\"name\":" << jsonString(name) << ",\"op_type\":" << jsonString(t.op)
-       << ",\"calls\":" << t.calls << ",\"total_s\":" << formatDouble(t.seconds) << "}";
+    os << (first ? "\n" : ",\n") << "{\"name\":" << json::quoted(name) << ",\"op_type\":" << json::quoted(t.op)
+       << ",\"calls\":" << t.calls << ",\"total_s\":" << json::number(t.seconds, "%.9g") << "}";
     first = false;
   }
   os << "\n]}}\n";

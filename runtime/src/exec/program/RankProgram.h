@@ -1,4 +1,4 @@
-//===- RankProgram.h - one rank's program, a handler per instruction -*- C++ -*-===//
+//===- RankProgram.h - one rank's program, by instruction -*- C++ -*-===//
 //
 // PlanExecutor::runProgram's interpreter (internal to hetplan_exec): the
 // state one rank's step shares between its instruction handlers, set up
