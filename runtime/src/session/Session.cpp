@@ -7,6 +7,7 @@
 #include "hetplan/runtime/PlanExecutor.h"
 #include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/RankBackend.h"
+#include "hetplan/runtime/RunPlan.h"
 #if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
 #include "hetplan/runtime/CudaBackend.h"
 #endif
@@ -253,52 +254,6 @@ private:
 };
 #endif
 
-/// The outputs of one plan step that rank `rank` computed, handed to every
-/// other rank (an all-gather over the Communicator) so that each process of
-/// an MPI job can assemble the whole-batch outputs. Per sender: a count,
-/// then per piece its (micro-batch, worker, #outputs) and per output its
-/// name bytes and its tensor, under one tag above the pipeline's tags.
-std::vector<runtime::PlanExecutor::OutputPieces>
-allGatherPieces(runtime::Communicator &comm, runtime::PlanExecutor::OutputPieces mine) {
-  using runtime::DType;
-  constexpr int64_t kTag = (int64_t(1) << 29) + 7;
-  const int me = comm.rank(), n = comm.size();
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer == me) continue;
-    comm.send(peer, kTag, Tensor::scalar<int64_t>(DType::Int64, int64_t(mine.size())));
-    for (const auto &[key, outs] : mine) {
-      Tensor head(DType::Int64, {3});
-      int64_t *h = head.data<int64_t>();
-      h[0] = key.first, h[1] = key.second, h[2] = int64_t(outs.size());
-      comm.send(peer, kTag, head);
-      for (const auto &[name, t] : outs) {
-        Tensor bytes(DType::UInt8, {int64_t(name.size())});
-        std::copy(name.begin(), name.end(), bytes.data<uint8_t>());
-        comm.send(peer, kTag, bytes);
-        comm.send(peer, kTag, t);
-      }
-    }
-  }
-  std::vector<runtime::PlanExecutor::OutputPieces> all(static_cast<size_t>(n));
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer == me) continue;
-    int64_t count = *comm.recv(peer, kTag).data<int64_t>();
-    for (int64_t i = 0; i < count; ++i) {
-      Tensor head = comm.recv(peer, kTag);
-      const int64_t *h = head.data<int64_t>();
-      auto &outs = all[size_t(peer)][{uint32_t(h[0]), uint32_t(h[1])}];
-      for (int64_t k = 0, m = h[2]; k < m; ++k) {
-        Tensor name = comm.recv(peer, kTag);
-        std::string key(reinterpret_cast<const char *>(name.data<uint8_t>()), size_t(name.numel()));
-        outs[key] = comm.recv(peer, kTag);
-      }
-    }
-  }
-  all[size_t(me)] = std::move(mine);
-  comm.barrier(); // every send has completed before the next run reuses the tag
-  return all;
-}
-
 /// A compiled inference plan on the PlanExecutor: every rank a thread of
 /// this process (a fresh ThreadCommGroup per run, so runs are concurrent),
 /// or this process's rank of an MPI job (runs serialized and collective).
@@ -409,7 +364,9 @@ private:
     try {
       auto mine = exec_->runRank(*comm_, inputs, trace ? &timing : nullptr);
       auto ended = Clock::now();
-      auto all = allGatherPieces(*comm_, std::move(mine));
+      // Every process assembles the whole outputs (under its own tag: the
+      // session's runs only use this communicator).
+      auto all = runtime::gatherOutputPieces(*comm_, std::move(mine), -1, runtime::kGatherTagBase + 7);
       if (trace) record(*trace, comm_->rank(), began, ended, timing);
       return exec_->gatherOutputs(all);
     } catch (const std::exception &e) {
