@@ -167,28 +167,13 @@ int localRankFromEnv() {
 /// node the CUDA executor cannot run stays on the CPU under --device auto
 /// (one note on stderr) and is an error under --device cuda.
 void applyPlacement(hetplan::runtime::PlanExecutor &exec, hetplan::runtime::Placement &placement, int rank) {
-  for (int r = 0; r < exec.ranks(); ++r) {
-    if ((rank >= 0 && r != rank) || !placement.cuda[size_t(r)]) continue;
-#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
-    const auto &st = exec.plan().stages(int(exec.plan().ranks(r).stage()));
-    std::vector<size_t> nodes;
-    for (size_t i = st.first_node(); i <= st.last_node(); ++i) nodes.push_back(i);
-    std::vector<std::string> problems;
-    auto compute = hetplan::runtime::makeCudaRankCompute(exec.model(), placement.device[size_t(r)], true,
-                                                         exec.plan().settings().dtype(), &nodes, &problems);
-    if (!compute) {
-      std::string why = "rank " + std::to_string(r) + ": the CUDA executor cannot run its stage: " + problems.front() +
-                        (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "");
-      if (deviceChoice() == hetplan::runtime::DeviceChoice::Cuda)
-        throw std::runtime_error(why + "; --device cpu runs it on CPUs");
-      llvm::errs() << "hetplan: note: " << why << "; it runs on the CPU\n";
-      placement.cuda[size_t(r)] = false;
-      placement.device[size_t(r)] = -1;
-      continue;
-    }
-    exec.setCompute(r, compute);
-#endif
-  }
+  hetplan::runtime::placeCudaRanks(exec, placement, rank, true, [](int r, const std::vector<std::string> &problems) {
+    std::string why = "rank " + std::to_string(r) + ": the CUDA executor cannot run its stage: " + problems.front() +
+                      (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "");
+    if (deviceChoice() == hetplan::runtime::DeviceChoice::Cuda)
+      throw std::runtime_error(why + "; --device cpu runs it on CPUs");
+    llvm::errs() << "hetplan: note: " << why << "; it runs on the CPU\n";
+  });
 }
 
 void reportPlacement(const hetplan::runtime::Placement &placement) {

@@ -605,20 +605,18 @@ Status Session::fromPlan(const std::string &path, std::unique_ptr<Session> *sess
       } catch (const std::exception &e) {
         return {StatusCode::Unsupported, path + ": device cuda: " + e.what()};
       }
-      for (int r = 0; r < exec->ranks(); ++r) {
-        if (!placement.cuda[size_t(r)]) continue;
-        const auto &st = exec->plan().stages(int(exec->plan().ranks(r).stage()));
-        std::vector<size_t> nodes;
-        for (size_t i = st.first_node(); i <= st.last_node(); ++i) nodes.push_back(i);
-        std::vector<std::string> problems;
-        // Under MPI only this process's rank runs: its executor uploads
-        // the weights on first use, the others never.
-        auto compute = runtime::makeCudaRankCompute(exec->model(), placement.device[size_t(r)], !mpi,
-                                                    exec->plan().settings().dtype(), &nodes, &problems);
-        if (!compute)
-          return {StatusCode::Unsupported, path + ": device cuda: rank " + std::to_string(r) +
-                                               ": the CUDA executor cannot run its stage: " + problems.front()};
-        exec->setCompute(r, std::move(compute));
+      // Under MPI only this process's rank runs: its executor uploads the
+      // weights on first use, the others never.
+      std::string refusal;
+      struct Refused {};
+      try {
+        runtime::placeCudaRanks(*exec, placement, -1, !mpi, [&](int r, const std::vector<std::string> &problems) {
+          refusal = path + ": device cuda: rank " + std::to_string(r) +
+                    ": the CUDA executor cannot run its stage: " + problems.front();
+          throw Refused{};
+        });
+      } catch (const Refused &) {
+        return {StatusCode::Unsupported, refusal};
       }
 #endif
     }

@@ -1,9 +1,10 @@
 //===- RunPlan.h - running a plan's step on its ranks ------------*- C++ -*-===//
 //
-// What `hetplan run` and Session share when a plan's ranks are the
-// processes of an MPI job: each process runs its own rank
-// (PlanExecutor::runRank) and the pieces of the graph outputs are then
-// gathered to where they are assembled (PlanExecutor::gatherOutputs).
+// What `hetplan run` and Session share to run a plan: putting the ranks
+// that placeRanks (RankBackend.h) puts on CUDA on the CUDA executor, and,
+// when the ranks are the processes of an MPI job (each runs its own rank,
+// PlanExecutor::runRank), gathering the pieces of the graph outputs to where
+// they are assembled (PlanExecutor::gatherOutputs).
 //
 //===----------------------------------------------------------------------===//
 #ifndef HETPLAN_RUNTIME_RUNPLAN_H
@@ -11,8 +12,11 @@
 
 #include "hetplan/runtime/Communicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
+#include "hetplan/runtime/RankBackend.h"
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace hetplan::runtime {
@@ -31,6 +35,17 @@ constexpr int64_t kGatherTagBase = int64_t(1) << 29;
 /// communicator before it exits.
 std::vector<PlanExecutor::OutputPieces> gatherOutputPieces(Communicator &comm, PlanExecutor::OutputPieces mine,
                                                            int root, int64_t tag);
+
+/// Gives each rank that `placement` puts on CUDA (only `rank` when >= 0:
+/// an MPI process's own) the CUDA executor, computing at the plan's dtype
+/// (makeCudaRankCompute, CudaBackend.h; `uploadWeights`: now, else on first
+/// use). A rank whose stage it cannot run goes to `refused` with the
+/// problems found (one line each, at least one): `refused` throws to stop,
+/// or returns to leave the rank on the CPU (its placement entries then say
+/// so). Nothing to do in a build without the CUDA executor. Defined in
+/// hetplan_embed (RunPlanCuda.cpp), which links the CUDA executor.
+void placeCudaRanks(PlanExecutor &exec, Placement &placement, int rank, bool uploadWeights,
+                    const std::function<void(int rank, const std::vector<std::string> &problems)> &refused);
 
 } // namespace hetplan::runtime
 
