@@ -9,6 +9,7 @@
 #include "hetplan/runtime/Gradients.h"
 #include "hetplan/runtime/Npy.h"
 #include "hetplan/runtime/PlanFile.h"
+#include "hetplan/runtime/RunPlan.h"
 #include "PlanSupport.h"
 #include "Training.h"
 #include "program/RankProgram.h"
@@ -23,6 +24,14 @@ namespace hetplan::runtime {
 using namespace planexec;
 
 namespace {
+/// Ranks as threads (runRankThreads); the first rank error is rethrown as
+/// it is, one line.
+void onThreads(int R, const std::function<void(Communicator &)> &body) {
+  RankThreadsOutcome outcome = runRankThreads(R, body);
+  if (!outcome.firstError.empty()) fail(outcome.firstError);
+  if (!outcome.abortError.empty()) fail(outcome.abortError);
+}
+
 /// A graph input declared as a scalar (rank 0: a flag, a sample rate) has
 /// no batch dim: every rank gets all of it, and it is not batched.
 bool isScalarInput(const ValueInfo &in) { return in.hasShape && in.shape.empty(); }

@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <stdexcept>
-#include <thread>
 
 namespace hetplan::runtime::planexec {
 
@@ -155,35 +153,6 @@ void putRows(Tensor &dst, int64_t at, const Tensor &part) {
   if (part.nbytes() != row * size_t(part.dim(0)) || part.dtype() != dst.dtype())
     fail("gradient piece " + part.describe() + " does not fit " + dst.describe());
   std::memcpy(static_cast<char *>(dst.raw()) + row * size_t(at), part.raw(), part.nbytes());
-}
-
-/// Runs `body(comm)` for ranks 0..R-1, one thread each, over a
-/// ThreadCommGroup. The first rank error aborts the group (the others then
-/// throw CommAborted) and is rethrown here, one line.
-void onThreads(int R, const std::function<void(Communicator &)> &body) {
-  ThreadCommGroup group(R);
-  std::mutex mutex;
-  std::string firstError, abortError;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < R; ++r)
-    threads.emplace_back([&, r] {
-      Communicator &comm = group.communicator(r);
-      try {
-        body(comm);
-      } catch (const CommAborted &e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (abortError.empty()) abortError = e.what();
-      } catch (const std::exception &e) {
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          if (firstError.empty()) firstError = e.what();
-        }
-        comm.abort(e.what());
-      }
-    });
-  for (auto &t : threads) t.join();
-  if (!firstError.empty()) fail(firstError);
-  if (!abortError.empty()) fail(abortError);
 }
 
 } // namespace hetplan::runtime::planexec

@@ -94,9 +94,4 @@ void scatterFlat(const Tensor &flat, int64_t lo, const std::vector<std::string> 
                  const std::vector<int64_t> &offsets, std::map<std::string, Tensor> &values,
                  const std::map<std::string, Tensor> &shapes);
 
-/// Runs `body(comm)` for ranks 0..R-1, one thread each, over a
-/// ThreadCommGroup. The first rank error aborts the group (the others then
-/// throw CommAborted) and is rethrown here, one line.
-void onThreads(int R, const std::function<void(Communicator &)> &body);
-
 } // namespace hetplan::runtime::planexec

@@ -2,6 +2,8 @@
 #include "hetplan/runtime/RunPlan.h"
 
 #include <algorithm>
+#include <mutex>
+#include <thread>
 
 namespace hetplan::runtime {
 
@@ -40,6 +42,32 @@ PlanExecutor::OutputPieces receivePieces(Communicator &comm, int peer, int64_t t
   return pieces;
 }
 } // namespace
+
+RankThreadsOutcome runRankThreads(int ranks, const std::function<void(Communicator &)> &body) {
+  ThreadCommGroup group(ranks);
+  std::mutex mutex;
+  RankThreadsOutcome outcome;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      Communicator &comm = group.communicator(r);
+      try {
+        body(comm);
+      } catch (const CommAborted &e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        outcome.aborted = true;
+        if (outcome.abortError.empty()) outcome.abortError = e.what();
+      } catch (const std::exception &e) {
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (outcome.firstRank < 0) outcome.firstError = e.what(), outcome.firstRank = r;
+        }
+        comm.abort(e.what());
+      }
+    });
+  for (auto &t : threads) t.join();
+  return outcome;
+}
 
 std::vector<PlanExecutor::OutputPieces> gatherOutputPieces(Communicator &comm, PlanExecutor::OutputPieces mine,
                                                            int root, int64_t tag) {

@@ -319,36 +319,20 @@ public:
     if (comm_) return runMpi(inputs, trace);
 #endif
     const int R = exec_->ranks();
-    runtime::ThreadCommGroup group(R);
     std::vector<runtime::PlanExecutor::OutputPieces> pieces(static_cast<size_t>(R));
     std::vector<runtime::PlanExecutor::RankTiming> timing(trace ? static_cast<size_t>(R) : 0);
     std::vector<Clock::time_point> began(static_cast<size_t>(R)), ended(static_cast<size_t>(R));
-    std::mutex mutex;
-    std::string firstError; // the rank that failed first, not the ranks it aborted
-    bool aborted = false;
-    std::vector<std::thread> threads;
-    for (int r = 0; r < R; ++r)
-      threads.emplace_back([&, r] {
-        ThreadSetting setting(threads_);
-        runtime::Communicator &comm = group.communicator(r);
-        began[size_t(r)] = Clock::now();
-        try {
-          pieces[size_t(r)] = exec_->runRank(comm, inputs, trace ? &timing[size_t(r)] : nullptr);
-        } catch (const runtime::CommAborted &) {
-          std::lock_guard<std::mutex> lock(mutex);
-          aborted = true;
-        } catch (const std::exception &e) {
-          {
-            std::lock_guard<std::mutex> lock(mutex);
-            if (firstError.empty()) firstError = "rank " + std::to_string(r) + ": " + e.what();
-          }
-          comm.abort(e.what());
-        }
-        ended[size_t(r)] = Clock::now();
-      });
-    for (auto &t : threads) t.join();
-    if (!firstError.empty()) throw std::runtime_error(firstError);
-    if (aborted) throw std::runtime_error(path_ + ": a rank was aborted");
+    runtime::RankThreadsOutcome outcome = runtime::runRankThreads(R, [&](runtime::Communicator &comm) {
+      size_t r = size_t(comm.rank());
+      ThreadSetting setting(threads_);
+      began[r] = Clock::now();
+      pieces[r] = exec_->runRank(comm, inputs, trace ? &timing[r] : nullptr);
+      ended[r] = Clock::now();
+    });
+    // The rank that failed first, not the ranks it aborted.
+    if (outcome.firstRank >= 0)
+      throw std::runtime_error("rank " + std::to_string(outcome.firstRank) + ": " + outcome.firstError);
+    if (outcome.aborted) throw std::runtime_error(path_ + ": a rank was aborted");
     if (trace)
       for (int r = 0; r < R; ++r) record(*trace, r, began[size_t(r)], ended[size_t(r)], timing[size_t(r)]);
     return exec_->gatherOutputs(pieces);

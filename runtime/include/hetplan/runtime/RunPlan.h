@@ -1,8 +1,9 @@
 //===- RunPlan.h - running a plan's step on its ranks ------------*- C++ -*-===//
 //
-// What `hetplan run` and Session share to run a plan: putting the ranks
-// that placeRanks (RankBackend.h) puts on CUDA on the CUDA executor, and,
-// when the ranks are the processes of an MPI job (each runs its own rank,
+// What PlanExecutor, `hetplan run` and Session share to run a plan: its
+// ranks as threads of this process, putting the ranks that placeRanks
+// (RankBackend.h) puts on CUDA on the CUDA executor, and, when the ranks
+// are the processes of an MPI job (each runs its own rank,
 // PlanExecutor::runRank), gathering the pieces of the graph outputs to where
 // they are assembled (PlanExecutor::gatherOutputs).
 //
@@ -20,6 +21,20 @@
 #include <vector>
 
 namespace hetplan::runtime {
+
+/// How the threads of runRankThreads ended: the message of the first rank
+/// that failed (and the rank), else that of a rank the failure aborted
+/// (CommAborted, `aborted`); all empty when every rank finished.
+struct RankThreadsOutcome {
+  std::string firstError;
+  int firstRank = -1;
+  std::string abortError;
+  bool aborted = false;
+};
+/// Runs `body(comm)` for ranks 0..ranks-1, one thread each, over a fresh
+/// ThreadCommGroup. A rank's error aborts the group (the others then throw
+/// CommAborted); nothing is rethrown: the outcome says what happened.
+RankThreadsOutcome runRankThreads(int ranks, const std::function<void(Communicator &)> &body);
 
 /// Message tags for gathering after a step: above the pipeline's tags
 /// (below 2^29) and below the tensor-parallel ones (2^29 + 2^20).
