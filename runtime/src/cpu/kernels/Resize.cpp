@@ -26,7 +26,31 @@ int64_t resizedLength(int64_t length, double scale, int64_t axis) {
   return static_cast<int64_t>(v);
 }
 
-void resize(KernelContext &c) {
+/// A Resize's output shape and how its output coordinates map to the
+/// input's (the coordinate transformation as ONNX defines it, in double).
+struct ResizeGeometry {
+  int64_t r = 0;
+  std::string mode, ctm, nearestMode;
+  std::vector<double> scales, outLen, roi;
+  std::vector<int64_t> outShape;
+  bool crop = false;
+  /// The input coordinate of output index `o` of dim `d` of `x`.
+  double src(const Tensor &x, int64_t d, int64_t o) const {
+  double s = scales[d], L = outLen[d], in = double(x.dim(d));
+  if (ctm == "asymmetric") return o / s;
+  if (ctm == "tf_half_pixel_for_nn") return (o + 0.5) / s;
+  if (ctm == "align_corners") return L == 1 ? 0.0 : o * (in - 1) / (L - 1);
+  if (ctm == "pytorch_half_pixel") return L == 1 ? -0.5 : (o + 0.5) / s - 0.5;
+  if (crop) {
+    double a = roi[d], b = roi[r + d];
+    return (L == 1 ? (b - a) * (in - 1) / 2 : o * (b - a) * (in - 1) / (L - 1)) + a * (in - 1);
+  }
+  return (o + 0.5) / s - 0.5; // half_pixel
+  }
+};
+
+/// The attributes and inputs of Resize/Upsample `c`, checked.
+ResizeGeometry resizeGeometry(KernelContext &c) {
   const Tensor &x = c.in(0);
   int64_t r = x.rank();
   std::string mode = c.node.getString("mode", "nearest");
@@ -83,19 +107,28 @@ void resize(KernelContext &c) {
       for (int64_t d = 0; d < r; ++d) roi[r + d] = 1.0;
     }
   }
-  auto src = [&](int64_t d, int64_t o) -> double {
-    double s = scales[d], L = outLen[d], in = double(x.dim(d));
-    if (ctm == "asymmetric") return o / s;
-    if (ctm == "tf_half_pixel_for_nn") return (o + 0.5) / s;
-    if (ctm == "align_corners") return L == 1 ? 0.0 : o * (in - 1) / (L - 1);
-    if (ctm == "pytorch_half_pixel") return L == 1 ? -0.5 : (o + 0.5) / s - 0.5;
-    if (crop) {
-      double a = roi[d], b = roi[r + d];
-      return (L == 1 ? (b - a) * (in - 1) / 2 : o * (b - a) * (in - 1) / (L - 1)) + a * (in - 1);
-    }
-    return (o + 0.5) / s - 0.5; // half_pixel
-  };
-  Tensor out(x.dtype(), outShape);
+  return ResizeGeometry{r,      std::move(mode),   std::move(ctm),      std::move(nearestMode), std::move(scales),
+                        std::move(outLen), std::move(roi), std::move(outShape), crop};
+}
+
+/// Per-dim tables of where each output index reads (resizeTables).
+struct ResizeTables {
+  bool nearest = false, cubic = false;
+  double extrapolation = 0;
+  std::vector<std::vector<int64_t>> lo, hi;
+  std::vector<std::vector<double>> fr;
+  std::vector<std::vector<char>> outside;
+  std::vector<std::vector<std::array<int64_t, 4>>> ctap;
+  std::vector<std::vector<std::array<double, 4>>> cw;
+};
+
+ResizeTables resizeTables(KernelContext &c, const Tensor &x, const ResizeGeometry &g) {
+  const int64_t r = g.r;
+  const std::string &mode = g.mode, &nearestMode = g.nearestMode;
+  const std::vector<double> &scales = g.scales;
+  const std::vector<int64_t> &outShape = g.outShape;
+  const bool crop = g.crop;
+  auto src = [&](int64_t d, int64_t o) { return g.src(x, d, o); };
   auto sx = stridesOf(x.shape());
   // Per-dim tables, computed once (the coordinate transformation and the
   // rounding as ONNX defines them, in double): nearest, the source index of
@@ -167,62 +200,81 @@ void resize(KernelContext &c) {
       }
     }
   }
-  if (cubic || crop) {
-    // Cubic (and tf_crop_and_resize in any mode): output rows in parallel;
-    // the leading dims give up to 4^(r-1) weighted source rows (zero
-    // weights dropped), the last dim its four taps.
-    int64_t W = r ? outShape[r - 1] : 1, rows = W ? out.numel() / W : 0;
-    HP_DISPATCH_FLOAT(x.dtype(), {
-      const T *px = x.data<T>();
-      T *po = out.data<T>();
-      parallelFor(rows, std::max<int64_t>(1, 1024 / std::max<int64_t>(1, W)), [&](int64_t rlo, int64_t rhi) {
-        std::vector<int64_t> idx(r > 0 ? r - 1 : 0);
-        std::vector<std::pair<int64_t, double>> corners, next;
-        auto taps = [&](int64_t d, int64_t o, auto &&emit) {
-          if (cubic) {
-            for (int k = 0; k < 4; ++k) emit(ctap[d][o][k], cw[d][o][k]);
-          } else if (nearest) {
-            emit(lo[d][o], 1.0);
-          } else {
-            emit(lo[d][o], 1 - fr[d][o]);
-            emit(hi[d][o], fr[d][o]);
-          }
-        };
-        for (int64_t row = rlo; row < rhi; ++row) {
-          int64_t f = row;
-          for (int64_t d = r - 2; d >= 0; --d) { idx[d] = f % outShape[d]; f /= outShape[d]; }
-          T *dst = po + row * W;
-          if (r == 0) { dst[0] = px[0]; continue; }
-          bool rowOutside = false;
-          for (int64_t d = 0; d + 1 < r; ++d) rowOutside = rowOutside || (crop && outside[d][idx[d]]);
-          if (rowOutside) {
-            for (int64_t j = 0; j < W; ++j) dst[j] = static_cast<T>(extrapolation);
-            continue;
-          }
-          corners.assign(1, {0, 1.0});
-          for (int64_t d = 0; d + 1 < r; ++d) {
-            next.clear();
-            for (const auto &corner : corners) // (no structured binding: clang < 16 cannot capture one)
-              taps(d, idx[d], [&, off = corner.first, wgt = corner.second](int64_t toff, double tw) {
-                if (wgt * tw != 0) next.push_back({off + toff, wgt * tw});
-              });
-            corners.swap(next);
-          }
-          for (int64_t j = 0; j < W; ++j) {
-            if (crop && outside[r - 1][j]) { dst[j] = static_cast<T>(extrapolation); continue; }
-            double acc = 0;
-            for (const auto &corner : corners)
-              taps(r - 1, j, [&, off = corner.first, wgt = corner.second](int64_t toff, double tw) {
-                acc += wgt * tw * double(px[off + toff]);
-              });
-            dst[j] = static_cast<T>(acc);
-          }
+  return ResizeTables{nearest, cubic, extrapolation, std::move(lo), std::move(hi), std::move(fr),
+                      std::move(outside), std::move(ctap), std::move(cw)};
+}
+
+/// Cubic (and tf_crop_and_resize in any mode): output rows in parallel;
+/// the leading dims give up to 4^(r-1) weighted source rows (zero
+/// weights dropped), the last dim its four taps.
+void resizeByTaps(const Tensor &x, const ResizeGeometry &g, const ResizeTables &t, Tensor &out) {
+  const int64_t r = g.r;
+  const std::vector<int64_t> &outShape = g.outShape;
+  const bool crop = g.crop, nearest = t.nearest, cubic = t.cubic;
+  const double extrapolation = t.extrapolation;
+  const auto &lo = t.lo, &hi = t.hi;
+  const auto &fr = t.fr;
+  const auto &outside = t.outside;
+  const auto &ctap = t.ctap;
+  const auto &cw = t.cw;
+  int64_t W = r ? outShape[r - 1] : 1, rows = W ? out.numel() / W : 0;
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *px = x.data<T>();
+    T *po = out.data<T>();
+    parallelFor(rows, std::max<int64_t>(1, 1024 / std::max<int64_t>(1, W)), [&](int64_t rlo, int64_t rhi) {
+      std::vector<int64_t> idx(r > 0 ? r - 1 : 0);
+      std::vector<std::pair<int64_t, double>> corners, next;
+      auto taps = [&](int64_t d, int64_t o, auto &&emit) {
+        if (cubic) {
+          for (int k = 0; k < 4; ++k) emit(ctap[d][o][k], cw[d][o][k]);
+        } else if (nearest) {
+          emit(lo[d][o], 1.0);
+        } else {
+          emit(lo[d][o], 1 - fr[d][o]);
+          emit(hi[d][o], fr[d][o]);
         }
-      });
+      };
+      for (int64_t row = rlo; row < rhi; ++row) {
+        int64_t f = row;
+        for (int64_t d = r - 2; d >= 0; --d) { idx[d] = f % outShape[d]; f /= outShape[d]; }
+        T *dst = po + row * W;
+        if (r == 0) { dst[0] = px[0]; continue; }
+        bool rowOutside = false;
+        for (int64_t d = 0; d + 1 < r; ++d) rowOutside = rowOutside || (crop && outside[d][idx[d]]);
+        if (rowOutside) {
+          for (int64_t j = 0; j < W; ++j) dst[j] = static_cast<T>(extrapolation);
+          continue;
+        }
+        corners.assign(1, {0, 1.0});
+        for (int64_t d = 0; d + 1 < r; ++d) {
+          next.clear();
+          for (const auto &corner : corners) // (no structured binding: clang < 16 cannot capture one)
+            taps(d, idx[d], [&, off = corner.first, wgt = corner.second](int64_t toff, double tw) {
+              if (wgt * tw != 0) next.push_back({off + toff, wgt * tw});
+            });
+          corners.swap(next);
+        }
+        for (int64_t j = 0; j < W; ++j) {
+          if (crop && outside[r - 1][j]) { dst[j] = static_cast<T>(extrapolation); continue; }
+          double acc = 0;
+          for (const auto &corner : corners)
+            taps(r - 1, j, [&, off = corner.first, wgt = corner.second](int64_t toff, double tw) {
+              acc += wgt * tw * double(px[off + toff]);
+            });
+          dst[j] = static_cast<T>(acc);
+        }
+      }
     });
-    c.outputs[0] = std::move(out);
-    return;
-  }
+  });
+}
+
+/// Nearest and linear without tf_crop_and_resize.
+void resizeNearestLinear(const Tensor &x, const ResizeGeometry &g, const ResizeTables &t, Tensor &out) {
+  const int64_t r = g.r;
+  const std::vector<int64_t> &outShape = g.outShape;
+  const bool nearest = t.nearest;
+  const auto &lo = t.lo, &hi = t.hi;
+  const auto &fr = t.fr;
   // Output rows (every dim but the last) in parallel; within a row, the
   // leading dims give a base offset (nearest) or up to 2^(r-1) weighted
   // source rows (linear, zero weights dropped), the last dim its table.
@@ -297,6 +349,15 @@ void resize(KernelContext &c) {
   case DType::Int8: body(int8_t()); break;
   default: throw std::runtime_error(std::string("Resize of ") + dtypeName(x.dtype()) + " is not supported");
   }
+}
+
+void resize(KernelContext &c) {
+  const Tensor &x = c.in(0);
+  ResizeGeometry g = resizeGeometry(c);
+  Tensor out(x.dtype(), g.outShape);
+  ResizeTables t = resizeTables(c, x, g);
+  if (t.cubic || g.crop) resizeByTaps(x, g, t, out);
+  else resizeNearestLinear(x, g, t, out);
   c.outputs[0] = std::move(out);
 }
 
@@ -322,3 +383,4 @@ void registerResizeKernels() {
 }
 
 } // namespace hetplan::runtime::cpu
+
