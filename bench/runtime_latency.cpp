@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "hetplan/runtime/Json.h"
 #include "hetplan/runtime/Npy.h"
 #include "hetplan/runtime/Session.h"
 
@@ -42,18 +43,7 @@ int usage(const char *msg = nullptr) {
   return 2;
 }
 
-std::string jsonString(const std::string &s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else out += c;
-  }
-  return out + "\"";
-}
+namespace json = hetplan::runtime::json;
 
 std::string shapeJson(const std::vector<int64_t> &shape) {
   std::string s = "[";
@@ -187,25 +177,25 @@ int main(int argc, char **argv) {
   std::ostringstream js;
   js.setf(std::ios::fixed);
   js.precision(4);
-  js << "{\n  \"model\": " << jsonString(model) << ",\n  \"inputs\": {";
+  js << "{\n  \"model\": " << json::quoted(model) << ",\n  \"inputs\": {";
   bool first = true;
   for (const auto &[name, t] : inputs) {
-    js << (first ? "" : ", ") << jsonString(name) << ": {\"dtype\": "
-       << jsonString(hetplan::runtime::dtypeName(t.dtype())) << ", \"shape\": " << shapeJson(t.shape())
+    js << (first ? "" : ", ") << json::quoted(name) << ": {\"dtype\": "
+       << json::quoted(hetplan::runtime::dtypeName(t.dtype())) << ", \"shape\": " << shapeJson(t.shape())
        << "}";
     first = false;
   }
   js << "},\n  \"outputs\": {";
   first = true;
   for (const auto &[name, t] : outputs) {
-    js << (first ? "" : ", ") << jsonString(name) << ": {\"dtype\": "
-       << jsonString(hetplan::runtime::dtypeName(t.dtype())) << ", \"shape\": " << shapeJson(t.shape());
-    if (saved.count(name)) js << ", \"file\": " << jsonString(saved[name]);
+    js << (first ? "" : ", ") << json::quoted(name) << ": {\"dtype\": "
+       << json::quoted(hetplan::runtime::dtypeName(t.dtype())) << ", \"shape\": " << shapeJson(t.shape());
+    if (saved.count(name)) js << ", \"file\": " << json::quoted(saved[name]);
     js << "}";
     first = false;
   }
-  js << "},\n  \"openblas_num_threads\": " << jsonString(envOr("OPENBLAS_NUM_THREADS", ""))
-     << ",\n  \"omp_num_threads\": " << jsonString(envOr("OMP_NUM_THREADS", ""))
+  js << "},\n  \"openblas_num_threads\": " << json::quoted(envOr("OPENBLAS_NUM_THREADS", ""))
+     << ",\n  \"omp_num_threads\": " << json::quoted(envOr("OMP_NUM_THREADS", ""))
      << ",\n  \"warmup\": " << warmup << ",\n  \"iters\": " << iters
      << ",\n  \"load_ms\": " << loadMs << ",\n  \"median_ms\": " << median(sorted)
      << ",\n  \"p90_ms\": " << percentile(sorted, 90) << ",\n  \"min_ms\": " << sorted.front()

@@ -9,6 +9,7 @@
 
 #include "hetplan/runtime/Trace.h"
 #include "hetplan/runtime/Files.h"
+#include "hetplan/runtime/Json.h"
 
 #include <cstdio>
 #include <sstream>
@@ -16,24 +17,9 @@
 namespace hetplan::runtime {
 
 namespace {
-std::string quoted(const std::string &s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else out += c;
-  }
-  return out + "\"";
-}
+using json::quoted;
 
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", v);
-  return buf;
-}
+std::string number(double v) { return json::number(v, "%.3f"); }
 
 bool isCompute(plan::Instruction::Kind k) {
   return k == plan::Instruction::FORWARD || k == plan::Instruction::BACKWARD ||

@@ -25,6 +25,7 @@
 #include "hetplan/runtime/PlanExecutor.h"
 #include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/RankBackend.h"
+#include "hetplan/runtime/RunPlan.h"
 #if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
 #include "hetplan/runtime/CudaBackend.h"
 #include "hetplan/runtime/NcclCommunicator.h"
@@ -166,28 +167,13 @@ int localRankFromEnv() {
 /// node the CUDA executor cannot run stays on the CPU under --device auto
 /// (one note on stderr) and is an error under --device cuda.
 void applyPlacement(hetplan::runtime::PlanExecutor &exec, hetplan::runtime::Placement &placement, int rank) {
-  for (int r = 0; r < exec.ranks(); ++r) {
-    if ((rank >= 0 && r != rank) || !placement.cuda[size_t(r)]) continue;
-#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
-    const auto &st = exec.plan().stages(int(exec.plan().ranks(r).stage()));
-    std::vector<size_t> nodes;
-    for (size_t i = st.first_node(); i <= st.last_node(); ++i) nodes.push_back(i);
-    std::vector<std::string> problems;
-    auto compute = hetplan::runtime::makeCudaRankCompute(exec.model(), placement.device[size_t(r)], true,
-                                                         exec.plan().settings().dtype(), &nodes, &problems);
-    if (!compute) {
-      std::string why = "rank " + std::to_string(r) + ": the CUDA executor cannot run its stage: " + problems.front() +
-                        (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "");
-      if (deviceChoice() == hetplan::runtime::DeviceChoice::Cuda)
-        throw std::runtime_error(why + "; --device cpu runs it on CPUs");
-      llvm::errs() << "hetplan: note: " << why << "; it runs on the CPU\n";
-      placement.cuda[size_t(r)] = false;
-      placement.device[size_t(r)] = -1;
-      continue;
-    }
-    exec.setCompute(r, compute);
-#endif
-  }
+  hetplan::runtime::placeCudaRanks(exec, placement, rank, true, [](int r, const std::vector<std::string> &problems) {
+    std::string why = "rank " + std::to_string(r) + ": the CUDA executor cannot run its stage: " + problems.front() +
+                      (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "");
+    if (deviceChoice() == hetplan::runtime::DeviceChoice::Cuda)
+      throw std::runtime_error(why + "; --device cpu runs it on CPUs");
+    llvm::errs() << "hetplan: note: " << why << "; it runs on the CPU\n";
+  });
 }
 
 void reportPlacement(const hetplan::runtime::Placement &placement) {
@@ -241,7 +227,7 @@ hetplan::runtime::Communicator &mpiProgramComm(hetplan::runtime::PlanExecutor &e
 // itself); the ranks then send their pieces of the graph outputs to rank 0,
 // which assembles them (PlanExecutor::gatherOutputs) and alone writes DIR.
 // Returns -1 when this process should write `outputs`, else an exit code.
-constexpr int64_t kGatherTag = int64_t(1) << 29; // above the pipeline's tags
+constexpr int64_t kGatherTag = hetplan::runtime::kGatherTagBase;
 
 #if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
 /// --profile under MPI: rank 0 gathers every rank's measured times (a GPU
@@ -293,11 +279,6 @@ int runMpiRanks(hetplan::runtime::PlanExecutor &exec,
     if (runRanks != 0) msg += ", --ranks is " + std::to_string(runRanks);
     return comm.rank() == 0 ? fail(msg) : 1;
   }
-  auto bytesOf = [](const std::string &text) {
-    Tensor t(DType::UInt8, {int64_t(text.size())});
-    std::copy(text.begin(), text.end(), t.data<uint8_t>());
-    return t;
-  };
   try {
     std::unique_ptr<Communicator> nccl;
     Communicator &program = mpiProgramComm(exec, comm, nccl);
@@ -308,37 +289,10 @@ int runMpiRanks(hetplan::runtime::PlanExecutor &exec,
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     nccl.reset(); // its pending transfers complete before the pieces move
     if (timed) gatherTiming(comm, timing, wall);
+    auto all = gatherOutputPieces(comm, std::move(mine), 0, kGatherTag);
     if (comm.rank() != 0) {
-      // Count, then per piece (micro-batch, worker, outputs), name, tensor.
-      comm.send(0, kGatherTag, Tensor::scalar<int64_t>(DType::Int64, int64_t(mine.size())));
-      for (const auto &[key, outs] : mine) {
-        Tensor head(DType::Int64, {3});
-        head.data<int64_t>()[0] = key.first;
-        head.data<int64_t>()[1] = key.second;
-        head.data<int64_t>()[2] = int64_t(outs.size());
-        comm.send(0, kGatherTag, head);
-        for (const auto &[name, t] : outs) {
-          comm.send(0, kGatherTag, bytesOf(name));
-          comm.send(0, kGatherTag, t);
-        }
-      }
       comm.flush();
       return 0;
-    }
-    std::vector<PlanExecutor::OutputPieces> all(size_t(comm.size()));
-    all[0] = std::move(mine);
-    for (int r = 1; r < comm.size(); ++r) {
-      int64_t n = *comm.recv(r, kGatherTag).data<int64_t>();
-      for (int64_t i = 0; i < n; ++i) {
-        Tensor head = comm.recv(r, kGatherTag);
-        const int64_t *h = head.data<int64_t>();
-        auto &outs = all[size_t(r)][{uint32_t(h[0]), uint32_t(h[1])}];
-        for (int64_t k = 0, m = h[2]; k < m; ++k) {
-          Tensor name = comm.recv(r, kGatherTag);
-          std::string key(name.data<char>(), size_t(name.numel()));
-          outs[key] = comm.recv(r, kGatherTag);
-        }
-      }
     }
     outputs = exec.gatherOutputs(all);
     return -1;

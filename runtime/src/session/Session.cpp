@@ -1,11 +1,13 @@
 //===- Session.cpp - the embedding API over the Executor and PlanExecutor --===//
 #include "hetplan/runtime/Session.h"
 #include "hetplan/runtime/Executor.h"
+#include "hetplan/runtime/Json.h"
 #include "hetplan/runtime/Model.h"
 #include "hetplan/runtime/MpiCommunicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
 #include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/RankBackend.h"
+#include "hetplan/runtime/RunPlan.h"
 #if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
 #include "hetplan/runtime/CudaBackend.h"
 #endif
@@ -252,52 +254,6 @@ private:
 };
 #endif
 
-/// The outputs of one plan step that rank `rank` computed, handed to every
-/// other rank (an all-gather over the Communicator) so that each process of
-/// an MPI job can assemble the whole-batch outputs. Per sender: a count,
-/// then per piece its (micro-batch, worker, #outputs) and per output its
-/// name bytes and its tensor, under one tag above the pipeline's tags.
-std::vector<runtime::PlanExecutor::OutputPieces>
-allGatherPieces(runtime::Communicator &comm, runtime::PlanExecutor::OutputPieces mine) {
-  using runtime::DType;
-  constexpr int64_t kTag = (int64_t(1) << 29) + 7;
-  const int me = comm.rank(), n = comm.size();
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer == me) continue;
-    comm.send(peer, kTag, Tensor::scalar<int64_t>(DType::Int64, int64_t(mine.size())));
-    for (const auto &[key, outs] : mine) {
-      Tensor head(DType::Int64, {3});
-      int64_t *h = head.data<int64_t>();
-      h[0] = key.first, h[1] = key.second, h[2] = int64_t(outs.size());
-      comm.send(peer, kTag, head);
-      for (const auto &[name, t] : outs) {
-        Tensor bytes(DType::UInt8, {int64_t(name.size())});
-        std::copy(name.begin(), name.end(), bytes.data<uint8_t>());
-        comm.send(peer, kTag, bytes);
-        comm.send(peer, kTag, t);
-      }
-    }
-  }
-  std::vector<runtime::PlanExecutor::OutputPieces> all(static_cast<size_t>(n));
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer == me) continue;
-    int64_t count = *comm.recv(peer, kTag).data<int64_t>();
-    for (int64_t i = 0; i < count; ++i) {
-      Tensor head = comm.recv(peer, kTag);
-      const int64_t *h = head.data<int64_t>();
-      auto &outs = all[size_t(peer)][{uint32_t(h[0]), uint32_t(h[1])}];
-      for (int64_t k = 0, m = h[2]; k < m; ++k) {
-        Tensor name = comm.recv(peer, kTag);
-        std::string key(reinterpret_cast<const char *>(name.data<uint8_t>()), size_t(name.numel()));
-        outs[key] = comm.recv(peer, kTag);
-      }
-    }
-  }
-  all[size_t(me)] = std::move(mine);
-  comm.barrier(); // every send has completed before the next run reuses the tag
-  return all;
-}
-
 /// A compiled inference plan on the PlanExecutor: every rank a thread of
 /// this process (a fresh ThreadCommGroup per run, so runs are concurrent),
 /// or this process's rank of an MPI job (runs serialized and collective).
@@ -363,36 +319,20 @@ public:
     if (comm_) return runMpi(inputs, trace);
 #endif
     const int R = exec_->ranks();
-    runtime::ThreadCommGroup group(R);
     std::vector<runtime::PlanExecutor::OutputPieces> pieces(static_cast<size_t>(R));
     std::vector<runtime::PlanExecutor::RankTiming> timing(trace ? static_cast<size_t>(R) : 0);
     std::vector<Clock::time_point> began(static_cast<size_t>(R)), ended(static_cast<size_t>(R));
-    std::mutex mutex;
-    std::string firstError; // the rank that failed first, not the ranks it aborted
-    bool aborted = false;
-    std::vector<std::thread> threads;
-    for (int r = 0; r < R; ++r)
-      threads.emplace_back([&, r] {
-        ThreadSetting setting(threads_);
-        runtime::Communicator &comm = group.communicator(r);
-        began[size_t(r)] = Clock::now();
-        try {
-          pieces[size_t(r)] = exec_->runRank(comm, inputs, trace ? &timing[size_t(r)] : nullptr);
-        } catch (const runtime::CommAborted &) {
-          std::lock_guard<std::mutex> lock(mutex);
-          aborted = true;
-        } catch (const std::exception &e) {
-          {
-            std::lock_guard<std::mutex> lock(mutex);
-            if (firstError.empty()) firstError = "rank " + std::to_string(r) + ": " + e.what();
-          }
-          comm.abort(e.what());
-        }
-        ended[size_t(r)] = Clock::now();
-      });
-    for (auto &t : threads) t.join();
-    if (!firstError.empty()) throw std::runtime_error(firstError);
-    if (aborted) throw std::runtime_error(path_ + ": a rank was aborted");
+    runtime::RankThreadsOutcome outcome = runtime::runRankThreads(R, [&](runtime::Communicator &comm) {
+      size_t r = size_t(comm.rank());
+      ThreadSetting setting(threads_);
+      began[r] = Clock::now();
+      pieces[r] = exec_->runRank(comm, inputs, trace ? &timing[r] : nullptr);
+      ended[r] = Clock::now();
+    });
+    // The rank that failed first, not the ranks it aborted.
+    if (outcome.firstRank >= 0)
+      throw std::runtime_error("rank " + std::to_string(outcome.firstRank) + ": " + outcome.firstError);
+    if (outcome.aborted) throw std::runtime_error(path_ + ": a rank was aborted");
     if (trace)
       for (int r = 0; r < R; ++r) record(*trace, r, began[size_t(r)], ended[size_t(r)], timing[size_t(r)]);
     return exec_->gatherOutputs(pieces);
@@ -408,7 +348,9 @@ private:
     try {
       auto mine = exec_->runRank(*comm_, inputs, trace ? &timing : nullptr);
       auto ended = Clock::now();
-      auto all = allGatherPieces(*comm_, std::move(mine));
+      // Every process assembles the whole outputs (under its own tag: the
+      // session's runs only use this communicator).
+      auto all = runtime::gatherOutputPieces(*comm_, std::move(mine), -1, runtime::kGatherTagBase + 7);
       if (trace) record(*trace, comm_->rank(), began, ended, timing);
       return exec_->gatherOutputs(all);
     } catch (const std::exception &e) {
@@ -482,26 +424,7 @@ struct Session::Profiler {
   }
 };
 
-namespace {
-std::string jsonString(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += char(c);
-    else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else out += char(c);
-  }
-  return out + "\"";
-}
-
-std::string formatDouble(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-} // namespace
+namespace json = runtime::json;
 
 Session::Session(std::unique_ptr<detail::SessionBackend> backend, const SessionOptions &options)
     : backend_(std::move(backend)) {
@@ -539,14 +462,14 @@ Status Session::endProfiling(std::string *path) {
   bool first = true;
   for (const auto &e : p.events) {
     double ts = std::chrono::duration<double, std::micro>(e.start - p.origin).count();
-    os << (first ? "\n" : ",\n") << "{\"name\":" << jsonString(e.name) << ",\"cat\":" << jsonString(e.cat)
-       << ",\"ph\":\"X\",\"ts\":" << formatDouble(ts) << ",\"dur\":" << formatDouble(e.seconds * 1e6)
+    os << (first ? "\n" : ",\n") << "{\"name\":" << json::quoted(e.name) << ",\"cat\":" << json::quoted(e.cat)
+       << ",\"ph\":\"X\",\"ts\":" << json::number(ts, "%.9g") << ",\"dur\":" << json::number(e.seconds * 1e6, "%.9g")
        << ",\"pid\":" << pid << ",\"tid\":" << e.tid;
-    if (!e.op.empty()) os << ",\"args\":{\"op_type\":" << jsonString(e.op) << "}";
+    if (!e.op.empty()) os << ",\"args\":{\"op_type\":" << json::quoted(e.op) << "}";
     os << "}";
     first = false;
   }
-  os << "\n],\n\"displayTimeUnit\":\"ms\",\n\"hetplan\":{\"source\":" << jsonString(backend_->source())
+  os << "\n],\n\"displayTimeUnit\":\"ms\",\n\"hetplan\":{\"source\":" << json::quoted(backend_->source())
      << ",\"plan\":" << (isPlan() ? "true" : "false") << ",\"ranks\":" << ranks()
      << ",\"runs\":" << p.runs << ",\"nodes\":[";
   // Slowest first: where the time went.
@@ -555,8 +478,8 @@ Status Session::endProfiling(std::string *path) {
                    [](const auto &a, const auto &b) { return a.second.seconds > b.second.seconds; });
   first = true;
   for (const auto &[name, t] : nodes) {
-    os << (first ? "\n" : ",\n") << "{\"name\":" << jsonString(name) << ",\"op_type\":" << jsonString(t.op)
-       << ",\"calls\":" << t.calls << ",\"total_s\":" << formatDouble(t.seconds) << "}";
+    os << (first ? "\n" : ",\n") << "{\"name\":" << json::quoted(name) << ",\"op_type\":" << json::quoted(t.op)
+       << ",\"calls\":" << t.calls << ",\"total_s\":" << json::number(t.seconds, "%.9g") << "}";
     first = false;
   }
   os << "\n]}}\n";
@@ -666,20 +589,18 @@ Status Session::fromPlan(const std::string &path, std::unique_ptr<Session> *sess
       } catch (const std::exception &e) {
         return {StatusCode::Unsupported, path + ": device cuda: " + e.what()};
       }
-      for (int r = 0; r < exec->ranks(); ++r) {
-        if (!placement.cuda[size_t(r)]) continue;
-        const auto &st = exec->plan().stages(int(exec->plan().ranks(r).stage()));
-        std::vector<size_t> nodes;
-        for (size_t i = st.first_node(); i <= st.last_node(); ++i) nodes.push_back(i);
-        std::vector<std::string> problems;
-        // Under MPI only this process's rank runs: its executor uploads
-        // the weights on first use, the others never.
-        auto compute = runtime::makeCudaRankCompute(exec->model(), placement.device[size_t(r)], !mpi,
-                                                    exec->plan().settings().dtype(), &nodes, &problems);
-        if (!compute)
-          return {StatusCode::Unsupported, path + ": device cuda: rank " + std::to_string(r) +
-                                               ": the CUDA executor cannot run its stage: " + problems.front()};
-        exec->setCompute(r, std::move(compute));
+      // Under MPI only this process's rank runs: its executor uploads the
+      // weights on first use, the others never.
+      std::string refusal;
+      struct Refused {};
+      try {
+        runtime::placeCudaRanks(*exec, placement, -1, !mpi, [&](int r, const std::vector<std::string> &problems) {
+          refusal = path + ": device cuda: rank " + std::to_string(r) +
+                    ": the CUDA executor cannot run its stage: " + problems.front();
+          throw Refused{};
+        });
+      } catch (const Refused &) {
+        return {StatusCode::Unsupported, refusal};
       }
 #endif
     }

@@ -307,8 +307,16 @@ public:
 
 private:
   struct TrainRun;
+  /// One rank's program, one handler per instruction kind (src/exec/program/).
+  class RankProgram;
   OutputPieces runProgram(Communicator &comm, const std::map<std::string, Tensor> &inputs,
                           RankTiming *timing, TrainRun *train) const;
+  /// The constructor's analysis: what crosses each stage boundary (io_),
+  /// the split nodes and weights (tpNodes_, tpParams_, vocabHeads_), the
+  /// ranks' programs, and for training plans the gradient sums and ZeRO.
+  void findStageIO(const std::string &modelPath);
+  void checkTensorParallelNodes();
+  void checkPrograms();
   void checkTraining();
   std::map<int, std::shared_ptr<RankCompute>> computes_;
   plan::Plan plan_;
