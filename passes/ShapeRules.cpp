@@ -8,11 +8,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/ShapeRules.h"
+#include "passes/cost/OpTableAdapter.h"
+#include "runtime/include/hetplan/runtime/Checked.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/DenseSet.h"
-#include "runtime/include/hetplan/runtime/Checked.h"
 
 #include <cmath>
 #include <map>
@@ -30,19 +31,12 @@ constexpr size_t kMaxFoldedElements = 64;
 
 bool isDyn(int64_t d) { return ShapedType::isDynamic(d); }
 // A product or sum that overflows int64 is no size: unknown (the verifier
-// then refuses any static type it would have made).
-int64_t mulDims(int64_t a, int64_t b) {
-  int64_t r;
-  return isDyn(a) || isDyn(b) || !runtime::mulInto(a, b, r) ? kDyn : r;
-}
-int64_t addDims(int64_t a, int64_t b) {
-  int64_t r;
-  return isDyn(a) || isDyn(b) || !runtime::addInto(a, b, r) ? kDyn : r;
-}
-int64_t subDims(int64_t a, int64_t b) {
-  int64_t r;
-  return isDyn(a) || isDyn(b) || __builtin_sub_overflow(a, b, &r) ? kDyn : r;
-}
+// then refuses any static type it would have made). The table's helpers:
+// its unknown dim is kDyn.
+using ops::addDims;
+using ops::mulDims;
+using ops::subDims;
+static_assert(ops::kUnknownDim == ShapedType::kDynamic);
 
 int64_t attrInt(NodeOp n, StringRef name, int64_t dflt) {
   if (auto a = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr(name)))
@@ -111,6 +105,61 @@ std::string upperBoundNote(StringRef what, int64_t bound, StringRef because) {
     return success(); /* not known yet: leave the outputs as they are */       \
   Shape var(var##Opt->begin(), var##Opt->end());
 
+/// The op table's shape rule (ops/OpTable.h) over the node's facts: the one
+/// place the compiler's types meet the table's plain dims.
+LogicalResult runTableRule(const ops::OpDef *def, NodeOp n, ArrayRef<ValueFacts> in,
+                           SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  std::vector<ops::ValueShape> shapes(in.size());
+  for (auto [i, facts] : llvm::enumerate(in)) {
+    ops::ValueShape &v = shapes[i];
+    v.present = present(in, i);
+    if (auto s = facts.shape()) {
+      v.ranked = true;
+      v.dims.assign(s->begin(), s->end());
+    }
+    if (facts.ints)
+      v.ints = std::vector<int64_t>(facts.ints->begin(), facts.ints->end());
+  }
+  NodeAttrs attrs(n);
+  std::vector<ops::OutShape> results(out.size());
+  if (!def->shape({attrs, shapes, n.getOpset()}, results, why))
+    return failure();
+  MLIRContext *c = n.getContext();
+  for (auto [i, r] : llvm::enumerate(results)) {
+    if (!r.set)
+      continue;
+    Type element;
+    switch (r.element) {
+    case ops::Element::OfInput: element = in[r.elementOf].elementType(); break;
+    case ops::Element::Bool: element = IntegerType::get(c, 1); break;
+    case ops::Element::Int64: element = IntegerType::get(c, 64); break;
+    case ops::Element::Float32: element = Float32Type::get(c); break;
+    }
+    out[i] = tensor(r.dims, element);
+    if (r.ints)
+      out[i].ints = Shape(r.ints->begin(), r.ints->end());
+  }
+  return success();
+}
+
+LogicalResult tableRule(NodeOp n, ArrayRef<ValueFacts> in,
+                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  return runTableRule(opDefOf(n), n, in, out, why);
+}
+/// The float products' rules, for the integer and QOperator ops that keep them.
+LogicalResult matMulOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  return runTableRule(opDefOf(ops::names::MatMul), n, in, out, why);
+}
+LogicalResult gemmOp(NodeOp n, ArrayRef<ValueFacts> in,
+                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  return runTableRule(opDefOf(ops::names::Gemm), n, in, out, why);
+}
+LogicalResult convOp(NodeOp n, ArrayRef<ValueFacts> in,
+                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  return runTableRule(opDefOf(ops::names::Conv), n, in, out, why);
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
@@ -135,7 +184,7 @@ LogicalResult sameAsInput(NodeOp n, ArrayRef<ValueFacts> in,
   // Secondary outputs: Dropout's mask, LayerNormalization's statistics.
   if (out.size() > 1 && op == "Dropout")
     out[1] = tensor(x, IntegerType::get(n.getContext(), 1));
-  if (out.size() > 1 && (op == "LayerNormalization" || op == "RMSNormalization")) {
+  if (out.size() > 1 && op == "RMSNormalization") {
     int64_t axis = normAxis(attrInt(n, "axis", -1), x.size());
     Shape stat = x;
     for (size_t i = axis; i < stat.size(); ++i)
@@ -284,112 +333,25 @@ Type onnxElementType(MLIRContext *c, int64_t dt) {
 }
 
 //===----------------------------------------------------------------------===//
-// Linear algebra
-//===----------------------------------------------------------------------===//
-
-LogicalResult matMulOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(a, 0);
-  REQUIRE_SHAPE(b, 1);
-  if (a.empty() || b.empty())
-    return (why = "MatMul operands must not be scalars", failure());
-  bool aVec = a.size() == 1, bVec = b.size() == 1;
-  if (aVec)
-    a.insert(a.begin(), 1);
-  if (bVec)
-    b.push_back(1);
-  int64_t k1 = a.back(), k2 = b[b.size() - 2];
-  if (!isDyn(k1) && !isDyn(k2) && k1 != k2) {
-    why = "contraction sizes differ: " + std::to_string(k1) + " and " +
-          std::to_string(k2);
-    return failure();
-  }
-  auto batch = broadcastShapes(ArrayRef<int64_t>(a).drop_back(2),
-                               ArrayRef<int64_t>(b).drop_back(2));
-  if (!batch)
-    return (why = "batch dimensions do not broadcast", failure());
-  Shape result = *batch;
-  if (!aVec)
-    result.push_back(a[a.size() - 2]);
-  if (!bVec)
-    result.push_back(b.back());
-  out[0] = tensor(result, in[0].elementType());
-  return success();
-}
-
-LogicalResult gemmOp(NodeOp n, ArrayRef<ValueFacts> in,
-                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(a, 0);
-  REQUIRE_SHAPE(b, 1);
-  if (a.size() != 2 || b.size() != 2)
-    return (why = "Gemm operands must be matrices", failure());
-  int64_t m = attrInt(n, "transA", 0) ? a[1] : a[0];
-  int64_t ka = attrInt(n, "transA", 0) ? a[0] : a[1];
-  int64_t kb = attrInt(n, "transB", 0) ? b[1] : b[0];
-  int64_t nn = attrInt(n, "transB", 0) ? b[0] : b[1];
-  if (!isDyn(ka) && !isDyn(kb) && ka != kb)
-    return (why = "contraction sizes differ: " + std::to_string(ka) + " and " +
-                  std::to_string(kb),
-            failure());
-  out[0] = tensor({m, nn}, in[0].elementType());
-  return success();
-}
-
-//===----------------------------------------------------------------------===//
 // Convolution and pooling
 //===----------------------------------------------------------------------===//
 
-/// Output spatial sizes of a sliding window (Conv, pools), ONNX's formulas.
+/// Output spatial sizes of a sliding window (pools), ONNX's formulas
+/// (ops::windowOutputSize, which Conv's definition and the runtime use too).
 Shape windowOutput(NodeOp n, ArrayRef<int64_t> spatial, ArrayRef<int64_t> kernel,
                    bool ceilMode) {
   size_t k = spatial.size();
   Shape strides = attrInts(n, "strides").value_or(Shape(k, 1));
   Shape dilations = attrInts(n, "dilations").value_or(Shape(k, 1));
   Shape pads = attrInts(n, "pads").value_or(Shape(2 * k, 0));
-  StringRef autoPad = attrStr(n, "auto_pad", "NOTSET");
+  std::string autoPad = attrStr(n, "auto_pad", "NOTSET").str();
   Shape result;
-  for (size_t i = 0; i < k; ++i) {
-    int64_t in = spatial[i];
-    int64_t s = i < strides.size() ? strides[i] : 1;
-    int64_t d = i < dilations.size() ? dilations[i] : 1;
-    int64_t window = (kernel[i] - 1) * d + 1;
-    if (isDyn(in) || isDyn(kernel[i]) || s <= 0) {
-      result.push_back(kDyn);
-      continue;
-    }
-    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      result.push_back((in + s - 1) / s);
-    } else if (autoPad == "VALID") {
-      result.push_back((in - window) / s + 1);
-    } else {
-      int64_t padded = in + (i < pads.size() ? pads[i] : 0) +
-                       (i + k < pads.size() ? pads[i + k] : 0) - window;
-      int64_t size = ceilMode ? (padded + s - 1) / s + 1 : padded / s + 1;
-      // ONNX drops a last window that would start inside the end padding.
-      if (ceilMode && (size - 1) * s >= in + (i < pads.size() ? pads[i] : 0))
-        --size;
-      result.push_back(size);
-    }
-  }
+  for (size_t i = 0; i < k; ++i)
+    result.push_back(ops::windowOutputSize(
+        spatial[i], kernel[i], i < strides.size() ? strides[i] : 1,
+        i < dilations.size() ? dilations[i] : 1, i < pads.size() ? pads[i] : 0,
+        i + k < pads.size() ? pads[i + k] : 0, autoPad, ceilMode));
   return result;
-}
-
-LogicalResult convOp(NodeOp n, ArrayRef<ValueFacts> in,
-                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  REQUIRE_SHAPE(w, 1);
-  if (x.size() < 3 || w.size() != x.size())
-    return (why = "Conv needs input and weight of the same rank >= 3", failure());
-  int64_t group = attrInt(n, "group", 1);
-  if (!isDyn(x[1]) && !isDyn(w[1]) && x[1] != mulDims(w[1], group))
-    return (why = "input has " + std::to_string(x[1]) + " channels but the weight expects " +
-                  std::to_string(w[1]) + " x group " + std::to_string(group),
-            failure());
-  Shape kernel = attrInts(n, "kernel_shape").value_or(Shape(w.begin() + 2, w.end()));
-  Shape result{x[0], w[0]};
-  llvm::append_range(result, windowOutput(n, ArrayRef<int64_t>(x).drop_front(2), kernel, false));
-  out[0] = tensor(result, in[0].elementType());
-  return success();
 }
 
 LogicalResult convTransposeOp(NodeOp n, ArrayRef<ValueFacts> in,
@@ -685,35 +647,6 @@ LogicalResult sliceOp(NodeOp n, ArrayRef<ValueFacts> in,
   // matrix is a Slice with step -1).
   if (auto v = foldStrided(in[0], x, result, begin, stride))
     out[0].ints = v;
-  return success();
-}
-
-LogicalResult gatherOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(data, 0);
-  REQUIRE_SHAPE(indices, 1);
-  if (n.getOpType() == "GatherElements") {
-    out[0] = tensor(indices, in[0].elementType());
-    return success();
-  }
-  int64_t axis = normAxis(attrInt(n, "axis", 0), data.size());
-  if (axis < 0 || axis >= int64_t(data.size()))
-    return (why = "axis out of range", failure());
-  Shape result(data.begin(), data.begin() + axis);
-  llvm::append_range(result, indices);
-  result.append(data.begin() + axis + 1, data.end());
-  out[0] = tensor(result, in[0].elementType());
-  if (in[0].ints && in[1].ints && data.size() == 1) {
-    Shape values;
-    for (int64_t i : *in[1].ints) {
-      if (i < 0)
-        i += data[0];
-      if (i < 0 || i >= int64_t(in[0].ints->size()))
-        return (why = "index out of range", failure());
-      values.push_back((*in[0].ints)[i]);
-    }
-    out[0].ints = values;
-  }
   return success();
 }
 
@@ -1531,12 +1464,11 @@ const llvm::StringMap<ShapeRule> &rules() {
   static const llvm::StringMap<ShapeRule> table = [] {
     llvm::StringMap<ShapeRule> t;
     for (const char *op :
-         {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
-          "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Softmax",
-          "LogSoftmax", "Hardmax", "Gelu", "LeakyRelu", "Elu", "Selu", "Celu",
+         {"Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
+          "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Gelu", "LeakyRelu", "Elu", "Selu", "Celu",
           "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish",
           "ThresholdedRelu", "Shrink", "Identity", "Dropout", "Clip",
-          "LayerNormalization", "RMSNormalization", "BatchNormalization",
+          "RMSNormalization", "BatchNormalization",
           "InstanceNormalization", "GroupNormalization", "LRN",
           "MeanVarianceNormalization", "Not", "IsNaN", "IsInf", "Sign",
           "CumSum", "Trilu", "Swish", "PRelu", "Asin", "Acos", "Atan", "Sinh", "Cosh",
@@ -1549,9 +1481,6 @@ const llvm::StringMap<ShapeRule> &rules() {
       t[op] = broadcastOp;
     t["Cast"] = castOp;
     t["CastLike"] = castOp;
-    t["MatMul"] = matMulOp;
-    t["Gemm"] = gemmOp;
-    t["Conv"] = convOp;
     t["ConvTranspose"] = convTransposeOp;
     for (const char *op : {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
                            "GlobalMaxPool", "GlobalLpPool"})
@@ -1562,8 +1491,6 @@ const llvm::StringMap<ShapeRule> &rules() {
     t["Concat"] = concatOp;
     t["Split"] = splitOp;
     t["Slice"] = sliceOp;
-    t["Gather"] = gatherOp;
-    t["GatherElements"] = gatherOp;
     t["Squeeze"] = squeezeOp;
     t["Unsqueeze"] = squeezeOp;
     t["Expand"] = expandOp;
@@ -1626,26 +1553,16 @@ Type makeTensor(ArrayRef<int64_t> shape, Type element) {
 
 std::optional<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> a,
                                                     ArrayRef<int64_t> b) {
-  size_t rank = std::max(a.size(), b.size());
-  SmallVector<int64_t> result(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da == 1)
-      result[i] = db;
-    else if (db == 1)
-      result[i] = da;
-    else if (isDyn(da))
-      result[i] = db;
-    else if (isDyn(db) || da == db)
-      result[i] = da;
-    else
-      return std::nullopt;
-  }
-  return result;
+  auto result = ops::broadcast(std::vector<int64_t>(a.begin(), a.end()),
+                               std::vector<int64_t>(b.begin(), b.end()));
+  if (!result)
+    return std::nullopt;
+  return SmallVector<int64_t>(result->begin(), result->end());
 }
 
 ShapeRule lookupShapeRule(StringRef domain, StringRef opType) {
+  if (const ops::OpDef *def = ops::findOp(domain.str(), opType.str()); def && def->shape)
+    return tableRule;
   if (domain == "com.microsoft" &&
       (opType == "Gelu" || opType == "FastGelu" || opType == "BiasGelu" ||
        opType == "SimplifiedLayerNormalization"))

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/cost/OpCosts.h"
+#include "passes/cost/OpTableAdapter.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -26,10 +27,8 @@ namespace hetplan::cost {
 
 namespace {
 
-/// Cost of a transcendental function (exp, log, erf, tanh, sigmoid, pow,
-/// trigonometric) per element, in FLOPs: a range reduction and a short
-/// polynomial, as GPU math libraries evaluate them.
-constexpr double kTranscendental = 4;
+/// Cost of a transcendental function per element (the table's constant).
+using ops::kTranscendental;
 
 std::optional<ArrayRef<int64_t>> staticShape(Type type) {
   auto ranked = dyn_cast<RankedTensorType>(type);
@@ -90,10 +89,10 @@ struct Raw {
 // Elementwise functions: FLOPs per output element.
 const llvm::StringMap<double> &unaryFlops() {
   static const llvm::StringMap<double> table = {
-      {"Relu", 1}, {"Neg", 1}, {"Abs", 1}, {"Sign", 1}, {"Floor", 1}, {"Ceil", 1},
+      {"Neg", 1}, {"Abs", 1}, {"Sign", 1}, {"Floor", 1}, {"Ceil", 1},
       {"Round", 1}, {"Reciprocal", 1}, {"Sqrt", 1}, {"Not", 1}, {"IsNaN", 1},
       {"IsInf", 1}, {"BitwiseNot", 1}, {"ThresholdedRelu", 1}, {"CumSum", 1},
-      {"LeakyRelu", 2}, {"Clip", 2}, {"Shrink", 2}, {"Hardmax", 2}, {"Softsign", 3},
+      {"LeakyRelu", 2}, {"Clip", 2}, {"Shrink", 2}, {"Softsign", 3},
       {"HardSigmoid", 4}, {"HardSwish", 5}, {"Exp", kTranscendental},
       {"Log", kTranscendental}, {"Erf", kTranscendental}, {"Tanh", kTranscendental},
       {"Sigmoid", kTranscendental}, {"Sin", kTranscendental}, {"Cos", kTranscendental},
@@ -108,8 +107,6 @@ const llvm::StringMap<double> &unaryFlops() {
       {"Mish", 3 * kTranscendental + 2},
       // (x - zero_point) * scale and its inverse with rounding
       {"QuantizeLinear", 2}, {"DequantizeLinear", 2}, {"DynamicQuantizeLinear", 4},
-      // max, subtract, exp, sum, divide
-      {"Softmax", kTranscendental + 4}, {"LogSoftmax", kTranscendental + 4},
       // x * cos + rotate(x) * sin
       {"RotaryEmbedding", 3}, {"CumProd", 1},
       // square, sum, divide (per element; the root per row is negligible)
@@ -149,42 +146,35 @@ bool isView(StringRef op) {
   return ops.contains(op);
 }
 
-Raw matMulRule(NodeOp n) {
+/// Runs a cost rule of the op table (ops/OpTable.h) over the node's static
+/// shapes: the one place OpCosts adapts a het.node to the table's form.
+Raw tableCost(NodeOp n, llvm::function_ref<ops::Cost(const ops::CostIn &)> rule) {
+  NodeAttrs attrs(n);
+  ops::CostIn in{attrs, {}, {}, {}, {}};
+  for (Value v : n.getInputs()) {
+    auto s = staticShape(v);
+    in.inputs.push_back(s ? std::optional<std::vector<int64_t>>(std::vector<int64_t>(s->begin(), s->end()))
+                          : std::nullopt);
+    in.present.push_back(!isa<NoneType>(v.getType()));
+    in.inputElems.push_back(elems(v));
+  }
+  for (Value r : n.getResults())
+    in.outputElems.push_back(elems(r));
+  ops::Cost c = rule(in);
   Raw r;
-  r.matrix = true;
-  auto a = staticShape(n.getInputs()[0]);
-  if (!a || a->empty())
-    return r;
-  r.flops = 2 * outputElems(n) * double(a->back());
+  r.flops = c.flops;
+  r.matrix = c.engine == ops::Engine::Matrix;
+  r.view = c.view;
+  r.readsOutput = c.readsOutput;
+  r.estimated = c.estimated;
   return r;
 }
+Raw tableRule(NodeOp n, const ops::OpDef &def) { return tableCost(n, def.cost); }
 
-Raw gemmRule(NodeOp n) {
-  Raw r;
-  r.matrix = true;
-  auto a = staticShape(n.getInputs()[0]);
-  if (!a || a->size() != 2)
-    return r;
-  double k = double(attrInt(n, "transA", 0) ? (*a)[0] : (*a)[1]);
-  double out = outputElems(n);
-  r.flops = 2 * out * k + (present(n, 2) ? out : 0);
-  return r;
-}
-
+/// A convolution priced as Conv's definition does, with its weight and bias
+/// at other inputs (ConvInteger, QLinearConv, DeformConv).
 Raw convRule(NodeOp n, unsigned weightAt, unsigned biasAt) {
-  Raw r;
-  r.matrix = true;
-  if (weightAt >= n.getInputs().size())
-    return r;
-  auto w = staticShape(n.getInputs()[weightAt]);
-  if (!w || w->size() < 2)
-    return r;
-  // Each output element: Cin/group * prod(kernel) multiply-adds. Dilations
-  // spread the taps, they do not add any.
-  double perOutput = product(w->drop_front(1));
-  double out = outputElems(n);
-  r.flops = 2 * out * perOutput + (present(n, biasAt) ? out : 0);
-  return r;
+  return tableCost(n, [&](const ops::CostIn &in) { return ops::convolutionCost(in, weightAt, biasAt); });
 }
 
 Raw convTransposeRule(NodeOp n) {
@@ -239,9 +229,6 @@ Raw normRule(NodeOp n) {
     // Inference: per-channel scale and shift folded, y = a * x + b. Training
     // mode also computes the batch statistics.
     r.flops = (attrInt(n, "training_mode", 0) ? 7 : 2) * x;
-  } else if (op == "LayerNormalization") {
-    // mean 1, centre 1, variance 2, normalize 1, scale 1 (+ bias 1)
-    r.flops = (present(n, 2) ? 7 : 6) * x;
   } else if (op == "RMSNormalization" || op == "SimplifiedLayerNormalization") {
     r.flops = 4 * x; // square, sum, normalize, scale
   } else if (op == "SkipLayerNormalization") {
@@ -573,7 +560,7 @@ Raw rawRule(NodeOp n) {
     // priced as MatMul/Gemm/Conv (their int8 operands make the bytes), the
     // elementwise ones as dequantize both operands, the op, requantize.
     if (op == "QLinearMatMul")
-      return matMulRule(n);
+      return tableRule(n, *opDefOf(ops::names::MatMul));
     if (op == "QLinearConv")
       return convRule(n, 3, 8);
     if (op == "QGemm") {
@@ -609,11 +596,12 @@ Raw rawRule(NodeOp n) {
     r.view = true;
     return r;
   }
-  if (op == "MatMul" || op == "MatMulInteger" || op == "QLinearMatMul")
-    return matMulRule(n);
-  if (op == "Gemm")
-    return gemmRule(n);
-  if (op == "Conv" || op == "ConvInteger")
+  if (const ops::OpDef *def = opDefOf(n); def && def->cost)
+    return tableRule(n, *def);
+  // The integer products price as the float ones.
+  if (op == "MatMulInteger" || op == "QLinearMatMul")
+    return tableRule(n, *opDefOf(ops::names::MatMul));
+  if (op == "ConvInteger")
     return convRule(n, 1, 2);
   if (op == "QLinearConv")
     return convRule(n, 3, 8);
@@ -629,8 +617,7 @@ Raw rawRule(NodeOp n) {
     return poolRule(n);
   if (op.starts_with("Reduce") || op == "ArgMax" || op == "ArgMin")
     return reduceRule(n);
-  if (op == "BatchNormalization" || op == "LayerNormalization" ||
-      op == "RMSNormalization" || op == "InstanceNormalization" ||
+  if (op == "BatchNormalization" || op == "RMSNormalization" || op == "InstanceNormalization" ||
       op == "GroupNormalization" || op == "LRN" || op == "MeanVarianceNormalization")
     return normRule(n);
   if (op == "Attention")
@@ -668,7 +655,7 @@ Raw rawRule(NodeOp n) {
     r.flops = std::max(0.0, n1) * outputElems(n);
     return r;
   }
-  if (op == "Gather" || op == "GatherElements" || op == "GatherND" || op == "Slice") {
+  if (op == "GatherND" || op == "Slice") {
     r.readsOutput = true;
     return r;
   }
@@ -1062,7 +1049,8 @@ OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
 std::optional<double> matmulWeightBytes(NodeOp node, const GraphInfo &info, DType dtype) {
   StringRef op = node.getOpType();
   if (!node.getDomain().empty() ||
-      (op != "MatMul" && op != "Gemm" && op != "MatMulInteger" && op != "Einsum"))
+      (op != ops::names::MatMul && op != ops::names::Gemm && op != "MatMulInteger" &&
+       op != "Einsum"))
     return std::nullopt;
   if (info.isFolded(node) || node.getInputs().size() < 2)
     return std::nullopt;

@@ -38,6 +38,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -67,7 +68,7 @@ const std::map<std::string, cudak::Unary> kUnary = {
     {"Neg", cudak::Unary::Neg},         {"Abs", cudak::Unary::Abs},
     {"Sqrt", cudak::Unary::Sqrt},       {"Exp", cudak::Unary::Exp},
     {"Log", cudak::Unary::Log},         {"Tanh", cudak::Unary::Tanh},
-    {"Sigmoid", cudak::Unary::Sigmoid}, {"Relu", cudak::Unary::Relu},
+    {"Sigmoid", cudak::Unary::Sigmoid}, {ops::names::Relu, cudak::Unary::Relu},
     {"LeakyRelu", cudak::Unary::LeakyRelu}, {"Erf", cudak::Unary::Erf},
     {"Gelu", cudak::Unary::Gelu},       {"Floor", cudak::Unary::Floor},
     {"Ceil", cudak::Unary::Ceil},       {"Reciprocal", cudak::Unary::Reciprocal},
@@ -90,10 +91,10 @@ const std::map<std::string, cudak::Reduce> kReduce = {
     {"ReduceMax", cudak::Reduce::Max}, {"ReduceMin", cudak::Reduce::Min}};
 /// Other float32-only ops with a device implementation.
 const std::set<std::string> kFloatOps = {
-    "Clip", "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MatMul", "Gemm", "Conv", "LRN"};
+    "Clip", ops::names::Softmax, ops::names::LogSoftmax, ops::names::LayerNormalization, "BatchNormalization", "MaxPool",
+    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", ops::names::MatMul, ops::names::Gemm, ops::names::Conv, "LRN"};
 /// Data movement: any element type of 1, 2, 4 or 8 bytes.
-const std::set<std::string> kMovement = {"Transpose", "Gather", "Concat", "Slice", "Split", "Expand"};
+const std::set<std::string> kMovement = {"Transpose", ops::names::Gather, "Concat", "Slice", "Split", "Expand"};
 
 bool movableType(DType t) {
   if (t == DType::Undefined) return true;
@@ -143,7 +144,7 @@ std::string deviceCheck(const Node &n, const std::vector<DType> &t) {
     if ((op == "MaxPool" || op == "AveragePool") && !n.has("kernel_shape")) return "kernel_shape is required";
     if (op == "BatchNormalization" && (n.getInt("training_mode", 0) || n.outputs.size() > 1))
       return "training mode is not supported (inference only)";
-    if (op == "LayerNormalization" && n.getInt("stash_type", 1) != 1)
+    if (op == ops::names::LayerNormalization && n.getInt("stash_type", 1) != 1)
       return "LayerNormalization stash_type other than float32 is not supported on the CUDA device";
     return "";
   }
@@ -162,7 +163,7 @@ std::string deviceCheck(const Node &n, const std::vector<DType> &t) {
   if (op == "Not") return T(0) == DType::Undefined || T(0) == DType::Bool ? "" : "Not takes bool";
   if (kMovement.count(op)) {
     if (!movableType(T(0))) return std::string("element type ") + dtypeName(T(0)) + " is not supported on the CUDA device";
-    if (op == "Gather" && T(1) != DType::Undefined && T(1) != DType::Int64 && T(1) != DType::Int32)
+    if (op == ops::names::Gather && T(1) != DType::Undefined && T(1) != DType::Int64 && T(1) != DType::Int32)
       return std::string("Gather indices of type ") + dtypeName(T(1)) + " are not supported on the CUDA device";
     return "";
   }
@@ -782,7 +783,7 @@ void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
   const float one = 1.f, zero = 0.f;
   const float *pa = a.data<float>(), *pb = b.data<float>();
   float *po = o.data<float>();
-  int m = blasInt(M, "MatMul"), n = blasInt(N, "MatMul"), k = blasInt(K, "MatMul");
+  int m = blasInt(M, ops::names::MatMul), n = blasInt(N, ops::names::MatMul), k = blasInt(K, ops::names::MatMul);
   // A batch operand is either one matrix (stride 0) or a full batch
   // (stride one matrix); anything else (partial broadcast) loops.
   auto strideOf = [&](const std::vector<int64_t> &own, int64_t mat) -> int64_t {
@@ -829,9 +830,9 @@ void CudaExecutor::Impl::gemm(const Node &nd, const Tensor &a, const Tensor &b, 
   if (M > 0 && N > 0) {
     if (K == 0 && !hasC) cudaCheck(cudaMemsetAsync(o.raw(), 0, o.nbytes(), stream), "cudaMemsetAsync");
     else if (K > 0)
-      sgemm(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, "Gemm"), blasInt(M, "Gemm"),
-            blasInt(K, "Gemm"), &alpha, b.data<float>(), blasInt(b.dim(1), "Gemm"), a.data<float>(),
-            blasInt(a.dim(1), "Gemm"), &beta, o.data<float>(), blasInt(N, "Gemm"));
+      sgemm(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, ops::names::Gemm), blasInt(M, ops::names::Gemm),
+            blasInt(K, ops::names::Gemm), &alpha, b.data<float>(), blasInt(b.dim(1), ops::names::Gemm), a.data<float>(),
+            blasInt(a.dim(1), ops::names::Gemm), &beta, o.data<float>(), blasInt(N, ops::names::Gemm));
   }
   out.dev = o;
 }
@@ -872,9 +873,9 @@ void CudaExecutor::Impl::conv(const Node &nd, const Tensor &x, const Tensor &wt,
     }
     // per group g: out_g[Mg, outSize] = W_g[Mg, Kd] col_g[Kd, outSize]
     // (column-major: out_g^T = col_g^T W_g^T)
-    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, "Conv"), blasInt(Mg, "Conv"), blasInt(Kd, "Conv"), &one,
-                 pcol, blasInt(outSize, "Conv"), Kd * outSize, wt.data<float>(), blasInt(Kd, "Conv"), Mg * Kd, &zero,
-                 o.data<float>() + n * M * outSize, blasInt(outSize, "Conv"), Mg * outSize, blasInt(G, "Conv"));
+    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, ops::names::Conv), blasInt(Mg, ops::names::Conv), blasInt(Kd, ops::names::Conv), &one,
+                 pcol, blasInt(outSize, ops::names::Conv), Kd * outSize, wt.data<float>(), blasInt(Kd, ops::names::Conv), Mg * Kd, &zero,
+                 o.data<float>() + n * M * outSize, blasInt(outSize, ops::names::Conv), Mg * outSize, blasInt(G, ops::names::Conv));
   }
   if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
 }
@@ -890,7 +891,7 @@ bool CudaExecutor::Impl::runGemmGroup(const CudaFusion &g, const Lookup &lookup,
   const std::vector<int64_t> &as = a->shape(), &bs = b->shape();
   cublaslt::GemmBias args;
   std::vector<int64_t> outShape;
-  if (h.opType == "MatMul") { // A [..., M, K] flattened to [M', K] times a 2-D B
+  if (h.opType == ops::names::MatMul) { // A [..., M, K] flattened to [M', K] times a 2-D B
     if (as.size() < 2 || bs.size() != 2 || as.back() != bs[0]) return false;
     args.K = bs[0];
     args.N = bs[1];
@@ -1162,7 +1163,7 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
     outs[0].dev = y;
     return;
   }
-  if (op == "Softmax" || op == "LogSoftmax") {
+  if (op == ops::names::Softmax || op == ops::names::LogSoftmax) {
     const Tensor &x = D(0);
     int64_t r = x.rank();
     bool legacy = opset < 13;
@@ -1175,11 +1176,11 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
       for (int64_t i = axis + 1; i < r; ++i) inner *= x.dim(i);
     }
     Tensor y = alloc(DType::Float32, x.shape());
-    launch(cudak::softmax(x.data<float>(), y.data<float>(), outer, len, inner, op == "LogSoftmax", stream));
+    launch(cudak::softmax(x.data<float>(), y.data<float>(), outer, len, inner, op == ops::names::LogSoftmax, stream));
     outs[0].dev = y;
     return;
   }
-  if (op == "LayerNormalization") {
+  if (op == ops::names::LayerNormalization) {
     const Tensor &x = D(0);
     int64_t axis = normAxis(n.getInt("axis", -1), x.rank());
     float eps = n.getFloat("epsilon", 1e-5f);
@@ -1287,9 +1288,9 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
     outs[0].dev = y;
     return;
   }
-  if (op == "MatMul") return matmul(D(0), D(1), outs[0]);
-  if (op == "Gemm") return gemm(n, D(0), D(1), has(2) ? &D(2) : nullptr, outs[0]);
-  if (op == "Conv") return conv(n, D(0), D(1), has(2) ? &D(2) : nullptr, outs[0]);
+  if (op == ops::names::MatMul) return matmul(D(0), D(1), outs[0]);
+  if (op == ops::names::Gemm) return gemm(n, D(0), D(1), has(2) ? &D(2) : nullptr, outs[0]);
+  if (op == ops::names::Conv) return conv(n, D(0), D(1), has(2) ? &D(2) : nullptr, outs[0]);
 
   // --- data movement (element-type agnostic) ---
   auto strided = [&](const Tensor &x, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int64_t base) {
@@ -1374,7 +1375,7 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
     outs[0].dev = y;
     return;
   }
-  if (op == "Gather") {
+  if (op == ops::names::Gather) {
     const Tensor &x = D(0);
     int64_t axis = normAxis(n.getInt("axis", 0), x.rank());
     if (!has(1)) throw std::runtime_error("missing input 1");
