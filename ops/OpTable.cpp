@@ -57,6 +57,9 @@ const Table &table() {
     defs::addSoftmaxOps(t.defs);
     defs::addActivationOps(t.defs);
     defs::addGatherOps(t.defs);
+    defs::addShapeOps(t.defs);
+    defs::addEinsumOps(t.defs);
+    defs::addReduceOps(t.defs);
     for (const OpDef &d : t.defs) {
       t.sorted.push_back(&d);
       t.byName.emplace(std::make_pair(d.domain, d.type), &d);

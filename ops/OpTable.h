@@ -66,6 +66,10 @@ struct ValueShape {
   std::optional<std::vector<int64_t>> ints; // a small integer tensor's values
 };
 
+/// Integer tensors up to this many elements carry their values through the
+/// shape rules (ValueShape::ints); larger ones do not fold.
+constexpr size_t kMaxFoldedElements = 64;
+
 /// An output's element type: that of an input, or a fixed one.
 enum class Element { OfInput, Bool, Int64, Float32 };
 

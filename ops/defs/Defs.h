@@ -17,6 +17,9 @@ void addNormalizationOps(std::vector<OpDef> &out);
 void addSoftmaxOps(std::vector<OpDef> &out);
 void addActivationOps(std::vector<OpDef> &out);
 void addGatherOps(std::vector<OpDef> &out);
+void addShapeOps(std::vector<OpDef> &out);
+void addEinsumOps(std::vector<OpDef> &out);
+void addReduceOps(std::vector<OpDef> &out);
 
 /// Input i's dims into `dims`: false with `why` set when the node has no
 /// input i, false with `why` empty when its shape is not known yet.

@@ -1,4 +1,4 @@
-//===- Gather.cpp - Gather, GatherElements --------------------------------===//
+//===- Gather.cpp - Gather, GatherElements, GatherND, Scatter* ------------===//
 #include "ops/defs/Defs.h"
 
 namespace hetplan::ops {
@@ -47,6 +47,38 @@ bool gatherElementsShape(const ShapeIn &in, std::vector<OutShape> &out, std::str
   return true;
 }
 
+// indices.shape[:-1] + data.shape[batch_dims + indices.shape[-1]:]
+bool gatherNDShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
+  std::vector<int64_t> data, indices;
+  if (!requireShape(in, 0, data, why) || !requireShape(in, 1, indices, why))
+    return why.empty();
+  int64_t b = in.attrs.intOr("batch_dims", 0);
+  if (indices.empty())
+    return (why = "indices must have rank >= 1", false);
+  int64_t last = indices.back();
+  if (isUnknown(last))
+    return true; // how many dims an index addresses: unknown, so is the rank
+  if (b < 0 || b + last > int64_t(data.size()))
+    return (why = "indices address " + std::to_string(b + last) + " dims (batch_dims included) of data of rank " +
+                  std::to_string(data.size()),
+            false);
+  std::vector<int64_t> result(indices.begin(), indices.end() - 1);
+  result.insert(result.end(), data.begin() + b + last, data.end());
+  out[0] = like(result);
+  return true;
+}
+
+// Scatter, ScatterElements, ScatterND: the output is the data, updated.
+bool scatterShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
+  std::vector<int64_t> data;
+  if (!requireShape(in, 0, data, why))
+    return why.empty();
+  out[0] = like(data);
+  return true;
+}
+// No FLOPs; the bytes are the data, the updates and the output.
+Cost scatterCost(const CostIn &) { return Cost{}; }
+
 // Moves only the rows it outputs (bytes: output, not all of input 0).
 Cost gatherCost(const CostIn &) {
   Cost r;
@@ -74,6 +106,22 @@ void addGatherOps(std::vector<OpDef> &out) {
   e.summary = "takes the elements of `data` at `indices` along `axis`";
   e.shape = gatherElementsShape;
   out.push_back(e);
+  OpDef nd = g;
+  nd.type = "GatherND";
+  nd.summary = "takes the slices of `data` that index tuples address";
+  nd.shape = gatherNDShape;
+  nd.check = nullptr;
+  out.push_back(nd);
+  for (const char *type : {"Scatter", "ScatterElements", "ScatterND"}) {
+    OpDef sc;
+    sc.type = type;
+    sc.minInputs = sc.maxInputs = 3;
+    sc.summary = "`data` with `updates` written at `indices`";
+    sc.shape = scatterShape;
+    sc.cost = scatterCost;
+    sc.keeps = Keeps::Inputs;
+    out.push_back(sc);
+  }
 }
 
 } // namespace defs

@@ -38,13 +38,6 @@ std::optional<ArrayRef<int64_t>> staticShape(Type type) {
 }
 std::optional<ArrayRef<int64_t>> staticShape(Value v) { return staticShape(v.getType()); }
 
-double product(ArrayRef<int64_t> dims) {
-  double p = 1;
-  for (int64_t d : dims)
-    p *= double(d);
-  return p;
-}
-
 double elems(Value v) { return double(numElements(v.getType())); }
 
 bool present(NodeOp n, unsigned i) {
@@ -61,12 +54,6 @@ StringRef attrStr(NodeOp n, StringRef name, StringRef dflt) {
     return a.getValue();
   return dflt;
 }
-std::optional<SmallVector<int64_t>> attrInts(NodeOp n, StringRef name) {
-  if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(n.getOnnxAttr(name)))
-    return SmallVector<int64_t>(a.asArrayRef());
-  return std::nullopt;
-}
-
 double outputElems(NodeOp n) {
   double total = 0;
   for (Value r : n.getResults())
@@ -127,10 +114,8 @@ bool isBinary(StringRef op) {
 // Ops that only move data: FLOPs 0, bytes in + out.
 bool isDataMovement(StringRef op) {
   static const llvm::StringSet<> ops = {
-      "Transpose", "Concat", "Split", "Expand", "Tile", "Pad", "Cast", "CastLike",
-      "DepthToSpace", "SpaceToDepth", "Trilu", "ReverseSequence", "OneHot",
-      "Compress", "NonZero", "ConstantOfShape", "Range", "EyeLike", "ScatterND",
-      "ScatterElements", "Scatter", "Unique", "SplitToSequence", "ConcatFromSequence",
+      "Cast", "CastLike", "Trilu", "ReverseSequence", "OneHot",
+      "Compress", "NonZero", "ConstantOfShape", "Range", "EyeLike", "Unique", "SplitToSequence", "ConcatFromSequence",
       "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceEmpty",
       "SequenceLength", "SequenceErase", "Col2Im", "CenterCropPad", "Optional",
       "OptionalGetElement", "OptionalHasElement", "MaxUnpool", "BitCast",
@@ -141,8 +126,7 @@ bool isDataMovement(StringRef op) {
 // Views: no kernel, no traffic (the output aliases the input), or ops that
 // are the identity at inference.
 bool isView(StringRef op) {
-  static const llvm::StringSet<> ops = {"Reshape", "Squeeze", "Unsqueeze", "Flatten",
-                                         "Identity", "Shape", "Size", "Dropout"};
+  static const llvm::StringSet<> ops = {"Identity", "Dropout"};
   return ops.contains(op);
 }
 
@@ -175,50 +159,6 @@ Raw tableRule(NodeOp n, const ops::OpDef &def) { return tableCost(n, def.cost); 
 /// at other inputs (ConvInteger, QLinearConv, DeformConv).
 Raw convRule(NodeOp n, unsigned weightAt, unsigned biasAt) {
   return tableCost(n, [&](const ops::CostIn &in) { return ops::convolutionCost(in, weightAt, biasAt); });
-}
-
-Raw convTransposeRule(NodeOp n) {
-  Raw r;
-  r.matrix = true;
-  auto w = staticShape(n.getInputs()[1]);
-  if (!w || w->size() < 2)
-    return r;
-  // Each input element scatters into Cout/group * prod(kernel) outputs.
-  r.flops = 2 * inputElems(n) * product(w->drop_front(1)) +
-            (present(n, 2) ? outputElems(n) : 0);
-  return r;
-}
-
-Raw poolRule(NodeOp n) {
-  Raw r;
-  StringRef op = n.getOpType();
-  double perWindowElem = op.contains("Lp") ? 2 : 1;
-  if (op.starts_with("Global")) {
-    r.flops = perWindowElem * inputElems(n);
-    return r;
-  }
-  SmallVector<int64_t> kernel = attrInts(n, "kernel_shape").value_or(SmallVector<int64_t>{});
-  r.flops = perWindowElem * (n.getNumResults() ? elems(n.getResult(0)) : 0) * product(kernel);
-  return r;
-}
-
-Raw reduceRule(NodeOp n) {
-  Raw r;
-  StringRef op = n.getOpType();
-  double in = inputElems(n), out = n.getNumResults() ? elems(n.getResult(0)) : 0;
-  if (op == "ReduceMean")
-    r.flops = in + out;
-  else if (op == "ReduceL1" || op == "ReduceSumSquare")
-    r.flops = 2 * in;
-  else if (op == "ReduceL2")
-    r.flops = 2 * in + out;
-  else if (op == "ReduceLogSum")
-    r.flops = in + kTranscendental * out;
-  else if (op == "ReduceLogSumExp")
-    r.flops = (kTranscendental + 1) * in + kTranscendental * out;
-  else
-    r.flops = in; // Sum, Max, Min, Prod, ArgMax, ArgMin
-  return r;
 }
 
 Raw normRule(NodeOp n) {
@@ -334,78 +274,6 @@ Raw recurrentRule(NodeOp n) {
   if (op == "LSTM" && present(n, 7))
     pointwise += 6; // peepholes
   r.flops = seq * dirs * batch * (2 * gates * hidden * (input + hidden) + pointwise * hidden);
-  return r;
-}
-
-Raw einsumRule(NodeOp n) {
-  Raw r;
-  auto eqAttr = dyn_cast_or_null<StringAttr>(n.getOnnxAttr("equation"));
-  if (!eqAttr) {
-    r.estimated = true;
-    r.flops = outputElems(n);
-    return r;
-  }
-  std::string eq;
-  for (char c : eqAttr.getValue())
-    if (c != ' ')
-      eq += c;
-  StringRef text(eq);
-  auto [lhs, rhs] = text.split("->");
-  SmallVector<StringRef> terms;
-  lhs.split(terms, ',');
-  if (terms.size() != n.getInputs().size()) {
-    r.estimated = true;
-    r.flops = outputElems(n);
-    return r;
-  }
-  llvm::DenseMap<char, int64_t> sizes;
-  llvm::DenseMap<char, int> operandsUsing;
-  SmallVector<int64_t> ellipsis; // right-aligned broadcast of the '...' dims
-  for (auto [term, value] : llvm::zip(terms, n.getInputs())) {
-    auto shape = staticShape(value);
-    if (!shape) {
-      r.estimated = true;
-      return r;
-    }
-    size_t letters = 0;
-    for (char c : term)
-      letters += llvm::isAlpha(c) ? 1 : 0;
-    size_t dots = term.count("...") ? shape->size() - letters : 0;
-    size_t dim = 0;
-    for (size_t i = 0; i < term.size(); ++i) {
-      if (term.substr(i).starts_with("...")) {
-        ArrayRef<int64_t> e = shape->slice(dim, dots);
-        if (e.size() > ellipsis.size())
-          ellipsis.insert(ellipsis.begin(), e.size() - ellipsis.size(), 1);
-        for (size_t j = 0; j < e.size(); ++j) {
-          int64_t &slot = ellipsis[ellipsis.size() - e.size() + j];
-          slot = std::max(slot, e[j]);
-        }
-        dim += dots;
-        i += 2;
-        continue;
-      }
-      if (dim < shape->size()) {
-        sizes[term[i]] = std::max(sizes.lookup(term[i]), (*shape)[dim]);
-        ++operandsUsing[term[i]];
-      }
-      ++dim;
-    }
-  }
-  double all = product(ellipsis);
-  for (auto &entry : sizes)
-    all *= double(entry.second);
-  size_t operands = terms.size();
-  bool contracted = false;
-  if (rhs.data()) {
-    for (auto &entry : sizes)
-      contracted |= !rhs.contains(entry.first);
-  } else {
-    for (auto &entry : operandsUsing)
-      contracted |= entry.second > 1;
-  }
-  r.matrix = operands >= 2 && contracted;
-  r.flops = operands >= 2 ? 2 * all * double(operands - 1) : all;
   return r;
 }
 
@@ -610,13 +478,6 @@ Raw rawRule(NodeOp n) {
     // convolution (the sampling is not counted).
     return convRule(n, 1, 3);
   }
-  if (op == "ConvTranspose")
-    return convTransposeRule(n);
-  if (op == "MaxPool" || op == "AveragePool" || op == "LpPool" ||
-      op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "GlobalLpPool")
-    return poolRule(n);
-  if (op.starts_with("Reduce") || op == "ArgMax" || op == "ArgMin")
-    return reduceRule(n);
   if (op == "BatchNormalization" || op == "RMSNormalization" || op == "InstanceNormalization" ||
       op == "GroupNormalization" || op == "LRN" || op == "MeanVarianceNormalization")
     return normRule(n);
@@ -624,8 +485,6 @@ Raw rawRule(NodeOp n) {
     return attentionRule(n);
   if (op == "LSTM" || op == "GRU" || op == "RNN")
     return recurrentRule(n);
-  if (op == "Einsum")
-    return einsumRule(n);
   if (op == "Resize" || op == "Upsample")
     return resizeRule(n);
   if (op == "TopK")
@@ -653,10 +512,6 @@ Raw rawRule(NodeOp n) {
   if (op == "Sum" || op == "Max" || op == "Min" || op == "Mean") {
     double n1 = double(n.getInputs().size()) - (op == "Mean" ? 0 : 1);
     r.flops = std::max(0.0, n1) * outputElems(n);
-    return r;
-  }
-  if (op == "GatherND" || op == "Slice") {
-    r.readsOutput = true;
     return r;
   }
   if (isDataMovement(op))

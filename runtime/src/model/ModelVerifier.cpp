@@ -269,12 +269,6 @@ public:
     if (const ops::OpDef *def = opDefOf(n); def && def->check) return def->check(checkIn(), op);
     if (op == "ConvInteger") return convLike(0, 1, false, false);
     if (op == "QLinearConv") return convLike(0, 3, false, false);
-    if (op == "ConvTranspose") return convLike(0, 1, true, false);
-    if (op == "MaxPool" || op == "AveragePool" || op == "LpPool") {
-      if (auto e = convLike(0, -1, false, true); !e.empty()) return e;
-      if (n.getInt("storage_order", 0) != 0 && n.getInt("storage_order", 0) != 1) return "storage_order must be 0 or 1";
-      return "";
-    }
     if (op == "BatchNormalization") return batchNorm();
     if (op == "InstanceNormalization") {
       if (rank(0) >= 0 && rank(0) < 3) return "input rank " + std::to_string(rank(0)) + " needs N, C and a spatial dim";
@@ -299,13 +293,6 @@ public:
     if (op == "Concat") return concat();
     if (op == "Split") return split();
     if (op == "Reshape") return reshape();
-    if (op == "DepthToSpace" || op == "SpaceToDepth") {
-      if (n.getInt("blocksize", 0) <= 0) return "blocksize must be positive";
-      if (rank(0) >= 0 && rank(0) != 4) return "input must be 4-D (N, C, H, W), it has rank " + std::to_string(rank(0));
-      std::string mode = n.getString("mode", "DCR");
-      if (op == "DepthToSpace" && mode != "DCR" && mode != "CRD") return "mode '" + mode + "' is not DCR or CRD";
-      return "";
-    }
     if (op == "Flatten") {
       int64_t a = n.getInt("axis", 1), r = rank(0);
       if (r >= 0 && (a < -r || a > r))
