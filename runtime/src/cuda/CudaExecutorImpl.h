@@ -165,6 +165,14 @@ struct CudaExecutor::Impl : cudart::Device {
   void runWindowPool(Call &c);
   void runGlobalPool(Call &c);
   void runLrn(Call &c);
+  // CudaMovement.cpp: Transpose, Expand, Slice, Split, Concat, Gather.
+  static void registerMovementKernels(OpRegistry<DeviceKernel> &r);
+  void runTranspose(Call &c);
+  void runExpand(Call &c);
+  void runSlice(Call &c);
+  void runSplit(Call &c);
+  void runConcat(Call &c);
+  void runGather(Call &c);
 };
 
 /// The locals a device kernel's body reads (as runDevice has them): the node
