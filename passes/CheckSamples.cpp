@@ -11,6 +11,7 @@
 #include "passes/Passes.h"
 
 #include "dialects/het/IR/HetOps.h"
+#include "passes/cost/OpTableAdapter.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -115,15 +116,10 @@ std::string whyMixed(NodeOp node, int64_t S) {
         return (what + " along axis " + Twine(a) + ", which carries the batch").str();
     return "";
   };
-  if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") {
-    if (node.getOpset() >= 13) {
-      int64_t a = norm(intAttr(node, "axis", -1));
-      return a >= 0 && a < rank && x[a] ? alongFrom(a, op.str()) : "";
-    }
-    return alongFrom(intAttr(node, "axis", 1), op.str());
-  }
-  if (op == "LayerNormalization")
-    return alongFrom(intAttr(node, "axis", -1), "it normalizes");
+  // The op table's rule (ops/OpTable.h) where it has one.
+  if (const ops::OpDef *def = opDefOf(op); def && def->mixesSamples)
+    return def->mixesSamples(NodeAttrs(node), node.getOpset(), std::vector<int>(x.begin(), x.end()),
+                             op.str());
   if (op == "LpNormalization") {
     int64_t a = norm(intAttr(node, "axis", -1));
     return a >= 0 && a < rank && x[a] ? alongFrom(a, "it normalizes") : "";

@@ -8,11 +8,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/ShapeRules.h"
+#include "passes/cost/OpTableAdapter.h"
+#include "runtime/include/hetplan/runtime/Checked.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/DenseSet.h"
-#include "runtime/include/hetplan/runtime/Checked.h"
 
 #include <cmath>
 #include <map>
@@ -26,23 +27,15 @@ namespace {
 
 using Shape = SmallVector<int64_t>;
 constexpr int64_t kDyn = ShapedType::kDynamic;
-constexpr size_t kMaxFoldedElements = 64;
+using ops::kMaxFoldedElements;
 
 bool isDyn(int64_t d) { return ShapedType::isDynamic(d); }
 // A product or sum that overflows int64 is no size: unknown (the verifier
-// then refuses any static type it would have made).
-int64_t mulDims(int64_t a, int64_t b) {
-  int64_t r;
-  return isDyn(a) || isDyn(b) || !runtime::mulInto(a, b, r) ? kDyn : r;
-}
-int64_t addDims(int64_t a, int64_t b) {
-  int64_t r;
-  return isDyn(a) || isDyn(b) || !runtime::addInto(a, b, r) ? kDyn : r;
-}
-int64_t subDims(int64_t a, int64_t b) {
-  int64_t r;
-  return isDyn(a) || isDyn(b) || __builtin_sub_overflow(a, b, &r) ? kDyn : r;
-}
+// then refuses any static type it would have made). The table's helpers:
+// its unknown dim is kDyn.
+using ops::addDims;
+using ops::mulDims;
+static_assert(ops::kUnknownDim == ShapedType::kDynamic);
 
 int64_t attrInt(NodeOp n, StringRef name, int64_t dflt) {
   if (auto a = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr(name)))
@@ -111,6 +104,65 @@ std::string upperBoundNote(StringRef what, int64_t bound, StringRef because) {
     return success(); /* not known yet: leave the outputs as they are */       \
   Shape var(var##Opt->begin(), var##Opt->end());
 
+/// The op table's shape rule (ops/OpTable.h) over the node's facts: the one
+/// place the compiler's types meet the table's plain dims.
+LogicalResult runTableRule(const ops::OpDef *def, NodeOp n, ArrayRef<ValueFacts> in,
+                           SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  std::vector<ops::ValueShape> shapes(in.size());
+  for (auto [i, facts] : llvm::enumerate(in)) {
+    ops::ValueShape &v = shapes[i];
+    v.present = present(in, i);
+    if (auto s = facts.shape()) {
+      v.ranked = true;
+      v.dims.assign(s->begin(), s->end());
+    }
+    if (facts.ints)
+      v.ints = std::vector<int64_t>(facts.ints->begin(), facts.ints->end());
+  }
+  NodeAttrs attrs(n);
+  std::vector<ops::OutShape> results(out.size());
+  if (!def->shape({attrs, shapes, int64_t(n.getOpset())}, results, why))
+    return failure();
+  MLIRContext *c = n.getContext();
+  for (auto [i, r] : llvm::enumerate(results)) {
+    if (!r.set)
+      continue;
+    Type element;
+    switch (r.element) {
+    case ops::Element::OfInput: element = in[r.elementOf].elementType(); break;
+    case ops::Element::Bool: element = IntegerType::get(c, 1); break;
+    case ops::Element::Int64: element = IntegerType::get(c, 64); break;
+    case ops::Element::Float32: element = Float32Type::get(c); break;
+    }
+    out[i] = tensor(r.dims, element);
+    if (r.ints)
+      out[i].ints = Shape(r.ints->begin(), r.ints->end());
+  }
+  return success();
+}
+
+LogicalResult tableRule(NodeOp n, ArrayRef<ValueFacts> in,
+                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  return runTableRule(opDefOf(n), n, in, out, why);
+}
+/// The float products' rules, for the integer and QOperator ops that keep them.
+LogicalResult matMulOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  return runTableRule(opDefOf(ops::names::MatMul), n, in, out, why);
+}
+LogicalResult gemmOp(NodeOp n, ArrayRef<ValueFacts> in,
+                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  return runTableRule(opDefOf(ops::names::Gemm), n, in, out, why);
+}
+LogicalResult convOp(NodeOp n, ArrayRef<ValueFacts> in,
+                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  return runTableRule(opDefOf(ops::names::Conv), n, in, out, why);
+}
+LogicalResult concatOp(NodeOp n, ArrayRef<ValueFacts> in,
+                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  return runTableRule(opDefOf("Concat"), n, in, out, why);
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
@@ -135,7 +187,7 @@ LogicalResult sameAsInput(NodeOp n, ArrayRef<ValueFacts> in,
   // Secondary outputs: Dropout's mask, LayerNormalization's statistics.
   if (out.size() > 1 && op == "Dropout")
     out[1] = tensor(x, IntegerType::get(n.getContext(), 1));
-  if (out.size() > 1 && (op == "LayerNormalization" || op == "RMSNormalization")) {
+  if (out.size() > 1 && op == "RMSNormalization") {
     int64_t axis = normAxis(attrInt(n, "axis", -1), x.size());
     Shape stat = x;
     for (size_t i = axis; i < stat.size(); ++i)
@@ -284,511 +336,8 @@ Type onnxElementType(MLIRContext *c, int64_t dt) {
 }
 
 //===----------------------------------------------------------------------===//
-// Linear algebra
-//===----------------------------------------------------------------------===//
-
-LogicalResult matMulOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(a, 0);
-  REQUIRE_SHAPE(b, 1);
-  if (a.empty() || b.empty())
-    return (why = "MatMul operands must not be scalars", failure());
-  bool aVec = a.size() == 1, bVec = b.size() == 1;
-  if (aVec)
-    a.insert(a.begin(), 1);
-  if (bVec)
-    b.push_back(1);
-  int64_t k1 = a.back(), k2 = b[b.size() - 2];
-  if (!isDyn(k1) && !isDyn(k2) && k1 != k2) {
-    why = "contraction sizes differ: " + std::to_string(k1) + " and " +
-          std::to_string(k2);
-    return failure();
-  }
-  auto batch = broadcastShapes(ArrayRef<int64_t>(a).drop_back(2),
-                               ArrayRef<int64_t>(b).drop_back(2));
-  if (!batch)
-    return (why = "batch dimensions do not broadcast", failure());
-  Shape result = *batch;
-  if (!aVec)
-    result.push_back(a[a.size() - 2]);
-  if (!bVec)
-    result.push_back(b.back());
-  out[0] = tensor(result, in[0].elementType());
-  return success();
-}
-
-LogicalResult gemmOp(NodeOp n, ArrayRef<ValueFacts> in,
-                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(a, 0);
-  REQUIRE_SHAPE(b, 1);
-  if (a.size() != 2 || b.size() != 2)
-    return (why = "Gemm operands must be matrices", failure());
-  int64_t m = attrInt(n, "transA", 0) ? a[1] : a[0];
-  int64_t ka = attrInt(n, "transA", 0) ? a[0] : a[1];
-  int64_t kb = attrInt(n, "transB", 0) ? b[1] : b[0];
-  int64_t nn = attrInt(n, "transB", 0) ? b[0] : b[1];
-  if (!isDyn(ka) && !isDyn(kb) && ka != kb)
-    return (why = "contraction sizes differ: " + std::to_string(ka) + " and " +
-                  std::to_string(kb),
-            failure());
-  out[0] = tensor({m, nn}, in[0].elementType());
-  return success();
-}
-
-//===----------------------------------------------------------------------===//
-// Convolution and pooling
-//===----------------------------------------------------------------------===//
-
-/// Output spatial sizes of a sliding window (Conv, pools), ONNX's formulas.
-Shape windowOutput(NodeOp n, ArrayRef<int64_t> spatial, ArrayRef<int64_t> kernel,
-                   bool ceilMode) {
-  size_t k = spatial.size();
-  Shape strides = attrInts(n, "strides").value_or(Shape(k, 1));
-  Shape dilations = attrInts(n, "dilations").value_or(Shape(k, 1));
-  Shape pads = attrInts(n, "pads").value_or(Shape(2 * k, 0));
-  StringRef autoPad = attrStr(n, "auto_pad", "NOTSET");
-  Shape result;
-  for (size_t i = 0; i < k; ++i) {
-    int64_t in = spatial[i];
-    int64_t s = i < strides.size() ? strides[i] : 1;
-    int64_t d = i < dilations.size() ? dilations[i] : 1;
-    int64_t window = (kernel[i] - 1) * d + 1;
-    if (isDyn(in) || isDyn(kernel[i]) || s <= 0) {
-      result.push_back(kDyn);
-      continue;
-    }
-    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      result.push_back((in + s - 1) / s);
-    } else if (autoPad == "VALID") {
-      result.push_back((in - window) / s + 1);
-    } else {
-      int64_t padded = in + (i < pads.size() ? pads[i] : 0) +
-                       (i + k < pads.size() ? pads[i + k] : 0) - window;
-      int64_t size = ceilMode ? (padded + s - 1) / s + 1 : padded / s + 1;
-      // ONNX drops a last window that would start inside the end padding.
-      if (ceilMode && (size - 1) * s >= in + (i < pads.size() ? pads[i] : 0))
-        --size;
-      result.push_back(size);
-    }
-  }
-  return result;
-}
-
-LogicalResult convOp(NodeOp n, ArrayRef<ValueFacts> in,
-                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  REQUIRE_SHAPE(w, 1);
-  if (x.size() < 3 || w.size() != x.size())
-    return (why = "Conv needs input and weight of the same rank >= 3", failure());
-  int64_t group = attrInt(n, "group", 1);
-  if (!isDyn(x[1]) && !isDyn(w[1]) && x[1] != mulDims(w[1], group))
-    return (why = "input has " + std::to_string(x[1]) + " channels but the weight expects " +
-                  std::to_string(w[1]) + " x group " + std::to_string(group),
-            failure());
-  Shape kernel = attrInts(n, "kernel_shape").value_or(Shape(w.begin() + 2, w.end()));
-  Shape result{x[0], w[0]};
-  llvm::append_range(result, windowOutput(n, ArrayRef<int64_t>(x).drop_front(2), kernel, false));
-  out[0] = tensor(result, in[0].elementType());
-  return success();
-}
-
-LogicalResult convTransposeOp(NodeOp n, ArrayRef<ValueFacts> in,
-                              SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  REQUIRE_SHAPE(w, 1);
-  if (x.size() < 3 || w.size() != x.size())
-    return (why = "ConvTranspose needs input and weight of the same rank >= 3", failure());
-  size_t k = x.size() - 2;
-  Shape result{x[0], mulDims(w[1], attrInt(n, "group", 1))};
-  if (auto shape = attrInts(n, "output_shape")) {
-    llvm::append_range(result, ArrayRef<int64_t>(*shape).take_back(k));
-  } else {
-    Shape kernel = attrInts(n, "kernel_shape").value_or(Shape(w.begin() + 2, w.end()));
-    Shape strides = attrInts(n, "strides").value_or(Shape(k, 1));
-    Shape dilations = attrInts(n, "dilations").value_or(Shape(k, 1));
-    Shape pads = attrInts(n, "pads").value_or(Shape(2 * k, 0));
-    Shape outPad = attrInts(n, "output_padding").value_or(Shape(k, 0));
-    StringRef autoPad = attrStr(n, "auto_pad", "NOTSET");
-    for (size_t i = 0; i < k; ++i) {
-      int64_t in = x[i + 2];
-      if (isDyn(in)) {
-        result.push_back(kDyn);
-        continue;
-      }
-      if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER")
-        result.push_back(mulDims(in, strides[i]));
-      else
-        result.push_back(subDims(subDims(addDims(addDims(mulDims(strides[i], in - 1), outPad[i]),
-                                                 addDims(mulDims(addDims(kernel[i], -1), dilations[i]), 1)),
-                                         pads[i]),
-                                 pads[i + k]));
-    }
-  }
-  out[0] = tensor(result, in[0].elementType());
-  return success();
-}
-
-LogicalResult poolOp(NodeOp n, ArrayRef<ValueFacts> in,
-                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  if (x.size() < 3)
-    return (why = "pooling needs rank >= 3", failure());
-  Shape result{x[0], x[1]};
-  if (n.getOpType().starts_with("Global")) {
-    result.append(x.size() - 2, 1);
-  } else {
-    auto kernel = attrInts(n, "kernel_shape");
-    if (!kernel || kernel->size() != x.size() - 2)
-      return (why = "kernel_shape must give one size per spatial dim", failure());
-    llvm::append_range(result, windowOutput(n, ArrayRef<int64_t>(x).drop_front(2), *kernel,
-                                            attrInt(n, "ceil_mode", 0) != 0));
-  }
-  out[0] = tensor(result, in[0].elementType());
-  if (out.size() > 1) // MaxPool indices
-    out[1] = tensor(result, IntegerType::get(n.getContext(), 64));
-  return success();
-}
-
-//===----------------------------------------------------------------------===//
 // Shape manipulation
 //===----------------------------------------------------------------------===//
-
-LogicalResult reshapeOp(NodeOp n, ArrayRef<ValueFacts> in,
-                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  auto target = intsFrom(n, in, 1, "shape");
-  if (!target) {
-    // Rank is known from the shape operand's length even without values.
-    if (in.size() > 1)
-      if (auto s = in[1].shape(); s && s->size() == 1 && !isDyn((*s)[0]))
-        out[0] = tensor(Shape((*s)[0], kDyn), in[0].elementType());
-    return success();
-  }
-  bool allowZero = attrInt(n, "allowzero", 0) != 0;
-  Shape result;
-  int inferAt = -1;
-  for (auto [i, d] : llvm::enumerate(*target)) {
-    if (d == 0 && !allowZero)
-      d = i < x.size() ? x[i] : kDyn;
-    if (d == -1) {
-      if (inferAt >= 0)
-        return (why = "the target shape has more than one -1", failure());
-      inferAt = int(i);
-    }
-    result.push_back(d);
-  }
-  if (inferAt >= 0) {
-    int64_t total = numElements(x), known = 1;
-    for (auto [i, d] : llvm::enumerate(result))
-      if (int(i) != inferAt)
-        known = mulDims(known, d);
-    result[inferAt] = (isDyn(total) || isDyn(known) || known == 0) ? kDyn : total / known;
-  }
-  int64_t before = numElements(x), after = numElements(result);
-  if (!isDyn(before) && !isDyn(after) && before != after) {
-    why = "cannot reshape " + std::to_string(before) + " elements into " +
-          std::to_string(after);
-    return failure();
-  }
-  out[0] = tensor(result, in[0].elementType());
-  if (in[0].ints)
-    out[0].ints = in[0].ints;
-  return success();
-}
-
-LogicalResult flattenOp(NodeOp n, ArrayRef<ValueFacts> in,
-                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  int64_t axis = normAxis(attrInt(n, "axis", 1), x.size());
-  int64_t outer = numElements(ArrayRef<int64_t>(x).take_front(axis));
-  int64_t inner = numElements(ArrayRef<int64_t>(x).drop_front(axis));
-  out[0] = tensor({outer, inner}, in[0].elementType());
-  return success();
-}
-
-LogicalResult transposeOp(NodeOp n, ArrayRef<ValueFacts> in,
-                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  Shape perm = attrInts(n, "perm").value_or(Shape());
-  if (perm.empty())
-    for (int64_t i = x.size() - 1; i >= 0; --i)
-      perm.push_back(i);
-  if (perm.size() != x.size())
-    return (why = "perm has " + std::to_string(perm.size()) + " entries for rank " +
-                  std::to_string(x.size()),
-            failure());
-  Shape result;
-  for (int64_t p : perm) {
-    if (p < 0 || p >= int64_t(x.size()))
-      return (why = "perm entry out of range", failure());
-    result.push_back(x[p]);
-  }
-  out[0] = tensor(result, in[0].elementType());
-  // Fold small integer matrices (torch builds Pad's pads with a Transpose).
-  if (in[0].ints && llvm::none_of(x, isDyn) &&
-      int64_t(in[0].ints->size()) == numElements(x)) {
-    Shape strides(x.size(), 1);
-    for (size_t a = x.size(); a-- > 1;)
-      strides[a - 1] = strides[a] * x[a];
-    Shape values, at(x.size(), 0);
-    for (int64_t k = 0, total = numElements(x); k < total; ++k) {
-      int64_t flat = 0;
-      for (size_t a = 0; a < x.size(); ++a)
-        flat += at[a] * strides[perm[a]];
-      values.push_back((*in[0].ints)[flat]);
-      for (size_t a = x.size(); a-- > 0;) {
-        if (++at[a] < result[a])
-          break;
-        at[a] = 0;
-      }
-    }
-    out[0].ints = values;
-  }
-  return success();
-}
-
-LogicalResult concatOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(first, 0);
-  int64_t axis = normAxis(attrInt(n, "axis", 0), first.size());
-  if (axis < 0 || axis >= int64_t(first.size()))
-    return (why = "axis out of range", failure());
-  Shape result = first;
-  Shape values;
-  bool foldable = true;
-  for (size_t i = 0; i < in.size(); ++i) {
-    auto s = in[i].shape();
-    if (!s)
-      return success();
-    if (s->size() != first.size())
-      return (why = "inputs differ in rank", failure());
-    if (i)
-      result[axis] = addDims(result[axis], (*s)[axis]);
-    if (in[i].ints)
-      llvm::append_range(values, *in[i].ints);
-    else
-      foldable = false;
-  }
-  out[0] = tensor(result, in[0].elementType());
-  if (foldable && first.size() == 1)
-    out[0].ints = values;
-  return success();
-}
-
-LogicalResult splitOp(NodeOp n, ArrayRef<ValueFacts> in,
-                      SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  int64_t axis = normAxis(attrInt(n, "axis", 0), x.size());
-  if (axis < 0 || axis >= int64_t(x.size()))
-    return (why = "axis out of range", failure());
-  auto sizes = intsFrom(n, in, 1, "split");
-  size_t parts = out.size();
-  for (size_t i = 0; i < parts; ++i) {
-    Shape s = x;
-    if (sizes && i < sizes->size())
-      s[axis] = (*sizes)[i];
-    else if (isDyn(x[axis]) || present(in, 1)) // sizes computed at run time
-      s[axis] = kDyn;
-    else // equal parts; the last ones smaller, empty when nothing is left
-      s[axis] = std::max<int64_t>(
-          0, std::min<int64_t>((x[axis] + parts - 1) / parts,
-                               x[axis] - int64_t(i) * ((x[axis] + parts - 1) / parts)));
-    out[i] = tensor(s, in[0].elementType());
-  }
-  return success();
-}
-
-/// The elements of `in` (shape `x`, row-major) at begin + i * stride per
-/// axis for every index i of `result`; nullopt unless they are all known.
-std::optional<Shape> foldStrided(const ValueFacts &in, ArrayRef<int64_t> x,
-                                 ArrayRef<int64_t> result, ArrayRef<int64_t> begin,
-                                 ArrayRef<int64_t> stride) {
-  int64_t total = numElements(result);
-  if (!in.ints || isDyn(numElements(x)) || int64_t(in.ints->size()) != numElements(x) ||
-      isDyn(total) || total > int64_t(kMaxFoldedElements))
-    return std::nullopt;
-  size_t rank = x.size();
-  Shape values, at(rank, 0);
-  for (int64_t k = 0; k < total; ++k) {
-    int64_t flat = 0;
-    for (size_t a = 0; a < rank; ++a) {
-      int64_t i = begin[a] + at[a] * stride[a];
-      if (i < 0 || i >= x[a])
-        return std::nullopt;
-      flat = flat * x[a] + i;
-    }
-    values.push_back((*in.ints)[flat]);
-    for (size_t a = rank; a-- > 0;) {
-      if (++at[a] < result[a])
-        break;
-      at[a] = 0;
-    }
-  }
-  return values;
-}
-
-LogicalResult sliceOp(NodeOp n, ArrayRef<ValueFacts> in,
-                      SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  bool old = n.getOpset() < 10;
-  auto starts = old ? attrInts(n, "starts") : intsFrom(n, in, 1);
-  auto ends = old ? attrInts(n, "ends") : intsFrom(n, in, 2);
-  std::optional<Shape> axes = old ? attrInts(n, "axes")
-                                  : (present(in, 3) ? intsFrom(n, in, 3) : std::optional<Shape>(Shape()));
-  std::optional<Shape> steps = old ? std::optional<Shape>(Shape())
-                                   : (present(in, 4) ? intsFrom(n, in, 4) : std::optional<Shape>(Shape()));
-  Shape result = x;
-  if (!starts || !ends || !axes || !steps) {
-    // Which axes are sliced is unknown or their bounds are: those dims are dynamic.
-    if (axes && !axes->empty())
-      for (int64_t a : *axes)
-        result[normAxis(a, x.size())] = kDyn;
-    else
-      for (auto &d : result)
-        d = kDyn;
-    out[0] = tensor(result, in[0].elementType());
-    return success();
-  }
-  if (axes->empty())
-    for (size_t i = 0; i < starts->size(); ++i)
-      axes->push_back(i);
-  Shape begin(x.size(), 0), stride(x.size(), 1);
-  if (starts->size() != axes->size() || ends->size() != axes->size())
-    return (why = "starts, ends and axes differ in length", failure());
-  for (size_t i = 0; i < axes->size(); ++i) {
-    int64_t axis = normAxis((*axes)[i], x.size());
-    if (axis < 0 || axis >= int64_t(x.size()))
-      return (why = "axis out of range", failure());
-    int64_t dim = x[axis];
-    int64_t step = i < steps->size() ? (*steps)[i] : 1;
-    if (isDyn(dim) || step == 0) {
-      result[axis] = kDyn;
-      continue;
-    }
-    int64_t s = (*starts)[i], e = (*ends)[i];
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
-    if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      result[axis] = e > s ? (e - s + step - 1) / step : 0;
-    } else {
-      s = std::clamp<int64_t>(s, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      result[axis] = s > e ? (s - e + (-step) - 1) / (-step) : 0;
-    }
-    begin[axis] = s;
-    stride[axis] = step;
-  }
-  out[0] = tensor(result, in[0].elementType());
-  // Small integer tensors fold, any rank and step (torch's flip of a pads
-  // matrix is a Slice with step -1).
-  if (auto v = foldStrided(in[0], x, result, begin, stride))
-    out[0].ints = v;
-  return success();
-}
-
-LogicalResult gatherOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(data, 0);
-  REQUIRE_SHAPE(indices, 1);
-  if (n.getOpType() == "GatherElements") {
-    out[0] = tensor(indices, in[0].elementType());
-    return success();
-  }
-  int64_t axis = normAxis(attrInt(n, "axis", 0), data.size());
-  if (axis < 0 || axis >= int64_t(data.size()))
-    return (why = "axis out of range", failure());
-  Shape result(data.begin(), data.begin() + axis);
-  llvm::append_range(result, indices);
-  result.append(data.begin() + axis + 1, data.end());
-  out[0] = tensor(result, in[0].elementType());
-  if (in[0].ints && in[1].ints && data.size() == 1) {
-    Shape values;
-    for (int64_t i : *in[1].ints) {
-      if (i < 0)
-        i += data[0];
-      if (i < 0 || i >= int64_t(in[0].ints->size()))
-        return (why = "index out of range", failure());
-      values.push_back((*in[0].ints)[i]);
-    }
-    out[0].ints = values;
-  }
-  return success();
-}
-
-LogicalResult squeezeOp(NodeOp n, ArrayRef<ValueFacts> in,
-                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  bool unsqueeze = n.getOpType() == "Unsqueeze";
-  auto axes = intsFrom(n, in, 1, "axes");
-  if (!axes && present(in, 1))
-    return success(); // axes computed at run time
-  Shape result;
-  if (unsqueeze) {
-    if (!axes)
-      return (why = "Unsqueeze needs axes", failure());
-    int64_t rank = x.size() + axes->size();
-    llvm::SmallDenseSet<int64_t> at;
-    for (int64_t a : *axes)
-      at.insert(normAxis(a, rank));
-    for (int64_t i = 0, j = 0; i < rank; ++i)
-      result.push_back(at.contains(i) ? 1 : x[j++]);
-  } else {
-    llvm::SmallDenseSet<int64_t> at;
-    if (axes)
-      for (int64_t a : *axes)
-        at.insert(normAxis(a, x.size()));
-    for (int64_t i = 0; i < int64_t(x.size()); ++i) {
-      bool drop = axes ? at.contains(i) : x[i] == 1;
-      if (!axes && isDyn(x[i]))
-        return success(); // cannot tell which dims are 1
-      if (drop && !isDyn(x[i]) && x[i] != 1)
-        return (why = "cannot squeeze dimension " + std::to_string(i) + " of size " +
-                      std::to_string(x[i]),
-                failure());
-      if (!drop)
-        result.push_back(x[i]);
-    }
-  }
-  out[0] = tensor(result, in[0].elementType());
-  out[0].ints = in[0].ints;
-  return success();
-}
-
-LogicalResult expandOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  auto target = intsFrom(n, in, 1);
-  if (!target)
-    return success();
-  auto result = broadcastShapes(x, *target);
-  if (!result)
-    return (why = "input does not broadcast to the target shape", failure());
-  out[0] = tensor(*result, in[0].elementType());
-  return success();
-}
-
-LogicalResult shapeOp(NodeOp n, ArrayRef<ValueFacts> in,
-                      SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  Type i64 = IntegerType::get(n.getContext(), 64);
-  if (n.getOpType() == "Size") {
-    int64_t total = numElements(x);
-    out[0] = tensor({}, i64);
-    if (!isDyn(total))
-      out[0].ints = Shape{total};
-    return success();
-  }
-  int64_t rank = x.size();
-  int64_t start = std::clamp<int64_t>(normAxis(attrInt(n, "start", 0), rank), 0, rank);
-  int64_t end = std::clamp<int64_t>(normAxis(attrInt(n, "end", rank), rank), 0, rank);
-  Shape dims(x.begin() + start, x.begin() + std::max(start, end));
-  out[0] = tensor({int64_t(dims.size())}, i64);
-  if (llvm::none_of(dims, isDyn))
-    out[0].ints = dims;
-  return success();
-}
 
 LogicalResult constantOfShapeOp(NodeOp n, ArrayRef<ValueFacts> in,
                                 SmallVectorImpl<ValueFacts> &out, std::string &why) {
@@ -854,91 +403,6 @@ LogicalResult rangeOp(NodeOp n, ArrayRef<ValueFacts> in,
       values.push_back(*start + double(i) * *delta);
     out[0].floats = values;
   }
-  return success();
-}
-
-LogicalResult reduceOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  StringRef op = n.getOpType();
-  bool isArg = op == "ArgMax" || op == "ArgMin";
-  bool keep = attrInt(n, "keepdims", 1) != 0;
-  std::optional<Shape> axes;
-  if (isArg)
-    axes = Shape{attrInt(n, "axis", 0)};
-  else
-    axes = intsFrom(n, in, 1, "axes");
-  if (!axes && present(in, 1))
-    return success(); // axes computed at run time
-  bool all = !axes || axes->empty();
-  if (all && attrInt(n, "noop_with_empty_axes", 0)) {
-    out[0] = tensor(x, in[0].elementType());
-    return success();
-  }
-  llvm::SmallDenseSet<int64_t> at;
-  if (!all)
-    for (int64_t a : *axes)
-      at.insert(normAxis(a, x.size()));
-  Shape result;
-  for (int64_t i = 0; i < int64_t(x.size()); ++i) {
-    if (all || at.contains(i)) {
-      if (keep)
-        result.push_back(1);
-    } else {
-      result.push_back(x[i]);
-    }
-  }
-  out[0] = tensor(result, isArg ? IntegerType::get(n.getContext(), 64) : in[0].elementType());
-  return success();
-}
-
-LogicalResult tileOp(NodeOp n, ArrayRef<ValueFacts> in,
-                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  auto repeats = intsFrom(n, in, 1);
-  if (!repeats)
-    return success();
-  if (repeats->size() != x.size())
-    return (why = "repeats must have one entry per dim", failure());
-  Shape result;
-  for (size_t i = 0; i < x.size(); ++i)
-    result.push_back(mulDims(x[i], (*repeats)[i]));
-  out[0] = tensor(result, in[0].elementType());
-  return success();
-}
-
-LogicalResult padOp(NodeOp n, ArrayRef<ValueFacts> in,
-                    SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  auto pads = n.getOpset() < 11 ? attrInts(n, "pads") : intsFrom(n, in, 1);
-  std::optional<Shape> given = present(in, 3) ? intsFrom(n, in, 3) : std::nullopt;
-  if (!pads) {
-    // Pads computed at run time (and not from a shape chain het folds): the
-    // rank is known; the padded dims are not.
-    Shape result = x;
-    if (given)
-      for (int64_t a : *given)
-        result[normAxis(a, x.size())] = kDyn;
-    else
-      for (auto &d : result)
-        d = kDyn;
-    out[0] = tensor(result, in[0].elementType());
-    return success();
-  }
-  Shape axes;
-  if (given)
-    axes = *given;
-  else
-    for (size_t i = 0; i < x.size(); ++i)
-      axes.push_back(i);
-  if (pads->size() != 2 * axes.size())
-    return (why = "pads must have two entries per padded axis", failure());
-  Shape result = x;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t a = normAxis(axes[i], x.size());
-    result[a] = addDims(result[a], addDims((*pads)[i], (*pads)[i + axes.size()]));
-  }
-  out[0] = tensor(result, in[0].elementType());
   return success();
 }
 
@@ -1097,20 +561,6 @@ LogicalResult embedLayerNormOp(NodeOp n, ArrayRef<ValueFacts> in,
   return success();
 }
 
-LogicalResult depthSpaceOp(NodeOp n, ArrayRef<ValueFacts> in,
-                           SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  if (x.size() != 4)
-    return (why = "needs a rank-4 input", failure());
-  int64_t b = attrInt(n, "blocksize", 1);
-  bool toSpace = n.getOpType() == "DepthToSpace";
-  auto div = [](int64_t a, int64_t d) { return ShapedType::isDynamic(a) ? a : a / d; };
-  Shape result = toSpace ? Shape{x[0], div(x[1], b * b), mulDims(x[2], b), mulDims(x[3], b)}
-                         : Shape{x[0], mulDims(x[1], b * b), div(x[2], b), div(x[3], b)};
-  out[0] = tensor(result, in[0].elementType());
-  return success();
-}
-
 LogicalResult quantizeOp(NodeOp n, ArrayRef<ValueFacts> in,
                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
   REQUIRE_SHAPE(x, 0);
@@ -1252,35 +702,6 @@ LogicalResult quantizedOp(NodeOp n, ArrayRef<ValueFacts> in,
 //===----------------------------------------------------------------------===//
 // Indexing, scatter, one-hot, einsum
 //===----------------------------------------------------------------------===//
-
-LogicalResult gatherNDOp(NodeOp n, ArrayRef<ValueFacts> in,
-                         SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(data, 0);
-  REQUIRE_SHAPE(indices, 1);
-  int64_t b = attrInt(n, "batch_dims", 0);
-  if (indices.empty())
-    return (why = "indices must have rank >= 1", failure());
-  int64_t last = indices.back();
-  if (isDyn(last))
-    return success(); // how many dims an index addresses: unknown, so is the rank
-  if (b < 0 || b + last > int64_t(data.size()))
-    return (why = "indices address " + std::to_string(b + last) +
-                  " dims (batch_dims included) of data of rank " + std::to_string(data.size()),
-            failure());
-  // indices.shape[:-1] + data.shape[batch_dims + indices.shape[-1]:]
-  Shape result(indices.begin(), indices.end() - 1);
-  result.append(data.begin() + b + last, data.end());
-  out[0] = tensor(result, in[0].elementType());
-  return success();
-}
-
-LogicalResult scatterOp(NodeOp n, ArrayRef<ValueFacts> in,
-                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  // Scatter, ScatterElements, ScatterND: the output is the data, updated.
-  REQUIRE_SHAPE(data, 0);
-  out[0] = tensor(data, in[0].elementType());
-  return success();
-}
 
 LogicalResult oneHotOp(NodeOp n, ArrayRef<ValueFacts> in,
                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
@@ -1436,107 +857,15 @@ LogicalResult nonMaxSuppressionOp(NodeOp n, ArrayRef<ValueFacts> in,
   return success();
 }
 
-/// Einsum: the output's letters (explicit after "->", else the letters seen
-/// once, in alphabetical order, after any broadcast "..." dims).
-LogicalResult einsumOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  std::string eq;
-  for (char c : attrStr(n, "equation", ""))
-    if (c != ' ')
-      eq += c;
-  if (eq.empty())
-    return (why = "Einsum needs an equation", failure());
-  StringRef lhs = eq, rhs;
-  bool explicitOut = false;
-  if (size_t arrow = StringRef(eq).find("->"); arrow != StringRef::npos) {
-    lhs = StringRef(eq).take_front(arrow);
-    rhs = StringRef(eq).drop_front(arrow + 2);
-    explicitOut = true;
-  }
-  SmallVector<StringRef> terms;
-  lhs.split(terms, ',');
-  if (terms.size() != in.size())
-    return (why = "the equation names " + std::to_string(terms.size()) + " operands but " +
-                  std::to_string(in.size()) + " are given",
-            failure());
-  std::map<char, int64_t> sizes;
-  std::map<char, int> seen;
-  Shape ellipsis;
-  bool anyEllipsis = false;
-  for (auto [k, term] : llvm::enumerate(terms)) {
-    auto shape = in[k].shape();
-    if (!shape)
-      return success();
-    size_t dots = term.find("...");
-    size_t letters = term.size() - (dots == StringRef::npos ? 0 : 3);
-    if (dots == StringRef::npos ? letters != shape->size() : letters > shape->size())
-      return (why = "operand #" + std::to_string(k) + " has rank " +
-                    std::to_string(shape->size()) + " but the equation term '" + term.str() +
-                    "' names " + std::to_string(letters) + " dims",
-              failure());
-    size_t ellRank = shape->size() - letters;
-    size_t d = 0;
-    for (size_t i = 0; i < term.size();) {
-      if (dots != StringRef::npos && i == dots) {
-        auto e = ArrayRef<int64_t>(*shape).slice(d, ellRank);
-        auto b = broadcastShapes(ellipsis, e);
-        if (!b)
-          return (why = "the '...' dims do not broadcast", failure());
-        ellipsis = *b;
-        anyEllipsis = true;
-        d += ellRank;
-        i += 3;
-        continue;
-      }
-      char c = term[i++];
-      int64_t size = (*shape)[d++];
-      ++seen[c];
-      auto [it, inserted] = sizes.insert({c, size});
-      if (!inserted) {
-        if (isDyn(it->second) || it->second == 1)
-          it->second = size;
-        else if (!isDyn(size) && size != 1 && size != it->second)
-          return (why = std::string("dim '") + c + "' is " + std::to_string(it->second) +
-                        " in one operand and " + std::to_string(size) + " in another",
-                  failure());
-      }
-    }
-  }
-  Shape result;
-  if (explicitOut) {
-    for (size_t i = 0; i < rhs.size();) {
-      if (rhs.substr(i).starts_with("...")) {
-        llvm::append_range(result, ellipsis);
-        i += 3;
-        continue;
-      }
-      char c = rhs[i++];
-      auto it = sizes.find(c);
-      if (it == sizes.end())
-        return (why = std::string("output dim '") + c + "' is in no operand", failure());
-      result.push_back(it->second);
-    }
-  } else {
-    if (anyEllipsis)
-      llvm::append_range(result, ellipsis);
-    for (auto &[c, count] : seen)
-      if (count == 1)
-        result.push_back(sizes[c]);
-  }
-  out[0] = tensor(result, in[0].elementType());
-  return success();
-}
-
 const llvm::StringMap<ShapeRule> &rules() {
   static const llvm::StringMap<ShapeRule> table = [] {
     llvm::StringMap<ShapeRule> t;
     for (const char *op :
-         {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
-          "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Softmax",
-          "LogSoftmax", "Hardmax", "Gelu", "LeakyRelu", "Elu", "Selu", "Celu",
+         {"Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
+          "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Gelu", "LeakyRelu", "Elu", "Selu", "Celu",
           "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish",
           "ThresholdedRelu", "Shrink", "Identity", "Dropout", "Clip",
-          "LayerNormalization", "RMSNormalization", "BatchNormalization",
+          "RMSNormalization", "BatchNormalization",
           "InstanceNormalization", "GroupNormalization", "LRN",
           "MeanVarianceNormalization", "Not", "IsNaN", "IsInf", "Sign",
           "CumSum", "Trilu", "Swish", "PRelu", "Asin", "Acos", "Atan", "Sinh", "Cosh",
@@ -1549,34 +878,8 @@ const llvm::StringMap<ShapeRule> &rules() {
       t[op] = broadcastOp;
     t["Cast"] = castOp;
     t["CastLike"] = castOp;
-    t["MatMul"] = matMulOp;
-    t["Gemm"] = gemmOp;
-    t["Conv"] = convOp;
-    t["ConvTranspose"] = convTransposeOp;
-    for (const char *op : {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
-                           "GlobalMaxPool", "GlobalLpPool"})
-      t[op] = poolOp;
-    t["Reshape"] = reshapeOp;
-    t["Flatten"] = flattenOp;
-    t["Transpose"] = transposeOp;
-    t["Concat"] = concatOp;
-    t["Split"] = splitOp;
-    t["Slice"] = sliceOp;
-    t["Gather"] = gatherOp;
-    t["GatherElements"] = gatherOp;
-    t["Squeeze"] = squeezeOp;
-    t["Unsqueeze"] = squeezeOp;
-    t["Expand"] = expandOp;
-    t["Shape"] = shapeOp;
-    t["Size"] = shapeOp;
     t["ConstantOfShape"] = constantOfShapeOp;
     t["Range"] = rangeOp;
-    for (const char *op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
-                           "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
-                           "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"})
-      t[op] = reduceOp;
-    t["Tile"] = tileOp;
-    t["Pad"] = padOp;
     t["Resize"] = resizeOp;
     t["Upsample"] = resizeOp;
     t["TopK"] = topKOp;
@@ -1584,18 +887,11 @@ const llvm::StringMap<ShapeRule> &rules() {
     t["GRU"] = recurrentOp;
     t["RNN"] = recurrentOp;
     t["Attention"] = attentionOp;
-    t["DepthToSpace"] = depthSpaceOp;
-    t["SpaceToDepth"] = depthSpaceOp;
-    t["GatherND"] = gatherNDOp;
-    t["Scatter"] = scatterOp;
-    t["ScatterElements"] = scatterOp;
-    t["ScatterND"] = scatterOp;
     t["OneHot"] = oneHotOp;
     t["NonZero"] = nonZeroOp;
     t["Unique"] = uniqueOp;
     t["Compress"] = compressOp;
     t["NonMaxSuppression"] = nonMaxSuppressionOp;
-    t["Einsum"] = einsumOp;
     t["QuantizeLinear"] = quantizeOp;
     t["DequantizeLinear"] = quantizeOp;
     for (const char *op : {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv",
@@ -1626,26 +922,16 @@ Type makeTensor(ArrayRef<int64_t> shape, Type element) {
 
 std::optional<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> a,
                                                     ArrayRef<int64_t> b) {
-  size_t rank = std::max(a.size(), b.size());
-  SmallVector<int64_t> result(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da == 1)
-      result[i] = db;
-    else if (db == 1)
-      result[i] = da;
-    else if (isDyn(da))
-      result[i] = db;
-    else if (isDyn(db) || da == db)
-      result[i] = da;
-    else
-      return std::nullopt;
-  }
-  return result;
+  auto result = ops::broadcast(std::vector<int64_t>(a.begin(), a.end()),
+                               std::vector<int64_t>(b.begin(), b.end()));
+  if (!result)
+    return std::nullopt;
+  return SmallVector<int64_t>(result->begin(), result->end());
 }
 
 ShapeRule lookupShapeRule(StringRef domain, StringRef opType) {
+  if (const ops::OpDef *def = ops::findOp(domain.str(), opType.str()); def && def->shape)
+    return tableRule;
   if (domain == "com.microsoft" &&
       (opType == "Gelu" || opType == "FastGelu" || opType == "BiasGelu" ||
        opType == "SimplifiedLayerNormalization"))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Regenerates the ODS-generated references in docs/generated/ from a build.
+# Regenerates the ODS-generated references in docs/generated/ and the op
+# table's docs/ops.md from a build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ninja -C build mlir-doc
+ninja -C build mlir-doc hetplan-op-docs
 mkdir -p docs/generated
 cp build/docs/Dialects/HetDialect.md build/docs/Passes/HetPasses.md docs/generated/
-echo "updated docs/generated/"
+build/ops/hetplan-op-docs docs/ops.md
+echo "updated docs/generated/ and docs/ops.md"

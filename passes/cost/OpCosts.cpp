@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/cost/OpCosts.h"
+#include "passes/cost/OpTableAdapter.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -26,10 +27,8 @@ namespace hetplan::cost {
 
 namespace {
 
-/// Cost of a transcendental function (exp, log, erf, tanh, sigmoid, pow,
-/// trigonometric) per element, in FLOPs: a range reduction and a short
-/// polynomial, as GPU math libraries evaluate them.
-constexpr double kTranscendental = 4;
+/// Cost of a transcendental function per element (the table's constant).
+using ops::kTranscendental;
 
 std::optional<ArrayRef<int64_t>> staticShape(Type type) {
   auto ranked = dyn_cast<RankedTensorType>(type);
@@ -38,13 +37,6 @@ std::optional<ArrayRef<int64_t>> staticShape(Type type) {
   return ranked.getShape();
 }
 std::optional<ArrayRef<int64_t>> staticShape(Value v) { return staticShape(v.getType()); }
-
-double product(ArrayRef<int64_t> dims) {
-  double p = 1;
-  for (int64_t d : dims)
-    p *= double(d);
-  return p;
-}
 
 double elems(Value v) { return double(numElements(v.getType())); }
 
@@ -62,12 +54,6 @@ StringRef attrStr(NodeOp n, StringRef name, StringRef dflt) {
     return a.getValue();
   return dflt;
 }
-std::optional<SmallVector<int64_t>> attrInts(NodeOp n, StringRef name) {
-  if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(n.getOnnxAttr(name)))
-    return SmallVector<int64_t>(a.asArrayRef());
-  return std::nullopt;
-}
-
 double outputElems(NodeOp n) {
   double total = 0;
   for (Value r : n.getResults())
@@ -90,10 +76,10 @@ struct Raw {
 // Elementwise functions: FLOPs per output element.
 const llvm::StringMap<double> &unaryFlops() {
   static const llvm::StringMap<double> table = {
-      {"Relu", 1}, {"Neg", 1}, {"Abs", 1}, {"Sign", 1}, {"Floor", 1}, {"Ceil", 1},
+      {"Neg", 1}, {"Abs", 1}, {"Sign", 1}, {"Floor", 1}, {"Ceil", 1},
       {"Round", 1}, {"Reciprocal", 1}, {"Sqrt", 1}, {"Not", 1}, {"IsNaN", 1},
       {"IsInf", 1}, {"BitwiseNot", 1}, {"ThresholdedRelu", 1}, {"CumSum", 1},
-      {"LeakyRelu", 2}, {"Clip", 2}, {"Shrink", 2}, {"Hardmax", 2}, {"Softsign", 3},
+      {"LeakyRelu", 2}, {"Clip", 2}, {"Shrink", 2}, {"Softsign", 3},
       {"HardSigmoid", 4}, {"HardSwish", 5}, {"Exp", kTranscendental},
       {"Log", kTranscendental}, {"Erf", kTranscendental}, {"Tanh", kTranscendental},
       {"Sigmoid", kTranscendental}, {"Sin", kTranscendental}, {"Cos", kTranscendental},
@@ -108,8 +94,6 @@ const llvm::StringMap<double> &unaryFlops() {
       {"Mish", 3 * kTranscendental + 2},
       // (x - zero_point) * scale and its inverse with rounding
       {"QuantizeLinear", 2}, {"DequantizeLinear", 2}, {"DynamicQuantizeLinear", 4},
-      // max, subtract, exp, sum, divide
-      {"Softmax", kTranscendental + 4}, {"LogSoftmax", kTranscendental + 4},
       // x * cos + rotate(x) * sin
       {"RotaryEmbedding", 3}, {"CumProd", 1},
       // square, sum, divide (per element; the root per row is negligible)
@@ -130,10 +114,8 @@ bool isBinary(StringRef op) {
 // Ops that only move data: FLOPs 0, bytes in + out.
 bool isDataMovement(StringRef op) {
   static const llvm::StringSet<> ops = {
-      "Transpose", "Concat", "Split", "Expand", "Tile", "Pad", "Cast", "CastLike",
-      "DepthToSpace", "SpaceToDepth", "Trilu", "ReverseSequence", "OneHot",
-      "Compress", "NonZero", "ConstantOfShape", "Range", "EyeLike", "ScatterND",
-      "ScatterElements", "Scatter", "Unique", "SplitToSequence", "ConcatFromSequence",
+      "Cast", "CastLike", "Trilu", "ReverseSequence", "OneHot",
+      "Compress", "NonZero", "ConstantOfShape", "Range", "EyeLike", "Unique", "SplitToSequence", "ConcatFromSequence",
       "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceEmpty",
       "SequenceLength", "SequenceErase", "Col2Im", "CenterCropPad", "Optional",
       "OptionalGetElement", "OptionalHasElement", "MaxUnpool", "BitCast",
@@ -144,91 +126,39 @@ bool isDataMovement(StringRef op) {
 // Views: no kernel, no traffic (the output aliases the input), or ops that
 // are the identity at inference.
 bool isView(StringRef op) {
-  static const llvm::StringSet<> ops = {"Reshape", "Squeeze", "Unsqueeze", "Flatten",
-                                         "Identity", "Shape", "Size", "Dropout"};
+  static const llvm::StringSet<> ops = {"Identity", "Dropout"};
   return ops.contains(op);
 }
 
-Raw matMulRule(NodeOp n) {
-  Raw r;
-  r.matrix = true;
-  auto a = staticShape(n.getInputs()[0]);
-  if (!a || a->empty())
-    return r;
-  r.flops = 2 * outputElems(n) * double(a->back());
-  return r;
-}
-
-Raw gemmRule(NodeOp n) {
-  Raw r;
-  r.matrix = true;
-  auto a = staticShape(n.getInputs()[0]);
-  if (!a || a->size() != 2)
-    return r;
-  double k = double(attrInt(n, "transA", 0) ? (*a)[0] : (*a)[1]);
-  double out = outputElems(n);
-  r.flops = 2 * out * k + (present(n, 2) ? out : 0);
-  return r;
-}
-
-Raw convRule(NodeOp n, unsigned weightAt, unsigned biasAt) {
-  Raw r;
-  r.matrix = true;
-  if (weightAt >= n.getInputs().size())
-    return r;
-  auto w = staticShape(n.getInputs()[weightAt]);
-  if (!w || w->size() < 2)
-    return r;
-  // Each output element: Cin/group * prod(kernel) multiply-adds. Dilations
-  // spread the taps, they do not add any.
-  double perOutput = product(w->drop_front(1));
-  double out = outputElems(n);
-  r.flops = 2 * out * perOutput + (present(n, biasAt) ? out : 0);
-  return r;
-}
-
-Raw convTransposeRule(NodeOp n) {
-  Raw r;
-  r.matrix = true;
-  auto w = staticShape(n.getInputs()[1]);
-  if (!w || w->size() < 2)
-    return r;
-  // Each input element scatters into Cout/group * prod(kernel) outputs.
-  r.flops = 2 * inputElems(n) * product(w->drop_front(1)) +
-            (present(n, 2) ? outputElems(n) : 0);
-  return r;
-}
-
-Raw poolRule(NodeOp n) {
-  Raw r;
-  StringRef op = n.getOpType();
-  double perWindowElem = op.contains("Lp") ? 2 : 1;
-  if (op.starts_with("Global")) {
-    r.flops = perWindowElem * inputElems(n);
-    return r;
+/// Runs a cost rule of the op table (ops/OpTable.h) over the node's static
+/// shapes: the one place OpCosts adapts a het.node to the table's form.
+Raw tableCost(NodeOp n, llvm::function_ref<ops::Cost(const ops::CostIn &)> rule) {
+  NodeAttrs attrs(n);
+  ops::CostIn in{attrs, {}, {}, {}, {}};
+  for (Value v : n.getInputs()) {
+    auto s = staticShape(v);
+    in.inputs.push_back(s ? std::optional<std::vector<int64_t>>(std::vector<int64_t>(s->begin(), s->end()))
+                          : std::nullopt);
+    in.present.push_back(!isa<NoneType>(v.getType()));
+    in.inputElems.push_back(elems(v));
   }
-  SmallVector<int64_t> kernel = attrInts(n, "kernel_shape").value_or(SmallVector<int64_t>{});
-  r.flops = perWindowElem * (n.getNumResults() ? elems(n.getResult(0)) : 0) * product(kernel);
+  for (Value r : n.getResults())
+    in.outputElems.push_back(elems(r));
+  ops::Cost c = rule(in);
+  Raw r;
+  r.flops = c.flops;
+  r.matrix = c.engine == ops::Engine::Matrix;
+  r.view = c.view;
+  r.readsOutput = c.readsOutput;
+  r.estimated = c.estimated;
   return r;
 }
+Raw tableRule(NodeOp n, const ops::OpDef &def) { return tableCost(n, def.cost); }
 
-Raw reduceRule(NodeOp n) {
-  Raw r;
-  StringRef op = n.getOpType();
-  double in = inputElems(n), out = n.getNumResults() ? elems(n.getResult(0)) : 0;
-  if (op == "ReduceMean")
-    r.flops = in + out;
-  else if (op == "ReduceL1" || op == "ReduceSumSquare")
-    r.flops = 2 * in;
-  else if (op == "ReduceL2")
-    r.flops = 2 * in + out;
-  else if (op == "ReduceLogSum")
-    r.flops = in + kTranscendental * out;
-  else if (op == "ReduceLogSumExp")
-    r.flops = (kTranscendental + 1) * in + kTranscendental * out;
-  else
-    r.flops = in; // Sum, Max, Min, Prod, ArgMax, ArgMin
-  return r;
+/// A convolution priced as Conv's definition does, with its weight and bias
+/// at other inputs (ConvInteger, QLinearConv, DeformConv).
+Raw convRule(NodeOp n, unsigned weightAt, unsigned biasAt) {
+  return tableCost(n, [&](const ops::CostIn &in) { return ops::convolutionCost(in, weightAt, biasAt); });
 }
 
 Raw normRule(NodeOp n) {
@@ -239,9 +169,6 @@ Raw normRule(NodeOp n) {
     // Inference: per-channel scale and shift folded, y = a * x + b. Training
     // mode also computes the batch statistics.
     r.flops = (attrInt(n, "training_mode", 0) ? 7 : 2) * x;
-  } else if (op == "LayerNormalization") {
-    // mean 1, centre 1, variance 2, normalize 1, scale 1 (+ bias 1)
-    r.flops = (present(n, 2) ? 7 : 6) * x;
   } else if (op == "RMSNormalization" || op == "SimplifiedLayerNormalization") {
     r.flops = 4 * x; // square, sum, normalize, scale
   } else if (op == "SkipLayerNormalization") {
@@ -347,78 +274,6 @@ Raw recurrentRule(NodeOp n) {
   if (op == "LSTM" && present(n, 7))
     pointwise += 6; // peepholes
   r.flops = seq * dirs * batch * (2 * gates * hidden * (input + hidden) + pointwise * hidden);
-  return r;
-}
-
-Raw einsumRule(NodeOp n) {
-  Raw r;
-  auto eqAttr = dyn_cast_or_null<StringAttr>(n.getOnnxAttr("equation"));
-  if (!eqAttr) {
-    r.estimated = true;
-    r.flops = outputElems(n);
-    return r;
-  }
-  std::string eq;
-  for (char c : eqAttr.getValue())
-    if (c != ' ')
-      eq += c;
-  StringRef text(eq);
-  auto [lhs, rhs] = text.split("->");
-  SmallVector<StringRef> terms;
-  lhs.split(terms, ',');
-  if (terms.size() != n.getInputs().size()) {
-    r.estimated = true;
-    r.flops = outputElems(n);
-    return r;
-  }
-  llvm::DenseMap<char, int64_t> sizes;
-  llvm::DenseMap<char, int> operandsUsing;
-  SmallVector<int64_t> ellipsis; // right-aligned broadcast of the '...' dims
-  for (auto [term, value] : llvm::zip(terms, n.getInputs())) {
-    auto shape = staticShape(value);
-    if (!shape) {
-      r.estimated = true;
-      return r;
-    }
-    size_t letters = 0;
-    for (char c : term)
-      letters += llvm::isAlpha(c) ? 1 : 0;
-    size_t dots = term.count("...") ? shape->size() - letters : 0;
-    size_t dim = 0;
-    for (size_t i = 0; i < term.size(); ++i) {
-      if (term.substr(i).starts_with("...")) {
-        ArrayRef<int64_t> e = shape->slice(dim, dots);
-        if (e.size() > ellipsis.size())
-          ellipsis.insert(ellipsis.begin(), e.size() - ellipsis.size(), 1);
-        for (size_t j = 0; j < e.size(); ++j) {
-          int64_t &slot = ellipsis[ellipsis.size() - e.size() + j];
-          slot = std::max(slot, e[j]);
-        }
-        dim += dots;
-        i += 2;
-        continue;
-      }
-      if (dim < shape->size()) {
-        sizes[term[i]] = std::max(sizes.lookup(term[i]), (*shape)[dim]);
-        ++operandsUsing[term[i]];
-      }
-      ++dim;
-    }
-  }
-  double all = product(ellipsis);
-  for (auto &entry : sizes)
-    all *= double(entry.second);
-  size_t operands = terms.size();
-  bool contracted = false;
-  if (rhs.data()) {
-    for (auto &entry : sizes)
-      contracted |= !rhs.contains(entry.first);
-  } else {
-    for (auto &entry : operandsUsing)
-      contracted |= entry.second > 1;
-  }
-  r.matrix = operands >= 2 && contracted;
-  r.flops = operands >= 2 ? 2 * all * double(operands - 1) : all;
   return r;
 }
 
@@ -573,7 +428,7 @@ Raw rawRule(NodeOp n) {
     // priced as MatMul/Gemm/Conv (their int8 operands make the bytes), the
     // elementwise ones as dequantize both operands, the op, requantize.
     if (op == "QLinearMatMul")
-      return matMulRule(n);
+      return tableRule(n, *opDefOf(ops::names::MatMul));
     if (op == "QLinearConv")
       return convRule(n, 3, 8);
     if (op == "QGemm") {
@@ -609,11 +464,12 @@ Raw rawRule(NodeOp n) {
     r.view = true;
     return r;
   }
-  if (op == "MatMul" || op == "MatMulInteger" || op == "QLinearMatMul")
-    return matMulRule(n);
-  if (op == "Gemm")
-    return gemmRule(n);
-  if (op == "Conv" || op == "ConvInteger")
+  if (const ops::OpDef *def = opDefOf(n); def && def->cost)
+    return tableRule(n, *def);
+  // The integer products price as the float ones.
+  if (op == "MatMulInteger" || op == "QLinearMatMul")
+    return tableRule(n, *opDefOf(ops::names::MatMul));
+  if (op == "ConvInteger")
     return convRule(n, 1, 2);
   if (op == "QLinearConv")
     return convRule(n, 3, 8);
@@ -622,23 +478,13 @@ Raw rawRule(NodeOp n) {
     // convolution (the sampling is not counted).
     return convRule(n, 1, 3);
   }
-  if (op == "ConvTranspose")
-    return convTransposeRule(n);
-  if (op == "MaxPool" || op == "AveragePool" || op == "LpPool" ||
-      op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "GlobalLpPool")
-    return poolRule(n);
-  if (op.starts_with("Reduce") || op == "ArgMax" || op == "ArgMin")
-    return reduceRule(n);
-  if (op == "BatchNormalization" || op == "LayerNormalization" ||
-      op == "RMSNormalization" || op == "InstanceNormalization" ||
+  if (op == "BatchNormalization" || op == "RMSNormalization" || op == "InstanceNormalization" ||
       op == "GroupNormalization" || op == "LRN" || op == "MeanVarianceNormalization")
     return normRule(n);
   if (op == "Attention")
     return attentionRule(n);
   if (op == "LSTM" || op == "GRU" || op == "RNN")
     return recurrentRule(n);
-  if (op == "Einsum")
-    return einsumRule(n);
   if (op == "Resize" || op == "Upsample")
     return resizeRule(n);
   if (op == "TopK")
@@ -666,10 +512,6 @@ Raw rawRule(NodeOp n) {
   if (op == "Sum" || op == "Max" || op == "Min" || op == "Mean") {
     double n1 = double(n.getInputs().size()) - (op == "Mean" ? 0 : 1);
     r.flops = std::max(0.0, n1) * outputElems(n);
-    return r;
-  }
-  if (op == "Gather" || op == "GatherElements" || op == "GatherND" || op == "Slice") {
-    r.readsOutput = true;
     return r;
   }
   if (isDataMovement(op))
@@ -1062,7 +904,8 @@ OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
 std::optional<double> matmulWeightBytes(NodeOp node, const GraphInfo &info, DType dtype) {
   StringRef op = node.getOpType();
   if (!node.getDomain().empty() ||
-      (op != "MatMul" && op != "Gemm" && op != "MatMulInteger" && op != "Einsum"))
+      (op != ops::names::MatMul && op != ops::names::Gemm && op != "MatMulInteger" &&
+       op != "Einsum"))
     return std::nullopt;
   if (info.isFolded(node) || node.getInputs().size() < 2)
     return std::nullopt;

@@ -14,18 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "hetplan/runtime/CudaBackend.h"
-#include "hetplan/runtime/Executor.h"
-#include "hetplan/runtime/Kernels.h"
-
-#include "CublasLt.h"
-#include "CudaDevice.h"
-#include "CudaFusion.h"
-#include "CudaKernels.h"
-#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
-#include "Cudnn.h"
-#include "CudnnAttention.h"
-#endif
+#include "CudaExecutorImpl.h"
 #include "../cpu/kernels/Geometry.h"
 #include "../cpu/kernels/ViewParams.h"
 
@@ -38,6 +27,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -57,6 +47,10 @@ using cudart::makeBcast;
 using cudart::makeStrided;
 using cudart::blasInt;
 using cudart::cudaCheck;
+using cudaexec::deviceCheck;
+using cudaexec::makeWindow;
+using cudaexec::normAxis;
+using cudaexec::stridesOf;
 
 /// Ops whose CPU kernels read only the shape of input 0 (never its bytes):
 /// they run on a device view as they are.
@@ -67,7 +61,7 @@ const std::map<std::string, cudak::Unary> kUnary = {
     {"Neg", cudak::Unary::Neg},         {"Abs", cudak::Unary::Abs},
     {"Sqrt", cudak::Unary::Sqrt},       {"Exp", cudak::Unary::Exp},
     {"Log", cudak::Unary::Log},         {"Tanh", cudak::Unary::Tanh},
-    {"Sigmoid", cudak::Unary::Sigmoid}, {"Relu", cudak::Unary::Relu},
+    {"Sigmoid", cudak::Unary::Sigmoid}, {ops::names::Relu, cudak::Unary::Relu},
     {"LeakyRelu", cudak::Unary::LeakyRelu}, {"Erf", cudak::Unary::Erf},
     {"Gelu", cudak::Unary::Gelu},       {"Floor", cudak::Unary::Floor},
     {"Ceil", cudak::Unary::Ceil},       {"Reciprocal", cudak::Unary::Reciprocal},
@@ -90,10 +84,10 @@ const std::map<std::string, cudak::Reduce> kReduce = {
     {"ReduceMax", cudak::Reduce::Max}, {"ReduceMin", cudak::Reduce::Min}};
 /// Other float32-only ops with a device implementation.
 const std::set<std::string> kFloatOps = {
-    "Clip", "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MatMul", "Gemm", "Conv", "LRN"};
+    "Clip", ops::names::Softmax, ops::names::LogSoftmax, ops::names::LayerNormalization, "BatchNormalization", "MaxPool",
+    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", ops::names::MatMul, ops::names::Gemm, ops::names::Conv, "LRN"};
 /// Data movement: any element type of 1, 2, 4 or 8 bytes.
-const std::set<std::string> kMovement = {"Transpose", "Gather", "Concat", "Slice", "Split", "Expand"};
+const std::set<std::string> kMovement = {"Transpose", ops::names::Gather, "Concat", "Slice", "Split", "Expand"};
 
 bool movableType(DType t) {
   if (t == DType::Undefined) return true;
@@ -115,70 +109,6 @@ cudak::Elem elemOf(DType t) {
   }
 }
 
-/// "" when the device can run `n` with input element types `t` (Undefined:
-/// not known, accepted), else why not.
-std::string deviceCheck(const Node &n, const std::vector<DType> &t) {
-  auto T = [&](size_t i) { return i < t.size() ? t[i] : DType::Undefined; };
-  auto f32 = [&](size_t i) { return T(i) == DType::Undefined || T(i) == DType::Float32; };
-  auto notF32 = [&](size_t i) {
-    return std::string("element type ") + dtypeName(T(i)) + " is not supported on the CUDA device (float32 only)";
-  };
-  const std::string &op = n.opType;
-  bool isFloatOp = kUnary.count(op) || kBinary.count(op) || kVariadic.count(op) || kCompare.count(op) ||
-                   kReduce.count(op) || kFloatOps.count(op);
-  if (isFloatOp) {
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (n.inputs[i].empty()) continue;
-      // second+ inputs that are shapes, axes or scalars (read on the host)
-      if (op == "Pow" && i == 1) continue;
-      if ((op == "Clip" || kReduce.count(op)) && i >= 1) continue;
-      if (!f32(i)) return notF32(i);
-    }
-    if (op == "Gelu") {
-      std::string a = n.getString("approximate", "none");
-      if (a != "none" && a != "tanh") return "Gelu approximate='" + a + "' is not supported";
-    }
-    if (op == "MaxPool" && n.outputs.size() > 1 && !n.outputs[1].empty())
-      return "MaxPool's Indices output is not supported on the CUDA device";
-    if ((op == "MaxPool" || op == "AveragePool") && !n.has("kernel_shape")) return "kernel_shape is required";
-    if (op == "BatchNormalization" && (n.getInt("training_mode", 0) || n.outputs.size() > 1))
-      return "training mode is not supported (inference only)";
-    if (op == "LayerNormalization" && n.getInt("stash_type", 1) != 1)
-      return "LayerNormalization stash_type other than float32 is not supported on the CUDA device";
-    return "";
-  }
-  if (op == "Where") {
-    if (T(0) != DType::Undefined && T(0) != DType::Bool) return "Where condition must be bool";
-    if (!movableType(T(1))) return std::string("element type ") + dtypeName(T(1)) + " is not supported on the CUDA device";
-    return "";
-  }
-  if (op == "Cast") {
-    DType to = static_cast<DType>(n.getInt("to", 0));
-    if (!castable(to) || (T(0) != DType::Undefined && !castable(T(0))))
-      return std::string("Cast from ") + dtypeName(T(0)) + " to " + dtypeName(to) +
-             " is not supported on the CUDA device (float32, int64, int32, bool)";
-    return "";
-  }
-  if (op == "Not") return T(0) == DType::Undefined || T(0) == DType::Bool ? "" : "Not takes bool";
-  if (kMovement.count(op)) {
-    if (!movableType(T(0))) return std::string("element type ") + dtypeName(T(0)) + " is not supported on the CUDA device";
-    if (op == "Gather" && T(1) != DType::Undefined && T(1) != DType::Int64 && T(1) != DType::Int32)
-      return std::string("Gather indices of type ") + dtypeName(T(1)) + " are not supported on the CUDA device";
-    return "";
-  }
-  return "no CUDA kernel for " + op;
-}
-
-/// A value: a host copy, a device copy (a view of device memory), or both.
-/// `given`: a FORWARD's input (its transfers are counted), not a weight.
-struct Val {
-  Tensor host, dev;
-  bool given = false;
-  const Tensor &any() const { return host.defined() ? host : dev; }
-  DType dtype() const { return any().dtype(); }
-  const std::vector<int64_t> &shape() const { return any().shape(); }
-  bool defined() const { return host.defined() || dev.defined(); }
-};
 
 /// Element types of every value, as far as they can be told without running
 /// the graph: declared types first, then a per-op rule.
@@ -219,6 +149,64 @@ std::map<std::string, DType> inferTypes(const Model &m, const std::vector<size_t
 }
 
 
+} // namespace
+
+namespace cudaexec {
+
+/// "" when the device can run `n` with input element types `t` (Undefined:
+/// not known, accepted), else why not.
+std::string deviceCheck(const Node &n, const std::vector<DType> &t) {
+  auto T = [&](size_t i) { return i < t.size() ? t[i] : DType::Undefined; };
+  auto f32 = [&](size_t i) { return T(i) == DType::Undefined || T(i) == DType::Float32; };
+  auto notF32 = [&](size_t i) {
+    return std::string("element type ") + dtypeName(T(i)) + " is not supported on the CUDA device (float32 only)";
+  };
+  const std::string &op = n.opType;
+  bool isFloatOp = kUnary.count(op) || kBinary.count(op) || kVariadic.count(op) || kCompare.count(op) ||
+                   kReduce.count(op) || kFloatOps.count(op);
+  if (isFloatOp) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      // second+ inputs that are shapes, axes or scalars (read on the host)
+      if (op == "Pow" && i == 1) continue;
+      if ((op == "Clip" || kReduce.count(op)) && i >= 1) continue;
+      if (!f32(i)) return notF32(i);
+    }
+    if (op == "Gelu") {
+      std::string a = n.getString("approximate", "none");
+      if (a != "none" && a != "tanh") return "Gelu approximate='" + a + "' is not supported";
+    }
+    if (op == "MaxPool" && n.outputs.size() > 1 && !n.outputs[1].empty())
+      return "MaxPool's Indices output is not supported on the CUDA device";
+    if ((op == "MaxPool" || op == "AveragePool") && !n.has("kernel_shape")) return "kernel_shape is required";
+    if (op == "BatchNormalization" && (n.getInt("training_mode", 0) || n.outputs.size() > 1))
+      return "training mode is not supported (inference only)";
+    if (op == ops::names::LayerNormalization && n.getInt("stash_type", 1) != 1)
+      return "LayerNormalization stash_type other than float32 is not supported on the CUDA device";
+    return "";
+  }
+  if (op == "Where") {
+    if (T(0) != DType::Undefined && T(0) != DType::Bool) return "Where condition must be bool";
+    if (!movableType(T(1))) return std::string("element type ") + dtypeName(T(1)) + " is not supported on the CUDA device";
+    return "";
+  }
+  if (op == "Cast") {
+    DType to = static_cast<DType>(n.getInt("to", 0));
+    if (!castable(to) || (T(0) != DType::Undefined && !castable(T(0))))
+      return std::string("Cast from ") + dtypeName(T(0)) + " to " + dtypeName(to) +
+             " is not supported on the CUDA device (float32, int64, int32, bool)";
+    return "";
+  }
+  if (op == "Not") return T(0) == DType::Undefined || T(0) == DType::Bool ? "" : "Not takes bool";
+  if (kMovement.count(op)) {
+    if (!movableType(T(0))) return std::string("element type ") + dtypeName(T(0)) + " is not supported on the CUDA device";
+    if (op == ops::names::Gather && T(1) != DType::Undefined && T(1) != DType::Int64 && T(1) != DType::Int32)
+      return std::string("Gather indices of type ") + dtypeName(T(1)) + " are not supported on the CUDA device";
+    return "";
+  }
+  return "no CUDA kernel for " + op;
+}
+
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
   std::vector<int64_t> s(shape.size(), 1);
   for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
@@ -249,90 +237,18 @@ cudak::Window makeWindow(const Node &n, const std::vector<int64_t> &in, std::vec
   return w;
 }
 
-} // namespace
+} // namespace cudaexec
 
-struct CudaExecutor::Impl : cudart::Device {
-  const Model &model;
-  std::vector<size_t> order;
-  std::vector<bool> isFolded;
-  std::map<std::string, DType> types;  // inferred element types (check())
-  std::map<std::string, Val> weights;  // initializers and folded values
-  std::mutex mutex;
-  bool prepared = false;
-  /// setStage(): prepare() uploads only the weights these nodes read (a
-  /// plan rank's stage; others are uploaded on first use).
-  std::set<size_t> stageNodes;
-#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
-  std::unique_ptr<cudnn::Context> dnn; // convolution and pooling (prepare())
-  cudnn::Math convMath = cudnn::Math::Fp32;
-  std::unique_ptr<cudnn::Attention> sdpa; // fused attention (prepare())
-#endif
-  /// The plan's dtype (setPrecision): fp32, tf32, fp16 or bf16.
-  std::string precision = "fp32";
-  /// Fused groups (docs/gpu.md, "Fused on the GPU"), decided in prepare()
-  /// for the stage and precision; groupOf: node -> index into groups.
-  std::vector<CudaFusion> groups;
-  std::map<size_t, size_t> groupOf;
-  std::unique_ptr<cublaslt::Context> lt; // GEMM epilogues (prepare())
-  bool sdpaNoted = false, ltNoted = false; // a fallback was logged once
+const OpRegistry<CudaExecutor::Impl::DeviceKernel> &CudaExecutor::Impl::deviceKernels() {
+  static const OpRegistry<DeviceKernel> r = [] {
+    OpRegistry<DeviceKernel> k;
+    registerLinalgKernels(k);
+    registerMovementKernels(k);
+    return k;
+  }();
+  return r;
+}
 
-  Impl(const Model &m, int dev) : model(m) { device = dev; }
-  ~Impl() {
-    if (!prepared) return;
-    cudaSetDevice(device);
-#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
-    sdpa.reset();
-    dnn.reset();
-#endif
-    lt.reset();
-    weights.clear(); // frees device copies (cudaFreeAsync on `stream`)
-    cudaStreamSynchronize(stream);
-    cublasDestroy(blas);
-    cudaStreamDestroy(stream);
-  }
-
-  std::string where(const Node &n) const { return model.path + ": " + n.describe() + ": "; }
-
-  // device memory, GEMMs: cudart::Device (CudaDevice.h)
-  const Tensor &devOf(Val &v) {
-    if (!v.dev.defined()) v.dev = v.given ? valueUpload(v.host) : upload(v.host);
-    return v.dev;
-  }
-  const Tensor &hostOf(Val &v) {
-    if (!v.host.defined()) v.host = v.given ? valueDownload(v.dev) : download(v.dev);
-    return v.host;
-  }
-
-  void foldConstants();
-  /// check(); `only`: just these nodes (a plan rank's stage).
-  std::vector<std::string> check(const std::set<size_t> *only = nullptr) const;
-  void prepare();
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &inputs);
-  std::map<std::string, Tensor> runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> given,
-                                         const std::set<std::string> &keep,
-                                         std::map<std::string, std::vector<int64_t>> *shapes,
-                                         ExecutionObserver *observer, const Executor::NodeHook *hook,
-                                         const std::set<size_t> *hookNodes, const std::set<std::string> *resident);
-  bool runHooked(const Node &n, size_t idx, const Executor::NodeHook &hook, std::vector<Val *> &ins,
-                 std::vector<Val> &outs);
-  void runHost(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs, bool deviceView);
-  void runDevice(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs);
-  // device ops
-  void matmul(const Tensor &a, const Tensor &b, Val &out);
-  void gemm(const Node &n, const Tensor &a, const Tensor &b, const Tensor *c, Val &out);
-  void conv(const Node &n, const Tensor &x, const Tensor &w, const Tensor *bias, Val &out);
-  // fused groups (CudaFusion.h)
-  using Lookup = std::function<Val *(const std::string &)>;
-  std::vector<CudaFusion> findGroups() const;
-  void decideFusions();
-  /// The group's output from one library call; false (nothing computed)
-  /// when the library declines the shapes, types or math.
-  bool runGemmGroup(const CudaFusion &g, const Lookup &lookup, Val &out);
-  bool runAttentionGroup(const CudaFusion &g, const Lookup &lookup, Val &out);
-  /// The group's nodes one by one (the fallback); the output into `out`.
-  void runGroupUnfused(const CudaFusion &g, const Lookup &lookup, Val &out);
-  Tensor scratch(size_t bytes) { return alloc(DType::UInt8, {int64_t(bytes)}); }
-};
 
 std::vector<CudaFusion> CudaExecutor::Impl::findGroups() const {
   auto constant = [&](const std::string &name) -> const Tensor * {
@@ -767,289 +683,6 @@ void CudaExecutor::Impl::runHost(const Node &n, std::vector<Val *> &ins, std::ve
   }
 }
 
-void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
-  cpu::MatMulShape ms = cpu::matmulShape(a.shape(), b.shape());
-  int64_t M = ms.M, K = ms.K, N = ms.N;
-  const auto &ab = ms.aBatch, &bb = ms.bBatch, &batch = ms.batch;
-  Tensor o = alloc(DType::Float32, ms.out);
-  int64_t nb = shapeNumel(batch);
-  if (o.numel() == 0) { out.dev = o; return; }
-  if (K == 0) {
-    cudaCheck(cudaMemsetAsync(o.raw(), 0, o.nbytes(), stream), "cudaMemsetAsync");
-    out.dev = o;
-    return;
-  }
-  const float one = 1.f, zero = 0.f;
-  const float *pa = a.data<float>(), *pb = b.data<float>();
-  float *po = o.data<float>();
-  int m = blasInt(M, "MatMul"), n = blasInt(N, "MatMul"), k = blasInt(K, "MatMul");
-  // A batch operand is either one matrix (stride 0) or a full batch
-  // (stride one matrix); anything else (partial broadcast) loops.
-  auto strideOf = [&](const std::vector<int64_t> &own, int64_t mat) -> int64_t {
-    if (shapeNumel(own) == 1) return 0;
-    std::vector<int64_t> padded(batch.size() - own.size(), 1);
-    padded.insert(padded.end(), own.begin(), own.end());
-    return padded == batch ? mat : -1;
-  };
-  int64_t sa = strideOf(ab, M * K), sb = strideOf(bb, K * N);
-  // Row-major C = A B is column-major C^T = B^T A^T.
-  if (sa >= 0 && sb >= 0) {
-    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb, n, sb, pa, k, sa, &zero, po, n, M * N,
-                 blasInt(nb, "MatMul batch"));
-  } else {
-    auto stA = broadcastStrides(ab, batch), stB = broadcastStrides(bb, batch);
-    for (int64_t i = 0; i < nb; ++i) {
-      int64_t rem = i, oa = 0, ob = 0;
-      for (size_t d = batch.size(); d-- > 0;) {
-        int64_t x = rem % batch[d];
-        rem /= batch[d];
-        oa += x * stA[d];
-        ob += x * stB[d];
-      }
-      sgemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb + ob * K * N, n, pa + oa * M * K, k, &zero, po + i * M * N, n);
-    }
-  }
-  out.dev = o;
-}
-
-void CudaExecutor::Impl::gemm(const Node &nd, const Tensor &a, const Tensor &b, const Tensor *c, Val &out) {
-  if (a.rank() != 2 || b.rank() != 2) throw std::runtime_error("Gemm takes 2-D A and B");
-  bool ta = nd.getInt("transA", 0), tb = nd.getInt("transB", 0);
-  int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
-  if ((tb ? b.dim(1) : b.dim(0)) != K)
-    throw std::runtime_error("Gemm shapes " + shapeString(a.shape()) + " and " + shapeString(b.shape()) + " do not match");
-  float alpha = nd.getFloat("alpha", 1.0f), beta = nd.getFloat("beta", 1.0f);
-  Tensor o = alloc(DType::Float32, {M, N});
-  bool hasC = c && beta != 0.f;
-  if (hasC)
-    cudaCheck(cudak::stridedCopy(c->raw(), o.raw(), 4,
-                                 makeStrided(o.shape(), broadcastStrides(c->shape(), o.shape()), 0), stream),
-              "Gemm bias broadcast");
-  else beta = 0.f;
-  if (M > 0 && N > 0) {
-    if (K == 0 && !hasC) cudaCheck(cudaMemsetAsync(o.raw(), 0, o.nbytes(), stream), "cudaMemsetAsync");
-    else if (K > 0)
-      sgemm(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, "Gemm"), blasInt(M, "Gemm"),
-            blasInt(K, "Gemm"), &alpha, b.data<float>(), blasInt(b.dim(1), "Gemm"), a.data<float>(),
-            blasInt(a.dim(1), "Gemm"), &beta, o.data<float>(), blasInt(N, "Gemm"));
-  }
-  out.dev = o;
-}
-
-void CudaExecutor::Impl::conv(const Node &nd, const Tensor &x, const Tensor &wt, const Tensor *bias, Val &out) {
-  if (x.rank() < 3 || wt.rank() != x.rank()) throw std::runtime_error("Conv takes [N, C, spatial...] input and weight of the same rank");
-  int64_t N = x.dim(0), C = x.dim(1), M = wt.dim(0), G = nd.getInt("group", 1);
-  if (G <= 0 || C % G || M % G || wt.dim(1) != C / G)
-    throw std::runtime_error("Conv weight " + wt.describe() + " does not match input " + x.describe() + " with group " + std::to_string(G));
-  std::vector<int64_t> inSp(x.shape().begin() + 2, x.shape().end()), outSp;
-  auto ks = nd.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + 2, wt.shape().end()));
-  cudak::Window w = makeWindow(nd, inSp, ks, false, outSp);
-  int64_t Cg = C / G, Mg = M / G, kSize = shapeNumel(ks), inSize = shapeNumel(inSp), outSize = shapeNumel(outSp);
-  std::vector<int64_t> outShape = {N, M};
-  outShape.insert(outShape.end(), outSp.begin(), outSp.end());
-  Tensor o = alloc(DType::Float32, outShape);
-  out.dev = o;
-  if (o.numel() == 0) return;
-#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
-  // cuDNN where it expresses the window exactly; im2col + cuBLAS otherwise.
-  if (dnn && dnn->conv(x, wt, G, w, convMath, o, [&](size_t bytes) { return alloc(DType::UInt8, {int64_t(bytes)}); })) {
-    if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
-    return;
-  }
-#endif
-  bool pointwise = kSize == 1;
-  for (int d = 0; d < w.r; ++d) pointwise = pointwise && w.s[d] == 1 && w.pb[d] == 0 && w.out[d] == w.in[d];
-  Tensor col;
-  if (!pointwise) col = alloc(DType::Float32, {C * kSize, outSize});
-  int64_t Kd = Cg * kSize;
-  const float one = 1.f, zero = 0.f;
-  for (int64_t n = 0; n < N; ++n) {
-    const float *px = x.data<float>() + n * C * inSize;
-    const float *pcol = px;
-    if (!pointwise) {
-      cudaCheck(cudak::im2col(px, col.data<float>(), C, w, stream), "im2col kernel");
-      pcol = col.data<float>();
-    }
-    // per group g: out_g[Mg, outSize] = W_g[Mg, Kd] col_g[Kd, outSize]
-    // (column-major: out_g^T = col_g^T W_g^T)
-    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, "Conv"), blasInt(Mg, "Conv"), blasInt(Kd, "Conv"), &one,
-                 pcol, blasInt(outSize, "Conv"), Kd * outSize, wt.data<float>(), blasInt(Kd, "Conv"), Mg * Kd, &zero,
-                 o.data<float>() + n * M * outSize, blasInt(outSize, "Conv"), Mg * outSize, blasInt(G, "Conv"));
-  }
-  if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
-}
-
-bool CudaExecutor::Impl::runGemmGroup(const CudaFusion &g, const Lookup &lookup, Val &out) {
-  if (!lt) return false;
-  const Node &h = model.nodes[g.nodes[0]];
-  Val *a = lookup(h.inputs[0]), *b = lookup(h.inputs[1]);
-  Val *c = g.bias.empty() ? (h.inputs.size() > 2 ? lookup(h.inputs[2]) : nullptr) : lookup(g.bias);
-  if (!a || !b || !c) return false;
-  for (Val *v : {a, b, c})
-    if (v->dtype() != DType::Float32) return false;
-  const std::vector<int64_t> &as = a->shape(), &bs = b->shape();
-  cublaslt::GemmBias args;
-  std::vector<int64_t> outShape;
-  if (h.opType == "MatMul") { // A [..., M, K] flattened to [M', K] times a 2-D B
-    if (as.size() < 2 || bs.size() != 2 || as.back() != bs[0]) return false;
-    args.K = bs[0];
-    args.N = bs[1];
-    args.M = args.K ? shapeNumel(as) / args.K : 0;
-    args.lda = args.K;
-    args.ldb = args.N;
-    outShape.assign(as.begin(), as.end() - 1);
-    outShape.push_back(args.N);
-  } else {
-    if (as.size() != 2 || bs.size() != 2) return false;
-    args.ta = h.getInt("transA", 0);
-    args.tb = h.getInt("transB", 0);
-    args.M = args.ta ? as[1] : as[0];
-    args.K = args.ta ? as[0] : as[1];
-    args.N = args.tb ? bs[0] : bs[1];
-    if ((args.tb ? bs[1] : bs[0]) != args.K) return false;
-    args.alpha = h.getFloat("alpha", 1.0f);
-    args.lda = as[1];
-    args.ldb = bs[1];
-    outShape = {args.M, args.N};
-  }
-  if (c->any().numel() != args.N) return false;
-  args.gelu = g.kind == CudaFusion::Kind::GemmBiasGelu;
-  const Tensor &A = devOf(*a), &B = devOf(*b), &C = devOf(*c);
-  Tensor o = alloc(DType::Float32, outShape);
-  args.A = A.data<float>();
-  args.B = B.data<float>();
-  args.bias = C.data<float>();
-  args.D = o.data<float>();
-  if (!lt->run(args, gemmCompute, stream, [&](size_t bytes) { return scratch(bytes); })) {
-    if (!ltNoted)
-      std::fprintf(stderr, "hetplan: cuBLASLt has no %s epilogue for %s (M=%lld N=%lld K=%lld); running it unfused\n",
-                   args.gelu ? "bias+GELU" : "bias", where(h).c_str(), (long long)args.M, (long long)args.N,
-                   (long long)args.K);
-    ltNoted = true;
-    return false;
-  }
-  out.dev = o;
-  return true;
-}
-
-bool CudaExecutor::Impl::runAttentionGroup(const CudaFusion &g, const Lookup &lookup, Val &out) {
-#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
-  if (!sdpa) return false;
-  Val *qv = lookup(g.q), *kv = lookup(g.kT), *vv = lookup(g.v), *mv = g.mask.empty() ? nullptr : lookup(g.mask);
-  if (!qv || !kv || !vv || (!g.mask.empty() && !mv)) return false;
-  for (Val *x : {qv, kv, vv, mv})
-    if (x && x->dtype() != DType::Float32) return false;
-  size_t r = qv->shape().size();
-  if (r < 3 || r > 4 || kv->shape().size() != r || vv->shape().size() != r) return false;
-  auto pad4 = [](std::vector<int64_t> s) {
-    while (s.size() < 4) s.insert(s.begin(), 1);
-    return s;
-  };
-  std::vector<int64_t> qs = pad4(qv->shape()), ks = pad4(kv->shape()), vs = pad4(vv->shape());
-  cudnn::Sdpa a;
-  a.Sq = qs[2];
-  a.D = qs[3];
-  a.Skv = ks[3];
-  a.Dv = vs[3];
-  if (ks[2] != a.D || vs[2] != a.Skv) return false;
-  for (int d = 0; d < 2; ++d) { // batch and heads: equal or broadcast from 1
-    int64_t n = std::max({qs[d], ks[d], vs[d]});
-    for (int64_t x : {qs[d], ks[d], vs[d]})
-      if (x != n && x != 1) return false;
-    (d == 0 ? a.B : a.H) = n;
-  }
-  if (!cudafuse::sdpaHeadDimOk(a.D) || !cudafuse::sdpaHeadDimOk(a.Dv) || a.Sq <= 0 || a.Skv <= 0 || a.B * a.H <= 0)
-    return false;
-  const std::vector<int64_t> full = {a.B, a.H, a.Sq, a.Skv};
-  std::vector<int64_t> ms;
-  if (mv) { // the mask may broadcast into the scores, never widen them
-    std::vector<int64_t> scores(full.begin() + (4 - r), full.end());
-    try {
-      if (mv->shape().size() > r || broadcastShapes(scores, mv->shape()) != scores) return false;
-    } catch (const std::exception &) {
-      return false;
-    }
-    ms = pad4(mv->shape());
-    a.biasB = ms[0] != 1;
-    a.biasH = ms[1] != 1;
-  }
-  a.bf16 = precision == "bf16";
-  a.scale = g.scale;
-  // float32 -> half, packed (K from the graph's Kᵀ), clamped to the finite
-  // range so that -FLT_MAX masks stay finite.
-  const float clamp = a.bf16 ? 3.0e38f : 65504.f;
-  auto half = [&](Val &src, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides) {
-    Tensor h = alloc(a.bf16 ? DType::BFloat16 : DType::Float16, shape);
-    cudaCheck(cudak::toHalf(devOf(src).data<float>(), h.raw(), a.bf16, makeStrided(shape, strides, 0), clamp, stream),
-              "attention: float32 to half");
-    return h;
-  };
-  Tensor qh = half(*qv, {a.B, a.H, a.Sq, a.D}, broadcastStrides(qs, {a.B, a.H, a.Sq, a.D}));
-  auto kst = broadcastStrides(ks, {a.B, a.H, a.D, a.Skv});
-  Tensor kh = half(*kv, {a.B, a.H, a.Skv, a.D}, {kst[0], kst[1], kst[3], kst[2]});
-  Tensor vh = half(*vv, {a.B, a.H, a.Skv, a.Dv}, broadcastStrides(vs, {a.B, a.H, a.Skv, a.Dv}));
-  Tensor bh;
-  if (mv) {
-    std::vector<int64_t> bshape = {a.biasB ? a.B : 1, a.biasH ? a.H : 1, a.Sq, a.Skv};
-    bh = half(*mv, bshape, broadcastStrides(ms, bshape));
-    a.bias = bh.raw();
-  }
-  Tensor oh = alloc(a.bf16 ? DType::BFloat16 : DType::Float16, {a.B, a.H, a.Sq, a.Dv});
-  a.q = qh.raw();
-  a.k = kh.raw();
-  a.v = vh.raw();
-  a.o = oh.raw();
-  std::string why;
-  if (!sdpa->run(a, [&](size_t bytes) { return scratch(bytes); }, &why)) {
-    if (!sdpaNoted)
-      std::fprintf(stderr, "hetplan: cuDNN fused attention unavailable for %s: %s; running the attention nodes unfused\n",
-                   where(model.nodes[g.nodes[0]]).c_str(), why.c_str());
-    sdpaNoted = true;
-    return false;
-  }
-  std::vector<int64_t> outShape = {a.B, a.H, a.Sq, a.Dv};
-  outShape.erase(outShape.begin(), outShape.begin() + (4 - r));
-  Tensor o = alloc(DType::Float32, outShape);
-  cudaCheck(cudak::fromHalf(oh.raw(), o.data<float>(), a.bf16, o.numel(), stream), "attention: half to float32");
-  out.dev = o;
-  return true;
-#else
-  (void)g;
-  (void)lookup;
-  (void)out;
-  return false;
-#endif
-}
-
-void CudaExecutor::Impl::runGroupUnfused(const CudaFusion &g, const Lookup &lookup, Val &out) {
-  std::map<std::string, Val> inside; // the group's intermediate values
-  for (size_t m : g.nodes) {
-    const Node &n = model.nodes[m];
-    std::vector<Val *> ins;
-    std::vector<DType> inTypes;
-    for (const auto &s : n.inputs) {
-      Val *v = nullptr;
-      if (!s.empty()) {
-        auto it = inside.find(s);
-        v = it != inside.end() ? &it->second : lookup(s);
-        if (!v) throw std::runtime_error(where(n) + "value '" + s + "' is missing");
-      }
-      ins.push_back(v);
-      inTypes.push_back(v ? v->dtype() : DType::Undefined);
-    }
-    std::vector<Val> outs(n.outputs.size());
-    try {
-      if (std::string dev = deviceCheck(n, inTypes); !dev.empty()) throw std::runtime_error(dev);
-      runDevice(n, ins, outs);
-    } catch (const std::exception &e) {
-      throw std::runtime_error(where(n) + e.what());
-    }
-    for (size_t i = 0; i < n.outputs.size(); ++i)
-      if (!n.outputs[i].empty()) inside[n.outputs[i]] = std::move(outs[i]);
-  }
-  out = std::move(inside.at(g.output));
-}
-
 void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs) {
   const std::string &op = n.opType;
   int64_t opset = model.opset("");
@@ -1162,60 +795,10 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
     outs[0].dev = y;
     return;
   }
-  if (op == "Softmax" || op == "LogSoftmax") {
-    const Tensor &x = D(0);
-    int64_t r = x.rank();
-    bool legacy = opset < 13;
-    int64_t axis = normAxis(n.getInt("axis", legacy ? 1 : -1), r);
-    int64_t outer = 1, len = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
-    if (legacy) for (int64_t i = axis; i < r; ++i) len *= x.dim(i);
-    else {
-      len = r ? x.dim(axis) : 1;
-      for (int64_t i = axis + 1; i < r; ++i) inner *= x.dim(i);
-    }
-    Tensor y = alloc(DType::Float32, x.shape());
-    launch(cudak::softmax(x.data<float>(), y.data<float>(), outer, len, inner, op == "LogSoftmax", stream));
-    outs[0].dev = y;
-    return;
-  }
-  if (op == "LayerNormalization") {
-    const Tensor &x = D(0);
-    int64_t axis = normAxis(n.getInt("axis", -1), x.rank());
-    float eps = n.getFloat("epsilon", 1e-5f);
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < x.rank(); ++i) (i < axis ? outer : inner) *= x.dim(i);
-    std::vector<int64_t> normShape(x.shape().begin() + axis, x.shape().end());
-    auto expanded = [&](const Tensor &t) { // scale/bias broadcast to the normalized shape
-      if (t.shape() == normShape) return t;
-      Tensor e = alloc(DType::Float32, normShape);
-      launch(cudak::stridedCopy(t.raw(), e.raw(), 4, makeStrided(normShape, broadcastStrides(t.shape(), normShape), 0), stream));
-      return e;
-    };
-    Tensor scale = expanded(D(1)), bias = has(2) ? expanded(D(2)) : Tensor();
-    std::vector<int64_t> statShape = x.shape();
-    for (int64_t i = axis; i < x.rank(); ++i) statShape[i] = 1;
-    Tensor y = alloc(DType::Float32, x.shape()), mean, inv;
-    if (outs.size() > 1 && !n.outputs[1].empty()) mean = alloc(DType::Float32, statShape);
-    if (outs.size() > 2 && !n.outputs[2].empty()) inv = alloc(DType::Float32, statShape);
-    launch(cudak::layerNorm(x.data<float>(), scale.data<float>(), bias.defined() ? bias.data<float>() : nullptr,
-                            y.data<float>(), mean.defined() ? mean.data<float>() : nullptr,
-                            inv.defined() ? inv.data<float>() : nullptr, outer, inner, eps, stream));
-    outs[0].dev = y;
-    if (mean.defined()) outs[1].dev = mean;
-    if (inv.defined()) outs[2].dev = inv;
-    return;
-  }
-  if (op == "BatchNormalization") {
-    const Tensor &x = D(0);
-    int64_t N = x.rank() > 0 ? x.dim(0) : 1, C = x.rank() > 1 ? x.dim(1) : 1, S = x.numel() / std::max<int64_t>(N * C, 1);
-    for (size_t i = 1; i <= 4; ++i)
-      if (D(i).numel() != C) throw std::runtime_error("BatchNormalization input " + std::to_string(i) + " is not [C]");
-    Tensor y = alloc(DType::Float32, x.shape());
-    launch(cudak::batchNorm(x.data<float>(), D(1).data<float>(), D(2).data<float>(), D(3).data<float>(),
-                            D(4).data<float>(), y.data<float>(), N, C, S, n.getFloat("epsilon", 1e-5f), stream));
-    outs[0].dev = y;
-    return;
+  // Kernels registered by op type (CudaLinalg.cpp, CudaMovement.cpp).
+  if (const DeviceKernel *k = deviceKernels().find(op)) {
+    Call call{n, ins, outs};
+    return (this->*(*k))(call);
   }
   if (auto rd = kReduce.find(op); rd != kReduce.end()) {
     const Tensor &x = D(0);
@@ -1245,159 +828,6 @@ void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::
     }
     Tensor y = alloc(DType::Float32, outShape);
     launch(cudak::reduceRows(rd->second, src.data<float>(), y.data<float>(), rows, cols, stream));
-    outs[0].dev = y;
-    return;
-  }
-  if (op == "MaxPool" || op == "AveragePool") {
-    const Tensor &x = D(0);
-    if (x.rank() < 3) throw std::runtime_error(op + " takes [N, C, spatial...]");
-    std::vector<int64_t> inSp(x.shape().begin() + 2, x.shape().end()), outSp;
-    cudak::Window w = makeWindow(n, inSp, n.getInts("kernel_shape"), true, outSp);
-    std::vector<int64_t> outShape = {x.dim(0), x.dim(1)};
-    outShape.insert(outShape.end(), outSp.begin(), outSp.end());
-    Tensor y = alloc(DType::Float32, outShape);
-    outs[0].dev = y;
-    if (y.numel() == 0) return;
-#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
-    if (dnn && dnn->pool(op == "MaxPool", n.getInt("count_include_pad", 0) != 0, x, w, y)) return;
-#endif
-    launch(cudak::pool(op == "MaxPool", x.data<float>(), y.data<float>(), x.dim(0) * x.dim(1), w,
-                       n.getInt("count_include_pad", 0) != 0, stream));
-    return;
-  }
-  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
-    const Tensor &x = D(0);
-    if (x.rank() < 2) throw std::runtime_error(op + " takes [N, C, ...]");
-    int64_t NC = x.dim(0) * x.dim(1), S = NC ? x.numel() / NC : 0;
-    std::vector<int64_t> shape(x.rank(), 1);
-    shape[0] = x.dim(0); shape[1] = x.dim(1);
-    Tensor y = alloc(DType::Float32, shape);
-    launch(cudak::reduceRows(op == "GlobalMaxPool" ? cudak::Reduce::Max : cudak::Reduce::Mean, x.data<float>(),
-                             y.data<float>(), NC, S, stream));
-    outs[0].dev = y;
-    return;
-  }
-  if (op == "LRN") {
-    const Tensor &x = D(0);
-    if (x.rank() < 2) throw std::runtime_error("LRN takes [N, C, ...]");
-    int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(N * C, 1);
-    Tensor y = alloc(DType::Float32, x.shape());
-    launch(cudak::lrn(x.data<float>(), y.data<float>(), N, C, S, n.getInt("size", 1), n.getFloat("alpha", 1e-4f),
-                      n.getFloat("beta", 0.75f), n.getFloat("bias", 1.0f), stream));
-    outs[0].dev = y;
-    return;
-  }
-  if (op == "MatMul") return matmul(D(0), D(1), outs[0]);
-  if (op == "Gemm") return gemm(n, D(0), D(1), has(2) ? &D(2) : nullptr, outs[0]);
-  if (op == "Conv") return conv(n, D(0), D(1), has(2) ? &D(2) : nullptr, outs[0]);
-
-  // --- data movement (element-type agnostic) ---
-  auto strided = [&](const Tensor &x, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int64_t base) {
-    Tensor y = alloc(x.dtype(), shape);
-    launch(cudak::stridedCopy(x.raw(), y.raw(), int(dtypeSize(x.dtype())), makeStrided(shape, strides, base), stream));
-    return y;
-  };
-  if (op == "Transpose") {
-    const Tensor &x = D(0);
-    int64_t r = x.rank();
-    std::vector<int64_t> perm = cpu::transposePerm(n, r);
-    if (int64_t(perm.size()) != r) throw std::runtime_error("perm does not match the rank");
-    auto st = stridesOf(x.shape());
-    std::vector<int64_t> shape(r), strides(r);
-    for (int64_t i = 0; i < r; ++i) { shape[i] = x.dim(perm[i]); strides[i] = st[perm[i]]; }
-    outs[0].dev = strided(x, shape, strides, 0);
-    return;
-  }
-  if (op == "Expand") {
-    const Tensor &x = D(0);
-    auto shape = broadcastShapes(x.shape(), H(1).toInt64Vector());
-    outs[0].dev = strided(x, shape, broadcastStrides(x.shape(), shape), 0);
-    return;
-  }
-  if (op == "Slice") {
-    const Tensor &x = D(0);
-    cpu::SliceArgs a = cpu::sliceArgs(n, opset, has, H);
-    if (a.ends.size() != a.starts.size() || a.axes.size() != a.starts.size() || a.steps.size() != a.starts.size())
-      throw std::runtime_error("starts/ends/axes/steps differ in length");
-    cpu::SliceView v = cpu::sliceView(x.shape(), a);
-    outs[0].dev = strided(x, v.shape, v.strides, shapeNumel(v.shape) ? v.base : 0);
-    return;
-  }
-  if (op == "Split") {
-    const Tensor &x = D(0);
-    int64_t axis = normAxis(n.getInt("axis", 0), x.rank());
-    std::vector<int64_t> parts = opset >= 13 ? (has(1) ? H(1).toInt64Vector() : std::vector<int64_t>{}) : n.getInts("split");
-    int64_t count = static_cast<int64_t>(outs.size());
-    if (parts.empty()) {
-      int64_t each = (x.dim(axis) + count - 1) / count;
-      for (int64_t i = 0; i < count; ++i) parts.push_back(std::max<int64_t>(0, std::min(each, x.dim(axis) - i * each)));
-    }
-    if (int64_t(parts.size()) != count) throw std::runtime_error("split sizes do not match the outputs");
-    auto st = stridesOf(x.shape());
-    int64_t start = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      auto shape = x.shape();
-      shape[axis] = parts[i];
-      if (start + parts[i] > x.dim(axis)) throw std::runtime_error("split sizes exceed the axis");
-      if (!n.outputs[i].empty()) outs[i].dev = strided(x, shape, st, start * st[axis]);
-      start += parts[i];
-    }
-    return;
-  }
-  if (op == "Concat") {
-    std::vector<const Tensor *> parts;
-    for (size_t i = 0; i < ins.size(); ++i)
-      if (has(i)) parts.push_back(&D(i));
-    if (parts.empty()) throw std::runtime_error("Concat without inputs");
-    int64_t axis = normAxis(n.getInt("axis", 0), parts[0]->rank());
-    std::vector<int64_t> shape = parts[0]->shape();
-    shape[axis] = 0;
-    for (auto *t : parts) {
-      if (t->dtype() != parts[0]->dtype() || t->rank() != parts[0]->rank())
-        throw std::runtime_error("Concat inputs differ in type or rank");
-      shape[axis] += t->dim(axis);
-    }
-    Tensor y = alloc(parts[0]->dtype(), shape);
-    size_t es = dtypeSize(y.dtype());
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
-    for (int64_t i = axis + 1; i < int64_t(shape.size()); ++i) inner *= shape[i];
-    size_t rowOut = size_t(shape[axis] * inner) * es, offset = 0;
-    for (auto *t : parts) {
-      size_t row = size_t(t->dim(axis) * inner) * es;
-      if (row && outer)
-        cudaCheck(cudaMemcpy2DAsync(static_cast<char *>(y.raw()) + offset, rowOut, t->raw(), row, row, size_t(outer),
-                                    cudaMemcpyDeviceToDevice, stream),
-                  "Concat (cudaMemcpy2DAsync)");
-      offset += row;
-    }
-    outs[0].dev = y;
-    return;
-  }
-  if (op == "Gather") {
-    const Tensor &x = D(0);
-    int64_t axis = normAxis(n.getInt("axis", 0), x.rank());
-    if (!has(1)) throw std::runtime_error("missing input 1");
-    Val &iv = *ins[1];
-    const Tensor &idxShapeOf = iv.any();
-    int64_t d = x.dim(axis);
-    if (iv.host.defined()) { // indices from the host are checked as the CPU kernel does
-      for (int64_t k : iv.host.toInt64Vector())
-        if ((k < 0 ? k + d : k) < 0 || (k < 0 ? k + d : k) >= d)
-          throw std::runtime_error("Gather index " + std::to_string(k) + " out of range");
-    }
-    if (iv.dtype() != DType::Int64 && iv.dtype() != DType::Int32)
-      throw std::runtime_error(std::string("Gather indices of type ") + dtypeName(iv.dtype()));
-    std::vector<int64_t> shape(x.shape().begin(), x.shape().begin() + axis);
-    shape.insert(shape.end(), idxShapeOf.shape().begin(), idxShapeOf.shape().end());
-    shape.insert(shape.end(), x.shape().begin() + axis + 1, x.shape().end());
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
-    for (int64_t i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
-    Tensor y = alloc(x.dtype(), shape);
-    if (y.numel())
-      launch(cudak::gather(x.raw(), int(dtypeSize(x.dtype())), devOf(iv).raw(), iv.dtype() == DType::Int64, y.raw(),
-                           outer, idxShapeOf.numel(), d, inner, stream));
     outs[0].dev = y;
     return;
   }

@@ -19,6 +19,7 @@
 
 #include <map>
 #include <optional>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::cudafuse {
 
@@ -66,7 +67,7 @@ std::vector<CudaFusion> findFusions(const Model &m, const std::vector<size_t> &o
   if (sdpaPrecision(precision)) {
     for (size_t idx : order) {
       const Node &qk = m.nodes[idx];
-      if (qk.opType != "MatMul" || !usable(idx) || qk.inputs.size() != 2 || !unaryOut(qk)) continue;
+      if (qk.opType != ops::names::MatMul || !usable(idx) || qk.inputs.size() != 2 || !unaryOut(qk)) continue;
       CudaFusion f;
       f.kind = CudaFusion::Kind::Attention;
       f.q = qk.inputs[0];
@@ -99,7 +100,7 @@ std::vector<CudaFusion> findFusions(const Model &m, const std::vector<size_t> &o
         f.mask = other;
         r = advance(r);
       }
-      if (r < 0 || m.nodes[r].opType != "Softmax" || !unaryOut(m.nodes[r])) continue;
+      if (r < 0 || m.nodes[r].opType != ops::names::Softmax || !unaryOut(m.nodes[r])) continue;
       {
         int64_t axis = m.nodes[r].getInt("axis", opset < 13 ? 1 : -1);
         auto qs = knownShape(f.q);
@@ -109,7 +110,7 @@ std::vector<CudaFusion> findFusions(const Model &m, const std::vector<size_t> &o
       if (r >= 0 && m.nodes[r].opType == "Cast" && unaryOut(m.nodes[r]) &&
           m.nodes[r].getInt("to", 0) == int64_t(DType::Float32))
         r = advance(r);
-      if (r < 0 || m.nodes[r].opType != "MatMul" || m.nodes[r].inputs.size() != 2 || !unaryOut(m.nodes[r]) ||
+      if (r < 0 || m.nodes[r].opType != ops::names::MatMul || m.nodes[r].inputs.size() != 2 || !unaryOut(m.nodes[r]) ||
           m.nodes[r].inputs[0] != cur || m.nodes[r].inputs[1] == cur)
         continue;
       f.v = m.nodes[r].inputs[1];
@@ -128,13 +129,13 @@ std::vector<CudaFusion> findFusions(const Model &m, const std::vector<size_t> &o
 
   for (size_t idx : order) {
     const Node &g = m.nodes[idx];
-    if ((g.opType != "MatMul" && g.opType != "Gemm") || !usable(idx) || g.inputs.size() < 2 || !unaryOut(g)) continue;
+    if ((g.opType != ops::names::MatMul && g.opType != ops::names::Gemm) || !usable(idx) || g.inputs.size() < 2 || !unaryOut(g)) continue;
     if (!maybeFloat(g.inputs[0]) || !maybeFloat(g.inputs[1])) continue;
     // The N the bias must have, when B is a constant (a weight).
     std::optional<int64_t> N;
     if (const Tensor *w = constant(g.inputs[1])) {
       if (w->rank() != 2) continue; // batched weights: plain path
-      N = g.opType == "Gemm" && g.getInt("transB", 0) ? w->dim(0) : w->dim(1);
+      N = g.opType == ops::names::Gemm && g.getInt("transB", 0) ? w->dim(0) : w->dim(1);
     }
     auto biasOk = [&](const Tensor *b) {
       return b && b->dtype() == DType::Float32 && (b->rank() == 1 || (b->rank() == 2 && b->dim(0) == 1)) &&
@@ -144,7 +145,7 @@ std::vector<CudaFusion> findFusions(const Model &m, const std::vector<size_t> &o
     f.kind = CudaFusion::Kind::GemmBias;
     f.nodes = {idx};
     std::string cur = g.outputs[0];
-    bool hasC = g.opType == "Gemm" && g.inputs.size() > 2 && !g.inputs[2].empty();
+    bool hasC = g.opType == ops::names::Gemm && g.inputs.size() > 2 && !g.inputs[2].empty();
     if (hasC) {
       if (g.getFloat("beta", 1.f) != 1.f || !biasOk(constant(g.inputs[2]))) continue;
     } else {

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::cudart {
 
@@ -34,7 +35,7 @@ const std::map<std::string, cudak::UnaryGrad> kUnaryGrad = {
     {"Neg", cudak::UnaryGrad::Neg},         {"Sqrt", cudak::UnaryGrad::Sqrt},
     {"Exp", cudak::UnaryGrad::Exp},         {"Log", cudak::UnaryGrad::Log},
     {"Tanh", cudak::UnaryGrad::Tanh},       {"Sigmoid", cudak::UnaryGrad::Sigmoid},
-    {"Erf", cudak::UnaryGrad::Erf},         {"Relu", cudak::UnaryGrad::Relu},
+    {"Erf", cudak::UnaryGrad::Erf},         {ops::names::Relu, cudak::UnaryGrad::Relu},
     {"Reciprocal", cudak::UnaryGrad::Reciprocal}, {"Abs", cudak::UnaryGrad::Abs},
     {"Sin", cudak::UnaryGrad::Sin},         {"Cos", cudak::UnaryGrad::Cos},
     {"Softplus", cudak::UnaryGrad::Softplus}, {"LeakyRelu", cudak::UnaryGrad::LeakyRelu},
@@ -43,8 +44,8 @@ const std::map<std::string, cudak::UnaryGrad> kUnaryGrad = {
 const std::set<std::string> kUsesY = {"Sqrt", "Exp", "Tanh", "Sigmoid", "Reciprocal", "Elu"};
 /// Gradient dX = dY reshaped (regPassThrough).
 const std::set<std::string> kPassThrough = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"};
-const std::set<std::string> kOther = {"Add", "Sub", "Mul", "Div", "Where", "MatMul", "Gemm", "Softmax", "LogSoftmax",
-                                      "LayerNormalization", "Transpose", "Split", "Concat", "Gather", "Expand"};
+const std::set<std::string> kOther = {"Add", "Sub", "Mul", "Div", "Where", ops::names::MatMul, ops::names::Gemm, ops::names::Softmax, ops::names::LogSoftmax,
+                                      ops::names::LayerNormalization, "Transpose", "Split", "Concat", ops::names::Gather, "Expand"};
 
 void aroundAxis(const std::vector<int64_t> &shape, int64_t axis, int64_t &outer, int64_t &inner) {
   outer = inner = 1;
@@ -227,7 +228,7 @@ std::string Sweep::whyHost(const Node &n, const std::vector<bool> &want) {
     std::string a = n.getString("approximate", "none");
     if (a != "none" && a != "tanh") return "Gelu approximate='" + a + "'";
   }
-  if (op == "LayerNormalization") {
+  if (op == ops::names::LayerNormalization) {
     const Tensor &x = host(n.inputs[0]);
     int64_t axis = cpu::normAxis(n.getInt("axis", -1), x.rank());
     std::vector<int64_t> innerShape(x.shape().begin() + axis, x.shape().end());
@@ -236,11 +237,11 @@ std::string Sweep::whyHost(const Node &n, const std::vector<bool> &want) {
     if (want.size() > 2 && want[2] && host(n.inputs[2]).shape() != innerShape) return "bias not of the normalized shape";
   }
   if (op == "Where" && host(n.inputs[0]).dtype() != DType::Bool) return "condition not bool";
-  if (op == "Gather") {
+  if (op == ops::names::Gather) {
     DType t = host(n.inputs[1]).dtype();
     if (t != DType::Int64 && t != DType::Int32) return "indices not int32/int64";
   }
-  if (op == "Gemm" && (host(n.inputs[0]).rank() != 2 || host(n.inputs[1]).rank() != 2)) return "Gemm not 2-D";
+  if (op == ops::names::Gemm && (host(n.inputs[0]).rank() != 2 || host(n.inputs[1]).rank() != 2)) return "Gemm not 2-D";
   return "";
 }
 
@@ -306,19 +307,19 @@ std::vector<Tensor> Sweep::run(const Node &n, const std::vector<bool> &want) {
     if (w(0) && hasGrad(out0)) g[0] = reduceTo(devGrad(out0), host(n.inputs[0]).shape());
     return g;
   }
-  if (op == "MatMul") return matmul(n, want);
-  if (op == "Gemm") return gemm(n, want);
-  if (op == "LayerNormalization") return layerNorm(n, want);
+  if (op == ops::names::MatMul) return matmul(n, want);
+  if (op == ops::names::Gemm) return gemm(n, want);
+  if (op == ops::names::LayerNormalization) return layerNorm(n, want);
   if (op == "Split") return w(0) ? split(n) : g;
   if (op == "Concat") return concat(n, want);
-  if (op == "Gather") return w(0) && hasGrad(out0) ? gather(n) : g;
-  if (op == "Softmax" || op == "LogSoftmax") {
+  if (op == ops::names::Gather) return w(0) && hasGrad(out0) ? gather(n) : g;
+  if (op == ops::names::Softmax || op == ops::names::LogSoftmax) {
     if (!w(0) || !hasGrad(out0)) return g;
     const Tensor &x = host(n.inputs[0]);
     int64_t outer, len, inner;
     train::softmaxDims(n, model_.opset(""), x.shape(), outer, len, inner);
     Tensor dx = dev_.alloc(DType::Float32, x.shape());
-    cudaCheck(cudak::softmaxGrad(fp(devValue(out0)), fp(devGrad(out0)), fp(dx), outer, len, inner, op == "LogSoftmax",
+    cudaCheck(cudak::softmaxGrad(fp(devValue(out0)), fp(devGrad(out0)), fp(dx), outer, len, inner, op == ops::names::LogSoftmax,
                                  dev_.stream),
               "Softmax gradient");
     g[0] = std::move(dx);

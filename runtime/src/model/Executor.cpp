@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime {
 
@@ -305,7 +306,7 @@ void Executor::fuseConvChains() {
   };
   for (size_t idx : order_) {
     const Node &conv = model_.nodes[idx];
-    if (conv.opType != "Conv" || !isDefault(conv) || isFolded_[idx] || conv.outputs.size() != 1) continue;
+    if (conv.opType != ops::names::Conv || !isDefault(conv) || isFolded_[idx] || conv.outputs.size() != 1) continue;
     if (conv.inputs.size() < 2 || conv.inputs[0].empty()) continue;
     std::set<std::string> deps;
     const Tensor *w = constant(conv.inputs[1], deps);
@@ -349,7 +350,7 @@ void Executor::fuseConvChains() {
       }
     }
     bool relu = false;
-    if (const Node *r = soleReader(last); r && r->opType == "Relu" && r->outputs.size() == 1 && !r->outputs[0].empty()) {
+    if (const Node *r = soleReader(last); r && r->opType == ops::names::Relu && r->outputs.size() == 1 && !r->outputs[0].empty()) {
       relu = true;
       f.members.push_back(producer_.at(r->outputs[0]));
       f.intermediates.push_back(last);

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "hetplan/runtime/ModelVerifier.h"
+#include "OpDefs.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +26,7 @@ std::string list(const std::vector<int64_t> &v) {
 /// Verifies one node; `f` answers what is known of its inputs.
 class NodeRules {
 public:
-  NodeRules(const Node &n, int64_t opset, const ValueFacts &f) : n(n), opset(opset), f(f) {}
+  NodeRules(const Node &n, int64_t opset, const ValueFacts &f) : n(n), opset(opset), f(f), attrs(n) {}
 
   /// The declared rank of input i, or -1.
   int64_t rank(size_t i) const {
@@ -78,73 +79,20 @@ public:
     return "";
   }
 
-  std::string positive(const char *name) const {
-    for (int64_t v : n.getInts(name))
-      if (v <= 0) return std::string(name) + " " + list(n.getInts(name)) + " must be positive";
-    return "";
-  }
-
   /// Conv, ConvTranspose, the pools, ConvInteger, QLinearConv: spatial
   /// attributes positive/non-negative, one per spatial dim (two for pads).
   std::string convLike(size_t xIndex, int wIndex, bool transpose, bool needKernel) const {
-    for (const char *a : {"kernel_shape", "strides", "dilations"})
-      if (auto e = positive(a); !e.empty()) return e;
-    for (int64_t p : n.getInts("pads"))
-      if (p < 0) return "pads " + list(n.getInts("pads")) + " must not be negative";
-    if (n.has("group") && n.getInt("group", 1) <= 0)
-      return "group " + std::to_string(n.getInt("group", 1)) + " must be positive";
-    std::string autoPad = n.getString("auto_pad", "NOTSET");
-    if (autoPad != "NOTSET" && autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER" && autoPad != "VALID")
-      return "auto_pad '" + autoPad + "' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID";
-    if (needKernel && !n.has("kernel_shape")) return "kernel_shape is required";
-    // The spatial rank: from the input's rank, else the first list given.
-    int64_t spatial = rank(xIndex) >= 0 ? rank(xIndex) - 2 : -1;
-    std::string from = "input rank " + std::to_string(rank(xIndex));
-    if (rank(xIndex) >= 0 && rank(xIndex) < 3 && (needKernel || wIndex >= 0))
-      return "input rank " + std::to_string(rank(xIndex)) + " needs at least one spatial dim (N, C, D1, ...)";
-    auto sameSpatial = [&](const char *name, size_t per) -> std::string {
-      if (!n.has(name)) return "";
-      int64_t len = static_cast<int64_t>(n.getInts(name).size());
-      if (spatial < 0) { spatial = len / int64_t(per); from = std::string(name); if (len % int64_t(per) == 0) return ""; }
-      if (len != spatial * int64_t(per))
-        return std::string(name) + " " + list(n.getInts(name)) + " needs " + std::to_string(spatial * int64_t(per)) +
-               " values (" + from + ")";
-      return "";
-    };
-    for (const char *a : {"kernel_shape", "strides", "dilations"})
-      if (auto e = sameSpatial(a, 1); !e.empty()) return e;
-    if (auto e = sameSpatial("pads", 2); !e.empty()) return e;
-    if (transpose) {
-      if (auto e = sameSpatial("output_padding", 1); !e.empty()) return e;
-      if (auto e = sameSpatial("output_shape", 1); !e.empty()) return e;
-      for (int64_t v : n.getInts("output_shape"))
-        if (v < 0) return "output_shape " + list(n.getInts("output_shape")) + " must not be negative";
-      for (int64_t v : n.getInts("output_padding"))
-        if (v < 0) return "output_padding " + list(n.getInts("output_padding")) + " must not be negative";
+    return ops::checkWindowed(checkIn(), xIndex, wIndex, transpose, needKernel);
+  }
+
+  /// What is known of the node for the op table's checks.
+  ops::CheckIn checkIn() const {
+    ops::CheckIn c{attrs, opset, {}};
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const std::vector<int64_t> *s = n.inputs[i].empty() || !f.shape ? nullptr : f.shape(n.inputs[i]);
+      c.shapes.push_back(s ? std::optional<std::vector<int64_t>>(*s) : std::nullopt);
     }
-    if (wIndex >= 0) {
-      int64_t wr = rank(size_t(wIndex));
-      if (wr >= 0 && rank(xIndex) >= 0 && wr != rank(xIndex))
-        return "weight rank " + std::to_string(wr) + " differs from input rank " + std::to_string(rank(xIndex));
-      if (wr >= 0 && n.has("kernel_shape")) {
-        auto ks = n.getInts("kernel_shape");
-        for (size_t i = 0; i < ks.size() && int64_t(i) + 2 < wr; ++i)
-          if (dim(size_t(wIndex), int64_t(i) + 2) >= 0 && dim(size_t(wIndex), int64_t(i) + 2) != ks[i])
-            return "kernel_shape " + list(ks) + " differs from the weight's spatial dims";
-      }
-      int64_t group = n.getInt("group", 1);
-      int64_t c = dim(xIndex, 1), wc = dim(size_t(wIndex), transpose ? 0 : 1);
-      if (c >= 0 && wc >= 0) {
-        int64_t need = transpose ? c : c / group;
-        if ((!transpose && c % group) || wc != need)
-          return "weight " + std::string(transpose ? "dim 0" : "dim 1") + " " + std::to_string(wc) + " does not match " +
-                 std::to_string(c) + " input channels in " + std::to_string(group) + " groups";
-      }
-      if (!transpose && dim(size_t(wIndex), 0) >= 0 && dim(size_t(wIndex), 0) % group)
-        return "weight dim 0 " + std::to_string(dim(size_t(wIndex), 0)) + " (output channels) is not a multiple of group " +
-               std::to_string(group);
-    }
-    return "";
+    return c;
   }
 
   std::string batchNorm() const {
@@ -317,15 +265,10 @@ public:
     // unnamed, as LSTM's Y), and kernels write the first.
     if (n.outputs.empty()) return "has no outputs (every operator has at least one)";
     if (!n.domain.empty() && n.domain != "ai.onnx") return "";
-    if (op == "Conv") return convLike(0, 1, false, false);
+    // The op table's checks (ops/OpTable.h) where it has them.
+    if (const ops::OpDef *def = opDefOf(n); def && def->check) return def->check(checkIn(), op);
     if (op == "ConvInteger") return convLike(0, 1, false, false);
     if (op == "QLinearConv") return convLike(0, 3, false, false);
-    if (op == "ConvTranspose") return convLike(0, 1, true, false);
-    if (op == "MaxPool" || op == "AveragePool" || op == "LpPool") {
-      if (auto e = convLike(0, -1, false, true); !e.empty()) return e;
-      if (n.getInt("storage_order", 0) != 0 && n.getInt("storage_order", 0) != 1) return "storage_order must be 0 or 1";
-      return "";
-    }
     if (op == "BatchNormalization") return batchNorm();
     if (op == "InstanceNormalization") {
       if (rank(0) >= 0 && rank(0) < 3) return "input rank " + std::to_string(rank(0)) + " needs N, C and a spatial dim";
@@ -336,7 +279,6 @@ public:
         return "scale has " + std::to_string(dim(1, 0)) + " values for " + std::to_string(dim(0, 1)) + " channels";
       return "";
     }
-    if (op == "LayerNormalization") return axisAttr("axis", -1, rank(0));
     if (op == "LRN") {
       if (!n.has("size")) return "size is required";
       if (n.getInt("size", 1) <= 0) return "size " + std::to_string(n.getInt("size", 1)) + " must be positive";
@@ -351,14 +293,6 @@ public:
     if (op == "Concat") return concat();
     if (op == "Split") return split();
     if (op == "Reshape") return reshape();
-    if (op == "DepthToSpace" || op == "SpaceToDepth") {
-      if (n.getInt("blocksize", 0) <= 0) return "blocksize must be positive";
-      if (rank(0) >= 0 && rank(0) != 4) return "input must be 4-D (N, C, H, W), it has rank " + std::to_string(rank(0));
-      std::string mode = n.getString("mode", "DCR");
-      if (op == "DepthToSpace" && mode != "DCR" && mode != "CRD") return "mode '" + mode + "' is not DCR or CRD";
-      return "";
-    }
-    if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") return axisAttr("axis", opset < 13 ? 1 : -1, rank(0));
     if (op == "Flatten") {
       int64_t a = n.getInt("axis", 1), r = rank(0);
       if (r >= 0 && (a < -r || a > r))
@@ -366,26 +300,12 @@ public:
                std::to_string(-r) + ", " + std::to_string(r) + "])";
       return "";
     }
-    if (op == "Gather" || op == "GatherElements" || op == "ScatterElements" || op == "CumSum" ||
+    if (op == "ScatterElements" || op == "CumSum" ||
         op == "ArgMax" || op == "ArgMin" || op == "Compress")
       return axisAttr("axis", 0, rank(0));
     if (op == "OneHot") return axisAttr("axis", -1, rank(0), 1); // the output has one more dim
-    if (op == "MatMul" || op == "MatMulInteger") {
-      if (rank(0) == 0 || rank(1) == 0) return "MatMul inputs must have rank >= 1";
-      int64_t ka = rank(0) >= 1 ? dim(0, rank(0) - 1) : -1;
-      int64_t kb = rank(1) >= 1 ? dim(1, rank(1) >= 2 ? rank(1) - 2 : 0) : -1;
-      if (ka >= 0 && kb >= 0 && ka != kb)
-        return "inner dims differ (" + std::to_string(ka) + " and " + std::to_string(kb) + ")";
-      return "";
-    }
-    if (op == "Gemm") {
-      for (size_t i : {0, 1})
-        if (rank(i) >= 0 && rank(i) != 2) return "A and B must be 2-D";
-      int64_t ka = dim(0, n.getInt("transA", 0) ? 0 : 1), kb = dim(1, n.getInt("transB", 0) ? 1 : 0);
-      if (ka >= 0 && kb >= 0 && ka != kb)
-        return "inner dims differ (" + std::to_string(ka) + " and " + std::to_string(kb) + ")";
-      return "";
-    }
+    // The integer product keeps MatMul's rules.
+    if (op == "MatMulInteger") return ops::findOp("", ops::names::MatMul)->check(checkIn(), op);
     if (op == "Squeeze" && n.has("axes")) return axesIn("axes", n.getInts("axes"), rank(0));
     if (op == "Unsqueeze" && n.has("axes")) {
       int64_t r = rank(0) >= 0 ? rank(0) + int64_t(n.getInts("axes").size()) : -1;
@@ -398,6 +318,7 @@ private:
   const Node &n;
   int64_t opset;
   const ValueFacts &f;
+  NodeAttrs attrs;
 };
 
 void verifyGraphNodes(const std::vector<Node> &nodes, int64_t opset, const ValueFacts &facts, const std::string &where,

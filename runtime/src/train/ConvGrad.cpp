@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::train {
 namespace {
@@ -462,7 +463,7 @@ void lrnGrad(GradientContext &c) {
 } // namespace
 
 void registerConvGradients() {
-  registerGradient("Conv", {convGrad, convCheck, {}});
+  registerGradient(ops::names::Conv, {convGrad, convCheck, {}});
   registerGradient("MaxPool", {[](GradientContext &c) { poolGrad(c, true); }, poolCheck, {}});
   registerGradient("AveragePool", {[](GradientContext &c) { poolGrad(c, false); }, poolCheck, {}});
   registerGradient("GlobalMaxPool", {[](GradientContext &c) { globalPoolGrad(c, true); }, nullptr, {}});

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::train {
 namespace {
@@ -184,7 +185,8 @@ void registerElementwiseGradients() {
   regUnary("Tanh", true, plain([](double, double y) { return 1.0 - y * y; }));
   regUnary("Sigmoid", true, plain([](double, double y) { return y * (1.0 - y); }));
   regUnary("Erf", false, plain([](double x, double) { return 2.0 / std::sqrt(kPi) * std::exp(-x * x); }));
-  regUnary("Relu", false, plain([](double x, double) { return x > 0 ? 1.0 : 0.0; }));
+  // y > 0 exactly where x > 0: reads the output, as ops/defs/Activation.cpp declares.
+  regUnary(ops::names::Relu, true, plain([](double, double y) { return y > 0 ? 1.0 : 0.0; }));
   regUnary("Reciprocal", true, plain([](double, double y) { return -y * y; }));
   regUnary("Abs", false, plain([](double x, double) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }));
   regUnary("Sin", false, plain([](double x, double) { return std::cos(x); }));

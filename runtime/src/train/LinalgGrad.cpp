@@ -3,6 +3,7 @@
 #include "../cpu/kernels/Gemm.h"
 
 #include <cmath>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::train {
 namespace {
@@ -214,11 +215,11 @@ void softmaxGrad(GradientContext &c, bool log) {
 } // namespace
 
 void registerLinalgGradients() {
-  registerGradient("MatMul", {matmulGrad, nullptr, {}});
-  registerGradient("Gemm", {gemmGrad, nullptr, {}});
-  registerGradient("LayerNormalization", {layerNormGrad, nullptr, {}});
-  registerGradient("Softmax", {[](GradientContext &c) { softmaxGrad(c, false); }, nullptr, {}});
-  registerGradient("LogSoftmax", {[](GradientContext &c) { softmaxGrad(c, true); }, nullptr, {}});
+  registerGradient(ops::names::MatMul, {matmulGrad, nullptr, {}});
+  registerGradient(ops::names::Gemm, {gemmGrad, nullptr, {}});
+  registerGradient(ops::names::LayerNormalization, {layerNormGrad, nullptr, {}});
+  registerGradient(ops::names::Softmax, {[](GradientContext &c) { softmaxGrad(c, false); }, nullptr, {}});
+  registerGradient(ops::names::LogSoftmax, {[](GradientContext &c) { softmaxGrad(c, true); }, nullptr, {}});
 }
 
 } // namespace hetplan::runtime::train

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::train {
 namespace {
@@ -275,7 +276,7 @@ void registerTensorGradients() {
   registerGradient("Split", {splitGrad, nullptr, {1}});
   registerGradient("Concat", {concatGrad, nullptr, {}});
   registerGradient("Slice", {sliceGrad, nullptr, {1, 2, 3, 4}});
-  registerGradient("Gather", {gatherGrad, nullptr, {1}});
+  registerGradient(ops::names::Gather, {gatherGrad, nullptr, {1}});
   registerGradient("Expand", {expandGrad, nullptr, {1}});
   registerGradient("Tile", {tileGrad, nullptr, {1}});
   registerGradient("TopK", {topKGrad, nullptr, {1}});

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <limits>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::cpu::fastmath {
 
@@ -471,7 +472,7 @@ void registerElementwiseKernels() {
     double b = n.getFloat("bias", 0.0f), l = n.getFloat("lambd", 0.5f);
     return [b, l](double x) { return x < -l ? x + b : (x > l ? x - b : 0.0); };
   });
-  regNumericUnary("Relu", [](auto z) { using T = decltype(z); return [](T x) { return x < T(0) ? T(0) : x; }; }, kSignedAndFloat);
+  regNumericUnary(ops::names::Relu, [](auto z) { using T = decltype(z); return [](T x) { return x < T(0) ? T(0) : x; }; }, kSignedAndFloat);
   regNumericUnary("Neg", [](auto z) { using T = decltype(z); return [](T x) { return wrapSub(T(0), x); }; }, kSignedAndFloat);
   regNumericUnary("Abs", [](auto z) { using T = decltype(z); return [](T x) { if constexpr (std::is_unsigned_v<T>) return x; else return x < T(0) ? wrapSub(T(0), x) : x; }; }, kNumericTypes);
   regNumericUnary("Sign", [](auto z) { using T = decltype(z); return [](T x) { return static_cast<T>(x > T(0) ? 1 : (x < T(0) ? -1 : 0)); }; }, kNumericTypes);

@@ -1,5 +1,6 @@
 //===- Geometry.cpp - shapes of MatMul and of conv/pool windows -----------===//
 #include "Geometry.h"
+#include "ops/OpTable.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -22,9 +23,11 @@ MatMulShape matmulShape(const std::vector<int64_t> &a, const std::vector<int64_t
   m.aBatch.assign(as.begin(), as.end() - 2);
   m.bBatch.assign(bs.begin(), bs.end() - 2);
   m.batch = broadcastShapes(m.aBatch, m.bBatch);
-  m.out = m.batch;
-  if (!m.aVec) m.out.push_back(m.M);
-  if (!m.bVec) m.out.push_back(m.N);
+  // The output's dims by the op table's rule, the one the compiler plans with.
+  std::string why;
+  auto out = ops::matMulShape(a, b, why);
+  if (!out) throw std::runtime_error("MatMul shapes " + shapeString(a) + " and " + shapeString(b) + ": " + why);
+  m.out = std::move(*out);
   return m;
 }
 
@@ -78,23 +81,18 @@ Window makeWindow(const Node &n, const std::vector<int64_t> &inSpatial, std::vec
   bool ceilMode = pool && n.getInt("ceil_mode", 0);
   w.out.resize(r);
   for (size_t i = 0; i < r; ++i) {
-    int64_t ek = (w.kernel[i] - 1) * w.dil[i] + 1;
+    // The sizes by the op table's formula (the compiler's too); an empty
+    // window range makes an empty output.
+    w.out[i] = std::max<int64_t>(0, ops::windowOutputSize(w.in[i], w.kernel[i], w.stride[i], w.dil[i], w.padBegin[i],
+                                                          w.padEnd[i], autoPad, ceilMode));
     if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      int64_t o = (w.in[i] + w.stride[i] - 1) / w.stride[i];
-      int64_t total = std::max<int64_t>(0, (o - 1) * w.stride[i] + ek - w.in[i]);
+      int64_t ek = (w.kernel[i] - 1) * w.dil[i] + 1;
+      int64_t total = std::max<int64_t>(0, (w.out[i] - 1) * w.stride[i] + ek - w.in[i]);
       w.padBegin[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
       w.padEnd[i] = total - w.padBegin[i];
-      w.out[i] = o;
-      continue;
+    } else if (autoPad == "VALID") {
+      w.padBegin[i] = w.padEnd[i] = 0;
     }
-    if (autoPad == "VALID") w.padBegin[i] = w.padEnd[i] = 0;
-    int64_t span = w.in[i] + w.padBegin[i] + w.padEnd[i] - ek;
-    if (ceilMode) {
-      int64_t o = (span + w.stride[i] - 1) / w.stride[i] + 1;
-      if ((o - 1) * w.stride[i] >= w.in[i] + w.padBegin[i]) --o;
-      w.out[i] = o;
-    } else w.out[i] = span / w.stride[i] + 1;
-    if (w.out[i] < 0) w.out[i] = 0;
   }
   return w;
 }

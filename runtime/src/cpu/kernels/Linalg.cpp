@@ -9,6 +9,7 @@
 #include "Geometry.h"
 #ifdef HETPLAN_HAVE_DNNL
 #include "Dnnl.h"
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 #endif
 
 namespace hetplan::runtime::cpu {
@@ -75,7 +76,7 @@ void gemmKernel(KernelContext &c) {
 void conv(KernelContext &c) {
   const Tensor &x = c.in(0), &wt = c.in(1);
   auto ks = c.node.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + std::min<int64_t>(2, wt.rank()), wt.shape().end()));
-  checkConvOperands("Conv", x, wt, c.node.getInt("group", 1), ks, false, c.hasInput(2) ? &c.in(2) : nullptr);
+  checkConvOperands(ops::names::Conv, x, wt, c.node.getInt("group", 1), ks, false, c.hasInput(2) ? &c.in(2) : nullptr);
   int64_t N = x.dim(0), C = x.dim(1), M = wt.dim(0), G = c.node.getInt("group", 1);
   Window w = makeWindow(c.node, spatialOf(x), ks, false);
   size_t r = w.in.size();
@@ -559,9 +560,9 @@ std::string poolCheck(const CheckContext &c) {
 } // namespace
 
 void registerLinalgKernels() {
-  registerKernel("MatMul", {matmul, nullptr, kFloatTypes});
-  registerKernel("Gemm", {gemmKernel, nullptr, kFloatTypes});
-  registerKernel("Conv", {conv, nullptr, kFloatTypes});
+  registerKernel(ops::names::MatMul, {matmul, nullptr, kFloatTypes});
+  registerKernel(ops::names::Gemm, {gemmKernel, nullptr, kFloatTypes});
+  registerKernel(ops::names::Conv, {conv, nullptr, kFloatTypes});
   registerKernel("ConvTranspose", {convTranspose, nullptr, kFloatTypes});
   registerKernel("MaxPool", {[](KernelContext &c) { pool(c, true); }, poolCheck, kFloatTypes});
   registerKernel("AveragePool", {[](KernelContext &c) { pool(c, false); }, poolCheck, kFloatTypes});
@@ -575,7 +576,7 @@ void registerLinalgKernels() {
                                           return "";
                                         },
                                         kFloatTypes});
-  registerKernel("LayerNormalization", {layerNorm, nullptr, kFloatTypes});
+  registerKernel(ops::names::LayerNormalization, {layerNorm, nullptr, kFloatTypes});
   registerKernel("InstanceNormalization", {instanceNorm, nullptr, kFloatTypes});
   registerKernel("LRN", {lrn, nullptr, kFloatTypes});
 }

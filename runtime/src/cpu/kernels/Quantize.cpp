@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <limits>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::cpu {
 namespace {
@@ -255,7 +256,7 @@ Tensor integerMatMul(const KernelContext &c, const Tensor &a, const Tensor *azp,
   double ma = 0, mb = 0;
   Tensor af = shifted(a, azp, a.rank() - 2, DType::Float64, ma), bf = shifted(b, bzp, b.rank() - 1, DType::Float64, mb);
   if (exactType(K, ma, mb) == DType::Float32) { af = castTensor(af, DType::Float32); bf = castTensor(bf, DType::Float32); }
-  return runFloatKernel(c, "MatMul", {&af, &bf});
+  return runFloatKernel(c, ops::names::MatMul, {&af, &bf});
 }
 
 /// conv(x - x_zp, w - w_zp[m]) as float accumulators; w_zp one value or one per output channel.
@@ -267,7 +268,7 @@ Tensor integerConv(const KernelContext &c, const Tensor &x, const Tensor *xzp, c
   double mx = 0, mw = 0;
   Tensor xf = shifted(x, xzp, -1, DType::Float64, mx), wf = shifted(w, wzp, 0, DType::Float64, mw);
   if (exactType(K, mx, mw) == DType::Float32) { xf = castTensor(xf, DType::Float32); wf = castTensor(wf, DType::Float32); }
-  return runFloatKernel(c, "Conv", {&xf, &wf});
+  return runFloatKernel(c, ops::names::Conv, {&xf, &wf});
 }
 
 Tensor toInt32(const Tensor &acc) {
@@ -508,7 +509,7 @@ void qgemm(KernelContext &c) {
   Node plain = c.node;
   plain.attrs.erase("alpha");
   plain.attrs.erase("beta");
-  const KernelInfo *k = findKernel("Gemm");
+  const KernelInfo *k = findKernel(ops::names::Gemm);
   if (!k) throw std::runtime_error("no Gemm kernel");
   KernelContext inner{plain, 13, {&af, &bf}, std::vector<Tensor>(1)};
   k->run(inner);

@@ -1,0 +1,450 @@
+//===- CudaLinalg.cpp - CUDA kernels: MatMul, Gemm, Conv, normalizations, pools ===//
+//
+// The linalg family's device kernels (cuBLAS/cuBLASLt/cuDNN or the
+// hand-written kernels of CudaKernels.cu), registered by op type into
+// CudaExecutor::Impl::deviceKernels; the fused groups (CudaFusion.h) too.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaExecutorImpl.h"
+#include "../cpu/kernels/Geometry.h"
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <stdexcept>
+
+namespace hetplan::runtime {
+
+using cudak::Bcast;
+using cudak::Strided;
+using cudart::blasCheck;
+using cudart::blasInt;
+using cudart::cudaCheck;
+using cudart::makeBcast;
+using cudart::makeStrided;
+using cudaexec::deviceCheck;
+using cudaexec::makeWindow;
+using cudaexec::normAxis;
+using cudaexec::stridesOf;
+
+void CudaExecutor::Impl::registerLinalgKernels(OpRegistry<DeviceKernel> &r) {
+  r.add(ops::names::MatMul, &Impl::runMatMul);
+  r.add(ops::names::Gemm, &Impl::runGemm);
+  r.add(ops::names::Conv, &Impl::runConv);
+  r.add(ops::names::Softmax, &Impl::runSoftmax);
+  r.add(ops::names::LogSoftmax, &Impl::runSoftmax);
+  r.add(ops::names::LayerNormalization, &Impl::runLayerNorm);
+  r.add("BatchNormalization", &Impl::runBatchNorm);
+  r.add("MaxPool", &Impl::runWindowPool);
+  r.add("AveragePool", &Impl::runWindowPool);
+  r.add("GlobalAveragePool", &Impl::runGlobalPool);
+  r.add("GlobalMaxPool", &Impl::runGlobalPool);
+  r.add("LRN", &Impl::runLrn);
+}
+
+void CudaExecutor::Impl::runSoftmax(Call &c) {
+  HP_DEVICE_CALL(c);
+  const Tensor &x = D(0);
+  int64_t r = x.rank();
+  bool legacy = opset < 13;
+  int64_t axis = normAxis(n.getInt("axis", legacy ? 1 : -1), r);
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+  if (legacy) for (int64_t i = axis; i < r; ++i) len *= x.dim(i);
+  else {
+    len = r ? x.dim(axis) : 1;
+    for (int64_t i = axis + 1; i < r; ++i) inner *= x.dim(i);
+  }
+  Tensor y = alloc(DType::Float32, x.shape());
+  launch(cudak::softmax(x.data<float>(), y.data<float>(), outer, len, inner, op == ops::names::LogSoftmax, stream));
+  outs[0].dev = y;
+  return;
+}
+
+void CudaExecutor::Impl::runLayerNorm(Call &c) {
+  HP_DEVICE_CALL(c);
+  const Tensor &x = D(0);
+  int64_t axis = normAxis(n.getInt("axis", -1), x.rank());
+  float eps = n.getFloat("epsilon", 1e-5f);
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < x.rank(); ++i) (i < axis ? outer : inner) *= x.dim(i);
+  std::vector<int64_t> normShape(x.shape().begin() + axis, x.shape().end());
+  auto expanded = [&](const Tensor &t) { // scale/bias broadcast to the normalized shape
+    if (t.shape() == normShape) return t;
+    Tensor e = alloc(DType::Float32, normShape);
+    launch(cudak::stridedCopy(t.raw(), e.raw(), 4, makeStrided(normShape, broadcastStrides(t.shape(), normShape), 0), stream));
+    return e;
+  };
+  Tensor scale = expanded(D(1)), bias = has(2) ? expanded(D(2)) : Tensor();
+  std::vector<int64_t> statShape = x.shape();
+  for (int64_t i = axis; i < x.rank(); ++i) statShape[i] = 1;
+  Tensor y = alloc(DType::Float32, x.shape()), mean, inv;
+  if (outs.size() > 1 && !n.outputs[1].empty()) mean = alloc(DType::Float32, statShape);
+  if (outs.size() > 2 && !n.outputs[2].empty()) inv = alloc(DType::Float32, statShape);
+  launch(cudak::layerNorm(x.data<float>(), scale.data<float>(), bias.defined() ? bias.data<float>() : nullptr,
+                          y.data<float>(), mean.defined() ? mean.data<float>() : nullptr,
+                          inv.defined() ? inv.data<float>() : nullptr, outer, inner, eps, stream));
+  outs[0].dev = y;
+  if (mean.defined()) outs[1].dev = mean;
+  if (inv.defined()) outs[2].dev = inv;
+  return;
+}
+
+void CudaExecutor::Impl::runBatchNorm(Call &c) {
+  HP_DEVICE_CALL(c);
+  const Tensor &x = D(0);
+  int64_t N = x.rank() > 0 ? x.dim(0) : 1, C = x.rank() > 1 ? x.dim(1) : 1, S = x.numel() / std::max<int64_t>(N * C, 1);
+  for (size_t i = 1; i <= 4; ++i)
+    if (D(i).numel() != C) throw std::runtime_error("BatchNormalization input " + std::to_string(i) + " is not [C]");
+  Tensor y = alloc(DType::Float32, x.shape());
+  launch(cudak::batchNorm(x.data<float>(), D(1).data<float>(), D(2).data<float>(), D(3).data<float>(),
+                          D(4).data<float>(), y.data<float>(), N, C, S, n.getFloat("epsilon", 1e-5f), stream));
+  outs[0].dev = y;
+  return;
+}
+
+void CudaExecutor::Impl::runWindowPool(Call &c) {
+  HP_DEVICE_CALL(c);
+  const Tensor &x = D(0);
+  if (x.rank() < 3) throw std::runtime_error(op + " takes [N, C, spatial...]");
+  std::vector<int64_t> inSp(x.shape().begin() + 2, x.shape().end()), outSp;
+  cudak::Window w = makeWindow(n, inSp, n.getInts("kernel_shape"), true, outSp);
+  std::vector<int64_t> outShape = {x.dim(0), x.dim(1)};
+  outShape.insert(outShape.end(), outSp.begin(), outSp.end());
+  Tensor y = alloc(DType::Float32, outShape);
+  outs[0].dev = y;
+  if (y.numel() == 0) return;
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  if (dnn && dnn->pool(op == "MaxPool", n.getInt("count_include_pad", 0) != 0, x, w, y)) return;
+#endif
+  launch(cudak::pool(op == "MaxPool", x.data<float>(), y.data<float>(), x.dim(0) * x.dim(1), w,
+                     n.getInt("count_include_pad", 0) != 0, stream));
+  return;
+}
+
+void CudaExecutor::Impl::runGlobalPool(Call &c) {
+  HP_DEVICE_CALL(c);
+  const Tensor &x = D(0);
+  if (x.rank() < 2) throw std::runtime_error(op + " takes [N, C, ...]");
+  int64_t NC = x.dim(0) * x.dim(1), S = NC ? x.numel() / NC : 0;
+  std::vector<int64_t> shape(x.rank(), 1);
+  shape[0] = x.dim(0); shape[1] = x.dim(1);
+  Tensor y = alloc(DType::Float32, shape);
+  launch(cudak::reduceRows(op == "GlobalMaxPool" ? cudak::Reduce::Max : cudak::Reduce::Mean, x.data<float>(),
+                           y.data<float>(), NC, S, stream));
+  outs[0].dev = y;
+  return;
+}
+
+void CudaExecutor::Impl::runLrn(Call &c) {
+  HP_DEVICE_CALL(c);
+  const Tensor &x = D(0);
+  if (x.rank() < 2) throw std::runtime_error("LRN takes [N, C, ...]");
+  int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(N * C, 1);
+  Tensor y = alloc(DType::Float32, x.shape());
+  launch(cudak::lrn(x.data<float>(), y.data<float>(), N, C, S, n.getInt("size", 1), n.getFloat("alpha", 1e-4f),
+                    n.getFloat("beta", 0.75f), n.getFloat("bias", 1.0f), stream));
+  outs[0].dev = y;
+  return;
+}
+
+void CudaExecutor::Impl::runMatMul(Call &c) {
+  HP_DEVICE_CALL(c);
+  return matmul(D(0), D(1), outs[0]);
+}
+
+void CudaExecutor::Impl::runGemm(Call &c) {
+  HP_DEVICE_CALL(c);
+  return gemm(n, D(0), D(1), has(2) ? &D(2) : nullptr, outs[0]);
+}
+
+void CudaExecutor::Impl::runConv(Call &c) {
+  HP_DEVICE_CALL(c);
+  return conv(n, D(0), D(1), has(2) ? &D(2) : nullptr, outs[0]);
+}
+
+void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
+  cpu::MatMulShape ms = cpu::matmulShape(a.shape(), b.shape());
+  int64_t M = ms.M, K = ms.K, N = ms.N;
+  const auto &ab = ms.aBatch, &bb = ms.bBatch, &batch = ms.batch;
+  Tensor o = alloc(DType::Float32, ms.out);
+  int64_t nb = shapeNumel(batch);
+  if (o.numel() == 0) { out.dev = o; return; }
+  if (K == 0) {
+    cudaCheck(cudaMemsetAsync(o.raw(), 0, o.nbytes(), stream), "cudaMemsetAsync");
+    out.dev = o;
+    return;
+  }
+  const float one = 1.f, zero = 0.f;
+  const float *pa = a.data<float>(), *pb = b.data<float>();
+  float *po = o.data<float>();
+  int m = blasInt(M, ops::names::MatMul), n = blasInt(N, ops::names::MatMul), k = blasInt(K, ops::names::MatMul);
+  // A batch operand is either one matrix (stride 0) or a full batch
+  // (stride one matrix); anything else (partial broadcast) loops.
+  auto strideOf = [&](const std::vector<int64_t> &own, int64_t mat) -> int64_t {
+    if (shapeNumel(own) == 1) return 0;
+    std::vector<int64_t> padded(batch.size() - own.size(), 1);
+    padded.insert(padded.end(), own.begin(), own.end());
+    return padded == batch ? mat : -1;
+  };
+  int64_t sa = strideOf(ab, M * K), sb = strideOf(bb, K * N);
+  // Row-major C = A B is column-major C^T = B^T A^T.
+  if (sa >= 0 && sb >= 0) {
+    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb, n, sb, pa, k, sa, &zero, po, n, M * N,
+                 blasInt(nb, "MatMul batch"));
+  } else {
+    auto stA = broadcastStrides(ab, batch), stB = broadcastStrides(bb, batch);
+    for (int64_t i = 0; i < nb; ++i) {
+      int64_t rem = i, oa = 0, ob = 0;
+      for (size_t d = batch.size(); d-- > 0;) {
+        int64_t x = rem % batch[d];
+        rem /= batch[d];
+        oa += x * stA[d];
+        ob += x * stB[d];
+      }
+      sgemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb + ob * K * N, n, pa + oa * M * K, k, &zero, po + i * M * N, n);
+    }
+  }
+  out.dev = o;
+}
+
+void CudaExecutor::Impl::gemm(const Node &nd, const Tensor &a, const Tensor &b, const Tensor *c, Val &out) {
+  if (a.rank() != 2 || b.rank() != 2) throw std::runtime_error("Gemm takes 2-D A and B");
+  bool ta = nd.getInt("transA", 0), tb = nd.getInt("transB", 0);
+  int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
+  if ((tb ? b.dim(1) : b.dim(0)) != K)
+    throw std::runtime_error("Gemm shapes " + shapeString(a.shape()) + " and " + shapeString(b.shape()) + " do not match");
+  float alpha = nd.getFloat("alpha", 1.0f), beta = nd.getFloat("beta", 1.0f);
+  Tensor o = alloc(DType::Float32, {M, N});
+  bool hasC = c && beta != 0.f;
+  if (hasC)
+    cudaCheck(cudak::stridedCopy(c->raw(), o.raw(), 4,
+                                 makeStrided(o.shape(), broadcastStrides(c->shape(), o.shape()), 0), stream),
+              "Gemm bias broadcast");
+  else beta = 0.f;
+  if (M > 0 && N > 0) {
+    if (K == 0 && !hasC) cudaCheck(cudaMemsetAsync(o.raw(), 0, o.nbytes(), stream), "cudaMemsetAsync");
+    else if (K > 0)
+      sgemm(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, ops::names::Gemm), blasInt(M, ops::names::Gemm),
+            blasInt(K, ops::names::Gemm), &alpha, b.data<float>(), blasInt(b.dim(1), ops::names::Gemm), a.data<float>(),
+            blasInt(a.dim(1), ops::names::Gemm), &beta, o.data<float>(), blasInt(N, ops::names::Gemm));
+  }
+  out.dev = o;
+}
+
+void CudaExecutor::Impl::conv(const Node &nd, const Tensor &x, const Tensor &wt, const Tensor *bias, Val &out) {
+  if (x.rank() < 3 || wt.rank() != x.rank()) throw std::runtime_error("Conv takes [N, C, spatial...] input and weight of the same rank");
+  int64_t N = x.dim(0), C = x.dim(1), M = wt.dim(0), G = nd.getInt("group", 1);
+  if (G <= 0 || C % G || M % G || wt.dim(1) != C / G)
+    throw std::runtime_error("Conv weight " + wt.describe() + " does not match input " + x.describe() + " with group " + std::to_string(G));
+  std::vector<int64_t> inSp(x.shape().begin() + 2, x.shape().end()), outSp;
+  auto ks = nd.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + 2, wt.shape().end()));
+  cudak::Window w = makeWindow(nd, inSp, ks, false, outSp);
+  int64_t Cg = C / G, Mg = M / G, kSize = shapeNumel(ks), inSize = shapeNumel(inSp), outSize = shapeNumel(outSp);
+  std::vector<int64_t> outShape = {N, M};
+  outShape.insert(outShape.end(), outSp.begin(), outSp.end());
+  Tensor o = alloc(DType::Float32, outShape);
+  out.dev = o;
+  if (o.numel() == 0) return;
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  // cuDNN where it expresses the window exactly; im2col + cuBLAS otherwise.
+  if (dnn && dnn->conv(x, wt, G, w, convMath, o, [&](size_t bytes) { return alloc(DType::UInt8, {int64_t(bytes)}); })) {
+    if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
+    return;
+  }
+#endif
+  bool pointwise = kSize == 1;
+  for (int d = 0; d < w.r; ++d) pointwise = pointwise && w.s[d] == 1 && w.pb[d] == 0 && w.out[d] == w.in[d];
+  Tensor col;
+  if (!pointwise) col = alloc(DType::Float32, {C * kSize, outSize});
+  int64_t Kd = Cg * kSize;
+  const float one = 1.f, zero = 0.f;
+  for (int64_t n = 0; n < N; ++n) {
+    const float *px = x.data<float>() + n * C * inSize;
+    const float *pcol = px;
+    if (!pointwise) {
+      cudaCheck(cudak::im2col(px, col.data<float>(), C, w, stream), "im2col kernel");
+      pcol = col.data<float>();
+    }
+    // per group g: out_g[Mg, outSize] = W_g[Mg, Kd] col_g[Kd, outSize]
+    // (column-major: out_g^T = col_g^T W_g^T)
+    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, ops::names::Conv), blasInt(Mg, ops::names::Conv), blasInt(Kd, ops::names::Conv), &one,
+                 pcol, blasInt(outSize, ops::names::Conv), Kd * outSize, wt.data<float>(), blasInt(Kd, ops::names::Conv), Mg * Kd, &zero,
+                 o.data<float>() + n * M * outSize, blasInt(outSize, ops::names::Conv), Mg * outSize, blasInt(G, ops::names::Conv));
+  }
+  if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
+}
+
+bool CudaExecutor::Impl::runGemmGroup(const CudaFusion &g, const Lookup &lookup, Val &out) {
+  if (!lt) return false;
+  const Node &h = model.nodes[g.nodes[0]];
+  Val *a = lookup(h.inputs[0]), *b = lookup(h.inputs[1]);
+  Val *c = g.bias.empty() ? (h.inputs.size() > 2 ? lookup(h.inputs[2]) : nullptr) : lookup(g.bias);
+  if (!a || !b || !c) return false;
+  for (Val *v : {a, b, c})
+    if (v->dtype() != DType::Float32) return false;
+  const std::vector<int64_t> &as = a->shape(), &bs = b->shape();
+  cublaslt::GemmBias args;
+  std::vector<int64_t> outShape;
+  if (h.opType == ops::names::MatMul) { // A [..., M, K] flattened to [M', K] times a 2-D B
+    if (as.size() < 2 || bs.size() != 2 || as.back() != bs[0]) return false;
+    args.K = bs[0];
+    args.N = bs[1];
+    args.M = args.K ? shapeNumel(as) / args.K : 0;
+    args.lda = args.K;
+    args.ldb = args.N;
+    outShape.assign(as.begin(), as.end() - 1);
+    outShape.push_back(args.N);
+  } else {
+    if (as.size() != 2 || bs.size() != 2) return false;
+    args.ta = h.getInt("transA", 0);
+    args.tb = h.getInt("transB", 0);
+    args.M = args.ta ? as[1] : as[0];
+    args.K = args.ta ? as[0] : as[1];
+    args.N = args.tb ? bs[0] : bs[1];
+    if ((args.tb ? bs[1] : bs[0]) != args.K) return false;
+    args.alpha = h.getFloat("alpha", 1.0f);
+    args.lda = as[1];
+    args.ldb = bs[1];
+    outShape = {args.M, args.N};
+  }
+  if (c->any().numel() != args.N) return false;
+  args.gelu = g.kind == CudaFusion::Kind::GemmBiasGelu;
+  const Tensor &A = devOf(*a), &B = devOf(*b), &C = devOf(*c);
+  Tensor o = alloc(DType::Float32, outShape);
+  args.A = A.data<float>();
+  args.B = B.data<float>();
+  args.bias = C.data<float>();
+  args.D = o.data<float>();
+  if (!lt->run(args, gemmCompute, stream, [&](size_t bytes) { return scratch(bytes); })) {
+    if (!ltNoted)
+      std::fprintf(stderr, "hetplan: cuBLASLt has no %s epilogue for %s (M=%lld N=%lld K=%lld); running it unfused\n",
+                   args.gelu ? "bias+GELU" : "bias", where(h).c_str(), (long long)args.M, (long long)args.N,
+                   (long long)args.K);
+    ltNoted = true;
+    return false;
+  }
+  out.dev = o;
+  return true;
+}
+
+bool CudaExecutor::Impl::runAttentionGroup(const CudaFusion &g, const Lookup &lookup, Val &out) {
+#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
+  if (!sdpa) return false;
+  Val *qv = lookup(g.q), *kv = lookup(g.kT), *vv = lookup(g.v), *mv = g.mask.empty() ? nullptr : lookup(g.mask);
+  if (!qv || !kv || !vv || (!g.mask.empty() && !mv)) return false;
+  for (Val *x : {qv, kv, vv, mv})
+    if (x && x->dtype() != DType::Float32) return false;
+  size_t r = qv->shape().size();
+  if (r < 3 || r > 4 || kv->shape().size() != r || vv->shape().size() != r) return false;
+  auto pad4 = [](std::vector<int64_t> s) {
+    while (s.size() < 4) s.insert(s.begin(), 1);
+    return s;
+  };
+  std::vector<int64_t> qs = pad4(qv->shape()), ks = pad4(kv->shape()), vs = pad4(vv->shape());
+  cudnn::Sdpa a;
+  a.Sq = qs[2];
+  a.D = qs[3];
+  a.Skv = ks[3];
+  a.Dv = vs[3];
+  if (ks[2] != a.D || vs[2] != a.Skv) return false;
+  for (int d = 0; d < 2; ++d) { // batch and heads: equal or broadcast from 1
+    int64_t n = std::max({qs[d], ks[d], vs[d]});
+    for (int64_t x : {qs[d], ks[d], vs[d]})
+      if (x != n && x != 1) return false;
+    (d == 0 ? a.B : a.H) = n;
+  }
+  if (!cudafuse::sdpaHeadDimOk(a.D) || !cudafuse::sdpaHeadDimOk(a.Dv) || a.Sq <= 0 || a.Skv <= 0 || a.B * a.H <= 0)
+    return false;
+  const std::vector<int64_t> full = {a.B, a.H, a.Sq, a.Skv};
+  std::vector<int64_t> ms;
+  if (mv) { // the mask may broadcast into the scores, never widen them
+    std::vector<int64_t> scores(full.begin() + (4 - r), full.end());
+    try {
+      if (mv->shape().size() > r || broadcastShapes(scores, mv->shape()) != scores) return false;
+    } catch (const std::exception &) {
+      return false;
+    }
+    ms = pad4(mv->shape());
+    a.biasB = ms[0] != 1;
+    a.biasH = ms[1] != 1;
+  }
+  a.bf16 = precision == "bf16";
+  a.scale = g.scale;
+  // float32 -> half, packed (K from the graph's Kᵀ), clamped to the finite
+  // range so that -FLT_MAX masks stay finite.
+  const float clamp = a.bf16 ? 3.0e38f : 65504.f;
+  auto half = [&](Val &src, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides) {
+    Tensor h = alloc(a.bf16 ? DType::BFloat16 : DType::Float16, shape);
+    cudaCheck(cudak::toHalf(devOf(src).data<float>(), h.raw(), a.bf16, makeStrided(shape, strides, 0), clamp, stream),
+              "attention: float32 to half");
+    return h;
+  };
+  Tensor qh = half(*qv, {a.B, a.H, a.Sq, a.D}, broadcastStrides(qs, {a.B, a.H, a.Sq, a.D}));
+  auto kst = broadcastStrides(ks, {a.B, a.H, a.D, a.Skv});
+  Tensor kh = half(*kv, {a.B, a.H, a.Skv, a.D}, {kst[0], kst[1], kst[3], kst[2]});
+  Tensor vh = half(*vv, {a.B, a.H, a.Skv, a.Dv}, broadcastStrides(vs, {a.B, a.H, a.Skv, a.Dv}));
+  Tensor bh;
+  if (mv) {
+    std::vector<int64_t> bshape = {a.biasB ? a.B : 1, a.biasH ? a.H : 1, a.Sq, a.Skv};
+    bh = half(*mv, bshape, broadcastStrides(ms, bshape));
+    a.bias = bh.raw();
+  }
+  Tensor oh = alloc(a.bf16 ? DType::BFloat16 : DType::Float16, {a.B, a.H, a.Sq, a.Dv});
+  a.q = qh.raw();
+  a.k = kh.raw();
+  a.v = vh.raw();
+  a.o = oh.raw();
+  std::string why;
+  if (!sdpa->run(a, [&](size_t bytes) { return scratch(bytes); }, &why)) {
+    if (!sdpaNoted)
+      std::fprintf(stderr, "hetplan: cuDNN fused attention unavailable for %s: %s; running the attention nodes unfused\n",
+                   where(model.nodes[g.nodes[0]]).c_str(), why.c_str());
+    sdpaNoted = true;
+    return false;
+  }
+  std::vector<int64_t> outShape = {a.B, a.H, a.Sq, a.Dv};
+  outShape.erase(outShape.begin(), outShape.begin() + (4 - r));
+  Tensor o = alloc(DType::Float32, outShape);
+  cudaCheck(cudak::fromHalf(oh.raw(), o.data<float>(), a.bf16, o.numel(), stream), "attention: half to float32");
+  out.dev = o;
+  return true;
+#else
+  (void)g;
+  (void)lookup;
+  (void)out;
+  return false;
+#endif
+}
+
+void CudaExecutor::Impl::runGroupUnfused(const CudaFusion &g, const Lookup &lookup, Val &out) {
+  std::map<std::string, Val> inside; // the group's intermediate values
+  for (size_t m : g.nodes) {
+    const Node &n = model.nodes[m];
+    std::vector<Val *> ins;
+    std::vector<DType> inTypes;
+    for (const auto &s : n.inputs) {
+      Val *v = nullptr;
+      if (!s.empty()) {
+        auto it = inside.find(s);
+        v = it != inside.end() ? &it->second : lookup(s);
+        if (!v) throw std::runtime_error(where(n) + "value '" + s + "' is missing");
+      }
+      ins.push_back(v);
+      inTypes.push_back(v ? v->dtype() : DType::Undefined);
+    }
+    std::vector<Val> outs(n.outputs.size());
+    try {
+      if (std::string dev = deviceCheck(n, inTypes); !dev.empty()) throw std::runtime_error(dev);
+      runDevice(n, ins, outs);
+    } catch (const std::exception &e) {
+      throw std::runtime_error(where(n) + e.what());
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) inside[n.outputs[i]] = std::move(outs[i]);
+  }
+  out = std::move(inside.at(g.output));
+}
+
+} // namespace hetplan::runtime
