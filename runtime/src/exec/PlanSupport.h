@@ -11,6 +11,7 @@
 #include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Model.h"
 #include "hetplan/runtime/Tensor.h"
+#include "ops/OpTable.h"
 
 #include <cstdint>
 #include <functional>
@@ -23,10 +24,11 @@ namespace hetplan::runtime::planexec {
 
 [[noreturn]] void fail(const std::string &msg);
 
-/// Op types the tensor-parallel code checks and runs by name (kept here,
-/// in one place).
-inline constexpr const char kMatMulOp[] = "MatMul", kAddOp[] = "Add", kSplitOp[] = "Split",
-                            kReshapeOp[] = "Reshape", kTransposeOp[] = "Transpose";
+/// Op types the tensor-parallel code checks and runs by name: MatMul's
+/// spelling is the op table's; the others are not in the table yet.
+inline const char *const kMatMulOp = ops::names::MatMul;
+inline constexpr const char kAddOp[] = "Add", kSplitOp[] = "Split", kReshapeOp[] = "Reshape",
+                            kTransposeOp[] = "Transpose";
 
 /// Rows [lo, lo + count) of dim 0, viewed (no copy).
 Tensor sliceRows(const Tensor &t, int64_t lo, int64_t count);
