@@ -196,13 +196,7 @@ void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
   } else {
     auto stA = broadcastStrides(ab, batch), stB = broadcastStrides(bb, batch);
     for (int64_t i = 0; i < nb; ++i) {
-      int64_t rem = i, oa = 0, ob = 0;
-      for (size_t d = batch.size(); d-- > 0;) {
-        int64_t x = rem % batch[d];
-        rem /= batch[d];
-        oa += x * stA[d];
-        ob += x * stB[d];
-      }
+      auto [oa, ob] = cpu::batchOffsets(i, batch, stA, stB);
       sgemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, pb + ob * K * N, n, pa + oa * M * K, k, &zero, po + i * M * N, n);
     }
   }

@@ -368,13 +368,7 @@ std::vector<Tensor> Sweep::matmul(const Node &n, const std::vector<bool> &want) 
     } else { // partial broadcasts: one GEMM per batch position, summed (beta 1)
       auto stA = broadcastStrides(ab, batch), stB = broadcastStrides(bb, batch);
       for (int64_t i = 0; i < nb; ++i) {
-        int64_t rem = i, oa = 0, ob = 0;
-        for (size_t d = batch.size(); d-- > 0;) {
-          int64_t x = rem % batch[d];
-          rem /= batch[d];
-          oa += x * stA[d];
-          ob += x * stB[d];
-        }
+        auto [oa, ob] = cpu::batchOffsets(i, batch, stA, stB);
         const float *gi = pg + i * M * N;
         if (pga) dev_.rowGemm(false, true, M, K, N, 1.f, gi, N, pb + ob * K * N, N, 1.f, pga + oa * M * K, K);
         if (pgb) dev_.rowGemm(true, false, K, N, M, 1.f, pa + oa * M * K, K, gi, N, 1.f, pgb + ob * K * N, N);

@@ -9,6 +9,7 @@
 #include "hetplan/runtime/Model.h"
 
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace hetplan::runtime::cpu {
@@ -21,6 +22,20 @@ struct MatMulShape {
   std::vector<int64_t> aBatch, bBatch, batch, out;
 };
 MatMulShape matmulShape(const std::vector<int64_t> &a, const std::vector<int64_t> &b);
+
+/// The offsets (in whole matrices) into A and B of batch position `i` of
+/// `batch`, given their broadcast strides over it (one GEMM per position).
+inline std::pair<int64_t, int64_t> batchOffsets(int64_t i, const std::vector<int64_t> &batch,
+                                                const std::vector<int64_t> &stA, const std::vector<int64_t> &stB) {
+  int64_t rem = i, oa = 0, ob = 0;
+  for (size_t d = batch.size(); d-- > 0;) {
+    int64_t x = rem % batch[d];
+    rem /= batch[d];
+    oa += x * stA[d];
+    ob += x * stB[d];
+  }
+  return {oa, ob};
+}
 
 /// Geometry of a convolution or pooling window over the spatial dims.
 struct Window {
