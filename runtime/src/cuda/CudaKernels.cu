@@ -406,7 +406,7 @@ __device__ inline double unaryDerivative(UnaryGrad op, double x, double y, doubl
   case UnaryGrad::Tanh: return 1.0 - y * y;
   case UnaryGrad::Sigmoid: return y * (1.0 - y);
   case UnaryGrad::Erf: return 2.0 / sqrt(kPiD) * exp(-x * x);
-  case UnaryGrad::Relu: return x > 0 ? 1.0 : 0.0;
+  case UnaryGrad::Relu: return y > 0 ? 1.0 : 0.0; // y = max(x, 0) > 0 exactly when x > 0
   case UnaryGrad::Reciprocal: return -y * y;
   case UnaryGrad::Abs: return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
   case UnaryGrad::Sin: return cos(x);

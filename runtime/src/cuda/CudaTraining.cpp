@@ -252,13 +252,19 @@ std::vector<Tensor> Sweep::run(const Node &n, const std::vector<bool> &want) {
   const std::string &out0 = n.outputs.at(0);
   if (auto it = kUnaryGrad.find(op); it != kUnaryGrad.end()) {
     if (!w(0) || !hasGrad(out0)) return g;
-    const Tensor &x = devValue(n.inputs[0]), &dy = devGrad(out0);
-    const Tensor *y = kUsesY.count(op) ? &devValue(out0) : nullptr;
+    // Relu's derivative reads its output alone, as the op table declares
+    // (the forward keeps y, not x, for it).
+    const bool onlyY = op == ops::names::Relu;
+    const Tensor &dy = devGrad(out0);
+    const Tensor *x = onlyY ? nullptr : &devValue(n.inputs[0]);
+    const Tensor *y = onlyY || kUsesY.count(op) ? &devValue(out0) : nullptr;
+    const Tensor &shaped = x ? *x : *y; // a unary op's output has its input's shape
     cudak::UnaryGrad k = it->second;
     if (op == "Gelu" && n.getString("approximate", "none") == "tanh") k = cudak::UnaryGrad::GeluTanh;
     double alpha = op == "LeakyRelu" ? double(n.getFloat("alpha", 0.01f)) : double(n.getFloat("alpha", 1.0f));
-    Tensor dx = dev_.alloc(DType::Float32, x.shape());
-    cudaCheck(cudak::unaryGrad(k, fp(x), y ? fp(*y) : nullptr, fp(dy), fp(dx), x.numel(), alpha, dev_.stream),
+    Tensor dx = dev_.alloc(DType::Float32, shaped.shape());
+    cudaCheck(cudak::unaryGrad(k, x ? fp(*x) : nullptr, y ? fp(*y) : nullptr, fp(dy), fp(dx), shaped.numel(), alpha,
+                               dev_.stream),
               "unary gradient");
     g[0] = std::move(dx);
     return g;
