@@ -26,10 +26,6 @@
 #include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/RankBackend.h"
 #include "hetplan/runtime/RunPlan.h"
-#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
-#include "hetplan/runtime/CudaBackend.h"
-#include "hetplan/runtime/NcclCommunicator.h"
-#endif
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -40,7 +36,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -146,34 +141,16 @@ StepTiming *profileTiming() {
 }
 
 //===-- Devices: where each rank computes (RankBackend.h) ------------------===//
-hetplan::runtime::LocalDevices localDevices() {
-#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
-  return hetplan::runtime::cudaLocalDevices();
-#else
-  return {};
-#endif
-}
 
-/// This process's rank among the processes of its node, from the launcher
-/// (Open MPI, MPICH/Hydra, Slurm); 0 when none says.
-int localRankFromEnv() {
-  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char *v = std::getenv(var)) return std::atoi(v);
-  return 0;
-}
-
-/// Gives rank `rank` (every rank when < 0) the CUDA executor where
-/// `placement` puts it there, computing at the plan's dtype. A stage with a
-/// node the CUDA executor cannot run stays on the CPU under --device auto
-/// (one note on stderr) and is an error under --device cuda.
-void applyPlacement(hetplan::runtime::PlanExecutor &exec, hetplan::runtime::Placement &placement, int rank) {
-  hetplan::runtime::placeCudaRanks(exec, placement, rank, true, [](int r, const std::vector<std::string> &problems) {
-    std::string why = "rank " + std::to_string(r) + ": the CUDA executor cannot run its stage: " + problems.front() +
-                      (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "");
-    if (deviceChoice() == hetplan::runtime::DeviceChoice::Cuda)
-      throw std::runtime_error(why + "; --device cpu runs it on CPUs");
-    llvm::errs() << "hetplan: note: " << why << "; it runs on the CPU\n";
-  });
+/// placeCudaRanks's `refused` (RunPlan.h): a stage with a node the CUDA
+/// executor cannot run stays on the CPU under --device auto (one note on
+/// stderr) and is an error under --device cuda.
+void cudaRefused(int r, const std::vector<std::string> &problems) {
+  std::string why = "rank " + std::to_string(r) + ": the CUDA executor cannot run its stage: " + problems.front() +
+                    (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "");
+  if (deviceChoice() == hetplan::runtime::DeviceChoice::Cuda)
+    throw std::runtime_error(why + "; --device cpu runs it on CPUs");
+  llvm::errs() << "hetplan: note: " << why << "; it runs on the CPU\n";
 }
 
 void reportPlacement(const hetplan::runtime::Placement &placement) {
@@ -184,40 +161,14 @@ void reportPlacement(const hetplan::runtime::Placement &placement) {
 }
 
 #if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
-/// One process per rank: places this process's rank, agrees with the other
-/// processes on the communicator (NCCL only when every rank everywhere is a
-/// CUDA rank) and returns it: `mpi` itself, or a NcclCommunicator made in
-/// `holder`.
-hetplan::runtime::Communicator &mpiProgramComm(hetplan::runtime::PlanExecutor &exec,
-                                               hetplan::runtime::MpiCommunicator &mpi,
-                                               std::unique_ptr<hetplan::runtime::Communicator> &holder) {
-  using namespace hetplan::runtime;
-  LocalDevices local = localDevices();
-  Placement placement =
-      placeRanks(exec.plan(), deviceChoice(), local, true, localRankFromEnv(), mpi.rank());
-  applyPlacement(exec, placement, mpi.rank());
-  // Each process votes for its own rank: NCCL only if all are CUDA ranks.
-  // HETPLAN_NCCL=0 keeps CUDA ranks on host-staged MPI (NCCL refuses two
-  // ranks on one GPU; scripts/gpu-check.sh runs such a job on one device).
-  bool mine = placement.cuda[size_t(mpi.rank())];
-  const char *ncclEnv = std::getenv("HETPLAN_NCCL");
-  bool ncclOff = ncclEnv && std::string(ncclEnv) == "0";
-  Tensor votes = Tensor::scalar<float>(DType::Float32, mine && !ncclOff ? 1.f : 0.f).reshaped({1});
-  mpi.allReduceSum(votes);
-  placement.comm = mpiCommKind(votes.data<float>()[0] == float(mpi.size()), local);
-  if (mine) { // rank 0 speaks for the job; the summary's other entries are this host's view
-    placement.summary = "rank " + std::to_string(mpi.rank()) + " on CUDA (device " +
-                        std::to_string(placement.device[size_t(mpi.rank())]) + "), " + commKindName(placement.comm);
-  }
-  if (mpi.rank() == 0) reportPlacement(placement);
-#if defined(HETPLAN_HAVE_NCCL_COMMUNICATOR) && HETPLAN_HAVE_NCCL_COMMUNICATOR
-  if (placement.comm == CommKind::Nccl) {
-    holder = std::make_unique<NcclCommunicator>();
-    return *holder;
-  }
-#endif
-  (void)holder;
-  return mpi;
+/// How an MPI process places its rank (placeMpiRank, RunPlan.h): as the
+/// threads' ranks are, and rank 0 prints the job's placement.
+hetplan::runtime::MpiRankPlacing mpiPlacing() {
+  hetplan::runtime::MpiRankPlacing placing;
+  placing.device = deviceChoice();
+  placing.refused = cudaRefused;
+  placing.placed = reportPlacement;
+  return placing;
 }
 #endif
 
@@ -225,47 +176,8 @@ hetplan::runtime::Communicator &mpiProgramComm(hetplan::runtime::PlanExecutor &e
 // When an MPI launcher started this process, it runs only its own rank's
 // program over MpiCommunicator (every process reads the .npy inputs
 // itself); the ranks then send their pieces of the graph outputs to rank 0,
-// which assembles them (PlanExecutor::gatherOutputs) and alone writes DIR.
+// which assembles them (runPlanRank, RunPlan.h) and alone writes DIR.
 // Returns -1 when this process should write `outputs`, else an exit code.
-constexpr int64_t kGatherTag = hetplan::runtime::kGatherTagBase;
-
-#if defined(HETPLAN_HAVE_MPI) && HETPLAN_HAVE_MPI
-/// --profile under MPI: rank 0 gathers every rank's measured times (a GPU
-/// rank's are CUDA-event times) into profileTiming(); the wall time is the
-/// slowest rank's. Every rank calls it.
-void gatherTiming(hetplan::runtime::MpiCommunicator &comm, const hetplan::runtime::PlanExecutor::RankTiming &mine,
-                  double wall) {
-  using namespace hetplan::runtime;
-  constexpr int64_t tag = kGatherTag + 1;
-  auto f64 = [](const std::vector<double> &v) {
-    Tensor t(DType::Float64, {int64_t(v.size())});
-    std::copy(v.begin(), v.end(), t.data<double>());
-    return t;
-  };
-  if (comm.rank() != 0) {
-    Tensor samples(DType::Int64, {int64_t(mine.nodeSamples.size())});
-    std::copy(mine.nodeSamples.begin(), mine.nodeSamples.end(), samples.data<int64_t>());
-    comm.send(0, tag, f64(mine.nodeSeconds));
-    comm.send(0, tag, samples);
-    comm.send(0, tag, f64(mine.forwardSeconds));
-    comm.send(0, tag, f64({wall}));
-    return;
-  }
-  StepTiming &all = *profileTiming();
-  all.ranks.assign(size_t(comm.size()), {});
-  all.ranks[0] = mine;
-  all.wallSeconds = wall;
-  for (int r = 1; r < comm.size(); ++r) {
-    auto &t = all.ranks[size_t(r)];
-    Tensor s = comm.recv(r, tag), n = comm.recv(r, tag), f = comm.recv(r, tag), w = comm.recv(r, tag);
-    t.nodeSeconds.assign(s.data<double>(), s.data<double>() + s.numel());
-    t.nodeSamples.assign(n.data<int64_t>(), n.data<int64_t>() + n.numel());
-    t.forwardSeconds.assign(f.data<double>(), f.data<double>() + f.numel());
-    all.wallSeconds = std::max(all.wallSeconds, w.data<double>()[0]);
-  }
-}
-#endif
-
 int runMpiRanks(hetplan::runtime::PlanExecutor &exec,
                 const std::map<std::string, hetplan::runtime::Tensor> &inputs,
                 std::map<std::string, hetplan::runtime::Tensor> &outputs) {
@@ -280,21 +192,11 @@ int runMpiRanks(hetplan::runtime::PlanExecutor &exec,
     return comm.rank() == 0 ? fail(msg) : 1;
   }
   try {
-    std::unique_ptr<Communicator> nccl;
-    Communicator &program = mpiProgramComm(exec, comm, nccl);
-    PlanExecutor::RankTiming timing;
-    bool timed = profileTiming() != nullptr;
-    auto t0 = std::chrono::steady_clock::now();
-    PlanExecutor::OutputPieces mine = exec.runRank(program, inputs, timed ? &timing : nullptr);
-    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    nccl.reset(); // its pending transfers complete before the pieces move
-    if (timed) gatherTiming(comm, timing, wall);
-    auto all = gatherOutputPieces(comm, std::move(mine), 0, kGatherTag);
+    outputs = runPlanRank(exec, comm, inputs, mpiPlacing(), profileTiming());
     if (comm.rank() != 0) {
       comm.flush();
       return 0;
     }
-    outputs = exec.gatherOutputs(all);
     return -1;
   } catch (const std::exception &e) {
     // The other ranks may be blocked in a receive: end the whole job.
@@ -418,33 +320,31 @@ void writeMeasuredProfile(const hetplan::runtime::PlanExecutor &exec, const Step
 } // namespace
 
 namespace {
-/// Training plans: `--steps` steps on threads or MPI ranks. Fills `losses`
-/// and `params` (the trained parameters) on the process that writes;
-/// returns -1 there, else an exit code.
+/// Training plans: `--steps` steps on threads or MPI ranks (trainPlanSteps,
+/// RunPlan.h). Fills `losses` and `params` (the trained parameters) on the
+/// process that writes; returns -1 there, else an exit code.
 int trainSteps(hetplan::runtime::PlanExecutor &exec,
                const std::map<std::string, hetplan::runtime::Tensor> &inputs,
                const hetplan::runtime::Tensor &labels, std::vector<double> &losses,
                std::map<std::string, hetplan::runtime::Tensor> &params) {
   using namespace hetplan::runtime;
-  PlanExecutor::TrainOptions options;
-  options.lr = runLr;
-  options.weightDecay = runWeightDecay;
-  options.eps = runAdamEps;
-  options.freeze.assign(runFreeze.begin(), runFreeze.end());
-  options.lossOutput = runLossOutput;
-  auto report = [&](int step, double loss) {
+  TrainPlanOptions train;
+  train.steps = runSteps;
+  train.train.lr = runLr;
+  train.train.weightDecay = runWeightDecay;
+  train.train.eps = runAdamEps;
+  train.train.freeze.assign(runFreeze.begin(), runFreeze.end());
+  train.train.lossOutput = runLossOutput;
+  train.timing = profileTiming();
+  train.onStep = [&](int step, double loss) {
     if (!runQuiet && !runJson)
       llvm::outs() << llvm::format("step %d/%d: loss %.6f\n", step, int(runSteps), loss);
     llvm::outs().flush();
   };
   if (!launchedByMpi()) {
-    std::vector<PlanExecutor::RankTrainState> states;
-    for (int s = 1; s <= runSteps; ++s) {
-      losses.push_back(exec.train(inputs, labels, states, options,
-                                  s == runSteps ? profileTiming() : nullptr));
-      report(s, losses.back());
-    }
-    params = exec.collectParameters(states);
+    TrainPlanResult result = trainPlanSteps(exec, inputs, labels, train);
+    losses = std::move(result.losses);
+    params = std::move(result.parameters);
     // --profile: what the training memory options measured in the last
     // step, per rank (docs/runtime.md, "Training memory").
     if (!runProfile.empty()) {
@@ -452,9 +352,9 @@ int trainSteps(hetplan::runtime::PlanExecutor &exec,
       llvm::outs() << "memory (last step, bytes; zero_stage " << settings.zero_stage() << ", offload "
                    << (settings.offload_optimizer() ? "on" : "off") << ")\n"
                    << "rank  stage  recompute  peak_stashed_activations  optimizer_offload  zero3_gathered\n";
-      for (size_t r = 0; r < states.size(); ++r) {
+      for (size_t r = 0; r < result.states.size(); ++r) {
         if (isIdleRank(exec.plan(), uint32_t(r))) continue;
-        const auto &st = states[r].stats;
+        const auto &st = result.states[r].stats;
         uint32_t stage = exec.plan().ranks(int(r)).stage();
         llvm::outs() << llvm::format("%4zu  %5u  %9s  %24llu  %17llu  %14llu\n", r, stage,
                                      exec.plan().stages(int(stage)).recompute() ? "yes" : "no",
@@ -472,22 +372,11 @@ int trainSteps(hetplan::runtime::PlanExecutor &exec,
                                    " ranks, the MPI job has " + std::to_string(comm.size()) + " processes")
                             : 1;
   try {
-    std::unique_ptr<Communicator> nccl;
-    Communicator &program = mpiProgramComm(exec, comm, nccl);
-    PlanExecutor::RankTrainState state;
-    PlanExecutor::RankTiming timing; // the last step's, for --profile
-    bool timed = profileTiming() != nullptr;
-    double wall = 0;
-    for (int s = 1; s <= runSteps; ++s) {
-      auto t0 = std::chrono::steady_clock::now();
-      losses.push_back(exec.trainRank(program, inputs, labels, state, options,
-                                      timed && s == runSteps ? &timing : nullptr));
-      wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (comm.rank() == 0) report(s, losses.back());
-    }
-    if (!runSaveModel.empty()) params = exec.gatherParameters(program, state);
-    nccl.reset();
-    if (timed) gatherTiming(comm, timing, wall);
+    train.gatherParameters = !runSaveModel.empty();
+    train.placing = mpiPlacing();
+    TrainPlanResult result = trainPlanSteps(exec, comm, inputs, labels, train);
+    losses = std::move(result.losses);
+    params = std::move(result.parameters);
     comm.flush();
     return comm.rank() == 0 ? -1 : 0;
   } catch (const std::exception &e) {
@@ -512,8 +401,8 @@ int runRun() {
       return fail(runPlan + ": the plan has " + std::to_string(exec->ranks()) + " ranks, --ranks is " +
                   std::to_string(runRanks));
     if (!launchedByMpi()) { // threads: CUDA ranks share this host's GPUs
-      Placement placement = placeRanks(exec->plan(), device, localDevices(), false);
-      applyPlacement(*exec, placement, -1);
+      Placement placement = placeRanks(exec->plan(), device, hostCudaDevices(), false);
+      placeCudaRanks(*exec, placement, -1, true, cudaRefused);
       reportPlacement(placement);
     }
     std::map<std::string, Tensor> inputs;

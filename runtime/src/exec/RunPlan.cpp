@@ -84,4 +84,45 @@ std::vector<PlanExecutor::OutputPieces> gatherOutputPieces(Communicator &comm, P
   return all;
 }
 
+void gatherRankTiming(Communicator &comm, const PlanExecutor::RankTiming &mine, double wall,
+                      PlanExecutor::StepTiming &all, int64_t tag) {
+  auto f64 = [](const std::vector<double> &v) {
+    Tensor t(DType::Float64, {int64_t(v.size())});
+    std::copy(v.begin(), v.end(), t.data<double>());
+    return t;
+  };
+  if (comm.rank() != 0) {
+    Tensor samples(DType::Int64, {int64_t(mine.nodeSamples.size())});
+    std::copy(mine.nodeSamples.begin(), mine.nodeSamples.end(), samples.data<int64_t>());
+    comm.send(0, tag, f64(mine.nodeSeconds));
+    comm.send(0, tag, samples);
+    comm.send(0, tag, f64(mine.forwardSeconds));
+    comm.send(0, tag, f64({wall}));
+    return;
+  }
+  all.ranks.assign(size_t(comm.size()), {});
+  all.ranks[0] = mine;
+  all.wallSeconds = wall;
+  for (int r = 1; r < comm.size(); ++r) {
+    auto &t = all.ranks[size_t(r)];
+    Tensor s = comm.recv(r, tag), n = comm.recv(r, tag), f = comm.recv(r, tag), w = comm.recv(r, tag);
+    t.nodeSeconds.assign(s.data<double>(), s.data<double>() + s.numel());
+    t.nodeSamples.assign(n.data<int64_t>(), n.data<int64_t>() + n.numel());
+    t.forwardSeconds.assign(f.data<double>(), f.data<double>() + f.numel());
+    all.wallSeconds = std::max(all.wallSeconds, w.data<double>()[0]);
+  }
+}
+
+TrainPlanResult trainPlanSteps(PlanExecutor &exec, const std::map<std::string, Tensor> &inputs,
+                               const Tensor &labels, const TrainPlanOptions &options) {
+  TrainPlanResult result;
+  for (int s = 1; s <= options.steps; ++s) {
+    result.losses.push_back(
+        exec.train(inputs, labels, result.states, options.train, s == options.steps ? options.timing : nullptr));
+    if (options.onStep) options.onStep(s, result.losses.back());
+  }
+  result.parameters = exec.collectParameters(result.states);
+  return result;
+}
+
 } // namespace hetplan::runtime

@@ -5,7 +5,10 @@
 // (RankBackend.h) puts on CUDA on the CUDA executor, and, when the ranks
 // are the processes of an MPI job (each runs its own rank,
 // PlanExecutor::runRank), gathering the pieces of the graph outputs to where
-// they are assembled (PlanExecutor::gatherOutputs).
+// they are assembled (PlanExecutor::gatherOutputs); and a training plan's
+// optimizer steps, on threads or on the processes of an MPI job
+// (trainPlanSteps). `hetplan run` only parses, reads, calls these and
+// writes; what it prints comes through the callbacks.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HETPLAN_RUNTIME_RUNPLAN_H
@@ -17,6 +20,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,6 +66,85 @@ std::vector<PlanExecutor::OutputPieces> gatherOutputPieces(Communicator &comm, P
 /// hetplan_embed (RunPlanCuda.cpp), which links the CUDA executor.
 void placeCudaRanks(PlanExecutor &exec, Placement &placement, int rank, bool uploadWeights,
                     const std::function<void(int rank, const std::vector<std::string> &problems)> &refused);
+
+
+/// placeCudaRanks's `refused`.
+using CudaRefusedFn = std::function<void(int rank, const std::vector<std::string> &problems)>;
+
+/// This host's CUDA devices (cudaLocalDevices, CudaBackend.h); none in a
+/// build without the CUDA executor. Defined in hetplan_embed.
+LocalDevices hostCudaDevices();
+
+/// How an MPI process places its own rank (placeMpiRank): the device
+/// choice, placeCudaRanks's `refused`, and `placed`, called on rank 0 with
+/// the job's placement once the processes agreed on the communicator.
+struct MpiRankPlacing {
+  DeviceChoice device = DeviceChoice::Auto;
+  CudaRefusedFn refused;
+  std::function<void(const Placement &)> placed;
+};
+
+/// One process per rank: places this process's rank (`mpi`.rank(); the
+/// launcher's environment says its rank on the node), gives it the CUDA
+/// executor where the placement says so, and agrees with the other
+/// processes on the program's communicator: NCCL only when every rank
+/// everywhere is a CUDA rank and HETPLAN_NCCL is not 0. Returns `mpi`
+/// itself or a NcclCommunicator made in `holder` (reset it before moving
+/// results over `mpi`: its pending transfers complete). Every rank calls it.
+/// Defined in hetplan_embed.
+Communicator &placeMpiRank(PlanExecutor &exec, Communicator &mpi, const MpiRankPlacing &placing,
+                           std::unique_ptr<Communicator> &holder);
+
+/// Moves every rank's measured times (`mine`, and its wall time `wall`) to
+/// rank 0, which fills `all` (one entry per rank; the wall time is the
+/// slowest rank's). Every rank of `comm` calls it, under message tag `tag`.
+void gatherRankTiming(Communicator &comm, const PlanExecutor::RankTiming &mine, double wall,
+                      PlanExecutor::StepTiming &all, int64_t tag);
+
+/// One MPI process's rank of an inference plan's step (`mpi`: the job's
+/// world): placed by placeMpiRank, run, and the graph outputs gathered to
+/// rank 0 (and, with `timing`, the measured times: gatherRankTiming).
+/// Returns the outputs on rank 0, nothing on the others (flush `mpi` there
+/// before exiting). Throws on this rank's error: abort `mpi` then.
+/// Defined in hetplan_embed.
+std::map<std::string, Tensor> runPlanRank(PlanExecutor &exec, Communicator &mpi,
+                                          const std::map<std::string, Tensor> &inputs,
+                                          const MpiRankPlacing &placing, PlanExecutor::StepTiming *timing);
+
+/// A training plan's optimizer steps on one batch (trainPlanSteps).
+struct TrainPlanOptions {
+  int steps = 1;
+  PlanExecutor::TrainOptions train;
+  /// The last step is timed into it (under MPI: gathered on rank 0).
+  PlanExecutor::StepTiming *timing = nullptr;
+  /// Under MPI: gather the trained parameters to rank 0 (a collective step
+  /// of its own; on threads they are always collected).
+  bool gatherParameters = true;
+  /// After each step with its loss, on the process that reports (rank 0
+  /// under MPI).
+  std::function<void(int step, double loss)> onStep;
+  /// Under MPI: how this process places its rank.
+  MpiRankPlacing placing;
+};
+struct TrainPlanResult {
+  std::vector<double> losses;              ///< one per step
+  std::map<std::string, Tensor> parameters; ///< the trained ones (see gatherParameters)
+  /// On threads: every rank's state after the last step (its memory stats).
+  std::vector<PlanExecutor::RankTrainState> states;
+};
+
+/// Runs `options.steps` steps of a training plan with one thread per rank.
+/// Throws on the first error.
+TrainPlanResult trainPlanSteps(PlanExecutor &exec, const std::map<std::string, Tensor> &inputs,
+                               const Tensor &labels, const TrainPlanOptions &options);
+
+/// The same for one MPI process's rank (`mpi`: the job's world; it must
+/// have as many processes as the plan has ranks): placed by placeMpiRank,
+/// trained, then parameters and timing gathered to rank 0. The result's
+/// parameters are rank 0's; flush `mpi` before exiting. Throws on this
+/// rank's error: abort `mpi` then. Defined in hetplan_embed.
+TrainPlanResult trainPlanSteps(PlanExecutor &exec, Communicator &mpi, const std::map<std::string, Tensor> &inputs,
+                               const Tensor &labels, const TrainPlanOptions &options);
 
 } // namespace hetplan::runtime
 
