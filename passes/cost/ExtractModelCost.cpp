@@ -119,271 +119,338 @@ int64_t intAttr(NodeOp node, StringRef name, int64_t otherwise) {
   return otherwise;
 }
 
-/// Finds Megatron's column/row regions among nodes [first, last] (one
-/// layer), the same rules the runtime executes (docs/runtime.md,
-/// "Tensor-parallel stages"): a MatMul by a 2-D weight no other node reads
-/// starts a region split by the weight's columns; elementwise ops, Softmax
-/// off the split axis, Transpose, Reshape (the outermost dim of the split
-/// one divided), Split along it (a fused Q|K|V weight) and MatMuls of two
-/// values split on a batch dim (attention heads) run on each rank's slice;
-/// a MatMul by a 2-D weight of a value split on its last axis takes the
-/// weight's rows and all-reduces. A region that meets anything else, or
-/// whose split values leave it, is dropped: its first MatMuls are split by
-/// columns alone and all-gathered.
-std::vector<TensorParallelUnit> findTensorParallelUnits(const GraphInfo &info, int first,
-                                                        int last) {
+/// One round of findTensorParallelUnits' scan over a layer's nodes: the
+/// regions grown from column MatMuls (union-find over their first column
+/// MatMul), their members and what each adds to its unit's divisor and
+/// traffic. The column MatMuls in `lone` start no region.
+struct RegionScan {
   using Role = TensorParallelRole;
-  double samples = double(std::max<int64_t>(info.samples, 1));
-  auto perSample = [&](Value v) { return double(numElements(v.getType())) / samples; };
-  std::set<int> lone;  // column MatMuls whose region failed: all-gathered
-  for (int round = 0;; ++round) {
-    llvm::DenseMap<Value, SplitValue> split;
-    std::map<int, int> parent;
-    auto find = [&](int x) {
-      while (parent[x] != x)
-        x = parent[x] = parent[parent[x]];
-      return x;
-    };
-    auto unite = [&](int a, int b) {
-      a = find(a);
-      b = find(b);
-      parent[std::max(a, b)] = std::min(a, b);
-      return std::min(a, b);
-    };
-    struct Member {
-      int root;
-      TensorParallelNode node;
-      int seed = -1;  // Column/Bias: the column MatMul whose columns it slices
-    };
-    std::vector<Member> members;
-    std::set<int> failed, rowSeen;
-    std::map<int, int> segmentsOf;
-    std::map<int, int64_t> columnsOf;
-    std::vector<std::pair<int, int64_t>> extents;
-    std::vector<std::pair<int, double>> forwardElements, backwardElements;
-    std::vector<std::pair<int, int>> needsPlain;  // (root, seed): no segments allowed
-    std::set<Operation *> accepted;
-    for (int i = first; i <= last; ++i) {
-      NodeOp node = info.nodes[i];
-      auto inputs = node.getInputs();
-      llvm::SmallVector<size_t> splitIn;
-      for (auto [k, v] : llvm::enumerate(inputs))
-        if (split.count(v))
-          splitIn.push_back(k);
-      StringRef op = node.getOpType();
-      bool plain = node.getDomain().empty() && node->getNumRegions() == 0;
-      if (splitIn.empty()) {
-        if (plain && isMatMul(node) && inputs.size() == 2 && node.getNumResults() == 1 &&
-            info.kind(inputs[0]) == ValueKind::Activation && !lone.count(i))
-          if (auto w = ownWeight(inputs[1], 2)) {
-            parent[i] = i;
-            segmentsOf[i] = 1;
-            columnsOf[i] = (*w)[1];
-            auto out = staticShape(node.getResult(0));
-            if (!out)
-              continue;
-            split[node.getResult(0)] = {int(out->size()) - 1, i, (*w)[1], i};
-            members.push_back({i, {i, Role::Column}, i});
-            backwardElements.push_back({i, perSample(inputs[0])});
-            accepted.insert(node);
-          }
-        continue;
-      }
-      int root = split[inputs[splitIn[0]]].root;
-      for (size_t k : splitIn)
-        root = unite(root, split[inputs[k]].root);
-      const SplitValue first0 = split[inputs[splitIn[0]]];
-      auto fail = [&]() { failed.insert(root); };
-      if (!plain) {
-        fail();
-        continue;
-      }
-      auto inShape = staticShape(inputs[splitIn[0]]);
-      auto outShape = node.getNumResults() ? staticShape(node.getResult(0)) : std::nullopt;
-      if (!inShape || !outShape) {
-        fail();
-        continue;
-      }
-      int inRank = int(inShape->size()), outRank = int(outShape->size());
-      int fromRight = inRank - 1 - first0.axis;
-      auto emit = [&](Role role, SplitValue out, int axis = 0) {
-        members.push_back({root, {i, role, axis}, -1});
-        split[node.getResult(0)] = out;
-        accepted.insert(node);
-      };
-      SplitValue same = first0;
-      same.root = root;
-      if (isUnaryElementwise(op) && splitIn.size() == 1 && inputs.size() == 1) {
-        same.axis = outRank - 1 - fromRight;
-        emit(Role::Local, same);
-        continue;
-      }
-      // Dropout (Megatron's on the attention probabilities and after the
-      // projections): elementwise on the slice; its ratio and training flag
-      // are scalars. A used mask output is not followed.
-      if (op == "Dropout" && splitIn.size() == 1 && splitIn[0] == 0 &&
-          (node.getNumResults() < 2 || node.getResult(1).use_empty())) {
-        same.axis = outRank - 1 - fromRight;
-        emit(Role::Local, same);
-        continue;
-      }
-      if (llvm::is_contained({"Add", "Sub", "Mul", "Div", "Pow", "Where"}, op)) {
-        bool ok = outRank >= fromRight + 1, mixed = false;
-        int bias = -1;
-        for (auto [k, v] : llvm::enumerate(inputs)) {
-          if (!ok)
-            break;
-          auto shape = staticShape(v);
-          if (!shape) {
-            ok = false;
-            break;
-          }
-          int r = int(shape->size());
-          if (split.count(v)) {
-            const SplitValue &sv = split[v];
-            ok = r - 1 - sv.axis == fromRight && sv.extent == first0.extent;
-            if (sv.fresh != first0.fresh) {
-              // Outputs of two column MatMuls (SwiGLU's gate and up): both
-              // must be contiguous slices.
-              needsPlain.push_back({root, sv.fresh});
-              needsPlain.push_back({root, first0.fresh});
-              mixed = true;
-            }
-            continue;
-          }
-          int64_t d = r > fromRight ? (*shape)[size_t(r - 1 - fromRight)] : 1;
-          if (d == 1)
-            continue;
-          // A bias on the split columns of a column MatMul's output.
-          if (op == "Add" && bias < 0 && fromRight == 0 && first0.fresh >= 0 && ownWeight(v, 1) &&
-              d == first0.extent) {
-            bias = int(k);
-            continue;
-          }
-          ok = false;
-        }
-        if (!ok) {
-          fail();
-          continue;
-        }
-        same.axis = outRank - 1 - fromRight;
-        if (mixed)
-          same.fresh = -1;
-        if (bias >= 0) {
-          members.push_back({root, {i, Role::Bias, bias}, first0.fresh});
-          split[node.getResult(0)] = same;
-          accepted.insert(node);
-        } else {
-          emit(Role::Local, same);
-        }
-        continue;
-      }
-      if ((tpRole(op) == ops::TpRole::AxisNormalizer ||
-           tpRole(op) == ops::TpRole::AttentionNormalizer) &&
-          splitIn.size() == 1) {
-        int64_t axis = normalizeAxis(intAttr(node, "axis", node.getOpset() >= 13 ? -1 : 1), inRank);
-        if (axis == first0.axis || (node.getOpset() < 13 && axis <= first0.axis)) {
-          fail();
-          continue;
-        }
-        needsPlain.push_back({root, first0.fresh});
-        emit(Role::Local, same);
-        continue;
-      }
-      if (op == "Transpose" && splitIn.size() == 1) {
-        llvm::SmallVector<int64_t> perm;
-        if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(node.getOnnxAttr("perm")))
-          perm.assign(a.asArrayRef().begin(), a.asArrayRef().end());
-        else
-          for (int k = inRank - 1; k >= 0; --k)
-            perm.push_back(k);
-        auto it = llvm::find(perm, first0.axis);
-        if (it == perm.end()) {
-          fail();
-          continue;
-        }
-        same.axis = int(it - perm.begin());
-        same.fresh = -1;
-        needsPlain.push_back({root, first0.fresh});
-        emit(Role::Local, same);
-        continue;
-      }
-      if (op == "Split" && splitIn.size() == 1 && splitIn[0] == 0 &&
-          normalizeAxis(intAttr(node, "axis", 0), inRank) == first0.axis && first0.fresh >= 0 &&
-          segmentsOf[first0.fresh] == 1) {
-        int n = int(node.getNumResults());
-        bool equal = first0.extent % n == 0;
-        for (Value r : node.getResults()) {
-          auto shape = staticShape(r);
-          equal &= shape && int(shape->size()) == inRank &&
-                   (*shape)[size_t(first0.axis)] * n == first0.extent;
-        }
-        if (!equal) {
-          fail();
-          continue;
-        }
-        segmentsOf[first0.fresh] = n;
-        members.push_back({root, {i, Role::Split, first0.axis}, -1});
-        for (Value r : node.getResults())
-          split[r] = {first0.axis, root, first0.extent / n, -1};
-        extents.push_back({root, first0.extent / n});
-        accepted.insert(node);
-        continue;
-      }
-      if (op == "Reshape" && splitIn.size() == 1 && splitIn[0] == 0) {
-        ArrayRef<int64_t> in = *inShape, out = *outShape;
-        int a = first0.axis;
-        int64_t prefix = product(in.take_front(a));
-        int j = -1;
-        for (int k = 0; k <= outRank && j < 0; ++k)
-          if (product(out.take_front(k)) == prefix && k < outRank)
-            j = k;
-        bool ok = j >= 0;
-        if (ok) {
-          if (out[j] >= in[a])  // merged with inner dims
-            ok = out[j] % in[a] == 0 &&
-                 llvm::any_of(llvm::seq<int>(a + 1, inRank + 1), [&](int e) {
-                   return product(in.slice(a, e - a)) == out[j];
-                 });
-          else  // split into dims, the outermost keeps the slices
-            ok = in[a] % out[j] == 0 &&
-                 llvm::any_of(llvm::seq<int>(j + 1, outRank + 1), [&](int e) {
-                   return product(out.slice(j, e - j)) == in[a];
-                 });
-        }
-        if (!ok) {
-          fail();
-          continue;
-        }
-        extents.push_back({root, out[j]});
-        needsPlain.push_back({root, first0.fresh});
-        emit(Role::Reshape, {j, root, out[j], -1}, j);
-        continue;
-      }
-      if (isMatMul(node) && inputs.size() == 2) {
-        if (splitIn.size() == 1 && splitIn[0] == 0 && first0.axis == inRank - 1)
-          if (auto w = ownWeight(inputs[1], 2); w && (*w)[0] == first0.extent) {
-            needsPlain.push_back({root, first0.fresh});
-            members.push_back({root, {i, Role::Row}, -1});
-            forwardElements.push_back({root, perSample(node.getResult(0))});
-            rowSeen.insert(root);
-            accepted.insert(node);
-            continue;  // the output is whole again
-          }
-        if (splitIn.size() == 2) {
-          const SplitValue &b = split[inputs[1]];
-          auto bShape = staticShape(inputs[1]);
-          if (bShape && int(bShape->size()) == inRank && b.axis == first0.axis &&
-              first0.axis < inRank - 2 && b.extent == first0.extent) {
-            needsPlain.push_back({root, first0.fresh});
-            needsPlain.push_back({root, b.fresh});
-            emit(Role::Local, {first0.axis, root, first0.extent, -1});
-            continue;
-          }
-        }
-      }
-      fail();
+  struct Member {
+    int root;
+    TensorParallelNode node;
+    int seed = -1;  // Column/Bias: the column MatMul whose columns it slices
+  };
+  /// A node reading split values, as the rules see it.
+  struct Reader {
+    int i;
+    NodeOp node;
+    Operation::operand_range inputs;
+    llvm::SmallVector<size_t> splitIn;
+    StringRef op;
+    int root = 0;
+    SplitValue first0;
+    std::optional<llvm::SmallVector<int64_t>> inShape, outShape;
+    int inRank = 0, outRank = 0, fromRight = 0;
+    SplitValue same;  // first0 in the merged region: the usual output
+  };
+
+  const GraphInfo &info;
+  const std::set<int> &lone;
+  double samples;
+  llvm::DenseMap<Value, SplitValue> split;
+  std::map<int, int> parent;
+  std::vector<Member> members;
+  std::set<int> failed, rowSeen;
+  std::map<int, int> segmentsOf;
+  std::map<int, int64_t> columnsOf;
+  std::vector<std::pair<int, int64_t>> extents;
+  std::vector<std::pair<int, double>> forwardElements, backwardElements;
+  std::vector<std::pair<int, int>> needsPlain;  // (root, seed): no segments allowed
+  std::set<Operation *> accepted;
+
+  RegionScan(const GraphInfo &info, const std::set<int> &lone)
+      : info(info), lone(lone), samples(double(std::max<int64_t>(info.samples, 1))) {}
+
+  double perSample(Value v) const { return double(numElements(v.getType())) / samples; }
+
+  int find(int x) {
+    while (parent[x] != x)
+      x = parent[x] = parent[parent[x]];
+    return x;
+  }
+  int unite(int a, int b) {
+    a = find(a);
+    b = find(b);
+    parent[std::max(a, b)] = std::min(a, b);
+    return std::min(a, b);
+  }
+  void fail(const Reader &r) { failed.insert(r.root); }
+  void emit(Reader &r, Role role, SplitValue out, int axis = 0) {
+    members.push_back({r.root, {r.i, role, axis}, -1});
+    split[r.node.getResult(0)] = out;
+    accepted.insert(r.node);
+  }
+
+  /// Node i: a column MatMul seeds a region; a node reading split values
+  /// joins their region (merging them) or fails it.
+  void visit(int i) {
+    NodeOp node = info.nodes[i];
+    auto inputs = node.getInputs();
+    Reader r{i, node, inputs, {}, {}};
+    for (auto [k, v] : llvm::enumerate(inputs))
+      if (split.count(v))
+        r.splitIn.push_back(k);
+    r.op = node.getOpType();
+    bool plain = node.getDomain().empty() && node->getNumRegions() == 0;
+    if (r.splitIn.empty()) {
+      if (plain && isMatMul(node) && inputs.size() == 2 && node.getNumResults() == 1 &&
+          info.kind(inputs[0]) == ValueKind::Activation && !lone.count(i))
+        seedColumn(i, node);
+      return;
     }
+    r.root = split[inputs[r.splitIn[0]]].root;
+    for (size_t k : r.splitIn)
+      r.root = unite(r.root, split[inputs[k]].root);
+    r.first0 = split[inputs[r.splitIn[0]]];
+    if (!plain) {
+      fail(r);
+      return;
+    }
+    r.inShape = staticShape(inputs[r.splitIn[0]]);
+    r.outShape = node.getNumResults() ? staticShape(node.getResult(0)) : std::nullopt;
+    if (!r.inShape || !r.outShape) {
+      fail(r);
+      return;
+    }
+    r.inRank = int(r.inShape->size());
+    r.outRank = int(r.outShape->size());
+    r.fromRight = r.inRank - 1 - r.first0.axis;
+    r.same = r.first0;
+    r.same.root = r.root;
+    if (followElementwise(r) || followBinary(r) || followNormalizer(r) || followTranspose(r) ||
+        followSplit(r) || followReshape(r) || followMatMul(r))
+      return;
+    fail(r);
+  }
+
+  /// A MatMul of an activation by a 2-D weight only it reads: split by
+  /// the weight's columns.
+  void seedColumn(int i, NodeOp node) {
+    auto inputs = node.getInputs();
+    if (auto w = ownWeight(inputs[1], 2)) {
+      parent[i] = i;
+      segmentsOf[i] = 1;
+      columnsOf[i] = (*w)[1];
+      auto out = staticShape(node.getResult(0));
+      if (!out)
+        return;
+      split[node.getResult(0)] = {int(out->size()) - 1, i, (*w)[1], i};
+      members.push_back({i, {i, Role::Column}, i});
+      backwardElements.push_back({i, perSample(inputs[0])});
+      accepted.insert(node);
+    }
+  }
+
+  // Each follow* below takes the node (true) when its rule's op matches,
+  // failing the region when the rule does not hold.
+
+  bool followElementwise(Reader &r) {
+    if (isUnaryElementwise(r.op) && r.splitIn.size() == 1 && r.inputs.size() == 1) {
+      r.same.axis = r.outRank - 1 - r.fromRight;
+      emit(r, Role::Local, r.same);
+      return true;
+    }
+    // Dropout (Megatron's on the attention probabilities and after the
+    // projections): elementwise on the slice; its ratio and training flag
+    // are scalars. A used mask output is not followed.
+    if (r.op == "Dropout" && r.splitIn.size() == 1 && r.splitIn[0] == 0 &&
+        (r.node.getNumResults() < 2 || r.node.getResult(1).use_empty())) {
+      r.same.axis = r.outRank - 1 - r.fromRight;
+      emit(r, Role::Local, r.same);
+      return true;
+    }
+    return false;
+  }
+
+  bool followBinary(Reader &r) {
+    if (!llvm::is_contained({"Add", "Sub", "Mul", "Div", "Pow", "Where"}, r.op))
+      return false;
+    const SplitValue &first0 = r.first0;
+    int fromRight = r.fromRight;
+    bool ok = r.outRank >= fromRight + 1, mixed = false;
+    int bias = -1;
+    for (auto [k, v] : llvm::enumerate(r.inputs)) {
+      if (!ok)
+        break;
+      auto shape = staticShape(v);
+      if (!shape) {
+        ok = false;
+        break;
+      }
+      int rank = int(shape->size());
+      if (split.count(v)) {
+        const SplitValue &sv = split[v];
+        ok = rank - 1 - sv.axis == fromRight && sv.extent == first0.extent;
+        if (sv.fresh != first0.fresh) {
+          // Outputs of two column MatMuls (SwiGLU's gate and up): both
+          // must be contiguous slices.
+          needsPlain.push_back({r.root, sv.fresh});
+          needsPlain.push_back({r.root, first0.fresh});
+          mixed = true;
+        }
+        continue;
+      }
+      int64_t d = rank > fromRight ? (*shape)[size_t(rank - 1 - fromRight)] : 1;
+      if (d == 1)
+        continue;
+      // A bias on the split columns of a column MatMul's output.
+      if (r.op == "Add" && bias < 0 && fromRight == 0 && first0.fresh >= 0 && ownWeight(v, 1) &&
+          d == first0.extent) {
+        bias = int(k);
+        continue;
+      }
+      ok = false;
+    }
+    if (!ok) {
+      fail(r);
+      return true;
+    }
+    r.same.axis = r.outRank - 1 - fromRight;
+    if (mixed)
+      r.same.fresh = -1;
+    if (bias >= 0) {
+      members.push_back({r.root, {r.i, Role::Bias, bias}, first0.fresh});
+      split[r.node.getResult(0)] = r.same;
+      accepted.insert(r.node);
+    } else {
+      emit(r, Role::Local, r.same);
+    }
+    return true;
+  }
+
+  /// Softmax and its kin, off the split axis.
+  bool followNormalizer(Reader &r) {
+    if (!((tpRole(r.op) == ops::TpRole::AxisNormalizer ||
+           tpRole(r.op) == ops::TpRole::AttentionNormalizer) &&
+          r.splitIn.size() == 1))
+      return false;
+    NodeOp node = r.node;
+    int64_t axis = normalizeAxis(intAttr(node, "axis", node.getOpset() >= 13 ? -1 : 1), r.inRank);
+    if (axis == r.first0.axis || (node.getOpset() < 13 && axis <= r.first0.axis)) {
+      fail(r);
+      return true;
+    }
+    needsPlain.push_back({r.root, r.first0.fresh});
+    emit(r, Role::Local, r.same);
+    return true;
+  }
+
+  bool followTranspose(Reader &r) {
+    if (!(r.op == "Transpose" && r.splitIn.size() == 1))
+      return false;
+    llvm::SmallVector<int64_t> perm;
+    if (auto a = dyn_cast_or_null<DenseI64ArrayAttr>(r.node.getOnnxAttr("perm")))
+      perm.assign(a.asArrayRef().begin(), a.asArrayRef().end());
+    else
+      for (int k = r.inRank - 1; k >= 0; --k)
+        perm.push_back(k);
+    auto it = llvm::find(perm, r.first0.axis);
+    if (it == perm.end()) {
+      fail(r);
+      return true;
+    }
+    r.same.axis = int(it - perm.begin());
+    r.same.fresh = -1;
+    needsPlain.push_back({r.root, r.first0.fresh});
+    emit(r, Role::Local, r.same);
+    return true;
+  }
+
+  /// Split along the split axis of a column MatMul's output (a fused
+  /// Q|K|V weight): its columns become segments.
+  bool followSplit(Reader &r) {
+    const SplitValue &first0 = r.first0;
+    if (!(r.op == "Split" && r.splitIn.size() == 1 && r.splitIn[0] == 0 &&
+          normalizeAxis(intAttr(r.node, "axis", 0), r.inRank) == first0.axis &&
+          first0.fresh >= 0 && segmentsOf[first0.fresh] == 1))
+      return false;
+    int n = int(r.node.getNumResults());
+    bool equal = first0.extent % n == 0;
+    for (Value res : r.node.getResults()) {
+      auto shape = staticShape(res);
+      equal &= shape && int(shape->size()) == r.inRank &&
+               (*shape)[size_t(first0.axis)] * n == first0.extent;
+    }
+    if (!equal) {
+      fail(r);
+      return true;
+    }
+    segmentsOf[first0.fresh] = n;
+    members.push_back({r.root, {r.i, Role::Split, first0.axis}, -1});
+    for (Value res : r.node.getResults())
+      split[res] = {first0.axis, r.root, first0.extent / n, -1};
+    extents.push_back({r.root, first0.extent / n});
+    accepted.insert(r.node);
+    return true;
+  }
+
+  /// Reshape keeping the outermost dim of the split one divided.
+  bool followReshape(Reader &r) {
+    if (!(r.op == "Reshape" && r.splitIn.size() == 1 && r.splitIn[0] == 0))
+      return false;
+    ArrayRef<int64_t> in = *r.inShape, out = *r.outShape;
+    int inRank = r.inRank, outRank = r.outRank;
+    int a = r.first0.axis;
+    int64_t prefix = product(in.take_front(a));
+    int j = -1;
+    for (int k = 0; k <= outRank && j < 0; ++k)
+      if (product(out.take_front(k)) == prefix && k < outRank)
+        j = k;
+    bool ok = j >= 0;
+    if (ok) {
+      if (out[j] >= in[a])  // merged with inner dims
+        ok = out[j] % in[a] == 0 &&
+             llvm::any_of(llvm::seq<int>(a + 1, inRank + 1), [&](int e) {
+               return product(in.slice(a, e - a)) == out[j];
+             });
+      else  // split into dims, the outermost keeps the slices
+        ok = in[a] % out[j] == 0 &&
+             llvm::any_of(llvm::seq<int>(j + 1, outRank + 1), [&](int e) {
+               return product(out.slice(j, e - j)) == in[a];
+             });
+    }
+    if (!ok) {
+      fail(r);
+      return true;
+    }
+    extents.push_back({r.root, out[j]});
+    needsPlain.push_back({r.root, r.first0.fresh});
+    emit(r, Role::Reshape, {j, r.root, out[j], -1}, j);
+    return true;
+  }
+
+  /// A row MatMul (by a 2-D weight, of a value split on its last axis), or
+  /// a MatMul of two values split on the same batch dim (attention heads).
+  bool followMatMul(Reader &r) {
+    if (!(isMatMul(r.node) && r.inputs.size() == 2))
+      return false;
+    const SplitValue &first0 = r.first0;
+    if (r.splitIn.size() == 1 && r.splitIn[0] == 0 && first0.axis == r.inRank - 1)
+      if (auto w = ownWeight(r.inputs[1], 2); w && (*w)[0] == first0.extent) {
+        needsPlain.push_back({r.root, first0.fresh});
+        members.push_back({r.root, {r.i, Role::Row}, -1});
+        forwardElements.push_back({r.root, perSample(r.node.getResult(0))});
+        rowSeen.insert(r.root);
+        accepted.insert(r.node);
+        return true;  // the output is whole again
+      }
+    if (r.splitIn.size() == 2) {
+      const SplitValue &b = split[r.inputs[1]];
+      auto bShape = staticShape(r.inputs[1]);
+      if (bShape && int(bShape->size()) == r.inRank && b.axis == first0.axis &&
+          first0.axis < r.inRank - 2 && b.extent == first0.extent) {
+        needsPlain.push_back({r.root, first0.fresh});
+        needsPlain.push_back({r.root, b.fresh});
+        emit(r, Role::Local, {first0.axis, r.root, first0.extent, -1});
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /// The roots of the failed regions, after the checks that need the
+  /// whole layer seen.
+  std::set<int> collectFailedRoots() {
     // Split values read outside their region (another layer, the graph's
     // outputs, a node that could not take them) drop the region.
     for (auto &[v, sv] : split)
@@ -399,14 +466,11 @@ std::vector<TensorParallelUnit> findTensorParallelUnits(const GraphInfo &info, i
     std::set<int> failedRoots;
     for (int r : failed)
       failedRoots.insert(find(r));
-    bool more = false;
-    for (auto &[seed, p] : parent)
-      if (failedRoots.count(find(seed)) && lone.insert(seed).second)
-        more = true;
-    if (more && round < 64)
-      continue;
+    return failedRoots;
+  }
 
-    // The regions that hold, then the lone column MatMuls.
+  /// The regions that hold, as units ordered by root.
+  std::vector<TensorParallelUnit> regionUnits(const std::set<int> &failedRoots) {
     std::map<int, TensorParallelUnit> regions;
     for (const Member &m : members) {
       int root = find(m.root);
@@ -441,16 +505,52 @@ std::vector<TensorParallelUnit> findTensorParallelUnits(const GraphInfo &info, i
       });
       units.push_back(std::move(u));
     }
-    for (int i : lone) {
-      NodeOp node = info.nodes[i];
-      TensorParallelUnit u;
-      u.divisor = (*ownWeight(node.getInputs()[1], 2))[1];
-      u.nodes.push_back({i, Role::Gather});
-      u.forwardElementsPerSample = perSample(node.getResult(0));
-      u.backwardElementsPerSample = perSample(node.getInputs()[0]);
-      u.forwardCollectives = u.backwardCollectives = 1;
-      units.push_back(std::move(u));
-    }
+    return units;
+  }
+
+  /// Column MatMul i alone, all-gathered.
+  TensorParallelUnit loneUnit(int i) const {
+    NodeOp node = info.nodes[i];
+    TensorParallelUnit u;
+    u.divisor = (*ownWeight(node.getInputs()[1], 2))[1];
+    u.nodes.push_back({i, Role::Gather});
+    u.forwardElementsPerSample = perSample(node.getResult(0));
+    u.backwardElementsPerSample = perSample(node.getInputs()[0]);
+    u.forwardCollectives = u.backwardCollectives = 1;
+    return u;
+  }
+};
+
+/// Finds Megatron's column/row regions among nodes [first, last] (one
+/// layer), the same rules the runtime executes (docs/runtime.md,
+/// "Tensor-parallel stages"): a MatMul by a 2-D weight no other node reads
+/// starts a region split by the weight's columns; elementwise ops, Softmax
+/// off the split axis, Transpose, Reshape (the outermost dim of the split
+/// one divided), Split along it (a fused Q|K|V weight) and MatMuls of two
+/// values split on a batch dim (attention heads) run on each rank's slice;
+/// a MatMul by a 2-D weight of a value split on its last axis takes the
+/// weight's rows and all-reduces. A region that meets anything else, or
+/// whose split values leave it, is dropped: its first MatMuls are split by
+/// columns alone and all-gathered.
+std::vector<TensorParallelUnit> findTensorParallelUnits(const GraphInfo &info, int first,
+                                                        int last) {
+  std::set<int> lone;  // column MatMuls whose region failed: all-gathered
+  for (int round = 0;; ++round) {
+    RegionScan scan(info, lone);
+    for (int i = first; i <= last; ++i)
+      scan.visit(i);
+    std::set<int> failedRoots = scan.collectFailedRoots();
+    bool more = false;
+    for (auto &[seed, p] : scan.parent)
+      if (failedRoots.count(scan.find(seed)) && lone.insert(seed).second)
+        more = true;
+    if (more && round < 64)
+      continue;
+
+    // The regions that hold, then the lone column MatMuls.
+    std::vector<TensorParallelUnit> units = scan.regionUnits(failedRoots);
+    for (int i : lone)
+      units.push_back(scan.loneUnit(i));
     llvm::sort(units, [](const TensorParallelUnit &a, const TensorParallelUnit &b) {
       return a.nodes.front().node < b.nodes.front().node;
     });

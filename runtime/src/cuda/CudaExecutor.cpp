@@ -426,6 +426,139 @@ std::map<std::string, Tensor> CudaExecutor::Impl::run(const std::map<std::string
   return out;
 }
 
+namespace {
+
+/// The given values into `values` (device tensors used where they are,
+/// another stream's memory noted in `foreign`); true when they replace
+/// initializers.
+bool takeGiven(CudaExecutor::Impl &impl, std::map<std::string, Tensor> &given, std::map<std::string, Val> &values,
+               std::vector<std::shared_ptr<cudart::StreamMemory>> &foreign) {
+  bool overridesWeights = false;
+  for (auto &[name, t] : given) {
+    bool weight = impl.model.initializers.count(name);
+    overridesWeights = overridesWeights || weight;
+    Val &v = values[name];
+    v.given = !weight;
+    if (t.isDevice()) v.dev = impl.deviceValue(t, foreign);
+    else v.host = std::move(t);
+  }
+  return overridesWeights;
+}
+
+/// Value -> the last step reading it (a fused group reads at its step).
+std::map<std::string, size_t> lastReads(const CudaExecutor::Impl &impl, const std::vector<size_t> &nodes,
+                                        const std::vector<long> &fusedAt) {
+  std::map<std::string, size_t> last; // value -> last step reading it (a group reads at its step)
+  for (size_t step = 0; step < nodes.size(); ++step) {
+    size_t at = fusedAt[step] >= 0 ? size_t(fusedAt[step]) : step;
+    impl.model.nodes[nodes[step]].forEachRead([&](const std::string &v) { last[v] = std::max(last[v], at); });
+  }
+  return last;
+}
+
+/// Node n's input values (null: omitted) and their types; whether any is a
+/// float and whether any has no host copy.
+void gatherInputs(const CudaExecutor::Impl &impl, const Node &n, const CudaExecutor::Impl::Lookup &lookup,
+                  std::vector<Val *> &ins, std::vector<DType> &inTypes, bool &anyFloat, bool &anyDeviceOnly) {
+  for (const auto &s : n.inputs) {
+    if (s.empty()) { ins.push_back(nullptr); inTypes.push_back(DType::Undefined); continue; }
+    Val *v = lookup(s);
+    if (!v) throw std::runtime_error(impl.where(n) + "value '" + s + "' is missing");
+    ins.push_back(v);
+    inTypes.push_back(v->dtype());
+    anyFloat = anyFloat || isFloatType(v->dtype());
+    anyDeviceOnly = anyDeviceOnly || !v->host.defined();
+  }
+}
+
+/// Fused groups run at the step of their last node, when all their
+/// nodes are here, none is offered to the hook and no value inside a
+/// group is kept or given (nor are weights replaced: a training rank).
+/// Returns, per step, the step its group runs at (-1: not fused).
+std::vector<long> fusedSteps(const CudaExecutor::Impl &impl, const std::vector<size_t> &nodes,
+                             const std::set<std::string> &keep, const std::map<std::string, Val> &values,
+                             bool overridesWeights, const Executor::NodeHook *hook,
+                             const std::set<size_t> *hookNodes) {
+  std::vector<long> fusedAt(nodes.size(), -1); // step -> the step its group runs at
+  std::vector<long> groupAt(impl.groups.size(), -1);
+  if (!overridesWeights && !impl.groups.empty()) {
+    std::map<size_t, size_t> stepOf;
+    for (size_t step = 0; step < nodes.size(); ++step) stepOf[nodes[step]] = step;
+    for (size_t gi = 0; gi < impl.groups.size(); ++gi) {
+      const CudaFusion &g = impl.groups[gi];
+      bool ok = true;
+      long at = -1;
+      for (size_t m : g.nodes) {
+        auto it = stepOf.find(m);
+        ok = ok && it != stepOf.end() && !(hook && hookNodes && hookNodes->count(m));
+        if (it != stepOf.end()) at = std::max(at, long(it->second));
+        for (const auto &o : impl.model.nodes[m].outputs)
+          if (o != g.output) ok = ok && !keep.count(o) && !values.count(o);
+      }
+      if (!ok) continue;
+      groupAt[gi] = at;
+      for (size_t m : g.nodes) fusedAt[stepOf[m]] = at;
+    }
+  }
+  return fusedAt;
+}
+
+/// Node n on the hook, the host or the device; true when it ran on the device.
+bool dispatchNode(CudaExecutor::Impl &impl, const Node &n, size_t idx, std::vector<Val *> &ins,
+                  const std::vector<DType> &inTypes, std::vector<Val> &outs, bool anyFloat, bool anyDeviceOnly,
+                  const Executor::NodeHook *hook, const std::set<size_t> *hookNodes) {
+  bool onDevice = false;
+  try {
+    if (hook && hookNodes && hookNodes->count(idx) && impl.runHooked(n, idx, *hook, ins, outs)) {
+      // the plan executor's tensor-parallel node, on host copies
+    } else if (kShapeOnly.count(n.opType)) {
+      impl.runHost(n, ins, outs, ins.size() && ins[0] && !ins[0]->host.defined());
+    } else {
+      std::string dev = deviceCheck(n, inTypes);
+      if (!anyFloat && findKernel(n.opType) && (!anyDeviceOnly || !dev.empty()))
+        impl.runHost(n, ins, outs, false);
+      else if (dev.empty()) {
+        impl.runDevice(n, ins, outs);
+        onDevice = true;
+      } else
+        throw std::runtime_error(dev);
+    }
+  } catch (const std::exception &e) {
+    throw std::runtime_error(impl.where(n) + e.what());
+  }
+  return onDevice;
+}
+
+/// The kept values into `out`: on the device where `resident` names them and
+/// they have no host copy, else on the host. Returns this stream's memory
+/// among the device ones (ready after an event recorded once they are all out).
+std::vector<cudart::StreamMemory *> exportKept(CudaExecutor::Impl &impl, const std::set<std::string> &keep,
+                                               std::map<std::string, Val> &values,
+                                               const std::set<std::string> *resident,
+                                               std::map<std::string, Tensor> &out) {
+  std::vector<cudart::StreamMemory *> produced;
+  for (const auto &name : keep) {
+    auto it = values.find(name);
+    if (it == values.end()) continue;
+    Val &v = it->second;
+    try {
+      if (resident && resident->count(name) && !v.host.defined()) {
+        out[name] = v.dev;
+        if (cudart::StreamMemory *m = cudart::streamMemory(v.dev); m && m->owner() == impl.stream) produced.push_back(m);
+        continue;
+      }
+      if (!v.host.defined()) v.host = impl.valueDownload(v.dev);
+      const Tensor &h = v.host;
+      out[name] = h.isView() ? h.clone() : h;
+    } catch (const std::exception &e) {
+      throw std::runtime_error(impl.model.path + ": value '" + name + "': " + e.what());
+    }
+  }
+  return produced;
+}
+
+} // namespace
+
 std::map<std::string, Tensor>
 CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tensor> given,
                              const std::set<std::string> &keep, std::map<std::string, std::vector<int64_t>> *shapes,
@@ -438,50 +571,16 @@ CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::str
   // device tensors (device-resident values) are used where they are, this
   // stream ordered after their producer; reads of another stream's memory
   // are marked for its free at the end (`foreign`).
-  bool overridesWeights = false;
   std::vector<std::shared_ptr<cudart::StreamMemory>> foreign;
-  for (auto &[name, t] : given) {
-    bool weight = model.initializers.count(name);
-    overridesWeights = overridesWeights || weight;
-    Val &v = values[name];
-    v.given = !weight;
-    if (t.isDevice()) v.dev = deviceValue(t, foreign);
-    else v.host = std::move(t);
-  }
+  bool overridesWeights = takeGiven(*this, given, values, foreign);
   auto lookup = [&](const std::string &s) -> Val * {
     if (auto it = values.find(s); it != values.end()) return &it->second;
     if (auto it = weights.find(s); it != weights.end()) return &it->second;
     return nullptr;
   };
-  // Fused groups run at the step of their last node, when all their
-  // nodes are here, none is offered to the hook and no value inside a
-  // group is kept or given (nor are weights replaced: a training rank).
-  std::vector<long> fusedAt(nodes.size(), -1); // step -> the step its group runs at
-  std::vector<long> groupAt(groups.size(), -1);
-  if (!overridesWeights && !groups.empty()) {
-    std::map<size_t, size_t> stepOf;
-    for (size_t step = 0; step < nodes.size(); ++step) stepOf[nodes[step]] = step;
-    for (size_t gi = 0; gi < groups.size(); ++gi) {
-      const CudaFusion &g = groups[gi];
-      bool ok = true;
-      long at = -1;
-      for (size_t m : g.nodes) {
-        auto it = stepOf.find(m);
-        ok = ok && it != stepOf.end() && !(hook && hookNodes && hookNodes->count(m));
-        if (it != stepOf.end()) at = std::max(at, long(it->second));
-        for (const auto &o : model.nodes[m].outputs)
-          if (o != g.output) ok = ok && !keep.count(o) && !values.count(o);
-      }
-      if (!ok) continue;
-      groupAt[gi] = at;
-      for (size_t m : g.nodes) fusedAt[stepOf[m]] = at;
-    }
-  }
-  std::map<std::string, size_t> last; // value -> last step reading it (a group reads at its step)
-  for (size_t step = 0; step < nodes.size(); ++step) {
-    size_t at = fusedAt[step] >= 0 ? size_t(fusedAt[step]) : step;
-    model.nodes[nodes[step]].forEachRead([&](const std::string &v) { last[v] = std::max(last[v], at); });
-  }
+  // Fused groups run at the step of their last node (fusedSteps).
+  std::vector<long> fusedAt = fusedSteps(*this, nodes, keep, values, overridesWeights, hook, hookNodes);
+  std::map<std::string, size_t> last = lastReads(*this, nodes, fusedAt);
   // Per-node times (hetplan run --profile): CUDA events around device
   // work (the stream's time, not the host's launch time), steady_clock
   // around nodes that ran on the host.
@@ -548,15 +647,7 @@ CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::str
       std::vector<Val *> ins;
       std::vector<DType> inTypes;
       bool anyFloat = false, anyDeviceOnly = false;
-      for (const auto &s : n.inputs) {
-        if (s.empty()) { ins.push_back(nullptr); inTypes.push_back(DType::Undefined); continue; }
-        Val *v = lookup(s);
-        if (!v) throw std::runtime_error(where(n) + "value '" + s + "' is missing");
-        ins.push_back(v);
-        inTypes.push_back(v->dtype());
-        anyFloat = anyFloat || isFloatType(v->dtype());
-        anyDeviceOnly = anyDeviceOnly || !v->host.defined();
-      }
+      gatherInputs(*this, n, lookup, ins, inTypes, anyFloat, anyDeviceOnly);
       std::vector<Val> outs(n.outputs.size());
       auto hostStart = std::chrono::steady_clock::now();
       if (observer) { // listed first, so that a failure below releases them
@@ -565,25 +656,7 @@ CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::str
         cudaCheck(cudaEventCreate(&timed.back().end), "cudaEventCreate");
         cudaCheck(cudaEventRecord(timed.back().begin, stream), "cudaEventRecord");
       }
-      bool onDevice = false;
-      try {
-        if (hook && hookNodes && hookNodes->count(idx) && runHooked(n, idx, *hook, ins, outs)) {
-          // the plan executor's tensor-parallel node, on host copies
-        } else if (kShapeOnly.count(n.opType)) {
-          runHost(n, ins, outs, ins.size() && ins[0] && !ins[0]->host.defined());
-        } else {
-          std::string dev = deviceCheck(n, inTypes);
-          if (!anyFloat && findKernel(n.opType) && (!anyDeviceOnly || !dev.empty()))
-            runHost(n, ins, outs, false);
-          else if (dev.empty()) {
-            runDevice(n, ins, outs);
-            onDevice = true;
-          } else
-            throw std::runtime_error(dev);
-        }
-      } catch (const std::exception &e) {
-        throw std::runtime_error(where(n) + e.what());
-      }
+      bool onDevice = dispatchNode(*this, n, idx, ins, inTypes, outs, anyFloat, anyDeviceOnly, hook, hookNodes);
       if (observer) {
         Timed &t = timed.back();
         cudaCheck(cudaEventRecord(t.end, stream), "cudaEventRecord");
@@ -609,24 +682,7 @@ CudaExecutor::Impl::runNodes(const std::vector<size_t> &nodes, std::map<std::str
     // have no host copy (ready after an event recorded now: another stream
     // or a host copy waits on it, this stream is already ordered), else
     // on the host.
-    std::vector<cudart::StreamMemory *> produced;
-    for (const auto &name : keep) {
-      auto it = values.find(name);
-      if (it == values.end()) continue;
-      Val &v = it->second;
-      try {
-        if (resident && resident->count(name) && !v.host.defined()) {
-          out[name] = v.dev;
-          if (cudart::StreamMemory *m = cudart::streamMemory(v.dev); m && m->owner() == stream) produced.push_back(m);
-          continue;
-        }
-        if (!v.host.defined()) v.host = valueDownload(v.dev);
-        const Tensor &h = v.host;
-        out[name] = h.isView() ? h.clone() : h;
-      } catch (const std::exception &e) {
-        throw std::runtime_error(model.path + ": value '" + name + "': " + e.what());
-      }
-    }
+    std::vector<cudart::StreamMemory *> produced = exportKept(*this, keep, values, resident, out);
     markRead(foreign);
     if (!produced.empty()) {
       std::shared_ptr<cudart::Event> ready = cudart::recordEvent(stream);

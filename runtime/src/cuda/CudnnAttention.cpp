@@ -104,6 +104,151 @@ struct Attention::Plan {
   std::vector<int64_t> uids;
 };
 
+namespace {
+
+/// d, kept alive with plan p.
+DescPtr keepIn(Attention::Plan &p, DescPtr d) {
+  p.keep.push_back(d);
+  return d;
+}
+
+/// The attention graph of `a` as cuDNN operations (appended to `ops`), its
+/// descriptors kept in p and its I/O tensors' uids in p.uids.
+void describeGraph(const Sdpa &a, Attention::Plan &p, std::vector<DescPtr> &ops) {
+  const cudnnDataType_t io = a.bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, f32 = CUDNN_DATA_FLOAT;
+  const int64_t B = a.B, H = a.H, Sq = a.Sq, Skv = a.Skv, D = a.D, Dv = a.Dv;
+  int64_t nextVirtual = 100;
+  auto keep = [&](DescPtr d) { return keepIn(p, d); };
+  auto virt = [&](cudnnDataType_t t, const std::vector<int64_t> &dims) {
+    return keep(tensor(nextVirtual++, t, dims, packed(dims), true));
+  };
+  // A descriptor computing in float (`prec`), with `mode` when given.
+  auto math = [&](cudnnBackendDescriptorType_t type, cudnnBackendAttributeName_t prec,
+                  cudnnBackendAttributeName_t modeName = CUDNN_ATTR_POINTWISE_MODE,
+                  cudnnBackendAttributeType_t modeType = CUDNN_TYPE_POINTWISE_MODE, const void *mode = nullptr) {
+    auto d = keep(make(type));
+    if (mode) d->set(modeName, modeType, 1, mode);
+    d->set(prec, CUDNN_TYPE_DATA_TYPE, 1, &f32);
+    d->finalize("operation descriptor");
+    return d;
+  };
+  // An operation node of the graph: its descriptors by attribute (null: left unset).
+  auto operation = [&](cudnnBackendDescriptorType_t type,
+                       const std::vector<std::pair<cudnnBackendAttributeName_t, DescPtr>> &attrs) {
+    auto op = keep(make(type));
+    for (const auto &[name, d] : attrs)
+      if (d) op->set(name, *d);
+    op->finalize("graph operation");
+    ops.push_back(op);
+  };
+  auto matmul = [&](const DescPtr &x, const DescPtr &y, const DescPtr &out) {
+    operation(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+              {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, x},
+               {CUDNN_ATTR_OPERATION_MATMUL_BDESC, y},
+               {CUDNN_ATTR_OPERATION_MATMUL_CDESC, out},
+               {CUDNN_ATTR_OPERATION_MATMUL_DESC, math(CUDNN_BACKEND_MATMUL_DESCRIPTOR, CUDNN_ATTR_MATMUL_COMP_TYPE)}});
+  };
+  // pointwise and reduction return their output: a new virtual tensor of `dims`.
+  auto pointwise = [&](cudnnPointwiseMode_t mode, const DescPtr &x, const DescPtr &b,
+                       const std::vector<int64_t> &dims, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    auto y = virt(type, dims);
+    auto pw = math(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_ATTR_POINTWISE_MODE,
+                   CUDNN_TYPE_POINTWISE_MODE, &mode);
+    operation(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+              {{CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw},
+               {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
+               {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b},
+               {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}});
+    return y;
+  };
+  auto reduction = [&](cudnnReduceTensorOp_t mode, const DescPtr &x, const std::vector<int64_t> &dims) {
+    auto y = virt(CUDNN_DATA_FLOAT, dims);
+    auto rd = math(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_ATTR_REDUCTION_OPERATOR,
+                   CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &mode);
+    operation(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+              {{CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x},
+               {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y},
+               {CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd}});
+    return y;
+  };
+
+  auto q = keep(tensor(kQ, io, {B, H, Sq, D}, packed({B, H, Sq, D}), false));
+  auto kT = keep(tensor(kK, io, {B, H, D, Skv}, {H * Skv * D, Skv * D, 1, D}, false));
+  auto v = keep(tensor(kV, io, {B, H, Skv, Dv}, packed({B, H, Skv, Dv}), false));
+  auto o = keep(tensor(kO, io, {B, H, Sq, Dv}, packed({B, H, Sq, Dv}), false));
+  auto scale = keep(tensor(kScale, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, /*byValue=*/true));
+  p.uids = {kQ, kK, kV, kO, kScale};
+  const std::vector<int64_t> scores = {B, H, Sq, Skv}, rows = {B, H, Sq, 1};
+  auto s = virt(f32, scores);
+  matmul(q, kT, s);
+  auto last = pointwise(CUDNN_POINTWISE_MUL, s, scale, scores);
+  if (a.bias) {
+    std::vector<int64_t> bd = {a.biasB ? B : 1, a.biasH ? H : 1, Sq, Skv};
+    auto bias = keep(tensor(kBias, io, bd, packed(bd), false));
+    p.uids.push_back(kBias);
+    last = pointwise(CUDNN_POINTWISE_ADD, last, bias, scores);
+  }
+  auto mx = reduction(CUDNN_REDUCE_TENSOR_MAX, last, rows);
+  auto ex = pointwise(CUDNN_POINTWISE_EXP, pointwise(CUDNN_POINTWISE_SUB, last, mx, scores), nullptr, scores);
+  auto sum = reduction(CUDNN_REDUCE_TENSOR_ADD, ex, rows);
+  pointwise(CUDNN_POINTWISE_ADD, mx, pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, rows), rows); // statistics
+  auto prob = pointwise(CUDNN_POINTWISE_DIV, ex, sum, scores, io); // bmm2's A in the I/O type (cuDNN's requirement)
+  matmul(prob, v, o);
+}
+
+/// The operation graph of `ops` on handle h, and the first engine config
+/// the heuristics offer that finalizes as p's execution plan; throws Status
+/// when none does.
+void finalizePlan(cudnnHandle_t h, const std::vector<DescPtr> &ops, Attention::Plan &p) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  auto graph = keepIn(p, make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (const auto &op : ops) raw.push_back(op->d);
+  graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(raw.size()), raw.data());
+  graph->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+  graph->finalize("operation graph");
+
+  auto heur = keepIn(p, make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
+  heur->set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *graph);
+  cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  heur->set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  heur->finalize("engine heuristics");
+  int64_t count = 0;
+  check(cudnnBackendGetAttribute(heur->d, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                 nullptr),
+        "engine heuristics results (count)");
+  if (count <= 0) throw Status("the heuristics offer no engine for this graph");
+  std::vector<DescPtr> cfgs;
+  std::vector<cudnnBackendDescriptor_t> rawCfgs;
+  for (int64_t i = 0; i < count; ++i) {
+    cfgs.push_back(make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    rawCfgs.push_back(cfgs.back()->d);
+  }
+  int64_t got = 0;
+  check(cudnnBackendGetAttribute(heur->d, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                 &got, rawCfgs.data()),
+        "engine heuristics results");
+  std::string lastError;
+  for (int64_t i = 0; i < got && !p.plan; ++i) {
+    auto plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfgs[size_t(i)]);
+    cudnnStatus_t st = cudnnBackendFinalize(plan->d);
+    if (st != CUDNN_STATUS_SUCCESS) { lastError = cudnnGetErrorString(st); continue; }
+    int64_t n = 0;
+    check(cudnnBackendGetAttribute(plan->d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                   &p.workspace),
+          "execution plan workspace size");
+    p.keep.push_back(cfgs[size_t(i)]);
+    p.plan = plan;
+  }
+#pragma GCC diagnostic pop
+  if (!p.plan) throw Status("no engine config finalizes (" + std::to_string(got) + " tried, last: " + lastError + ")");
+}
+
+} // namespace
+
 Attention::Attention(cudaStream_t stream) {
   cudnnHandle_t h = nullptr;
   check(cudnnCreate(&h), "cudnnCreate");
@@ -130,133 +275,9 @@ bool Attention::run(const Sdpa &a, const std::function<Tensor(size_t bytes)> &sc
   if (it == plans_.end()) {
     auto p = std::make_shared<Plan>();
     try {
-      const cudnnDataType_t io = a.bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, f32 = CUDNN_DATA_FLOAT;
-      const int64_t B = a.B, H = a.H, Sq = a.Sq, Skv = a.Skv, D = a.D, Dv = a.Dv;
-      int64_t nextVirtual = 100;
-      auto keep = [&](DescPtr d) { p->keep.push_back(d); return d; };
-      auto virt = [&](cudnnDataType_t t, const std::vector<int64_t> &dims) {
-        return keep(tensor(nextVirtual++, t, dims, packed(dims), true));
-      };
       std::vector<DescPtr> ops;
-      // A descriptor computing in float (`prec`), with `mode` when given.
-      auto math = [&](cudnnBackendDescriptorType_t type, cudnnBackendAttributeName_t prec,
-                      cudnnBackendAttributeName_t modeName = CUDNN_ATTR_POINTWISE_MODE,
-                      cudnnBackendAttributeType_t modeType = CUDNN_TYPE_POINTWISE_MODE, const void *mode = nullptr) {
-        auto d = keep(make(type));
-        if (mode) d->set(modeName, modeType, 1, mode);
-        d->set(prec, CUDNN_TYPE_DATA_TYPE, 1, &f32);
-        d->finalize("operation descriptor");
-        return d;
-      };
-      // An operation node of the graph: its descriptors by attribute (null: left unset).
-      auto operation = [&](cudnnBackendDescriptorType_t type,
-                           const std::vector<std::pair<cudnnBackendAttributeName_t, DescPtr>> &attrs) {
-        auto op = keep(make(type));
-        for (const auto &[name, d] : attrs)
-          if (d) op->set(name, *d);
-        op->finalize("graph operation");
-        ops.push_back(op);
-      };
-      auto matmul = [&](const DescPtr &x, const DescPtr &y, const DescPtr &out) {
-        operation(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
-                  {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, x},
-                   {CUDNN_ATTR_OPERATION_MATMUL_BDESC, y},
-                   {CUDNN_ATTR_OPERATION_MATMUL_CDESC, out},
-                   {CUDNN_ATTR_OPERATION_MATMUL_DESC, math(CUDNN_BACKEND_MATMUL_DESCRIPTOR, CUDNN_ATTR_MATMUL_COMP_TYPE)}});
-      };
-      // pointwise and reduction return their output: a new virtual tensor of `dims`.
-      auto pointwise = [&](cudnnPointwiseMode_t mode, const DescPtr &x, const DescPtr &b,
-                           const std::vector<int64_t> &dims, cudnnDataType_t type = CUDNN_DATA_FLOAT) {
-        auto y = virt(type, dims);
-        auto pw = math(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_ATTR_POINTWISE_MODE,
-                       CUDNN_TYPE_POINTWISE_MODE, &mode);
-        operation(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
-                  {{CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw},
-                   {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
-                   {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b},
-                   {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}});
-        return y;
-      };
-      auto reduction = [&](cudnnReduceTensorOp_t mode, const DescPtr &x, const std::vector<int64_t> &dims) {
-        auto y = virt(CUDNN_DATA_FLOAT, dims);
-        auto rd = math(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_ATTR_REDUCTION_OPERATOR,
-                       CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &mode);
-        operation(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
-                  {{CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x},
-                   {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y},
-                   {CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd}});
-        return y;
-      };
-
-      auto q = keep(tensor(kQ, io, {B, H, Sq, D}, packed({B, H, Sq, D}), false));
-      auto kT = keep(tensor(kK, io, {B, H, D, Skv}, {H * Skv * D, Skv * D, 1, D}, false));
-      auto v = keep(tensor(kV, io, {B, H, Skv, Dv}, packed({B, H, Skv, Dv}), false));
-      auto o = keep(tensor(kO, io, {B, H, Sq, Dv}, packed({B, H, Sq, Dv}), false));
-      auto scale = keep(tensor(kScale, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, /*byValue=*/true));
-      p->uids = {kQ, kK, kV, kO, kScale};
-      const std::vector<int64_t> scores = {B, H, Sq, Skv}, rows = {B, H, Sq, 1};
-      auto s = virt(f32, scores);
-      matmul(q, kT, s);
-      auto last = pointwise(CUDNN_POINTWISE_MUL, s, scale, scores);
-      if (a.bias) {
-        std::vector<int64_t> bd = {a.biasB ? B : 1, a.biasH ? H : 1, Sq, Skv};
-        auto bias = keep(tensor(kBias, io, bd, packed(bd), false));
-        p->uids.push_back(kBias);
-        last = pointwise(CUDNN_POINTWISE_ADD, last, bias, scores);
-      }
-      auto mx = reduction(CUDNN_REDUCE_TENSOR_MAX, last, rows);
-      auto ex = pointwise(CUDNN_POINTWISE_EXP, pointwise(CUDNN_POINTWISE_SUB, last, mx, scores), nullptr, scores);
-      auto sum = reduction(CUDNN_REDUCE_TENSOR_ADD, ex, rows);
-      pointwise(CUDNN_POINTWISE_ADD, mx, pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, rows), rows); // statistics
-      auto prob = pointwise(CUDNN_POINTWISE_DIV, ex, sum, scores, io); // bmm2's A in the I/O type (cuDNN's requirement)
-      matmul(prob, v, o);
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-      auto graph = keep(make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
-      std::vector<cudnnBackendDescriptor_t> raw;
-      for (const auto &op : ops) raw.push_back(op->d);
-      graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(raw.size()), raw.data());
-      cudnnHandle_t h = handle_;
-      graph->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-      graph->finalize("operation graph");
-
-      auto heur = keep(make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
-      heur->set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *graph);
-      cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-      heur->set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-      heur->finalize("engine heuristics");
-      int64_t count = 0;
-      check(cudnnBackendGetAttribute(heur->d, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                     nullptr),
-            "engine heuristics results (count)");
-      if (count <= 0) throw Status("the heuristics offer no engine for this graph");
-      std::vector<DescPtr> cfgs;
-      std::vector<cudnnBackendDescriptor_t> rawCfgs;
-      for (int64_t i = 0; i < count; ++i) {
-        cfgs.push_back(make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-        rawCfgs.push_back(cfgs.back()->d);
-      }
-      int64_t got = 0;
-      check(cudnnBackendGetAttribute(heur->d, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                                     &got, rawCfgs.data()),
-            "engine heuristics results");
-      std::string lastError;
-      for (int64_t i = 0; i < got && !p->plan; ++i) {
-        auto plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-        plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfgs[size_t(i)]);
-        cudnnStatus_t st = cudnnBackendFinalize(plan->d);
-        if (st != CUDNN_STATUS_SUCCESS) { lastError = cudnnGetErrorString(st); continue; }
-        int64_t n = 0;
-        check(cudnnBackendGetAttribute(plan->d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                       &p->workspace),
-              "execution plan workspace size");
-        p->keep.push_back(cfgs[size_t(i)]);
-        p->plan = plan;
-      }
-#pragma GCC diagnostic pop
-      if (!p->plan) throw Status("no engine config finalizes (" + std::to_string(got) + " tried, last: " + lastError + ")");
+      describeGraph(a, *p, ops);
+      finalizePlan(handle_, ops, *p);
     } catch (const Status &e) {
       refused_[key] = e.what();
       if (why) *why = e.what();

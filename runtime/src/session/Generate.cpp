@@ -200,32 +200,26 @@ Generator::~Generator() = default;
 
 const std::vector<std::pair<std::string, std::string>> &Generator::cache() const { return io_->pairs; }
 
-Status Generator::generate(const std::vector<GenerateRequest> &requests, const GenerateOptions &options,
-                           std::vector<GenerateResult> *results,
-                           const std::function<void(size_t, const GenerateResult &)> &onDone) const {
-  if (!results) return {StatusCode::InvalidArgument, "results is null"};
-  if (options.maxBatch < 1) return {StatusCode::InvalidArgument, "maxBatch must be at least 1"};
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i].prompt.empty())
-      return {StatusCode::InvalidArgument, "request " + std::to_string(i) + " has an empty prompt"};
-    if (requests[i].maxNewTokens < 1)
-      return {StatusCode::InvalidArgument, "request " + std::to_string(i) + ": maxNewTokens must be at least 1"};
-  }
-  const Io &io = *io_;
-  // Without an attention mask, padding could not be masked out: one request
-  // at a time then (each decodes exactly as alone).
-  const int maxBatch = io.mask.empty() ? 1 : options.maxBatch;
-  results->assign(requests.size(), {});
-  auto t0 = Clock::now();
+namespace {
+
+/// One generate() call: the rows in flight, their caches, and the steps
+/// that admit and decode them.
+struct Decoding {
+  const Generator::RunFunction &run;
+  const Generator::Io &io;
+  const std::vector<GenerateRequest> &requests;
+  const GenerateOptions &options;
+  std::vector<GenerateResult> *results;
+  const std::function<void(size_t, const GenerateResult &)> &onDone;
+  Clock::time_point t0;
   std::deque<size_t> waiting;
-  for (size_t i = 0; i < requests.size(); ++i) waiting.push_back(i);
   std::vector<Row> rows;
-  std::vector<Tensor> caches(io.caches.size()); // undefined while no row is active
+  std::vector<Tensor> caches; // undefined while no row is active
 
   // Runs the model on `ids` [B, S] with `masks` (B rows of past + S) and
   // `past`; returns the argmax of each row's last logits and the presents.
-  auto step = [&](const std::vector<int64_t> &ids, int64_t B, int64_t S, const std::vector<std::vector<int64_t>> &masks,
-                  const std::vector<Tensor> &past, std::vector<int64_t> *next, std::vector<Tensor> *present) -> Status {
+  Status step(const std::vector<int64_t> &ids, int64_t B, int64_t S, const std::vector<std::vector<int64_t>> &masks,
+              const std::vector<Tensor> &past, std::vector<int64_t> *next, std::vector<Tensor> *present) const {
     std::map<std::string, Tensor> in, out;
     in[io.ids] = intTensor(io.idsType, {B, S}, ids);
     int64_t T = masks.empty() ? S : int64_t(masks[0].size());
@@ -248,7 +242,7 @@ Status Generator::generate(const std::vector<GenerateRequest> &requests, const G
     for (size_t k = 0; k < io.caches.size(); ++k) in[io.caches[k].past] = past[k];
     std::vector<std::string> want{io.logits};
     for (const auto &c : io.caches) want.push_back(c.present);
-    Status st = run_(in, &out, want);
+    Status st = run(in, &out, want);
     if (!st.ok()) return st;
     const Tensor &logits = out[io.logits];
     if (logits.rank() != 3 || logits.shape()[0] != B || logits.shape()[1] != S || logits.dtype() != DType::Float32)
@@ -270,19 +264,20 @@ Status Generator::generate(const std::vector<GenerateRequest> &requests, const G
       present->push_back(std::move(p));
     }
     return Status::OK();
-  };
+  }
 
   // Records `token` for row r; true when the request is finished.
-  auto accept = [&](Row &r, int64_t token) {
+  bool accept(Row &r, int64_t token) {
     if (r.result.tokens.empty()) r.result.firstTokenMs = msSince(t0);
     r.result.tokens.push_back(token);
     r.last = token;
     return int(r.result.tokens.size()) >= requests[r.request].maxNewTokens ||
            (options.eosTokenId >= 0 && token == options.eosTokenId);
-  };
+  }
+
   // Drops finished rows (their results delivered) and the padding every
   // remaining row starts with.
-  auto retire = [&](const std::vector<char> &done) {
+  void retire(const std::vector<char> &done) {
     std::vector<int64_t> keep;
     std::vector<Row> kept;
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -308,76 +303,111 @@ Status Generator::generate(const std::vector<GenerateRequest> &requests, const G
       caches[k] = padFront(caches[k], io.caches[k].seqAxis, -lead);
     }
     for (Row &r : rows) r.mask.erase(r.mask.begin(), r.mask.begin() + lead);
-  };
+  }
+
+  /// Admits waiting requests up to maxBatch rows: their own prefill, then
+  /// they join the batch.
+  Status admit(int maxBatch) {
+    std::vector<Row> group;
+    while (!waiting.empty() && int(rows.size() + group.size()) < maxBatch) {
+      group.push_back(Row{waiting.front(), {}, 0, {}});
+      waiting.pop_front();
+    }
+    int64_t G = int64_t(group.size()), L = 0;
+    for (const Row &r : group) L = std::max<int64_t>(L, int64_t(requests[r.request].prompt.size()));
+    std::vector<int64_t> ids;
+    std::vector<std::vector<int64_t>> masks;
+    for (Row &r : group) {
+      const auto &p = requests[r.request].prompt;
+      int64_t pad = L - int64_t(p.size());
+      r.mask.assign(size_t(pad), 0);
+      r.mask.resize(size_t(L), 1);
+      for (int64_t i = 0; i < pad; ++i) ids.push_back(options.padTokenId);
+      ids.insert(ids.end(), p.begin(), p.end());
+      masks.push_back(r.mask);
+    }
+    std::vector<Tensor> empty;
+    for (const auto &c : io.caches) {
+      std::vector<int64_t> shape = c.dims;
+      shape[size_t(c.batchAxis)] = G;
+      shape[size_t(c.seqAxis)] = 0;
+      empty.emplace_back(c.dtype, shape);
+    }
+    std::vector<int64_t> next;
+    std::vector<Tensor> present;
+    Status st = step(ids, G, L, masks, empty, &next, &present);
+    if (!st.ok()) return st;
+    // Join: both sides left-padded to the longer cache.
+    int64_t T = rows.empty() ? 0 : int64_t(rows[0].mask.size()), U = std::max(T, L);
+    for (size_t k = 0; k < caches.size(); ++k) {
+      Tensor fresh = padFront(present[k], io.caches[k].seqAxis, U - L);
+      caches[k] = rows.empty() ? fresh
+                               : concatAlong(padFront(caches[k], io.caches[k].seqAxis, U - T), fresh,
+                                             io.caches[k].batchAxis);
+    }
+    for (Row &r : rows) r.mask.insert(r.mask.begin(), size_t(U - T), 0);
+    std::vector<char> done(rows.size(), 0);
+    for (size_t g = 0; g < group.size(); ++g) {
+      group[g].mask.insert(group[g].mask.begin(), size_t(U - L), 0);
+      done.push_back(accept(group[g], next[g]));
+      rows.push_back(std::move(group[g]));
+    }
+    retire(done);
+    return Status::OK();
+  }
+
+  /// One decode step for every row.
+  Status decode() {
+    int64_t B = int64_t(rows.size());
+    std::vector<int64_t> ids;
+    std::vector<std::vector<int64_t>> masks;
+    for (Row &r : rows) {
+      r.mask.push_back(1);
+      ids.push_back(r.last);
+      masks.push_back(r.mask);
+    }
+    std::vector<int64_t> next;
+    std::vector<Tensor> present;
+    Status st = step(ids, B, 1, masks, caches, &next, &present);
+    if (!st.ok()) return st;
+    caches = std::move(present);
+    std::vector<char> done;
+    for (int64_t b = 0; b < B; ++b) done.push_back(accept(rows[size_t(b)], next[size_t(b)]));
+    retire(done);
+    return Status::OK();
+  }
+};
+
+} // namespace
+
+Status Generator::generate(const std::vector<GenerateRequest> &requests, const GenerateOptions &options,
+                           std::vector<GenerateResult> *results,
+                           const std::function<void(size_t, const GenerateResult &)> &onDone) const {
+  if (!results) return {StatusCode::InvalidArgument, "results is null"};
+  if (options.maxBatch < 1) return {StatusCode::InvalidArgument, "maxBatch must be at least 1"};
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].prompt.empty())
+      return {StatusCode::InvalidArgument, "request " + std::to_string(i) + " has an empty prompt"};
+    if (requests[i].maxNewTokens < 1)
+      return {StatusCode::InvalidArgument, "request " + std::to_string(i) + ": maxNewTokens must be at least 1"};
+  }
+  const Io &io = *io_;
+  // Without an attention mask, padding could not be masked out: one request
+  // at a time then (each decodes exactly as alone).
+  const int maxBatch = io.mask.empty() ? 1 : options.maxBatch;
+  results->assign(requests.size(), {});
+  Decoding d{run_, io, requests, options, results, onDone, Clock::now(), {}, {}, std::vector<Tensor>(io.caches.size())};
+  for (size_t i = 0; i < requests.size(); ++i) d.waiting.push_back(i);
 
   try {
-    while (!rows.empty() || !waiting.empty()) {
-      // Admit waiting requests: their own prefill, then join the batch.
-      if (!waiting.empty() && int(rows.size()) < maxBatch) {
-        std::vector<Row> group;
-        while (!waiting.empty() && int(rows.size() + group.size()) < maxBatch) {
-          group.push_back(Row{waiting.front(), {}, 0, {}});
-          waiting.pop_front();
-        }
-        int64_t G = int64_t(group.size()), L = 0;
-        for (const Row &r : group) L = std::max<int64_t>(L, int64_t(requests[r.request].prompt.size()));
-        std::vector<int64_t> ids;
-        std::vector<std::vector<int64_t>> masks;
-        for (Row &r : group) {
-          const auto &p = requests[r.request].prompt;
-          int64_t pad = L - int64_t(p.size());
-          r.mask.assign(size_t(pad), 0);
-          r.mask.resize(size_t(L), 1);
-          for (int64_t i = 0; i < pad; ++i) ids.push_back(options.padTokenId);
-          ids.insert(ids.end(), p.begin(), p.end());
-          masks.push_back(r.mask);
-        }
-        std::vector<Tensor> empty;
-        for (const auto &c : io.caches) {
-          std::vector<int64_t> shape = c.dims;
-          shape[size_t(c.batchAxis)] = G;
-          shape[size_t(c.seqAxis)] = 0;
-          empty.emplace_back(c.dtype, shape);
-        }
-        std::vector<int64_t> next;
-        std::vector<Tensor> present;
-        Status st = step(ids, G, L, masks, empty, &next, &present);
+    while (!d.rows.empty() || !d.waiting.empty()) {
+      if (!d.waiting.empty() && int(d.rows.size()) < maxBatch) {
+        Status st = d.admit(maxBatch);
         if (!st.ok()) return st;
-        // Join: both sides left-padded to the longer cache.
-        int64_t T = rows.empty() ? 0 : int64_t(rows[0].mask.size()), U = std::max(T, L);
-        for (size_t k = 0; k < caches.size(); ++k) {
-          Tensor fresh = padFront(present[k], io.caches[k].seqAxis, U - L);
-          caches[k] = rows.empty() ? fresh
-                                   : concatAlong(padFront(caches[k], io.caches[k].seqAxis, U - T), fresh,
-                                                 io.caches[k].batchAxis);
-        }
-        for (Row &r : rows) r.mask.insert(r.mask.begin(), size_t(U - T), 0);
-        std::vector<char> done(rows.size(), 0);
-        for (size_t g = 0; g < group.size(); ++g) {
-          group[g].mask.insert(group[g].mask.begin(), size_t(U - L), 0);
-          done.push_back(accept(group[g], next[g]));
-          rows.push_back(std::move(group[g]));
-        }
-        retire(done);
         continue; // admit more before decoding if room is left
       }
-      // One decode step for every row.
-      int64_t B = int64_t(rows.size());
-      std::vector<int64_t> ids;
-      std::vector<std::vector<int64_t>> masks;
-      for (Row &r : rows) {
-        r.mask.push_back(1);
-        ids.push_back(r.last);
-        masks.push_back(r.mask);
-      }
-      std::vector<int64_t> next;
-      std::vector<Tensor> present;
-      Status st = step(ids, B, 1, masks, caches, &next, &present);
+      Status st = d.decode();
       if (!st.ok()) return st;
-      caches = std::move(present);
-      std::vector<char> done;
-      for (int64_t b = 0; b < B; ++b) done.push_back(accept(rows[size_t(b)], next[size_t(b)]));
-      retire(done);
     }
   } catch (const std::exception &e) {
     return {StatusCode::RuntimeError, std::string("generation: ") + e.what()};

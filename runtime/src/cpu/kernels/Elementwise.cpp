@@ -420,9 +420,9 @@ template <typename T> T modOp(T x, T y, bool fmodMode) {
 
 double erfGelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 
-} // namespace
-
-void registerElementwiseKernels() {
+/// Unary math and activations: float-only ones computed in double, then the
+/// numeric ones per type.
+void registerUnaryKernels() {
   auto plain = [](double (*f)(double)) { return [f](const Node &) { return [f](double x) { return f(x); }; }; };
   regFloatUnary("Sqrt", plain([](double x) { return std::sqrt(x); }));
   regFloatUnary("Exp", plain([](double x) { return std::exp(x); }), [](const Node &) -> FastFn { return fastmath::exp; });
@@ -476,7 +476,10 @@ void registerElementwiseKernels() {
   regNumericUnary("Neg", [](auto z) { using T = decltype(z); return [](T x) { return wrapSub(T(0), x); }; }, kSignedAndFloat);
   regNumericUnary("Abs", [](auto z) { using T = decltype(z); return [](T x) { if constexpr (std::is_unsigned_v<T>) return x; else return x < T(0) ? wrapSub(T(0), x) : x; }; }, kNumericTypes);
   regNumericUnary("Sign", [](auto z) { using T = decltype(z); return [](T x) { return static_cast<T>(x > T(0) ? 1 : (x < T(0) ? -1 : 0)); }; }, kNumericTypes);
+}
 
+/// Binary arithmetic with broadcasting.
+void registerArithmeticKernels() {
   regArith("Add", [](auto x, auto y) { return wrapAdd(x, y); });
   regArith("Sub", [](auto x, auto y) { return wrapSub(x, y); });
   regArith("Mul", [](auto x, auto y) { return wrapMul(x, y); });
@@ -514,6 +517,10 @@ void registerElementwiseKernels() {
                              HP_DISPATCH_NUMERIC(a.dtype(), c.outputs[0] = binaryBroadcast<T, T, T>(a, b, a.dtype(), [](T x, T s) { return x < T(0) ? static_cast<T>(x * s) : x; }));
                            },
                            nullptr, kSignedAndFloat});
+}
+
+/// Comparisons, logic and the float classifiers.
+void registerLogicKernels() {
   regCompare("Equal", [](auto x, auto y) { return x == y; }, kAllTypes);
   regCompare("Less", [](auto x, auto y) { return x < y; }, kNumericTypes);
   regCompare("Greater", [](auto x, auto y) { return x > y; }, kNumericTypes);
@@ -545,6 +552,10 @@ void registerElementwiseKernels() {
   };
   registerKernel("IsNaN", {isX(false), nullptr, kFloatTypes});
   registerKernel("IsInf", {isX(true), nullptr, kFloatTypes});
+}
+
+/// Where: a select with broadcasting, by bytes.
+void registerWhereKernel() {
   registerKernel("Where", {[](KernelContext &c) {
                              const Tensor &cond = c.in(0), &x = c.in(1), &y = c.in(2);
                              auto shape = broadcastShapes(broadcastShapes(cond.shape(), x.shape()), y.shape());
@@ -624,6 +635,10 @@ void registerElementwiseKernels() {
                              c.outputs[0] = std::move(out);
                            },
                            nullptr, {DType::Bool}});
+}
+
+/// Max, Min, Sum, Mean over any number of inputs, and Clip.
+void registerVariadicKernels() {
   regVariadic("Max", [](auto x, auto y) { return x > y ? x : y; });
   regVariadic("Min", [](auto x, auto y) { return x < y ? x : y; });
   regVariadic("Sum", [](auto x, auto y) { return wrapAdd(x, y); });
@@ -666,6 +681,10 @@ void registerElementwiseKernels() {
                             c.outputs[0] = std::move(out);
                           },
                           nullptr, kNumericTypes});
+}
+
+/// Casts and the identities (Identity, Dropout at inference).
+void registerCastKernels() {
   registerKernel("Cast", {[](KernelContext &c) { c.outputs[0] = castTensor(c.in(0), static_cast<DType>(c.node.getInt("to", 0))); },
                           [](const CheckContext &c) -> std::string {
                             DType to = static_cast<DType>(c.node.getInt("to", 0));
@@ -699,6 +718,17 @@ void registerElementwiseKernels() {
                                return "";
                              },
                              {}});
+}
+
+} // namespace
+
+void registerElementwiseKernels() {
+  registerUnaryKernels();
+  registerArithmeticKernels();
+  registerLogicKernels();
+  registerWhereKernel();
+  registerVariadicKernels();
+  registerCastKernels();
 }
 
 } // namespace hetplan::runtime::cpu

@@ -106,6 +106,58 @@ Tensor swap01(const Tensor &t) {
   return out;
 }
 
+float clipTo(float v, float clip) { return clip >= 0 ? std::min(std::max(v, -clip), clip) : v; }
+
+/// One row's step of the cell: hs (and cs, LSTM) from its projected input
+/// xr and recurrence hb; tmpRow: GRU's (r ⊙ H)·Rhᵀ row.
+void cellRow(Kind k, const Act &f, const Act &g, const Act &hact, float clip, bool lbr, int64_t H,
+             const float *xr, const float *hb, const float *rb, const float *p, const float *tmpRow, float *hs,
+             float *cs) {
+  auto clipv = [&](float v) { return clipTo(v, clip); };
+  if (k == Kind::RNN) {
+    for (int64_t j = 0; j < H; ++j) hs[j] = applyAct(f, clipv(xr[j] + hb[j]));
+  } else if (k == Kind::GRU) {
+    for (int64_t j = 0; j < H; ++j) {
+      float z = applyAct(f, clipv(xr[j] + hb[j]));
+      float rbh = rb ? rb[2 * H + j] : 0.0f;
+      float pre;
+      if (lbr) {
+        float rr = applyAct(f, clipv(xr[H + j] + hb[H + j]));
+        pre = xr[2 * H + j] + rr * (hb[2 * H + j] + rbh);
+      } else {
+        pre = xr[2 * H + j] + tmpRow[j] + rbh;
+      }
+      float hh = applyAct(g, clipv(pre));
+      hs[j] = (1.0f - z) * hh + z * hs[j];
+    }
+  } else {
+    for (int64_t j = 0; j < H; ++j) {
+      float cp = cs[j];
+      float ii = applyAct(f, clipv(xr[j] + hb[j] + (p ? p[j] * cp : 0.0f)));
+      float ff = applyAct(f, clipv(xr[2 * H + j] + hb[2 * H + j] + (p ? p[2 * H + j] * cp : 0.0f)));
+      float cc = applyAct(g, clipv(xr[3 * H + j] + hb[3 * H + j]));
+      float cn = ff * cp + ii * cc;
+      float oo = applyAct(f, clipv(xr[H + j] + hb[H + j] + (p ? p[H + j] * cn : 0.0f)));
+      cs[j] = cn;
+      hs[j] = oo * applyAct(hact, cn);
+    }
+  }
+}
+
+/// Y [S, D, B, H] -> [B, S, D, H]; Y_h/Y_c [D, B, H] -> [B, D, H] (layout 1).
+void toBatchFirst(Tensor &Y, Tensor &Yh, Tensor &Yc, int64_t S, int64_t D, int64_t Bn, int64_t H) {
+  const float *y = Y.data<float>();
+  Tensor y1(DType::Float32, {Bn, S, D, H});
+  float *o = y1.data<float>();
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t b = 0; b < Bn; ++b)
+        copyBytes(o + ((b * S + t) * D + d) * H, y + ((t * D + d) * Bn + b) * H, H * sizeof(float));
+  Y = std::move(y1);
+  Yh = swap01(Yh);
+  Yc = swap01(Yc);
+}
+
 void recurrent(KernelContext &c, Kind k) {
   const Node &n = c.node;
   const int64_t layout = n.getInt("layout", 0);
@@ -163,7 +215,7 @@ void recurrent(KernelContext &c, Kind k) {
   Tensor Yc(DType::Float32, {D, Bn, H});
   float *y = Y.data<float>();
 
-  auto clipv = [&](float v) { return clip >= 0 ? std::min(std::max(v, -clip), clip) : v; };
+  auto clipv = [&](float v) { return clipTo(v, clip); };
 
   std::vector<float> xw(static_cast<size_t>(S * Bn * GH));
   std::vector<float> hr(static_cast<size_t>(Bn * GH)), hstate(Bn * H), cstate(Bn * H), rh(Bn * H), tmp(Bn * H);
@@ -211,35 +263,7 @@ void recurrent(KernelContext &c, Kind k) {
         const float *xr = xw.data() + (t * Bn + b) * GH;
         const float *hb = hr.data() + b * GH;
         float *hs = hstate.data() + b * H;
-        if (k == Kind::RNN) {
-          for (int64_t j = 0; j < H; ++j) hs[j] = applyAct(f, clipv(xr[j] + hb[j]));
-        } else if (k == Kind::GRU) {
-          for (int64_t j = 0; j < H; ++j) {
-            float z = applyAct(f, clipv(xr[j] + hb[j]));
-            float rbh = rb ? rb[2 * H + j] : 0.0f;
-            float pre;
-            if (lbr) {
-              float rr = applyAct(f, clipv(xr[H + j] + hb[H + j]));
-              pre = xr[2 * H + j] + rr * (hb[2 * H + j] + rbh);
-            } else {
-              pre = xr[2 * H + j] + tmp[b * H + j] + rbh;
-            }
-            float hh = applyAct(g, clipv(pre));
-            hs[j] = (1.0f - z) * hh + z * hs[j];
-          }
-        } else {
-          float *cs = cstate.data() + b * H;
-          for (int64_t j = 0; j < H; ++j) {
-            float cp = cs[j];
-            float ii = applyAct(f, clipv(xr[j] + hb[j] + (p ? p[j] * cp : 0.0f)));
-            float ff = applyAct(f, clipv(xr[2 * H + j] + hb[2 * H + j] + (p ? p[2 * H + j] * cp : 0.0f)));
-            float cc = applyAct(g, clipv(xr[3 * H + j] + hb[3 * H + j]));
-            float cn = ff * cp + ii * cc;
-            float oo = applyAct(f, clipv(xr[H + j] + hb[H + j] + (p ? p[H + j] * cn : 0.0f)));
-            cs[j] = cn;
-            hs[j] = oo * applyAct(hact, cn);
-          }
-        }
+        cellRow(k, f, g, hact, clip, lbr, H, xr, hb, rb, p, tmp.data() + b * H, hs, cstate.data() + b * H);
         copyBytes(y + ((t * D + d) * Bn + b) * H, hs, H * sizeof(float));
       }
     }
@@ -249,18 +273,7 @@ void recurrent(KernelContext &c, Kind k) {
     }
   }
 
-  if (layout == 1) {
-    // Y [S, D, B, H] -> [B, S, D, H]; Y_h/Y_c [D, B, H] -> [B, D, H].
-    Tensor y1(DType::Float32, {Bn, S, D, H});
-    float *o = y1.data<float>();
-    for (int64_t t = 0; t < S; ++t)
-      for (int64_t d = 0; d < D; ++d)
-        for (int64_t b = 0; b < Bn; ++b)
-          copyBytes(o + ((b * S + t) * D + d) * H, y + ((t * D + d) * Bn + b) * H, H * sizeof(float));
-    Y = std::move(y1);
-    Yh = swap01(Yh);
-    Yc = swap01(Yc);
-  }
+  if (layout == 1) toBatchFirst(Y, Yh, Yc, S, D, Bn, H);
   if (c.numOutputs() > 0) c.outputs[0] = std::move(Y);
   if (c.numOutputs() > 1) c.outputs[1] = std::move(Yh);
   if (k == Kind::LSTM && c.numOutputs() > 2) c.outputs[2] = std::move(Yc);
