@@ -37,6 +37,16 @@ def untimed(x):
     return x
 
 
+def report(lines, out, bad):
+    """Prints the table (and writes it to `out`); the exit code: 1 if `bad`."""
+    text = "\n".join(lines)
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", required=True, help="hetplan before")
@@ -70,12 +80,7 @@ def main():
     for name, cluster, bs, ma, mb, same in rows:
         lines.append(f"| {name} | {cluster} | {bs} | {ma[0]:.3f} s | {mb[0]:.3f} s | {mb[0] / ma[0]:.2f} | "
                      f"{ma[1]:.2f} s | {mb[1]:.2f} s | {mb[1] / ma[1]:.2f} | {'yes' if same else 'NO'} |")
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
-    return 1 if bad else 0
+    return report(lines, a.out, bad)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from planner_ab import report  # noqa: E402
 from runtime_bench import run_hetplan, write_inputs  # noqa: E402
 
 REPO = os.path.dirname(HERE)
@@ -79,12 +80,7 @@ def main():
              "| model | batch | A ms | B ms | B / A | max rel. difference A vs B |", "|---|---|---|---|---|---|"]
     for label, b, ma, mb, worst in rows:
         lines.append(f"| {label} | {b} | {ma:.2f} | {mb:.2f} | {mb / ma:.2f} | {worst:.1e} |")
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
-    return 1 if bad else 0
+    return report(lines, a.out, bad)
 
 
 if __name__ == "__main__":
