@@ -37,9 +37,12 @@ def digest(build, root):
             with open(path, "rb") as fh:
                 raw = fh.read()
             data = raw
+            # A plan file is "HETPLAN\n", the payload's length (8 bytes) and
+            # checksum (4 bytes), then the protobuf (runtime/src/PlanFile.cpp).
+            payload = raw[20:] if raw.startswith(b"HETPLAN\n") else raw
             if protoc:
                 r = subprocess.run([protoc, "--decode=hetplan.plan.Plan", "-I", proto_dir, "plan.proto"],
-                                   input=raw, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                   input=payload, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
                 if r.returncode == 0:
                     data = r.stdout.replace(os.path.abspath(build).encode(), b"<build>")
                     data = data.replace(os.path.abspath(root).encode(), b"<root>")
