@@ -480,7 +480,6 @@ std::vector<long> fusedSteps(const CudaExecutor::Impl &impl, const std::vector<s
                              bool overridesWeights, const Executor::NodeHook *hook,
                              const std::set<size_t> *hookNodes) {
   std::vector<long> fusedAt(nodes.size(), -1); // step -> the step its group runs at
-  std::vector<long> groupAt(impl.groups.size(), -1);
   if (!overridesWeights && !impl.groups.empty()) {
     std::map<size_t, size_t> stepOf;
     for (size_t step = 0; step < nodes.size(); ++step) stepOf[nodes[step]] = step;
@@ -496,7 +495,6 @@ std::vector<long> fusedSteps(const CudaExecutor::Impl &impl, const std::vector<s
           if (o != g.output) ok = ok && !keep.count(o) && !values.count(o);
       }
       if (!ok) continue;
-      groupAt[gi] = at;
       for (size_t m : g.nodes) fusedAt[stepOf[m]] = at;
     }
   }
