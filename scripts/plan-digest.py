@@ -38,7 +38,7 @@ def digest(build, root):
                 raw = fh.read()
             data = raw
             # A plan file is "HETPLAN\n", the payload's length (8 bytes) and
-            # checksum (4 bytes), then the protobuf (runtime/src/PlanFile.cpp).
+            # checksum (4 bytes), then the protobuf (runtime/src/plan/PlanFile.cpp).
             payload = raw[20:] if raw.startswith(b"HETPLAN\n") else raw
             if protoc:
                 r = subprocess.run([protoc, "--decode=hetplan.plan.Plan", "-I", proto_dir, "plan.proto"],

@@ -551,7 +551,7 @@ TEST(PlanFile, IdleRanksAreAllowedWithoutPrograms) {
 }
 
 // Rank programs: an order that computes the right thing, and no deadlock
-// (src/PlanPrograms.cpp). In the sample plan rank 0 runs stage 0 (FORWARD 0,
+// (src/plan/PlanPrograms.cpp). In the sample plan rank 0 runs stage 0 (FORWARD 0,
 // SEND_ACTIVATION 0, FORWARD 1, SEND_ACTIVATION 1, RECV_GRADIENT 0, ...) and
 // rank 2 stage 1 (RECV_ACTIVATION 0, FORWARD 0, BACKWARD 0, SEND_GRADIENT 0, ...).
 TEST(PlanFile, ValidateRefusesProgramsThatDeadlock) {

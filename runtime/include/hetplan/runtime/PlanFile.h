@@ -62,7 +62,7 @@ bool validatePlan(const plan::Plan &plan, std::string &error);
 /// BACKWARD), and all programs run to their end together: a symbolic run
 /// with buffered sends and blocking receives and collectives finishes. On
 /// failure `error` names the instruction or the stuck ranks and what each
-/// waits for (src/PlanPrograms.cpp).
+/// waits for (src/plan/PlanPrograms.cpp).
 bool checkPlanPrograms(const plan::Plan &plan, std::string &error);
 
 /// The model file `plan` names: plan.model.path, relative to the folder of
