@@ -3,8 +3,9 @@
 // Values are host and/or device copies of a tensor (a device copy is a
 // Tensor view whose bytes are device memory, kept alive by a holder that
 // calls cudaFreeAsync). Each node runs where its inputs say:
-//   - Reshape/Flatten/Squeeze/Unsqueeze/Identity/Dropout/Shape/Size only
-//     look at shapes: the CPU kernel runs on the device view (no copy);
+//   - shape-only ops (Reshape, Flatten, ..., registered so in the CUDA
+//     kernel registry) only look at shapes: the CPU kernel runs on the
+//     device view (no copy);
 //   - a node with no floating-point input whose inputs are all on the host
 //     (shape arithmetic on int64, bool masks) runs its CPU kernel there;
 //   - everything else runs on the device (float32 compute; data movement of
@@ -52,9 +53,11 @@ using cudaexec::normAxis;
 using cudaexec::stridesOf;
 
 /// Ops whose CPU kernels read only the shape of input 0 (never its bytes):
-/// they run on a device view as they are.
-const std::set<std::string> kShapeOnly = {"Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                                          "Identity", "Dropout", "Shape", "Size"};
+/// they run on a device view as they are (registered so, CudaMovement.cpp).
+bool isShapeOnly(const std::string &op) {
+  const CudaExecutor::Impl::DeviceKernel *k = CudaExecutor::Impl::deviceKernels().find(op);
+  return k && k->shapeOnly;
+}
 
 /// Comparisons: their device kernels' outputs are bool.
 bool isBoolOp(const std::string &op) {
@@ -281,7 +284,7 @@ std::vector<std::string> CudaExecutor::Impl::check(const std::set<size_t> *only)
         return std::string("element type ") + dtypeName(t0) + " is not supported";
       return k->check ? k->check(cc) : std::string();
     };
-    if (kShapeOnly.count(n.opType)) {
+    if (isShapeOnly(n.opType)) {
       std::string why = cpuOk();
       if (!why.empty()) problems.push_back(at + why);
       continue;
@@ -437,7 +440,7 @@ bool dispatchNode(CudaExecutor::Impl &impl, const Node &n, size_t idx, std::vect
   try {
     if (hook && hookNodes && hookNodes->count(idx) && impl.runHooked(n, idx, *hook, ins, outs)) {
       // the plan executor's tensor-parallel node, on host copies
-    } else if (kShapeOnly.count(n.opType)) {
+    } else if (isShapeOnly(n.opType)) {
       impl.runHost(n, ins, outs, ins.size() && ins[0] && !ins[0]->host.defined());
     } else {
       std::string dev = deviceCheck(n, inTypes);

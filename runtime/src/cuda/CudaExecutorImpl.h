@@ -179,12 +179,15 @@ struct CudaExecutor::Impl : cudart::Device {
   /// generic checks: float32 values, rank), else why the host runs it.
   using BackwardCheck = std::string (*)(cudart::Sweep &s, const Node &n, const std::vector<bool> &want);
   struct DeviceKernel {
-    Forward run = nullptr; // null: backward only (shape-only ops run their CPU kernel on a device view)
+    Forward run = nullptr; // null: no forward kernel (shape-only ops, or a backward kernel alone)
     Types types = Types::Float32;
     /// Types::Float32: inputs read on the host (shapes, axes, scalars), of any type.
     bool (*hostInput)(size_t i) = nullptr;
     Check check = nullptr;
     bool boolOutput = false; // its outputs are bool (the executor's type inference)
+    /// Its CPU kernel reads only input 0's shape: it runs on the host on a
+    /// device view of input 0 (no copy); `run` is null.
+    bool shapeOnly = false;
     Backward backward = nullptr;
     BackwardCheck backwardCheck = nullptr;
   };

@@ -2,7 +2,7 @@
 //
 // Data movement on the device, any element type of 1, 2, 4 or 8 bytes:
 // strided copies, cudaMemcpy2D, a gather kernel; their backward kernels
-// (float32) and those of the shape-only ops. Registered by op type, with
+// (float32); the shape-only ops (run on a device view) and their backward. Registered by op type, with
 // the cases left to the host, into the CUDA kernel registry
 // (CudaExecutor::Impl::deviceKernels).
 //
@@ -211,11 +211,12 @@ void CudaExecutor::Impl::registerMovementKernels(OpRegistry<DeviceKernel> &r) {
   gather.check = gatherCheck;
   gather.backwardCheck = gatherBackwardCheck;
   r.add(ops::names::Gather, gather);
-  // Shape-only ops run their CPU kernel on a device view (CudaExecutor.cpp):
-  // a backward kernel alone.
-  for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}) {
+  // Shape-only ops: their CPU kernel runs on a device view of input 0
+  // (CudaExecutor.cpp); the backward of those that pass dY on, here.
+  for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Shape", "Size"}) {
     DeviceKernel k;
-    k.backward = passThroughBackward;
+    k.shapeOnly = true;
+    if (std::string(op) != "Shape" && std::string(op) != "Size") k.backward = passThroughBackward;
     r.add(op, k);
   }
 }
