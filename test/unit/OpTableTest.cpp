@@ -227,6 +227,22 @@ TEST(OpTable, EveryCudaBackwardKernelHasACpuBackwardKernel) {
   for (const std::string &op : ops) EXPECT_NE(findGradient(op), nullptr) << op;
 }
 
+// The memory model keeps what the table's `keeps` says: a CUDA backward
+// kernel must declare it reads no more (its float forward values).
+TEST(OpTable, CudaBackwardReadsOnlyWhatItKeeps) {
+  int checked = 0;
+  for (const std::string &op : cudaBackwardOpTypes()) {
+    const ops::OpDef *d = ops::findOp("", op);
+    if (!d) continue;
+    std::string reads = cudaBackwardReads(op);
+    bool ok = reads == "nothing" || (reads == "inputs" && d->keeps == ops::Keeps::Inputs) ||
+              (reads == "output" && d->keeps == ops::Keeps::Output);
+    EXPECT_TRUE(ok) << op << ": the CUDA backward reads " << reads << ", more than the definition keeps";
+    ++checked;
+  }
+  EXPECT_GE(checked, 8);
+}
+
 TEST(OpTable, EveryCudaKernelNamesAnOpOfTheTable) {
   // Ops with CUDA kernels that have no definition in ops/defs yet; a test
   // below fails once one gets one, so that it leaves this list.

@@ -32,6 +32,10 @@ namespace {
 /// What a unary op's derivative reads from the forward pass.
 enum class Reads { X, XY, Y };
 
+Impl::Reads declared(Reads r) {
+  return r == Reads::X ? Impl::Reads::Inputs : r == Reads::Y ? Impl::Reads::Output : Impl::Reads::InputsAndOutput;
+}
+
 /// The unary ops: the forward kernel, and the backward kernel where there
 /// is one with what it reads (the CPU's usesY; Relu's reads its output
 /// alone, as the op table declares: the forward keeps y, not x, for it).
@@ -215,7 +219,10 @@ void Impl::registerElementwiseKernels(OpRegistry<DeviceKernel> &r) {
       k.check = geluCheck;
       k.backwardCheck = geluBackwardCheck;
     }
-    if (u.bwd) k.backward = unaryBackward;
+    if (u.bwd) {
+      k.backward = unaryBackward;
+      k.backwardReads = declared(u.reads);
+    }
     r.add(op, k);
   }
   Kernel clip{&Impl::runClip};
@@ -226,6 +233,8 @@ void Impl::registerElementwiseKernels(OpRegistry<DeviceKernel> &r) {
     if (op == "Pow") k.hostInput = secondInput;
     if (op == "Add" || op == "Sub") k.backward = addSubBackward;
     if (op == "Mul" || op == "Div") k.backward = mulDivBackward;
+    if (op == "Mul") k.backwardReads = Impl::Reads::Inputs;          // dA = dY b, dB = dY a
+    if (op == "Div") k.backwardReads = Impl::Reads::InputsAndOutput; // dB = -dY y / b
     r.add(op, k);
   }
   for (const auto &[op, v] : kVariadic) r.add(op, Kernel{&Impl::runVariadic});

@@ -770,6 +770,18 @@ std::vector<std::string> registeredOps(bool backward) {
 std::vector<std::string> cudaForwardOpTypes() { return registeredOps(false); }
 std::vector<std::string> cudaBackwardOpTypes() { return registeredOps(true); }
 
+std::string cudaBackwardReads(const std::string &op) {
+  const CudaExecutor::Impl::DeviceKernel *k = CudaExecutor::Impl::deviceKernels().find(op);
+  if (!k || !k->backward) return "";
+  switch (k->backwardReads) {
+  case CudaExecutor::Impl::Reads::Nothing: return "nothing";
+  case CudaExecutor::Impl::Reads::Inputs: return "inputs";
+  case CudaExecutor::Impl::Reads::Output: return "output";
+  case CudaExecutor::Impl::Reads::InputsAndOutput: return "inputs and output";
+  }
+  return "";
+}
+
 bool cudaDeviceAvailable(std::string *why) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);

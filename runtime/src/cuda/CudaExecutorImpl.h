@@ -178,6 +178,11 @@ struct CudaExecutor::Impl : cudart::Device {
   /// "" when the backward kernel does the node's case (after the sweep's
   /// generic checks: float32 values, rank), else why the host runs it.
   using BackwardCheck = std::string (*)(cudart::Sweep &s, const Node &n, const std::vector<bool> &want);
+  /// What a backward kernel reads of the forward pass beyond shapes: the
+  /// float values of the node's inputs, of its outputs, or both (integer and
+  /// bool inputs such as indices, split sizes or a condition aside, as the op
+  /// table's `keeps`). OpTableTest checks it against the table's `keeps`.
+  enum class Reads { Nothing, Inputs, Output, InputsAndOutput };
   struct DeviceKernel {
     Forward run = nullptr; // null: no forward kernel (shape-only ops, or a backward kernel alone)
     Types types = Types::Float32;
@@ -190,6 +195,7 @@ struct CudaExecutor::Impl : cudart::Device {
     bool shapeOnly = false;
     Backward backward = nullptr;
     BackwardCheck backwardCheck = nullptr;
+    Reads backwardReads = Reads::Nothing;
   };
   static const OpRegistry<DeviceKernel> &deviceKernels();
   // CudaElementwise.cpp: unary, binary, variadic, comparison, Not, Where,

@@ -190,12 +190,16 @@ void CudaExecutor::Impl::registerLinalgKernels(OpRegistry<DeviceKernel> &r) {
   DeviceKernel matmul{&Impl::runMatMul}, gemm{&Impl::runGemm}, softmax{&Impl::runSoftmax},
       layerNorm{&Impl::runLayerNorm};
   matmul.backward = matmulBackward;
+  matmul.backwardReads = Reads::Inputs;
   gemm.backward = gemmBackward;
   gemm.backwardCheck = gemmBackwardCheck;
+  gemm.backwardReads = Reads::Inputs; // A and B (C: its shape)
   softmax.backward = softmaxBackward;
+  softmax.backwardReads = Reads::Output;
   layerNorm.check = layerNormCheck;
   layerNorm.backward = layerNormBackward;
   layerNorm.backwardCheck = layerNormBackwardCheck;
+  layerNorm.backwardReads = Reads::Inputs; // X and the scale (statistics recomputed)
   r.add(ops::names::MatMul, matmul);
   r.add(ops::names::Gemm, gemm);
   r.add(ops::names::Conv, DeviceKernel{&Impl::runConv});

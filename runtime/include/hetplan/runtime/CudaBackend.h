@@ -155,6 +155,10 @@ LocalDevices cudaLocalDevices();
 /// and test/unit/OpTableTest.cpp read them.
 std::vector<std::string> cudaForwardOpTypes();
 std::vector<std::string> cudaBackwardOpTypes();
+/// What the CUDA backward kernel of `op` declares it reads of the forward
+/// pass (float values): "nothing", "inputs", "output" or "inputs and
+/// output"; "" when there is no CUDA backward kernel for `op`.
+std::string cudaBackwardReads(const std::string &op);
 
 /// True when a CUDA device is usable; else false with `why` set
 /// ("no CUDA device: ..."). For tests that skip without a GPU.
