@@ -225,7 +225,7 @@ struct CudaExecutor::Impl : cudart::Device {
   void runGlobalPool(Call &c);
   void runLrn(Call &c);
   // CudaMovement.cpp: Transpose, Expand, Slice, Split, Concat, Gather and the
-  // backward of the shape-only ops.
+  // shape-only ops (marked shapeOnly, with their backward).
   static void registerMovementKernels(OpRegistry<DeviceKernel> &r);
   void runTranspose(Call &c);
   void runExpand(Call &c);
