@@ -4,11 +4,16 @@
 // forward pass than the definition's `keeps` says (the memory model prices
 // training with that declaration): it runs once with every forward value
 // and once with the values it does not declare poisoned with NaN, and the
-// gradients must be the same.
+// gradients must be the same. In CUDA builds, the CUDA kernel registry
+// (runtime/src/cuda) too: every CUDA kernel has a CPU twin and names an op
+// of the table (or is listed as not in it yet).
 #include "hetplan/runtime/Gradients.h"
 #include "hetplan/runtime/Kernels.h"
 #include "hetplan/runtime/Tensor.h"
 #include "ops/OpTable.h"
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+#include "hetplan/runtime/CudaBackend.h"
+#endif
 
 #include <gtest/gtest.h>
 
@@ -16,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 
 using namespace hetplan;
 using namespace hetplan::runtime;
@@ -205,5 +211,57 @@ TEST(OpTable, BackwardReadsOnlyWhatItKeeps) {
   }
   EXPECT_GE(checked, 8);
 }
+
+#if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
+// The CUDA kernel registry needs no device: these run on any machine of a
+// CUDA build.
+TEST(OpTable, EveryCudaForwardKernelHasACpuForwardKernel) {
+  std::vector<std::string> ops = cudaForwardOpTypes();
+  EXPECT_FALSE(ops.empty());
+  for (const std::string &op : ops) EXPECT_NE(findKernel(op), nullptr) << op;
+}
+
+TEST(OpTable, EveryCudaBackwardKernelHasACpuBackwardKernel) {
+  std::vector<std::string> ops = cudaBackwardOpTypes();
+  EXPECT_FALSE(ops.empty());
+  for (const std::string &op : ops) EXPECT_NE(findGradient(op), nullptr) << op;
+}
+
+// The memory model keeps what the table's `keeps` says: a CUDA backward
+// kernel must declare it reads no more (its float forward values).
+TEST(OpTable, CudaBackwardReadsOnlyWhatItKeeps) {
+  int checked = 0;
+  for (const std::string &op : cudaBackwardOpTypes()) {
+    const ops::OpDef *d = ops::findOp("", op);
+    if (!d) continue;
+    std::string reads = cudaBackwardReads(op);
+    bool ok = reads == "nothing" || (reads == "inputs" && d->keeps == ops::Keeps::Inputs) ||
+              (reads == "output" && d->keeps == ops::Keeps::Output);
+    EXPECT_TRUE(ok) << op << ": the CUDA backward reads " << reads << ", more than the definition keeps";
+    ++checked;
+  }
+  EXPECT_GE(checked, 8);
+}
+
+TEST(OpTable, EveryCudaKernelNamesAnOpOfTheTable) {
+  // Ops with CUDA kernels that have no definition in ops/defs yet; a test
+  // below fails once one gets one, so that it leaves this list.
+  static const std::set<std::string> kNotInTable = {
+      "Abs", "Add", "BatchNormalization", "Cast", "Ceil", "Clip", "Cos", "Div", "Dropout", "Elu",
+      "Equal", "Erf", "Exp", "Floor", "Gelu", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish",
+      "Identity", "LRN", "LeakyRelu", "Less", "LessOrEqual", "Log", "Max", "Mean", "Min", "Mul", "Neg",
+      "Not", "Pow", "Reciprocal", "Sigmoid", "Sin", "Softplus", "Sqrt",
+      "Sub", "Sum", "Tanh", "Where"};
+  std::set<std::string> ops;
+  for (const std::string &op : cudaForwardOpTypes()) ops.insert(op);
+  for (const std::string &op : cudaBackwardOpTypes()) ops.insert(op);
+  for (const std::string &op : ops) {
+    bool inTable = ops::findOp("", op) != nullptr;
+    EXPECT_TRUE(inTable || kNotInTable.count(op)) << op << ": a CUDA kernel for an op the table does not know";
+    EXPECT_FALSE(inTable && kNotInTable.count(op)) << op << " is in the table now: take it off kNotInTable";
+  }
+  for (const std::string &op : kNotInTable) EXPECT_TRUE(ops.count(op)) << op << " has no CUDA kernel";
+}
+#endif
 
 } // namespace

@@ -3,8 +3,9 @@
 // Values are host and/or device copies of a tensor (a device copy is a
 // Tensor view whose bytes are device memory, kept alive by a holder that
 // calls cudaFreeAsync). Each node runs where its inputs say:
-//   - Reshape/Flatten/Squeeze/Unsqueeze/Identity/Dropout/Shape/Size only
-//     look at shapes: the CPU kernel runs on the device view (no copy);
+//   - shape-only ops (Reshape, Flatten, ..., registered so in the CUDA
+//     kernel registry) only look at shapes: the CPU kernel runs on the
+//     device view (no copy);
 //   - a node with no floating-point input whose inputs are all on the host
 //     (shape arithmetic on int64, bool masks) runs its CPU kernel there;
 //   - everything else runs on the device (float32 compute; data movement of
@@ -27,7 +28,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -53,62 +53,17 @@ using cudaexec::normAxis;
 using cudaexec::stridesOf;
 
 /// Ops whose CPU kernels read only the shape of input 0 (never its bytes):
-/// they run on a device view as they are.
-const std::set<std::string> kShapeOnly = {"Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                                          "Identity", "Dropout", "Shape", "Size"};
-
-const std::map<std::string, cudak::Unary> kUnary = {
-    {"Neg", cudak::Unary::Neg},         {"Abs", cudak::Unary::Abs},
-    {"Sqrt", cudak::Unary::Sqrt},       {"Exp", cudak::Unary::Exp},
-    {"Log", cudak::Unary::Log},         {"Tanh", cudak::Unary::Tanh},
-    {"Sigmoid", cudak::Unary::Sigmoid}, {ops::names::Relu, cudak::Unary::Relu},
-    {"LeakyRelu", cudak::Unary::LeakyRelu}, {"Erf", cudak::Unary::Erf},
-    {"Gelu", cudak::Unary::Gelu},       {"Floor", cudak::Unary::Floor},
-    {"Ceil", cudak::Unary::Ceil},       {"Reciprocal", cudak::Unary::Reciprocal},
-    {"Sin", cudak::Unary::Sin},         {"Cos", cudak::Unary::Cos},
-    {"Softplus", cudak::Unary::Softplus}, {"Elu", cudak::Unary::Elu},
-    {"HardSigmoid", cudak::Unary::HardSigmoid}, {"HardSwish", cudak::Unary::HardSwish},
-};
-const std::map<std::string, cudak::Binary> kBinary = {
-    {"Add", cudak::Binary::Add}, {"Sub", cudak::Binary::Sub}, {"Mul", cudak::Binary::Mul},
-    {"Div", cudak::Binary::Div}, {"Pow", cudak::Binary::Pow}};
-const std::map<std::string, cudak::Binary> kVariadic = {
-    {"Sum", cudak::Binary::Add}, {"Mean", cudak::Binary::Add}, {"Max", cudak::Binary::Max},
-    {"Min", cudak::Binary::Min}};
-const std::map<std::string, cudak::Compare> kCompare = {
-    {"Equal", cudak::Compare::Equal}, {"Less", cudak::Compare::Less},
-    {"Greater", cudak::Compare::Greater}, {"LessOrEqual", cudak::Compare::LessOrEqual},
-    {"GreaterOrEqual", cudak::Compare::GreaterOrEqual}};
-const std::map<std::string, cudak::Reduce> kReduce = {
-    {"ReduceSum", cudak::Reduce::Sum}, {"ReduceMean", cudak::Reduce::Mean},
-    {"ReduceMax", cudak::Reduce::Max}, {"ReduceMin", cudak::Reduce::Min}};
-/// Other float32-only ops with a device implementation.
-const std::set<std::string> kFloatOps = {
-    "Clip", ops::names::Softmax, ops::names::LogSoftmax, ops::names::LayerNormalization, "BatchNormalization", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", ops::names::MatMul, ops::names::Gemm, ops::names::Conv, "LRN"};
-/// Data movement: any element type of 1, 2, 4 or 8 bytes.
-const std::set<std::string> kMovement = {"Transpose", ops::names::Gather, "Concat", "Slice", "Split", "Expand"};
-
-bool movableType(DType t) {
-  if (t == DType::Undefined) return true;
-  size_t s = dtypeSize(t);
-  return t != DType::String && (s == 1 || s == 2 || s == 4 || s == 8);
+/// they run on a device view as they are (registered so, CudaMovement.cpp).
+bool isShapeOnly(const std::string &op) {
+  const CudaExecutor::Impl::DeviceKernel *k = CudaExecutor::Impl::deviceKernels().find(op);
+  return k && k->shapeOnly;
 }
 
-bool castable(DType t) {
-  return t == DType::Float32 || t == DType::Int64 || t == DType::Int32 || t == DType::Bool;
+/// Comparisons: their device kernels' outputs are bool.
+bool isBoolOp(const std::string &op) {
+  const CudaExecutor::Impl::DeviceKernel *k = CudaExecutor::Impl::deviceKernels().find(op);
+  return k && k->boolOutput;
 }
-
-cudak::Elem elemOf(DType t) {
-  switch (t) {
-  case DType::Float32: return cudak::Elem::F32;
-  case DType::Int64: return cudak::Elem::I64;
-  case DType::Int32: return cudak::Elem::I32;
-  case DType::Bool: return cudak::Elem::Bool;
-  default: throw std::runtime_error(std::string("no device cast for ") + dtypeName(t));
-  }
-}
-
 
 /// Element types of every value, as far as they can be told without running
 /// the graph: declared types first, then a per-op rule.
@@ -131,7 +86,7 @@ std::map<std::string, DType> inferTypes(const Model &m, const std::vector<size_t
       else if (op == "Shape" || op == "Size" || op == "ArgMax" || op == "ArgMin" || op == "NonZero" ||
                (op == "MaxPool" && o == 1) || (op == "TopK" && o == 1))
         t = DType::Int64;
-      else if (kCompare.count(op) || op == "Not" || op == "And" || op == "Or" || op == "Xor" || op == "IsNaN" ||
+      else if (isBoolOp(op) || op == "Not" || op == "And" || op == "Or" || op == "Xor" || op == "IsNaN" ||
                op == "IsInf" || (op == "Dropout" && o == 1))
         t = DType::Bool;
       else if (op == "ConstantOfShape")
@@ -153,58 +108,32 @@ std::map<std::string, DType> inferTypes(const Model &m, const std::vector<size_t
 
 namespace cudaexec {
 
+bool movableType(DType t) {
+  if (t == DType::Undefined) return true;
+  size_t s = dtypeSize(t);
+  return t != DType::String && (s == 1 || s == 2 || s == 4 || s == 8);
+}
+
 /// "" when the device can run `n` with input element types `t` (Undefined:
-/// not known, accepted), else why not.
+/// not known, accepted), else why not: the registered kernel's element
+/// types, then its own check of the node's case.
 std::string deviceCheck(const Node &n, const std::vector<DType> &t) {
-  auto T = [&](size_t i) { return i < t.size() ? t[i] : DType::Undefined; };
-  auto f32 = [&](size_t i) { return T(i) == DType::Undefined || T(i) == DType::Float32; };
-  auto notF32 = [&](size_t i) {
-    return std::string("element type ") + dtypeName(T(i)) + " is not supported on the CUDA device (float32 only)";
-  };
   const std::string &op = n.opType;
-  bool isFloatOp = kUnary.count(op) || kBinary.count(op) || kVariadic.count(op) || kCompare.count(op) ||
-                   kReduce.count(op) || kFloatOps.count(op);
-  if (isFloatOp) {
+  const CudaExecutor::Impl::DeviceKernel *k = CudaExecutor::Impl::deviceKernels().find(op);
+  if (!k || !k->run) return "no CUDA kernel for " + op;
+  auto T = [&](size_t i) { return i < t.size() ? t[i] : DType::Undefined; };
+  using Types = CudaExecutor::Impl::Types;
+  if (k->types == Types::Float32) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (n.inputs[i].empty()) continue;
-      // second+ inputs that are shapes, axes or scalars (read on the host)
-      if (op == "Pow" && i == 1) continue;
-      if ((op == "Clip" || kReduce.count(op)) && i >= 1) continue;
-      if (!f32(i)) return notF32(i);
+      if (k->hostInput && k->hostInput(i)) continue; // shapes, axes or scalars (read on the host)
+      if (T(i) != DType::Undefined && T(i) != DType::Float32)
+        return std::string("element type ") + dtypeName(T(i)) + " is not supported on the CUDA device (float32 only)";
     }
-    if (op == "Gelu") {
-      std::string a = n.getString("approximate", "none");
-      if (a != "none" && a != "tanh") return "Gelu approximate='" + a + "' is not supported";
-    }
-    if (op == "MaxPool" && n.outputs.size() > 1 && !n.outputs[1].empty())
-      return "MaxPool's Indices output is not supported on the CUDA device";
-    if ((op == "MaxPool" || op == "AveragePool") && !n.has("kernel_shape")) return "kernel_shape is required";
-    if (op == "BatchNormalization" && (n.getInt("training_mode", 0) || n.outputs.size() > 1))
-      return "training mode is not supported (inference only)";
-    if (op == ops::names::LayerNormalization && n.getInt("stash_type", 1) != 1)
-      return "LayerNormalization stash_type other than float32 is not supported on the CUDA device";
-    return "";
+  } else if (k->types == Types::Movable && !movableType(T(0))) {
+    return std::string("element type ") + dtypeName(T(0)) + " is not supported on the CUDA device";
   }
-  if (op == "Where") {
-    if (T(0) != DType::Undefined && T(0) != DType::Bool) return "Where condition must be bool";
-    if (!movableType(T(1))) return std::string("element type ") + dtypeName(T(1)) + " is not supported on the CUDA device";
-    return "";
-  }
-  if (op == "Cast") {
-    DType to = static_cast<DType>(n.getInt("to", 0));
-    if (!castable(to) || (T(0) != DType::Undefined && !castable(T(0))))
-      return std::string("Cast from ") + dtypeName(T(0)) + " to " + dtypeName(to) +
-             " is not supported on the CUDA device (float32, int64, int32, bool)";
-    return "";
-  }
-  if (op == "Not") return T(0) == DType::Undefined || T(0) == DType::Bool ? "" : "Not takes bool";
-  if (kMovement.count(op)) {
-    if (!movableType(T(0))) return std::string("element type ") + dtypeName(T(0)) + " is not supported on the CUDA device";
-    if (op == ops::names::Gather && T(1) != DType::Undefined && T(1) != DType::Int64 && T(1) != DType::Int32)
-      return std::string("Gather indices of type ") + dtypeName(T(1)) + " are not supported on the CUDA device";
-    return "";
-  }
-  return "no CUDA kernel for " + op;
+  return k->check ? k->check(n, t) : std::string();
 }
 
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
@@ -242,7 +171,9 @@ cudak::Window makeWindow(const Node &n, const std::vector<int64_t> &in, std::vec
 const OpRegistry<CudaExecutor::Impl::DeviceKernel> &CudaExecutor::Impl::deviceKernels() {
   static const OpRegistry<DeviceKernel> r = [] {
     OpRegistry<DeviceKernel> k;
+    registerElementwiseKernels(k);
     registerLinalgKernels(k);
+    registerPoolingKernels(k);
     registerMovementKernels(k);
     return k;
   }();
@@ -353,7 +284,7 @@ std::vector<std::string> CudaExecutor::Impl::check(const std::set<size_t> *only)
         return std::string("element type ") + dtypeName(t0) + " is not supported";
       return k->check ? k->check(cc) : std::string();
     };
-    if (kShapeOnly.count(n.opType)) {
+    if (isShapeOnly(n.opType)) {
       std::string why = cpuOk();
       if (!why.empty()) problems.push_back(at + why);
       continue;
@@ -509,7 +440,7 @@ bool dispatchNode(CudaExecutor::Impl &impl, const Node &n, size_t idx, std::vect
   try {
     if (hook && hookNodes && hookNodes->count(idx) && impl.runHooked(n, idx, *hook, ins, outs)) {
       // the plan executor's tensor-parallel node, on host copies
-    } else if (kShapeOnly.count(n.opType)) {
+    } else if (isShapeOnly(n.opType)) {
       impl.runHost(n, ins, outs, ins.size() && ins[0] && !ins[0]->host.defined());
     } else {
       std::string dev = deviceCheck(n, inTypes);
@@ -737,155 +668,12 @@ void CudaExecutor::Impl::runHost(const Node &n, std::vector<Val *> &ins, std::ve
   }
 }
 
+/// Node n by its registered device kernel (CudaExecutorImpl.h).
 void CudaExecutor::Impl::runDevice(const Node &n, std::vector<Val *> &ins, std::vector<Val> &outs) {
-  const std::string &op = n.opType;
-  int64_t opset = model.opset("");
-  auto has = [&](size_t i) { return i < ins.size() && ins[i] && ins[i]->defined(); };
-  auto D = [&](size_t i) -> const Tensor & {
-    if (!has(i)) throw std::runtime_error("missing input " + std::to_string(i));
-    return devOf(*ins[i]);
-  };
-  auto H = [&](size_t i) -> const Tensor & {
-    if (!has(i)) throw std::runtime_error("missing input " + std::to_string(i));
-    return hostOf(*ins[i]);
-  };
-  auto launch = [&](cudaError_t e) { cudaCheck(e, (op + " kernel").c_str()); };
-
-  if (auto u = kUnary.find(op); u != kUnary.end()) {
-    const Tensor &x = D(0);
-    Tensor y = alloc(DType::Float32, x.shape());
-    float a = 0.f, b = 0.f;
-    cudak::Unary kind = u->second;
-    if (op == "LeakyRelu") a = n.getFloat("alpha", 0.01f);
-    else if (op == "Elu") a = n.getFloat("alpha", 1.0f);
-    else if (op == "HardSigmoid") { a = n.getFloat("alpha", 0.2f); b = n.getFloat("beta", 0.5f); }
-    else if (op == "Gelu" && n.getString("approximate", "none") == "tanh") kind = cudak::Unary::GeluTanh;
-    launch(cudak::unary(kind, x.data<float>(), y.data<float>(), x.numel(), a, b, stream));
-    outs[0].dev = y;
-    return;
-  }
-  if (op == "Clip") {
-    const Tensor &x = D(0);
-    float lo = -FLT_MAX, hi = FLT_MAX;
-    if (opset < 11) {
-      lo = n.getFloat("min", -FLT_MAX);
-      hi = n.getFloat("max", FLT_MAX);
-    } else {
-      if (has(1)) lo = static_cast<float>(H(1).scalarAsDouble(0));
-      if (has(2)) hi = static_cast<float>(H(2).scalarAsDouble(0));
-    }
-    Tensor y = alloc(DType::Float32, x.shape());
-    launch(cudak::unary(cudak::Unary::Clip, x.data<float>(), y.data<float>(), x.numel(), lo, hi, stream));
-    outs[0].dev = y;
-    return;
-  }
-  auto binaryOp = [&](cudak::Binary kind, const Tensor &a, const Tensor &b) {
-    auto shape = broadcastShapes(a.shape(), b.shape());
-    Tensor y = alloc(DType::Float32, shape);
-    launch(cudak::binary(kind, a.data<float>(), b.data<float>(), y.data<float>(), makeBcast(shape, {&a.shape(), &b.shape()}), stream));
-    return y;
-  };
-  if (auto b = kBinary.find(op); b != kBinary.end()) {
-    const Tensor &a = D(0);
-    Tensor rhs;
-    if (ins[1] && ins[1]->dtype() != DType::Float32) { // Pow's exponent: any numeric, converted on the host
-      const Tensor &h = H(1);
-      Tensor f(DType::Float32, h.shape());
-      for (int64_t i = 0; i < h.numel(); ++i) f.data<float>()[i] = static_cast<float>(h.scalarAsDouble(i));
-      rhs = upload(f);
-    } else rhs = D(1);
-    outs[0].dev = binaryOp(b->second, a, rhs);
-    return;
-  }
-  if (auto v = kVariadic.find(op); v != kVariadic.end()) {
-    Tensor acc;
-    int64_t count = 0;
-    for (size_t i = 0; i < ins.size(); ++i) {
-      if (!has(i)) continue;
-      ++count;
-      acc = acc.defined() ? binaryOp(v->second, acc, D(i)) : D(i);
-    }
-    if (!acc.defined()) throw std::runtime_error(op + " without inputs");
-    if (op == "Mean") {
-      Tensor c(DType::Float32, {});
-      *c.data<float>() = static_cast<float>(count);
-      acc = binaryOp(cudak::Binary::Div, acc, upload(c));
-    }
-    outs[0].dev = acc; // values are immutable: a single input is shared
-    return;
-  }
-  if (auto c = kCompare.find(op); c != kCompare.end()) {
-    const Tensor &a = D(0), &b = D(1);
-    auto shape = broadcastShapes(a.shape(), b.shape());
-    Tensor y = alloc(DType::Bool, shape);
-    launch(cudak::compare(c->second, a.data<float>(), b.data<float>(), y.data<uint8_t>(),
-                          makeBcast(shape, {&a.shape(), &b.shape()}), stream));
-    outs[0].dev = y;
-    return;
-  }
-  if (op == "Not") {
-    const Tensor &x = D(0);
-    Tensor y = alloc(DType::Bool, x.shape());
-    launch(cudak::logicalNot(x.data<uint8_t>(), y.data<uint8_t>(), x.numel(), stream));
-    outs[0].dev = y;
-    return;
-  }
-  if (op == "Where") {
-    const Tensor &c = D(0), &x = D(1), &y = D(2);
-    if (x.dtype() != y.dtype()) throw std::runtime_error(std::string("Where of ") + dtypeName(x.dtype()) + " and " + dtypeName(y.dtype()));
-    auto shape = broadcastShapes(broadcastShapes(c.shape(), x.shape()), y.shape());
-    Tensor o = alloc(x.dtype(), shape);
-    launch(cudak::where(c.data<uint8_t>(), x.raw(), y.raw(), o.raw(), int(dtypeSize(x.dtype())),
-                        makeBcast(shape, {&c.shape(), &x.shape(), &y.shape()}), stream));
-    outs[0].dev = o;
-    return;
-  }
-  if (op == "Cast") {
-    const Tensor &x = D(0);
-    DType to = static_cast<DType>(n.getInt("to", 0));
-    if (x.dtype() == to) { outs[0].dev = x; return; }
-    Tensor y = alloc(to, x.shape());
-    launch(cudak::cast(elemOf(x.dtype()), x.raw(), elemOf(to), y.raw(), x.numel(), stream));
-    outs[0].dev = y;
-    return;
-  }
-  // Kernels registered by op type (CudaLinalg.cpp, CudaMovement.cpp).
-  if (const DeviceKernel *k = deviceKernels().find(op)) {
-    Call call{n, ins, outs};
-    return (this->*(*k))(call);
-  }
-  if (auto rd = kReduce.find(op); rd != kReduce.end()) {
-    const Tensor &x = D(0);
-    int64_t r = x.rank();
-    bool axesAsInput = (op == "ReduceSum" && opset >= 13) || opset >= 18;
-    std::vector<int64_t> axes = axesAsInput ? (has(1) ? H(1).toInt64Vector() : std::vector<int64_t>{}) : n.getInts("axes");
-    bool keep = n.getInt("keepdims", 1);
-    if (axes.empty() && n.getInt("noop_with_empty_axes", 0)) { outs[0].dev = x; return; }
-    std::vector<bool> red(r, axes.empty());
-    for (int64_t a : axes) red[normAxis(a, r)] = true;
-    std::vector<int64_t> perm, outShape;
-    int64_t rows = 1, cols = 1;
-    for (int64_t i = 0; i < r; ++i)
-      if (!red[i]) { perm.push_back(i); rows *= x.dim(i); outShape.push_back(x.dim(i)); }
-      else if (keep) outShape.push_back(1);
-    for (int64_t i = 0; i < r; ++i)
-      if (red[i]) { perm.push_back(i); cols *= x.dim(i); }
-    Tensor src = x;
-    bool identity = true;
-    for (int64_t i = 0; i < r; ++i) identity = identity && perm[i] == i;
-    if (!identity) { // reduced axes last
-      auto st = stridesOf(x.shape());
-      std::vector<int64_t> shape(r), strides(r);
-      for (int64_t i = 0; i < r; ++i) { shape[i] = x.dim(perm[i]); strides[i] = st[perm[i]]; }
-      src = alloc(DType::Float32, shape);
-      launch(cudak::stridedCopy(x.raw(), src.raw(), 4, makeStrided(shape, strides, 0), stream));
-    }
-    Tensor y = alloc(DType::Float32, outShape);
-    launch(cudak::reduceRows(rd->second, src.data<float>(), y.data<float>(), rows, cols, stream));
-    outs[0].dev = y;
-    return;
-  }
-  throw std::runtime_error("no CUDA kernel for " + op);
+  const DeviceKernel *k = deviceKernels().find(n.opType);
+  if (!k || !k->run) throw std::runtime_error("no CUDA kernel for " + n.opType);
+  Call call{n, ins, outs};
+  (this->*(k->run))(call);
 }
 
 CudaExecutor::CudaExecutor(const Model &model, int device) : impl_(std::make_unique<Impl>(model, device)) {
@@ -965,6 +753,33 @@ std::map<std::string, Tensor> CudaExecutor::runNodes(const std::vector<size_t> &
 
 RankCompute::ValueTransfers CudaExecutor::valueTransfers() const {
   return {impl_->counts->toDevice.load(), impl_->counts->toHost.load()};
+}
+
+namespace {
+
+std::vector<std::string> registeredOps(bool backward) {
+  std::vector<std::string> out;
+  const auto &r = CudaExecutor::Impl::deviceKernels();
+  for (const std::string &op : r.opTypes())
+    if (backward ? r.find(op)->backward != nullptr : r.find(op)->run != nullptr) out.push_back(op);
+  return out;
+}
+
+} // namespace
+
+std::vector<std::string> cudaForwardOpTypes() { return registeredOps(false); }
+std::vector<std::string> cudaBackwardOpTypes() { return registeredOps(true); }
+
+std::string cudaBackwardReads(const std::string &op) {
+  const CudaExecutor::Impl::DeviceKernel *k = CudaExecutor::Impl::deviceKernels().find(op);
+  if (!k || !k->backward) return "";
+  switch (k->backwardReads) {
+  case CudaExecutor::Impl::Reads::Nothing: return "nothing";
+  case CudaExecutor::Impl::Reads::Inputs: return "inputs";
+  case CudaExecutor::Impl::Reads::Output: return "output";
+  case CudaExecutor::Impl::Reads::InputsAndOutput: return "inputs and output";
+  }
+  return "";
 }
 
 bool cudaDeviceAvailable(std::string *why) {

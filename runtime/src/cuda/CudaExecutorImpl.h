@@ -1,9 +1,11 @@
 //===- CudaExecutorImpl.h - the CUDA executor's state, for its kernel files -*- C++ -*-===//
 //
 // CudaExecutor::Impl (CudaExecutor.cpp) and what its device kernels share.
-// Op families' device kernels live in their own files (CudaLinalg.cpp) as
-// Impl members and register by op type (Impl::deviceKernels); runDevice
-// dispatches by lookup.
+// Op families' device kernels live in their own files (CudaElementwise.cpp,
+// CudaLinalg.cpp, CudaPooling.cpp, CudaMovement.cpp) as Impl members and
+// register by op type, forward and backward, with what they support
+// (Impl::deviceKernels); runDevice, deviceCheck and the backward sweep
+// (CudaTraining.cpp) dispatch by lookup.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -35,6 +37,10 @@
 
 namespace hetplan::runtime {
 
+namespace cudart {
+class Sweep; // CudaSweep.h
+}
+
 namespace cudaexec {
 
 /// A value: a host copy, a device copy (a view of device memory), or both.
@@ -50,6 +56,8 @@ struct Val {
 
 /// "" when node `n` (input element types `t`) runs on the device, else why not.
 std::string deviceCheck(const Node &n, const std::vector<DType> &t);
+/// Element types data movement takes: 1, 2, 4 or 8 bytes (Undefined: not known).
+bool movableType(DType t);
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
 /// axis + rank for a negative axis; throws when out of range.
 int64_t normAxis(int64_t axis, int64_t rank);
@@ -144,28 +152,80 @@ struct CudaExecutor::Impl : cudart::Device {
   void runGroupUnfused(const CudaFusion &g, const Lookup &lookup, Val &out);
   Tensor scratch(size_t bytes) { return alloc(DType::UInt8, {int64_t(bytes)}); }
 
-  // Device kernels registered by op type (runDevice looks them up): a node's
-  // inputs and outputs, and the registry the family files fill.
+  // The CUDA kernel registry: one entry per op type, filled by the family
+  // files (CudaElementwise.cpp, CudaLinalg.cpp, CudaPooling.cpp,
+  // CudaMovement.cpp) and read by runDevice/deviceCheck (the forward) and
+  // CudaTraining.cpp's sweep (the backward). Building it touches no CUDA API.
   struct Call {
     const Node &n;
     std::vector<Val *> &ins;
     std::vector<Val> &outs;
   };
-  using DeviceKernel = void (Impl::*)(Call &);
+  /// The forward kernel: outs from ins on the device.
+  using Forward = void (Impl::*)(Call &);
+  /// The element types a forward kernel takes (deviceCheck).
+  enum class Types {
+    Float32, // every input float32 (or not known), but those `hostInput` names
+    Movable, // input 0 of any element type of 1, 2, 4 or 8 bytes (data movement)
+    Own,     // `check` alone decides
+  };
+  /// "" when the forward kernel does the node's case (input element types
+  /// `t`, Undefined: not known), else why not.
+  using Check = std::string (*)(const Node &n, const std::vector<DType> &t);
+  /// The backward kernel (CudaSweep.h): the node's input gradients as device
+  /// tensors (undefined where none or not wanted).
+  using Backward = std::vector<Tensor> (*)(cudart::Sweep &s, const Node &n, const std::vector<bool> &want);
+  /// "" when the backward kernel does the node's case (after the sweep's
+  /// generic checks: float32 values, rank), else why the host runs it.
+  using BackwardCheck = std::string (*)(cudart::Sweep &s, const Node &n, const std::vector<bool> &want);
+  /// What a backward kernel reads of the forward pass beyond shapes: the
+  /// float values of the node's inputs, of its outputs, or both (integer and
+  /// bool inputs such as indices, split sizes or a condition aside, as the op
+  /// table's `keeps`). OpTableTest checks it against the table's `keeps`.
+  enum class Reads { Nothing, Inputs, Output, InputsAndOutput };
+  struct DeviceKernel {
+    Forward run = nullptr; // null: no forward kernel (shape-only ops, or a backward kernel alone)
+    Types types = Types::Float32;
+    /// Types::Float32: inputs read on the host (shapes, axes, scalars), of any type.
+    bool (*hostInput)(size_t i) = nullptr;
+    Check check = nullptr;
+    bool boolOutput = false; // its outputs are bool (the executor's type inference)
+    /// Its CPU kernel reads only input 0's shape: it runs on the host on a
+    /// device view of input 0 (no copy); `run` is null.
+    bool shapeOnly = false;
+    Backward backward = nullptr;
+    BackwardCheck backwardCheck = nullptr;
+    Reads backwardReads = Reads::Nothing;
+  };
   static const OpRegistry<DeviceKernel> &deviceKernels();
-  // CudaLinalg.cpp: MatMul, Gemm, Conv, Softmax/LogSoftmax, LayerNormalization,
-  // BatchNormalization, the pools, LRN.
+  // CudaElementwise.cpp: unary, binary, variadic, comparison, Not, Where,
+  // Cast, Clip and the reductions.
+  static void registerElementwiseKernels(OpRegistry<DeviceKernel> &r);
+  void runUnary(Call &c);
+  void runClip(Call &c);
+  void runBinary(Call &c);
+  void runVariadic(Call &c);
+  void runCompare(Call &c);
+  void runNot(Call &c);
+  void runWhere(Call &c);
+  void runCast(Call &c);
+  void runReduce(Call &c);
+  // CudaLinalg.cpp: the products, Softmax/LogSoftmax, LayerNormalization and
+  // the fusion patterns over them (cudafuse::fusionPatterns).
   static void registerLinalgKernels(OpRegistry<DeviceKernel> &r);
   void runMatMul(Call &c);
   void runGemm(Call &c);
   void runConv(Call &c);
   void runSoftmax(Call &c);
   void runLayerNorm(Call &c);
+  // CudaPooling.cpp: BatchNormalization, the pools, LRN.
+  static void registerPoolingKernels(OpRegistry<DeviceKernel> &r);
   void runBatchNorm(Call &c);
   void runWindowPool(Call &c);
   void runGlobalPool(Call &c);
   void runLrn(Call &c);
-  // CudaMovement.cpp: Transpose, Expand, Slice, Split, Concat, Gather.
+  // CudaMovement.cpp: Transpose, Expand, Slice, Split, Concat, Gather and the
+  // shape-only ops (marked shapeOnly, with their backward).
   static void registerMovementKernels(OpRegistry<DeviceKernel> &r);
   void runTranspose(Call &c);
   void runExpand(Call &c);

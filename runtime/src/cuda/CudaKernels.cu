@@ -55,7 +55,7 @@ __device__ inline float applyUnary(Unary op, float x, float a, float b) {
   case Unary::Log: return logf(x);
   case Unary::Tanh: return tanhf(x);
   case Unary::Sigmoid: return 1.f / (1.f + expf(-x));
-  case Unary::Relu: return x < 0.f ? 0.f : x;
+  case Unary::Ramp: return x < 0.f ? 0.f : x;
   case Unary::LeakyRelu: return x < 0.f ? a * x : x;
   case Unary::Erf: return erff(x);
   case Unary::Gelu: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
@@ -406,7 +406,7 @@ __device__ inline double unaryDerivative(UnaryGrad op, double x, double y, doubl
   case UnaryGrad::Tanh: return 1.0 - y * y;
   case UnaryGrad::Sigmoid: return y * (1.0 - y);
   case UnaryGrad::Erf: return 2.0 / sqrt(kPiD) * exp(-x * x);
-  case UnaryGrad::Relu: return y > 0 ? 1.0 : 0.0; // y = max(x, 0) > 0 exactly when x > 0
+  case UnaryGrad::Ramp: return y > 0 ? 1.0 : 0.0; // y = max(x, 0) > 0 exactly when x > 0
   case UnaryGrad::Reciprocal: return -y * y;
   case UnaryGrad::Abs: return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
   case UnaryGrad::Sin: return cos(x);

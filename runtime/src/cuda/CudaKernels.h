@@ -39,8 +39,9 @@ struct Window {
           d[3] = {1, 1, 1}, pb[3] = {}, pe[3] = {};
 };
 
+/// Ramp: max(x, 0) (the rectifier).
 enum class Unary {
-  Neg, Abs, Sqrt, Exp, Log, Tanh, Sigmoid, Relu, LeakyRelu, Erf, Gelu, GeluTanh, Floor, Ceil,
+  Neg, Abs, Sqrt, Exp, Log, Tanh, Sigmoid, Ramp, LeakyRelu, Erf, Gelu, GeluTanh, Floor, Ceil,
   Reciprocal, Sin, Cos, Softplus, Elu, HardSigmoid, HardSwish, Clip
 };
 enum class Binary { Add, Sub, Mul, Div, Pow, Max, Min };
@@ -111,7 +112,7 @@ cudaError_t fromHalf(const void *src, float *out, bool bf16, int64_t n, cudaStre
 cudaError_t reduceSum(const float *g, float *out, const Strided &kept, const Strided &red, float scale,
                       cudaStream_t s);
 enum class UnaryGrad {
-  Neg, Sqrt, Exp, Log, Tanh, Sigmoid, Erf, Relu, Reciprocal, Abs, Sin, Cos, Softplus, LeakyRelu, Elu, Gelu, GeluTanh
+  Neg, Sqrt, Exp, Log, Tanh, Sigmoid, Erf, Ramp, Reciprocal, Abs, Sin, Cos, Softplus, LeakyRelu, Elu, Gelu, GeluTanh
 };
 /// dx = dy * f'(x, y) in double; `x` or `y` may be null when f' does not
 /// read it; `alpha`: LeakyRelu's and Elu's.

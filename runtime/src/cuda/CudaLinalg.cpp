@@ -1,17 +1,21 @@
-//===- CudaLinalg.cpp - CUDA kernels: MatMul, Gemm, Conv, normalizations, pools ===//
+//===- CudaLinalg.cpp - CUDA kernels: MatMul, Gemm, Conv, Softmax, LayerNormalization ===//
 //
 // The linalg family's device kernels (cuBLAS/cuBLASLt/cuDNN or the
-// hand-written kernels of CudaKernels.cu), registered by op type into
-// CudaExecutor::Impl::deviceKernels; the fused groups (CudaFusion.h) too.
+// hand-written kernels of CudaKernels.cu): forward, backward and the cases
+// left to the host, registered by op type into the CUDA kernel registry
+// (CudaExecutor::Impl::deviceKernels); the fusion patterns over these ops
+// (cudafuse::fusionPatterns) and the fused groups' runs (CudaFusion.h) too.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaExecutorImpl.h"
+#include "CudaSweep.h"
 #include "../cpu/kernels/Geometry.h"
 #include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 namespace hetplan::runtime {
@@ -23,24 +27,185 @@ using cudart::blasInt;
 using cudart::cudaCheck;
 using cudart::makeBcast;
 using cudart::makeStrided;
+using cudart::Sweep;
 using cudaexec::deviceCheck;
 using cudaexec::makeWindow;
 using cudaexec::normAxis;
 using cudaexec::stridesOf;
 
+namespace {
+
+// --- what the forward kernels do (deviceCheck) ---
+
+std::string layerNormCheck(const Node &n, const std::vector<DType> &) {
+  if (n.getInt("stash_type", 1) != 1)
+    return "LayerNormalization stash_type other than float32 is not supported on the CUDA device";
+  return "";
+}
+
+// --- backward kernels (CudaTraining.cpp's sweep) ---
+
+// Y[batch, M, N] = A[batch_a, M, K] x B[batch_b, K, N]: dA = dY B^T,
+// dB = A^T dY, summed over the batch positions each was broadcast to.
+std::vector<Tensor> matmulBackward(Sweep &sw, const Node &n, const std::vector<bool> &want) {
+  std::vector<Tensor> g(2);
+  bool wa = want[0], wb = want[1];
+  if ((!wa && !wb) || !sw.hasGrad(n.outputs[0])) return g;
+  const Tensor &a = sw.devValue(n.inputs[0]), &b = sw.devValue(n.inputs[1]), &dy = sw.devGrad(n.outputs[0]);
+  cpu::MatMulShape ms = cpu::matmulShape(a.shape(), b.shape());
+  int64_t M = ms.M, K = ms.K, N = ms.N;
+  const std::vector<int64_t> &ab = ms.aBatch, &bb = ms.bBatch, &batch = ms.batch;
+  int64_t nb = shapeNumel(batch), na = shapeNumel(ab), nB = shapeNumel(bb);
+  Tensor ga, gb;
+  if (wa) ga = sw.device().zeros(DType::Float32, a.shape());
+  if (wb) gb = sw.device().zeros(DType::Float32, b.shape());
+  if (M > 0 && N > 0 && K > 0 && nb > 0) {
+    const float *pa = Sweep::fp(a), *pb = Sweep::fp(b), *pg = Sweep::fp(dy);
+    float *pga = wa ? Sweep::fp(ga) : nullptr, *pgb = wb ? Sweep::fp(gb) : nullptr;
+    if (nB == 1 && na == nb) { // B shared by every batch: fold the batch into M
+      if (pga) sw.device().rowGemm(false, true, nb * M, K, N, 1.f, pg, N, pb, N, 0.f, pga, K);
+      if (pgb) sw.device().rowGemm(true, false, K, N, nb * M, 1.f, pa, K, pg, N, 0.f, pgb, N);
+    } else if (na == nb && nB == nb) { // one A and one B per batch position
+      if (pga) sw.device().rowGemmBatched(false, true, M, K, N, 1.f, pg, N, M * N, pb, N, K * N, 0.f, pga, K, M * K, nb);
+      if (pgb) sw.device().rowGemmBatched(true, false, K, N, M, 1.f, pa, K, M * K, pg, N, M * N, 0.f, pgb, N, K * N, nb);
+    } else { // partial broadcasts: one GEMM per batch position, summed (beta 1)
+      auto stA = broadcastStrides(ab, batch), stB = broadcastStrides(bb, batch);
+      for (int64_t i = 0; i < nb; ++i) {
+        auto [oa, ob] = cpu::batchOffsets(i, batch, stA, stB);
+        const float *gi = pg + i * M * N;
+        if (pga) sw.device().rowGemm(false, true, M, K, N, 1.f, gi, N, pb + ob * K * N, N, 1.f, pga + oa * M * K, K);
+        if (pgb) sw.device().rowGemm(true, false, K, N, M, 1.f, pa + oa * M * K, K, gi, N, 1.f, pgb + ob * K * N, N);
+      }
+    }
+  }
+  if (wa) g[0] = std::move(ga);
+  if (wb) g[1] = std::move(gb);
+  return g;
+}
+
+// Y = alpha op(A) op(B) + beta C.
+std::vector<Tensor> gemmBackward(Sweep &sw, const Node &n, const std::vector<bool> &want) {
+  std::vector<Tensor> g(n.inputs.size());
+  if (!sw.hasGrad(n.outputs[0])) return g;
+  const Tensor &a = sw.devValue(n.inputs[0]), &b = sw.devValue(n.inputs[1]), &dy = sw.devGrad(n.outputs[0]);
+  bool ta = n.getInt("transA", 0), tb = n.getInt("transB", 0);
+  int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
+  float alpha = n.getFloat("alpha", 1.0f), beta = n.getFloat("beta", 1.0f);
+  const float *pa = Sweep::fp(a), *pb = Sweep::fp(b), *pg = Sweep::fp(dy);
+  bool work = M > 0 && N > 0 && K > 0;
+  if (want[0]) {
+    Tensor ga = sw.device().zeros(DType::Float32, a.shape());
+    if (work) {
+      if (!ta) sw.device().rowGemm(false, !tb, M, K, N, alpha, pg, N, pb, b.dim(1), 0.f, Sweep::fp(ga), K); // dY op(B)^T
+      else sw.device().rowGemm(tb, true, K, M, N, alpha, pb, b.dim(1), pg, N, 0.f, Sweep::fp(ga), M);       // op(B) dY^T
+    }
+    g[0] = std::move(ga);
+  }
+  if (want[1]) {
+    Tensor gb = sw.device().zeros(DType::Float32, b.shape());
+    if (work) {
+      if (!tb) sw.device().rowGemm(!ta, false, K, N, M, alpha, pa, a.dim(1), pg, N, 0.f, Sweep::fp(gb), N); // op(A)^T dY
+      else sw.device().rowGemm(true, ta, N, K, M, alpha, pg, N, pa, a.dim(1), 0.f, Sweep::fp(gb), K);       // dY^T op(A)
+    }
+    g[1] = std::move(gb);
+  }
+  if (want.size() > 2 && want[2]) g[2] = sw.reduceTo(dy, sw.host(n.inputs[2]).shape(), beta);
+  return g;
+}
+
+// Y = (X - mean) * inv * scale + B per row of the normalized dims; outputs 1
+// and 2 (Mean, InvStdDev) may have gradients of their own.
+std::vector<Tensor> layerNormBackward(Sweep &sw, const Node &n, const std::vector<bool> &want) {
+  std::vector<Tensor> g(n.inputs.size());
+  const Tensor &xh = sw.host(n.inputs[0]);
+  int64_t axis = cpu::normAxis(n.getInt("axis", -1), xh.rank());
+  double eps = n.getFloat("epsilon", 1e-5f);
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < xh.rank(); ++i) (i < axis ? outer : inner) *= xh.dim(i);
+  auto gradOf = [&](size_t o) -> const float * {
+    if (o >= n.outputs.size() || n.outputs[o].empty() || !sw.hasGrad(n.outputs[o])) return nullptr;
+    const Tensor &t = sw.devGrad(n.outputs[o]);
+    if (o > 0 && t.numel() != outer)
+      throw std::runtime_error("LayerNormalization backward: statistics gradient " + t.describe());
+    return Sweep::fp(t);
+  };
+  const float *dy = gradOf(0), *dMean = gradOf(1), *dInv = gradOf(2);
+  auto w = [&](size_t i) { return i < want.size() && want[i]; };
+  bool wx = w(0), ws = w(1) && dy, wb = w(2) && dy;
+  if (!wx && !ws && !wb) return g;
+  const Tensor &x = sw.devValue(n.inputs[0]), &scale = sw.devValue(n.inputs[1]);
+  Tensor mean = sw.device().alloc(DType::Float64, {outer}), inv = sw.device().alloc(DType::Float64, {outer});
+  Tensor dx;
+  if (wx) dx = sw.device().alloc(DType::Float32, x.shape());
+  cudaCheck(cudak::layerNormGrad(Sweep::fp(x), Sweep::fp(scale), dy, dMean, dInv, wx ? Sweep::fp(dx) : nullptr, mean.data<double>(),
+                                 inv.data<double>(), outer, inner, eps, sw.device().stream),
+            "LayerNormalization gradient");
+  if (wx) g[0] = std::move(dx);
+  if (ws || wb) {
+    std::vector<int64_t> innerShape(xh.shape().begin() + axis, xh.shape().end());
+    Tensor ds, db;
+    if (ws) ds = sw.device().alloc(DType::Float32, innerShape);
+    if (wb) db = sw.device().alloc(DType::Float32, innerShape);
+    cudaCheck(cudak::layerNormParamGrad(Sweep::fp(x), dy, mean.data<double>(), inv.data<double>(), ws ? Sweep::fp(ds) : nullptr,
+                                        wb ? Sweep::fp(db) : nullptr, outer, inner, sw.device().stream),
+              "LayerNormalization scale/bias gradient");
+    if (ws) g[1] = std::move(ds);
+    if (wb) g[2] = std::move(db);
+  }
+  return g;
+}
+
+std::vector<Tensor> softmaxBackward(Sweep &sw, const Node &n, const std::vector<bool> &want) {
+  std::vector<Tensor> g(n.inputs.size());
+  const std::string &out0 = n.outputs.at(0);
+  if (!(0 < want.size() && want[0]) || !sw.hasGrad(out0)) return g;
+  const Tensor &x = sw.host(n.inputs[0]);
+  int64_t outer, len, inner;
+  train::softmaxDims(n, sw.model().opset(""), x.shape(), outer, len, inner);
+  Tensor dx = sw.device().alloc(DType::Float32, x.shape());
+  cudaCheck(cudak::softmaxGrad(Sweep::fp(sw.devValue(out0)), Sweep::fp(sw.devGrad(out0)), Sweep::fp(dx), outer, len,
+                               inner, n.opType == ops::names::LogSoftmax, sw.device().stream),
+            "Softmax gradient");
+  g[0] = std::move(dx);
+  return g;
+}
+
+std::string layerNormBackwardCheck(Sweep &sw, const Node &n, const std::vector<bool> &want) {
+  const Tensor &x = sw.host(n.inputs[0]);
+  int64_t axis = cpu::normAxis(n.getInt("axis", -1), x.rank());
+  std::vector<int64_t> innerShape(x.shape().begin() + axis, x.shape().end());
+  if (n.inputs.size() < 2 || n.inputs[1].empty() || sw.host(n.inputs[1]).shape() != innerShape)
+    return "scale not of the normalized shape";
+  if (want.size() > 2 && want[2] && sw.host(n.inputs[2]).shape() != innerShape) return "bias not of the normalized shape";
+  return "";
+}
+
+std::string gemmBackwardCheck(Sweep &sw, const Node &n, const std::vector<bool> &) {
+  return sw.host(n.inputs[0]).rank() != 2 || sw.host(n.inputs[1]).rank() != 2 ? "Gemm not 2-D" : "";
+}
+
+} // namespace
+
 void CudaExecutor::Impl::registerLinalgKernels(OpRegistry<DeviceKernel> &r) {
-  r.add(ops::names::MatMul, &Impl::runMatMul);
-  r.add(ops::names::Gemm, &Impl::runGemm);
-  r.add(ops::names::Conv, &Impl::runConv);
-  r.add(ops::names::Softmax, &Impl::runSoftmax);
-  r.add(ops::names::LogSoftmax, &Impl::runSoftmax);
-  r.add(ops::names::LayerNormalization, &Impl::runLayerNorm);
-  r.add("BatchNormalization", &Impl::runBatchNorm);
-  r.add("MaxPool", &Impl::runWindowPool);
-  r.add("AveragePool", &Impl::runWindowPool);
-  r.add("GlobalAveragePool", &Impl::runGlobalPool);
-  r.add("GlobalMaxPool", &Impl::runGlobalPool);
-  r.add("LRN", &Impl::runLrn);
+  DeviceKernel matmul{&Impl::runMatMul}, gemm{&Impl::runGemm}, softmax{&Impl::runSoftmax},
+      layerNorm{&Impl::runLayerNorm};
+  matmul.backward = matmulBackward;
+  matmul.backwardReads = Reads::Inputs;
+  gemm.backward = gemmBackward;
+  gemm.backwardCheck = gemmBackwardCheck;
+  gemm.backwardReads = Reads::Inputs; // A and B (C: its shape)
+  softmax.backward = softmaxBackward;
+  softmax.backwardReads = Reads::Output;
+  layerNorm.check = layerNormCheck;
+  layerNorm.backward = layerNormBackward;
+  layerNorm.backwardCheck = layerNormBackwardCheck;
+  layerNorm.backwardReads = Reads::Inputs; // X and the scale (statistics recomputed)
+  r.add(ops::names::MatMul, matmul);
+  r.add(ops::names::Gemm, gemm);
+  r.add(ops::names::Conv, DeviceKernel{&Impl::runConv});
+  r.add(ops::names::Softmax, softmax);
+  r.add(ops::names::LogSoftmax, softmax);
+  r.add(ops::names::LayerNormalization, layerNorm);
 }
 
 void CudaExecutor::Impl::runSoftmax(Call &c) {
@@ -88,64 +253,6 @@ void CudaExecutor::Impl::runLayerNorm(Call &c) {
   outs[0].dev = y;
   if (mean.defined()) outs[1].dev = mean;
   if (inv.defined()) outs[2].dev = inv;
-  return;
-}
-
-void CudaExecutor::Impl::runBatchNorm(Call &c) {
-  HP_DEVICE_CALL(c);
-  const Tensor &x = D(0);
-  int64_t N = x.rank() > 0 ? x.dim(0) : 1, C = x.rank() > 1 ? x.dim(1) : 1, S = x.numel() / std::max<int64_t>(N * C, 1);
-  for (size_t i = 1; i <= 4; ++i)
-    if (D(i).numel() != C) throw std::runtime_error("BatchNormalization input " + std::to_string(i) + " is not [C]");
-  Tensor y = alloc(DType::Float32, x.shape());
-  launch(cudak::batchNorm(x.data<float>(), D(1).data<float>(), D(2).data<float>(), D(3).data<float>(),
-                          D(4).data<float>(), y.data<float>(), N, C, S, n.getFloat("epsilon", 1e-5f), stream));
-  outs[0].dev = y;
-  return;
-}
-
-void CudaExecutor::Impl::runWindowPool(Call &c) {
-  HP_DEVICE_CALL(c);
-  const Tensor &x = D(0);
-  if (x.rank() < 3) throw std::runtime_error(op + " takes [N, C, spatial...]");
-  std::vector<int64_t> inSp(x.shape().begin() + 2, x.shape().end()), outSp;
-  cudak::Window w = makeWindow(n, inSp, n.getInts("kernel_shape"), true, outSp);
-  std::vector<int64_t> outShape = {x.dim(0), x.dim(1)};
-  outShape.insert(outShape.end(), outSp.begin(), outSp.end());
-  Tensor y = alloc(DType::Float32, outShape);
-  outs[0].dev = y;
-  if (y.numel() == 0) return;
-#if defined(HETPLAN_HAVE_CUDNN) && HETPLAN_HAVE_CUDNN
-  if (dnn && dnn->pool(op == "MaxPool", n.getInt("count_include_pad", 0) != 0, x, w, y)) return;
-#endif
-  launch(cudak::pool(op == "MaxPool", x.data<float>(), y.data<float>(), x.dim(0) * x.dim(1), w,
-                     n.getInt("count_include_pad", 0) != 0, stream));
-  return;
-}
-
-void CudaExecutor::Impl::runGlobalPool(Call &c) {
-  HP_DEVICE_CALL(c);
-  const Tensor &x = D(0);
-  if (x.rank() < 2) throw std::runtime_error(op + " takes [N, C, ...]");
-  int64_t NC = x.dim(0) * x.dim(1), S = NC ? x.numel() / NC : 0;
-  std::vector<int64_t> shape(x.rank(), 1);
-  shape[0] = x.dim(0); shape[1] = x.dim(1);
-  Tensor y = alloc(DType::Float32, shape);
-  launch(cudak::reduceRows(op == "GlobalMaxPool" ? cudak::Reduce::Max : cudak::Reduce::Mean, x.data<float>(),
-                           y.data<float>(), NC, S, stream));
-  outs[0].dev = y;
-  return;
-}
-
-void CudaExecutor::Impl::runLrn(Call &c) {
-  HP_DEVICE_CALL(c);
-  const Tensor &x = D(0);
-  if (x.rank() < 2) throw std::runtime_error("LRN takes [N, C, ...]");
-  int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(N * C, 1);
-  Tensor y = alloc(DType::Float32, x.shape());
-  launch(cudak::lrn(x.data<float>(), y.data<float>(), N, C, S, n.getInt("size", 1), n.getFloat("alpha", 1e-4f),
-                    n.getFloat("beta", 0.75f), n.getFloat("bias", 1.0f), stream));
-  outs[0].dev = y;
   return;
 }
 
@@ -440,5 +547,138 @@ void CudaExecutor::Impl::runGroupUnfused(const CudaFusion &g, const Lookup &look
   }
   out = std::move(inside.at(g.output));
 }
+
+// --- fusion patterns (CudaFusion.h), tried in this order ---
+
+namespace cudafuse {
+
+namespace {
+
+/// attention: MatMul(Q, Kᵀ) -> [Mul|Div by a scalar constant] -> [Add mask]
+/// -> Softmax(last axis) -> [Cast to float] -> MatMul(., V), at fp16/bf16
+/// only, head dims cuDNN's flash attention takes when the shapes are
+/// declared (else checked at run time). Tried first, so that its MatMuls
+/// are not taken as GEMMs.
+void attentionPattern(Matcher &mt, std::vector<CudaFusion> &out) {
+  const Model &m = mt.m;
+  if (!sdpaPrecision(mt.precision)) return;
+  for (size_t idx : mt.order) {
+    const Node &qk = m.nodes[idx];
+    if (qk.opType != ops::names::MatMul || !mt.usable(idx) || qk.inputs.size() != 2 || !Matcher::unaryOut(qk)) continue;
+    CudaFusion f;
+    f.kind = CudaFusion::Kind::Attention;
+    f.q = qk.inputs[0];
+    f.kT = qk.inputs[1];
+    f.nodes = {idx};
+    std::string cur = qk.outputs[0];
+    long r = mt.sole(cur);
+    auto advance = [&](long node) {
+      f.nodes.push_back(size_t(node));
+      cur = m.nodes[size_t(node)].outputs[0];
+      return mt.sole(cur);
+    };
+    if (r >= 0 && (m.nodes[r].opType == "Mul" || m.nodes[r].opType == "Div") && m.nodes[r].inputs.size() == 2 &&
+        Matcher::unaryOut(m.nodes[r])) {
+      const Node &s = m.nodes[r];
+      bool div = s.opType == "Div";
+      if (div && s.inputs[0] != cur) continue;
+      const std::string &other = s.inputs[0] == cur ? s.inputs[1] : s.inputs[0];
+      const Tensor *c = mt.constant(other);
+      if (!c || c->numel() != 1 || other == cur) continue;
+      double v = c->scalarAsDouble(0);
+      if (div && v == 0) continue;
+      f.scale = float(div ? 1.0 / v : v);
+      r = advance(r);
+    }
+    if (r >= 0 && m.nodes[r].opType == "Add" && m.nodes[r].inputs.size() == 2 && Matcher::unaryOut(m.nodes[r])) {
+      const Node &a = m.nodes[r];
+      const std::string &other = a.inputs[0] == cur ? a.inputs[1] : a.inputs[0];
+      if (other == cur || other.empty() || !mt.maybeFloat(other)) continue;
+      f.mask = other;
+      r = advance(r);
+    }
+    if (r < 0 || m.nodes[r].opType != ops::names::Softmax || !Matcher::unaryOut(m.nodes[r])) continue;
+    {
+      int64_t axis = m.nodes[r].getInt("axis", mt.opset < 13 ? 1 : -1);
+      auto qs = mt.knownShape(f.q);
+      if (axis != -1 && !(qs && axis == int64_t(qs->size()) - 1)) continue;
+    }
+    r = advance(r);
+    if (r >= 0 && m.nodes[r].opType == "Cast" && Matcher::unaryOut(m.nodes[r]) &&
+        m.nodes[r].getInt("to", 0) == int64_t(DType::Float32))
+      r = advance(r);
+    if (r < 0 || m.nodes[r].opType != ops::names::MatMul || m.nodes[r].inputs.size() != 2 || !Matcher::unaryOut(m.nodes[r]) ||
+        m.nodes[r].inputs[0] != cur || m.nodes[r].inputs[1] == cur)
+      continue;
+    f.v = m.nodes[r].inputs[1];
+    f.nodes.push_back(size_t(r));
+    f.output = m.nodes[r].outputs[0];
+    bool typesOk = mt.maybeFloat(f.q) && mt.maybeFloat(f.kT) && mt.maybeFloat(f.v);
+    auto qs = mt.knownShape(f.q), ks = mt.knownShape(f.kT), vs = mt.knownShape(f.v);
+    bool dimsOk = (!qs || (qs->size() >= 3 && sdpaHeadDimOk(qs->back()))) &&
+                  (!ks || (ks->size() >= 3 && sdpaHeadDimOk((*ks)[ks->size() - 2]))) &&
+                  (!vs || (vs->size() >= 3 && sdpaHeadDimOk(vs->back())));
+    if (!typesOk || !dimsOk) continue;
+    for (size_t k : f.nodes) mt.taken[k] = 1;
+    out.push_back(std::move(f));
+  }
+}
+
+/// GEMM: MatMul or Gemm -> Add of a 1-D constant bias [-> Gelu
+/// approximate="tanh"], or a Gemm whose C is that bias (beta 1).
+void gemmBiasPattern(Matcher &mt, std::vector<CudaFusion> &out) {
+  const Model &m = mt.m;
+  for (size_t idx : mt.order) {
+    const Node &g = m.nodes[idx];
+    if ((g.opType != ops::names::MatMul && g.opType != ops::names::Gemm) || !mt.usable(idx) || g.inputs.size() < 2 || !Matcher::unaryOut(g)) continue;
+    if (!mt.maybeFloat(g.inputs[0]) || !mt.maybeFloat(g.inputs[1])) continue;
+    // The N the bias must have, when B is a constant (a weight).
+    std::optional<int64_t> N;
+    if (const Tensor *w = mt.constant(g.inputs[1])) {
+      if (w->rank() != 2) continue; // batched weights: plain path
+      N = g.opType == ops::names::Gemm && g.getInt("transB", 0) ? w->dim(0) : w->dim(1);
+    }
+    auto biasOk = [&](const Tensor *b) {
+      return b && b->dtype() == DType::Float32 && (b->rank() == 1 || (b->rank() == 2 && b->dim(0) == 1)) &&
+             (!N || b->numel() == *N);
+    };
+    CudaFusion f;
+    f.kind = CudaFusion::Kind::GemmBias;
+    f.nodes = {idx};
+    std::string cur = g.outputs[0];
+    bool hasC = g.opType == ops::names::Gemm && g.inputs.size() > 2 && !g.inputs[2].empty();
+    if (hasC) {
+      if (g.getFloat("beta", 1.f) != 1.f || !biasOk(mt.constant(g.inputs[2]))) continue;
+    } else {
+      long a = mt.sole(cur);
+      if (a < 0 || m.nodes[a].opType != "Add" || m.nodes[a].inputs.size() != 2 || !Matcher::unaryOut(m.nodes[a])) continue;
+      const Node &add = m.nodes[a];
+      const std::string &other = add.inputs[0] == cur ? add.inputs[1] : add.inputs[0];
+      if (other == cur || !biasOk(mt.constant(other)) || (mt.constant(other)->rank() != 1)) continue;
+      f.bias = other;
+      f.nodes.push_back(size_t(a));
+      cur = add.outputs[0];
+    }
+    long gl = mt.sole(cur);
+    if (gl >= 0 && m.nodes[gl].opType == "Gelu" && Matcher::unaryOut(m.nodes[gl]) &&
+        m.nodes[gl].getString("approximate", "none") == "tanh") {
+      f.kind = CudaFusion::Kind::GemmBiasGelu;
+      f.nodes.push_back(size_t(gl));
+      cur = m.nodes[gl].outputs[0];
+    }
+    f.output = cur;
+    for (size_t k : f.nodes) mt.taken[k] = 1;
+    out.push_back(std::move(f));
+  }
+}
+
+} // namespace
+
+const std::vector<FusionPattern> &fusionPatterns() {
+  static const std::vector<FusionPattern> patterns = {attentionPattern, gemmBiasPattern};
+  return patterns;
+}
+
+} // namespace cudafuse
 
 } // namespace hetplan::runtime

@@ -150,6 +150,16 @@ std::shared_ptr<RankCompute> makeCudaRankCompute(const Model &model, int device,
 /// if the NCCL communicator is, and the visible devices.
 LocalDevices cudaLocalDevices();
 
+/// The op types with a CUDA forward kernel, and those with a CUDA backward
+/// kernel (the CUDA kernel registry, sorted). Needs no device: docs/ops.md
+/// and test/unit/OpTableTest.cpp read them.
+std::vector<std::string> cudaForwardOpTypes();
+std::vector<std::string> cudaBackwardOpTypes();
+/// What the CUDA backward kernel of `op` declares it reads of the forward
+/// pass (float values): "nothing", "inputs", "output" or "inputs and
+/// output"; "" when there is no CUDA backward kernel for `op`.
+std::string cudaBackwardReads(const std::string &op);
+
 /// True when a CUDA device is usable; else false with `why` set
 /// ("no CUDA device: ..."). For tests that skip without a GPU.
 bool cudaDeviceAvailable(std::string *why = nullptr);
