@@ -1,6 +1,7 @@
 //===- Common.cpp - rules several op families share -----------------------===//
 #include "ops/defs/Defs.h"
 
+#include <algorithm>
 #include <string>
 
 namespace hetplan::ops {
@@ -28,32 +29,6 @@ int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t s, int64_t d, int64
   if (ceilMode && (size - 1) * s >= in + padBegin)
     --size;
   return size;
-}
-
-std::optional<std::vector<int64_t>> matMulShape(const std::vector<int64_t> &aIn, const std::vector<int64_t> &bIn,
-                                                std::string &why) {
-  std::vector<int64_t> a = aIn, b = bIn;
-  if (a.empty() || b.empty())
-    return (why = "MatMul operands must not be scalars", std::nullopt);
-  bool aVec = a.size() == 1, bVec = b.size() == 1;
-  if (aVec)
-    a.insert(a.begin(), 1);
-  if (bVec)
-    b.push_back(1);
-  int64_t k1 = a.back(), k2 = b[b.size() - 2];
-  if (!isUnknown(k1) && !isUnknown(k2) && k1 != k2) {
-    why = "contraction sizes differ: " + std::to_string(k1) + " and " + std::to_string(k2);
-    return std::nullopt;
-  }
-  auto batch = broadcast(std::vector<int64_t>(a.begin(), a.end() - 2), std::vector<int64_t>(b.begin(), b.end() - 2));
-  if (!batch)
-    return (why = "batch dimensions do not broadcast", std::nullopt);
-  std::vector<int64_t> result = *batch;
-  if (!aVec)
-    result.push_back(a[a.size() - 2]);
-  if (!bVec)
-    result.push_back(b.back());
-  return result;
 }
 
 std::string checkWindowed(const CheckIn &c, size_t xIndex, int wIndex, bool transpose, bool needKernel) {
@@ -133,6 +108,13 @@ bool requireShape(const ShapeIn &in, size_t i, std::vector<int64_t> &dims, std::
   return true;
 }
 
+int64_t numElements(const std::vector<int64_t> &shape, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t i = from; i < std::min(to, shape.size()); ++i)
+    n = mulDims(n, shape[i]);
+  return n;
+}
+
 OutShape like(std::vector<int64_t> dims, int of) {
   OutShape o;
   o.set = true;
@@ -147,6 +129,37 @@ bool sameAsInput(const ShapeIn &in, std::vector<OutShape> &out, std::string &why
     return why.empty();
   out[0] = like(x);
   return true;
+}
+
+bool onPicked(ShapeFn rule, const ShapeIn &in, const std::vector<size_t> &pick, std::vector<OutShape> &out,
+              std::string &why) {
+  std::vector<ValueShape> sub;
+  for (size_t i : pick) {
+    if (i >= in.inputs.size())
+      return (why = "needs input #" + std::to_string(i), false);
+    sub.push_back(in.inputs[i]);
+  }
+  std::vector<OutShape> o(1);
+  if (!rule({in.attrs, sub, in.opset}, o, why))
+    return false;
+  if (o[0].set && !out.empty()) {
+    out[0] = o[0];
+    if (o[0].element == Element::OfInput)
+      out[0].elementOf = int(pick[size_t(o[0].elementOf)]);
+  }
+  return true;
+}
+
+void retype(std::vector<OutShape> &out, Element element, int of) {
+  if (out.empty() || !out[0].set)
+    return;
+  out[0].element = element;
+  out[0].elementOf = of;
+  out[0].ints.reset();
+}
+
+int zeroPointOr(const ShapeIn &in, size_t zp, size_t x) {
+  return zp < in.inputs.size() && in.inputs[zp].present && in.inputs[zp].typed ? int(zp) : int(x);
 }
 
 std::string axisAttr(const CheckIn &in, const std::string &name, int64_t dflt, int64_t r, int64_t extra) {

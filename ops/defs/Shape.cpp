@@ -19,13 +19,6 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-int64_t numElements(const Dims &shape, size_t from = 0, size_t to = SIZE_MAX) {
-  int64_t n = 1;
-  for (size_t i = from; i < std::min(to, shape.size()); ++i)
-    n = mulDims(n, shape[i]);
-  return n;
-}
-
 /// Integer values of input `i`, or of the attribute `name` for older opsets.
 std::optional<Dims> intsFrom(const ShapeIn &in, size_t i, const char *name = nullptr) {
   if (i < in.inputs.size() && in.inputs[i].ints)
@@ -125,6 +118,8 @@ bool transposeShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &
   return true;
 }
 
+} // namespace
+
 bool concatShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
   REQUIRE(first, 0);
   int64_t axis = normAxis(in.attrs.intOr("axis", 0), int64_t(first.size()));
@@ -150,6 +145,8 @@ bool concatShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why
     out[0].ints = values;
   return true;
 }
+
+namespace {
 
 bool splitShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
   REQUIRE(x, 0);
