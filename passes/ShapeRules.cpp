@@ -52,11 +52,6 @@ std::optional<SmallVector<double>> attrFloats(NodeOp n, StringRef name) {
     return SmallVector<double>(a.asArrayRef().begin(), a.asArrayRef().end());
   return std::nullopt;
 }
-StringRef attrStr(NodeOp n, StringRef name, StringRef dflt) {
-  if (auto a = dyn_cast_or_null<StringAttr>(n.getOnnxAttr(name)))
-    return a.getValue();
-  return dflt;
-}
 
 /// Integer values of input `i`, or of the attribute `name` for older opsets.
 std::optional<Shape> intsFrom(NodeOp n, ArrayRef<ValueFacts> in, unsigned i,

@@ -40,10 +40,6 @@ std::optional<ArrayRef<int64_t>> staticShape(Value v) { return staticShape(v.get
 
 double elems(Value v) { return double(numElements(v.getType())); }
 
-bool present(NodeOp n, unsigned i) {
-  return i < n.getInputs().size() && !isa<NoneType>(n.getInputs()[i].getType());
-}
-
 int64_t attrInt(NodeOp n, StringRef name, int64_t dflt) {
   if (auto a = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr(name)))
     return a.getInt();
