@@ -69,6 +69,7 @@ const Table &table() {
     defs::addRecurrentOps(t.defs);
     defs::addAttentionOps(t.defs);
     defs::addSelectionOps(t.defs);
+    defs::addElementwiseOps(t.defs);
     for (const OpDef &d : t.defs) {
       t.sorted.push_back(&d);
       t.byName.emplace(std::make_pair(d.domain, d.type), &d);

@@ -149,8 +149,6 @@ LogicalResult sameAsInput(NodeOp n, ArrayRef<ValueFacts> in,
   REQUIRE_SHAPE(x, 0);
   Type element = in[0].elementType();
   StringRef op = n.getOpType();
-  if (op == "IsNaN" || op == "IsInf" || op == "Not")
-    element = IntegerType::get(n.getContext(), 1);
   out[0] = tensor(x, element);
   if (op == "Identity" || op == "Neg" || op == "Abs")
     if (in[0].ints) {
@@ -538,13 +536,9 @@ const llvm::StringMap<ShapeRule> &rules() {
   static const llvm::StringMap<ShapeRule> table = [] {
     llvm::StringMap<ShapeRule> t;
     for (const char *op :
-         {"Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
-          "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Gelu", "LeakyRelu", "Elu", "Selu", "Celu",
-          "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish",
-          "ThresholdedRelu", "Shrink", "Identity", "Dropout", "Clip",
-          "BatchNormalization", "LRN", "Not", "IsNaN", "IsInf", "Sign",
-          "CumSum", "Trilu", "Swish", "PRelu", "Asin", "Acos", "Atan", "Sinh", "Cosh",
-          "Asinh", "Acosh", "Atanh"})
+         {"Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Sin",
+          "Cos", "Gelu", "LeakyRelu", "Elu", "Softplus", "Identity", "Dropout", "Clip",
+          "BatchNormalization", "LRN"})
       t[op] = sameAsInput;
     for (const char *op :
          {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "And", "Or",

@@ -26,6 +26,7 @@ void addQuantizeOps(std::vector<OpDef> &out);
 void addRecurrentOps(std::vector<OpDef> &out);
 void addAttentionOps(std::vector<OpDef> &out);
 void addSelectionOps(std::vector<OpDef> &out);
+void addElementwiseOps(std::vector<OpDef> &out);
 
 /// Concat's shape rule (Shape.cpp; QLinearConcat keeps it).
 bool concatShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why);

@@ -72,22 +72,14 @@ struct Raw {
 // Elementwise functions: FLOPs per output element.
 const llvm::StringMap<double> &unaryFlops() {
   static const llvm::StringMap<double> table = {
-      {"Neg", 1}, {"Abs", 1}, {"Sign", 1}, {"Floor", 1}, {"Ceil", 1},
-      {"Round", 1}, {"Reciprocal", 1}, {"Sqrt", 1}, {"Not", 1}, {"IsNaN", 1},
-      {"IsInf", 1}, {"BitwiseNot", 1}, {"ThresholdedRelu", 1}, {"CumSum", 1},
-      {"LeakyRelu", 2}, {"Clip", 2}, {"Shrink", 2}, {"Softsign", 3},
-      {"HardSigmoid", 4}, {"HardSwish", 5}, {"Exp", kTranscendental},
+      {"Neg", 1}, {"Abs", 1}, {"Reciprocal", 1}, {"Sqrt", 1}, {"BitwiseNot", 1},
+      {"LeakyRelu", 2}, {"Clip", 2}, {"Exp", kTranscendental},
       {"Log", kTranscendental}, {"Erf", kTranscendental}, {"Tanh", kTranscendental},
       {"Sigmoid", kTranscendental}, {"Sin", kTranscendental}, {"Cos", kTranscendental},
-      {"Tan", kTranscendental}, {"Asin", kTranscendental}, {"Acos", kTranscendental},
-      {"Atan", kTranscendental}, {"Sinh", kTranscendental}, {"Cosh", kTranscendental},
-      {"Asinh", kTranscendental}, {"Acosh", kTranscendental}, {"Atanh", kTranscendental},
       // exp + subtract + multiply (+ select)
-      {"Elu", kTranscendental + 2}, {"Selu", kTranscendental + 3},
-      {"Celu", kTranscendental + 3},
-      // x * sigmoid(x); log(1 + exp(x)); x * tanh(softplus(x))
-      {"Swish", kTranscendental + 1}, {"Softplus", 2 * kTranscendental + 1},
-      {"Mish", 3 * kTranscendental + 2},
+      {"Elu", kTranscendental + 2},
+      // log(1 + exp(x))
+      {"Softplus", 2 * kTranscendental + 1},
       // (x - zero_point) * scale and its inverse with rounding
       {"QuantizeLinear", 2}, {"DequantizeLinear", 2},
       // x * cos + rotate(x) * sin
@@ -103,14 +95,14 @@ bool isBinary(StringRef op) {
   static const llvm::StringSet<> ops = {
       "Add", "Sub", "Mul", "Div", "Mod", "BitShift", "And", "Or", "Xor", "Equal",
       "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "BitwiseAnd", "BitwiseOr",
-      "BitwiseXor", "PRelu", "Where"};
+      "BitwiseXor", "Where"};
   return ops.contains(op);
 }
 
 // Ops that only move data: FLOPs 0, bytes in + out.
 bool isDataMovement(StringRef op) {
   static const llvm::StringSet<> ops = {
-      "Cast", "CastLike", "Trilu", "ReverseSequence", "OneHot",
+      "Cast", "CastLike", "ReverseSequence", "OneHot",
       "ConstantOfShape", "Range", "EyeLike", "SplitToSequence", "ConcatFromSequence",
       "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceEmpty",
       "SequenceLength", "SequenceErase", "Col2Im", "CenterCropPad", "Optional",
@@ -371,7 +363,7 @@ Raw rawRule(NodeOp n) {
     return r;
   }
   if (isBinary(op)) {
-    r.flops = (op == "PRelu" ? 2 : 1) * outputElems(n);
+    r.flops = outputElems(n);
     return r;
   }
   if (op == "Sum" || op == "Max" || op == "Min" || op == "Mean") {

@@ -283,7 +283,7 @@ public:
                std::to_string(-r) + ", " + std::to_string(r) + "])";
       return "";
     }
-    if (op == "ScatterElements" || op == "CumSum" || op == "ArgMax" || op == "ArgMin")
+    if (op == "ScatterElements" || op == "ArgMax" || op == "ArgMin")
       return axisAttr("axis", 0, rank(0));
     if (op == "OneHot") return axisAttr("axis", -1, rank(0), 1); // the output has one more dim
     if (op == "Squeeze" && n.has("axes")) return axesIn("axes", n.getInts("axes"), rank(0));
