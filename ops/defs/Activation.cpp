@@ -48,15 +48,7 @@ void addActivationOps(std::vector<OpDef> &out) {
 
   for (auto [type, summary, cost] : {std::make_tuple("FastGelu", "GELU's tanh form, with an optional bias", fastGeluCost),
                                      std::make_tuple("BiasGelu", "GELU's erf form of x + bias", biasGeluCost)}) {
-    OpDef g;
-    g.domain = "com.microsoft";
-    g.type = type;
-    g.minInputs = 1;
-    g.maxInputs = 2;
-    g.summary = summary;
-    g.shape = sameAsInput;
-    g.cost = cost;
-    out.push_back(g);
+    out.push_back(define("com.microsoft", type, 1, 1, 2, summary, sameAsInput, cost));
   }
 }
 

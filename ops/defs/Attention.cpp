@@ -34,9 +34,7 @@ bool attentionShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &
 Cost attentionCost(const CostIn &in) {
   Cost r;
   r.engine = Engine::Matrix;
-  auto at = [&](size_t i) { return i < in.inputs.size() ? in.inputs[i] : std::nullopt; };
-  auto present = [&](size_t i) { return i < in.present.size() && in.present[i]; };
-  auto q = at(0), k = at(1), v = at(2);
+  auto q = staticInput(in, 0), k = staticInput(in, 1), v = staticInput(in, 2);
   if (!q || !k || !v || q->size() != k->size() || q->size() != v->size())
     return r;
   double b, h, s, t, d, dv;
@@ -53,11 +51,11 @@ Cost attentionCost(const CostIn &in) {
   } else {
     return r;
   }
-  if (present(4))
-    if (auto past = at(4); past && past->size() == 4)
+  if (given(in, 4))
+    if (auto past = staticInput(in, 4); past && past->size() == 4)
       t += double((*past)[2]);
   double scores = b * h * s * t;
-  r.flops = 2 * scores * (d + dv) + scores * (1 + kTranscendental + 4) + (present(3) ? scores : 0);
+  r.flops = 2 * scores * (d + dv) + scores * (1 + kTranscendental + 4) + (given(in, 3) ? scores : 0);
   return r;
 }
 
@@ -98,9 +96,7 @@ bool fusedAttentionShape(const ShapeIn &in, std::vector<OutShape> &out, std::str
 Cost fusedAttentionCost(const CostIn &in) {
   Cost r;
   r.engine = Engine::Matrix;
-  auto at = [&](size_t i) { return i < in.inputs.size() ? in.inputs[i] : std::nullopt; };
-  auto present = [&](size_t i) { return i < in.present.size() && in.present[i]; };
-  auto x = at(0), w = at(1);
+  auto x = staticInput(in, 0), w = staticInput(in, 1);
   int64_t heads = in.attrs.intOr("num_heads", 0);
   if (!x || !w || x->size() != 3 || w->size() != 2 || heads <= 0) {
     r.estimated = true;
@@ -109,37 +105,24 @@ Cost fusedAttentionCost(const CostIn &in) {
   }
   double b = double((*x)[0]), s = double((*x)[1]), d = double((*x)[2]), dh = double((*w)[1]) / 3;
   double t = s;
-  if (present(4))
-    if (auto past = at(4); past && past->size() == 5)
+  if (given(in, 4))
+    if (auto past = staticInput(in, 4); past && past->size() == 5)
       t += double((*past)[3]);
   double scores = b * double(heads) * s * t;
   r.flops = 2 * b * s * d * 3 * dh + 2 * scores * 2 * (dh / double(heads)) + scores * (1 + kTranscendental + 4) +
-            (present(3) ? scores : 0);
+            (given(in, 3) ? scores : 0);
   return r;
 }
 
 } // namespace
 
 void addAttentionOps(std::vector<OpDef> &out) {
-  OpDef a;
-  a.type = "Attention";
-  a.sinceVersion = 23;
-  a.minInputs = 3;
-  a.maxInputs = 6;
-  a.summary = "scaled dot-product attention over Q, K, V (heads, mask, past keys and values)";
-  a.shape = attentionShape;
-  a.cost = attentionCost;
-  out.push_back(a);
-
-  OpDef f;
-  f.domain = "com.microsoft";
-  f.type = "Attention";
-  f.minInputs = 2;
-  f.maxInputs = 10;
-  f.summary = "onnxruntime's fused attention: packed QKV projection, past keys and values in `present`";
-  f.shape = fusedAttentionShape;
-  f.cost = fusedAttentionCost;
-  out.push_back(f);
+  out.push_back(define("", "Attention", 23, 3, 6,
+                       "scaled dot-product attention over Q, K, V (heads, mask, past keys and values)",
+                       attentionShape, attentionCost));
+  out.push_back(define("com.microsoft", "Attention", 1, 2, 10,
+                       "onnxruntime's fused attention: packed QKV projection, past keys and values in `present`",
+                       fusedAttentionShape, fusedAttentionCost));
 }
 
 } // namespace hetplan::ops::defs

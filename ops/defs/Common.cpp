@@ -108,6 +108,25 @@ bool requireShape(const ShapeIn &in, size_t i, std::vector<int64_t> &dims, std::
   return true;
 }
 
+OpDef define(const char *domain, const char *type, int since, int minInputs, int maxInputs, const char *summary,
+             ShapeFn shape, CostFn cost) {
+  OpDef d;
+  d.domain = domain;
+  d.type = type;
+  d.sinceVersion = since;
+  d.minInputs = minInputs;
+  d.maxInputs = maxInputs;
+  d.summary = summary;
+  d.shape = shape;
+  d.cost = cost;
+  return d;
+}
+
+std::optional<std::vector<int64_t>> staticInput(const CostIn &in, size_t i) {
+  return i < in.inputs.size() ? in.inputs[i] : std::nullopt;
+}
+bool given(const CostIn &in, size_t i) { return i < in.present.size() && in.present[i]; }
+
 int64_t numElements(const std::vector<int64_t> &shape, size_t from, size_t to) {
   int64_t n = 1;
   for (size_t i = from; i < std::min(to, shape.size()); ++i)

@@ -227,31 +227,16 @@ void addConvOps(std::vector<OpDef> &out) {
   out.push_back(t);
 
   // The integer convolutions: no backward.
-  OpDef ci;
-  ci.type = "ConvInteger";
-  ci.sinceVersion = 10;
-  ci.minInputs = 2;
-  ci.maxInputs = 4;
-  ci.summary = "convolution of integers less their zero points, int32 result";
-  ci.shape = convIntegerShape;
-  ci.cost = convCost;
+  OpDef ci = define("", "ConvInteger", 10, 2, 4, "convolution of integers less their zero points, int32 result",
+                    convIntegerShape, convCost);
   ci.check = convCheck;
   out.push_back(ci);
-
-  OpDef q;
-  q.type = "QLinearConv";
-  q.sinceVersion = 10;
-  q.minInputs = 8;
-  q.maxInputs = 9;
-  q.summary = "convolution of quantized tensors, requantized to the output scale and zero point";
-  q.shape = qLinearConvShape;
-  q.cost = qLinearConvCost;
+  const char *qSummary = "convolution of quantized tensors, requantized to the output scale and zero point";
+  OpDef q = define("", "QLinearConv", 10, 8, 9, qSummary, qLinearConvShape, qLinearConvCost);
   q.check = qLinearConvCheck;
   out.push_back(q);
-  q.domain = "com.microsoft";
-  q.sinceVersion = 1;
-  q.check = nullptr; // ModelVerifier checks the default domain only
-  out.push_back(q);
+  // ModelVerifier checks the default domain only.
+  out.push_back(define("com.microsoft", "QLinearConv", 1, 8, 9, qSummary, qLinearConvShape, qLinearConvCost));
 
   auto pool = [&](const char *type, const char *summary, ShapeFn shape, CostFn cost, CheckFn check, Keeps keeps) {
     OpDef p;

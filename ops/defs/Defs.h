@@ -31,6 +31,17 @@ void addElementwiseOps(std::vector<OpDef> &out);
 /// Concat's shape rule (Shape.cpp; QLinearConcat keeps it).
 bool concatShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why);
 
+/// A definition of (domain, type) from `since` on, with its arity, summary
+/// and shape and cost rules; the other fields keep their defaults (no
+/// check, keeps its inputs, no tensor-parallel role).
+OpDef define(const char *domain, const char *type, int since, int minInputs, int maxInputs, const char *summary,
+             ShapeFn shape, CostFn cost);
+
+/// Input i's static shape in a cost rule (nullopt when not static or not
+/// given), and whether the node has input i.
+std::optional<std::vector<int64_t>> staticInput(const CostIn &in, size_t i);
+bool given(const CostIn &in, size_t i);
+
 /// Input i's dims into `dims`: false with `why` set when the node has no
 /// input i, false with `why` empty when its shape is not known yet.
 bool requireShape(const ShapeIn &in, size_t i, std::vector<int64_t> &dims, std::string &why);

@@ -146,13 +146,11 @@ bool qGemmShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why)
 Cost qGemmCost(const CostIn &in) {
   Cost r;
   r.engine = Engine::Matrix;
-  if (in.inputs.empty())
-    return r;
-  const auto &a = in.inputs[0];
+  auto a = staticInput(in, 0);
   if (a && a->size() == 2) {
     double k = double(in.attrs.intOr("transA", 0) ? (*a)[0] : (*a)[1]);
     double out = in.totalOutputElems();
-    r.flops = 2 * out * k + (in.present.size() > 6 && in.present[6] ? out : 0) + 2 * out;
+    r.flops = 2 * out * k + (given(in, 6) ? out : 0) + 2 * out;
   }
   return r;
 }
@@ -174,29 +172,14 @@ void addMatMulOps(std::vector<OpDef> &out) {
 
   // The integer products: MatMul's rules over their data operands; no
   // backward, no tensor-parallel role.
-  OpDef mi;
-  mi.type = "MatMulInteger";
-  mi.sinceVersion = 10;
-  mi.minInputs = 2;
-  mi.maxInputs = 4;
-  mi.summary = "numpy matmul of integers less their zero points, int32 result";
-  mi.shape = matMulIntegerShape;
-  mi.cost = matMulCost;
+  OpDef mi = define("", "MatMulInteger", 10, 2, 4, "numpy matmul of integers less their zero points, int32 result",
+                    matMulIntegerShape, matMulCost);
   mi.check = matMulCheck;
   mi.weightProduct = true;
   out.push_back(mi);
-
-  OpDef q;
-  q.type = "QLinearMatMul";
-  q.sinceVersion = 10;
-  q.minInputs = q.maxInputs = 8;
-  q.summary = "numpy matmul of quantized tensors, requantized to the output scale and zero point";
-  q.shape = qLinearMatMulShape;
-  q.cost = matMulCost;
-  out.push_back(q);
-  q.domain = "com.microsoft";
-  q.sinceVersion = 1;
-  out.push_back(q);
+  const char *qSummary = "numpy matmul of quantized tensors, requantized to the output scale and zero point";
+  out.push_back(define("", "QLinearMatMul", 10, 8, 8, qSummary, qLinearMatMulShape, matMulCost));
+  out.push_back(define("com.microsoft", "QLinearMatMul", 1, 8, 8, qSummary, qLinearMatMulShape, matMulCost));
 
   OpDef g;
   g.type = names::Gemm;
@@ -210,15 +193,9 @@ void addMatMulOps(std::vector<OpDef> &out) {
   g.weightProduct = true;
   out.push_back(g);
 
-  OpDef qg;
-  qg.domain = "com.microsoft";
-  qg.type = "QGemm";
-  qg.minInputs = 6;
-  qg.maxInputs = 9;
-  qg.summary = "Gemm of quantized matrices; requantized when y_scale is given, else float32";
-  qg.shape = qGemmShape;
-  qg.cost = qGemmCost;
-  out.push_back(qg);
+  out.push_back(define("com.microsoft", "QGemm", 1, 6, 9,
+                      "Gemm of quantized matrices; requantized when y_scale is given, else float32", qGemmShape,
+                      qGemmCost));
 }
 
 } // namespace defs

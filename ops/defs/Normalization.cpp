@@ -128,16 +128,7 @@ void addNormalizationOps(std::vector<OpDef> &out) {
 
   auto norm = [&](const char *domain, const char *type, int since, int minInputs, int maxInputs,
                   const char *summary, ShapeFn shape, CostFn cost) -> OpDef & {
-    OpDef n;
-    n.domain = domain;
-    n.type = type;
-    n.sinceVersion = since;
-    n.minInputs = minInputs;
-    n.maxInputs = maxInputs;
-    n.summary = summary;
-    n.shape = shape;
-    n.cost = cost;
-    out.push_back(n);
+    out.push_back(define(domain, type, since, minInputs, maxInputs, summary, shape, cost));
     return out.back();
   };
   // square, sum, normalize, scale; its statistics are shaped as above.

@@ -93,26 +93,13 @@ Cost qLinearGlobalPoolCost(const CostIn &in) {
 } // namespace
 
 void addQuantizeOps(std::vector<OpDef> &out) {
-  OpDef d;
-  d.type = "DynamicQuantizeLinear";
-  d.sinceVersion = 11;
-  d.minInputs = d.maxInputs = 1;
-  d.summary = "uint8 quantization with the scale and zero point of the input's range";
-  d.shape = dynamicQuantizeShape;
-  d.cost = perOutput<4>; // (x - zero_point) * scale, its inverse with rounding
-  out.push_back(d);
-
+  // (x - zero_point) * scale, its inverse with rounding
+  out.push_back(define("", "DynamicQuantizeLinear", 11, 1, 1,
+                       "uint8 quantization with the scale and zero point of the input's range", dynamicQuantizeShape,
+                       perOutput<4>));
   auto contrib = [&](const char *type, const char *summary, int minInputs, int maxInputs, ShapeFn shape,
                      CostFn cost) {
-    OpDef q;
-    q.domain = "com.microsoft";
-    q.type = type;
-    q.minInputs = minInputs;
-    q.maxInputs = maxInputs;
-    q.summary = summary;
-    q.shape = shape;
-    q.cost = cost;
-    out.push_back(q);
+    out.push_back(define("com.microsoft", type, 1, minInputs, maxInputs, summary, shape, cost));
   };
   contrib("QLinearConcat", "Concat of quantized tensors, requantized", 5, std::numeric_limits<int>::max(),
           qLinearConcatShape, perOutput<4>);

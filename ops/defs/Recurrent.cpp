@@ -38,10 +38,7 @@ enum class Cell { LSTM, GRU, RNN };
 template <Cell C> Cost recurrentCost(const CostIn &in) {
   Cost r;
   r.engine = Engine::Matrix;
-  if (in.inputs.empty())
-    return r;
-  const auto &x = in.inputs[0];
-  const auto &w = in.inputs.size() > 1 ? in.inputs[1] : std::nullopt;
+  auto x = staticInput(in, 0), w = staticInput(in, 1);
   if (!x || !w || x->size() != 3 || w->size() != 3)
     return r;
   double gates = C == Cell::LSTM ? 4 : C == Cell::GRU ? 3 : 1;
@@ -54,7 +51,7 @@ template <Cell C> Cost recurrentCost(const CostIn &in) {
   double pointwise = C == Cell::LSTM ? 8 + 5 * kTranscendental + 4
                      : C == Cell::GRU ? 6 + 3 * kTranscendental + 4
                                       : 2 + kTranscendental;
-  if (C == Cell::LSTM && in.present.size() > 7 && in.present[7])
+  if (C == Cell::LSTM && given(in, 7))
     pointwise += 6; // peepholes
   r.flops = seq * dirs * batch * (2 * gates * hidden * (input + hidden) + pointwise * hidden);
   return r;
@@ -64,14 +61,7 @@ template <Cell C> Cost recurrentCost(const CostIn &in) {
 
 void addRecurrentOps(std::vector<OpDef> &out) {
   auto cell = [&](const char *type, int maxInputs, const char *summary, CostFn cost) {
-    OpDef d;
-    d.type = type;
-    d.minInputs = 3;
-    d.maxInputs = maxInputs;
-    d.summary = summary;
-    d.shape = recurrentShape;
-    d.cost = cost;
-    out.push_back(d);
+    out.push_back(define("", type, 1, 3, maxInputs, summary, recurrentShape, cost));
   };
   cell("LSTM", 8, "long short-term memory over a sequence (4 gates, optional peepholes)",
        recurrentCost<Cell::LSTM>);

@@ -139,15 +139,7 @@ bool nonMaxSuppressionShape(const ShapeIn &in, std::vector<OutShape> &out, std::
 void addSelectionOps(std::vector<OpDef> &out) {
   auto op = [&](const char *type, int since, int minInputs, int maxInputs, const char *summary,
                 ShapeFn shape, CostFn cost) -> OpDef & {
-    OpDef d;
-    d.type = type;
-    d.sinceVersion = since;
-    d.minInputs = minInputs;
-    d.maxInputs = maxInputs;
-    d.summary = summary;
-    d.shape = shape;
-    d.cost = cost;
-    out.push_back(d);
+    out.push_back(define("", type, since, minInputs, maxInputs, summary, shape, cost));
     return out.back();
   };
   op("NonZero", 9, 1, 1, "the indices of the nonzero elements, [rank, count]", nonZeroShape, selectCost);
