@@ -426,13 +426,7 @@ Cost sliceCost(const CostIn &) {
 }
 
 OpDef shapeOp(const char *type, int minInputs, int maxInputs, const char *summary, ShapeFn shape, CostFn cost) {
-  OpDef d;
-  d.type = type;
-  d.minInputs = minInputs;
-  d.maxInputs = maxInputs;
-  d.summary = summary;
-  d.shape = shape;
-  d.cost = cost;
+  OpDef d = define("", type, 1, minInputs, maxInputs, summary, shape, cost);
   d.keeps = Keeps::Nothing; // their backward moves dY back: shapes only
   return d;
 }
