@@ -6,13 +6,14 @@
 
 namespace hetplan::ops {
 
-namespace {
-std::string list(const std::vector<int64_t> &v) {
+namespace defs {
+std::string listOf(const std::vector<int64_t> &v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
   return s + "]";
 }
-} // namespace
+} // namespace defs
+using defs::listOf;
 
 int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t s, int64_t d, int64_t padBegin, int64_t padEnd,
                          const std::string &autoPad, bool ceilMode) {
@@ -37,9 +38,9 @@ std::string checkWindowed(const CheckIn &c, size_t xIndex, int wIndex, bool tran
   auto has = [&](const char *name) { return n.has(name); };
   for (const char *a : {"kernel_shape", "strides", "dilations"})
     for (int64_t v : ints(a))
-      if (v <= 0) return std::string(a) + " " + list(ints(a)) + " must be positive";
+      if (v <= 0) return std::string(a) + " " + listOf(ints(a)) + " must be positive";
   for (int64_t p : ints("pads"))
-    if (p < 0) return "pads " + list(ints("pads")) + " must not be negative";
+    if (p < 0) return "pads " + listOf(ints("pads")) + " must not be negative";
   if (n.has("group") && n.intOr("group", 1) <= 0)
     return "group " + std::to_string(n.intOr("group", 1)) + " must be positive";
   std::string autoPad = n.stringOr("auto_pad", "NOTSET");
@@ -56,7 +57,7 @@ std::string checkWindowed(const CheckIn &c, size_t xIndex, int wIndex, bool tran
     int64_t len = static_cast<int64_t>(ints(name).size());
     if (spatial < 0) { spatial = len / int64_t(per); from = std::string(name); if (len % int64_t(per) == 0) return ""; }
     if (len != spatial * int64_t(per))
-      return std::string(name) + " " + list(ints(name)) + " needs " + std::to_string(spatial * int64_t(per)) +
+      return std::string(name) + " " + listOf(ints(name)) + " needs " + std::to_string(spatial * int64_t(per)) +
              " values (" + from + ")";
     return "";
   };
@@ -67,9 +68,9 @@ std::string checkWindowed(const CheckIn &c, size_t xIndex, int wIndex, bool tran
     if (auto e = sameSpatial("output_padding", 1); !e.empty()) return e;
     if (auto e = sameSpatial("output_shape", 1); !e.empty()) return e;
     for (int64_t v : ints("output_shape"))
-      if (v < 0) return "output_shape " + list(ints("output_shape")) + " must not be negative";
+      if (v < 0) return "output_shape " + listOf(ints("output_shape")) + " must not be negative";
     for (int64_t v : ints("output_padding"))
-      if (v < 0) return "output_padding " + list(ints("output_padding")) + " must not be negative";
+      if (v < 0) return "output_padding " + listOf(ints("output_padding")) + " must not be negative";
   }
   if (wIndex >= 0) {
     size_t w = size_t(wIndex);
@@ -80,7 +81,7 @@ std::string checkWindowed(const CheckIn &c, size_t xIndex, int wIndex, bool tran
       auto ks = ints("kernel_shape");
       for (size_t i = 0; i < ks.size() && int64_t(i) + 2 < wr; ++i)
         if (c.dim(w, int64_t(i) + 2) >= 0 && c.dim(w, int64_t(i) + 2) != ks[i])
-          return "kernel_shape " + list(ks) + " differs from the weight's spatial dims";
+          return "kernel_shape " + listOf(ks) + " differs from the weight's spatial dims";
     }
     int64_t group = n.intOr("group", 1);
     int64_t ch = c.dim(xIndex, 1), wc = c.dim(w, transpose ? 0 : 1);
@@ -190,6 +191,8 @@ std::string axisAttr(const CheckIn &in, const std::string &name, int64_t dflt, i
            std::to_string(-hi) + ", " + std::to_string(hi - 1) + "])";
   return "";
 }
+
+std::string axisZeroCheck(const CheckIn &in, const std::string &) { return axisAttr(in, "axis", 0, in.rank(0)); }
 
 std::string alongFrom(const std::vector<int> &carries, int64_t first, const std::string &what) {
   int64_t rank = int64_t(carries.size());

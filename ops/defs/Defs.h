@@ -69,8 +69,14 @@ void retype(std::vector<OutShape> &out, Element element, int of = 0);
 /// when given, else of input `x`.
 int zeroPointOr(const ShapeIn &in, size_t zp, size_t x);
 
+/// "[1,2,3]": a list of ints in a check's message.
+std::string listOf(const std::vector<int64_t> &v);
+
 /// "" or an axis attribute out of range for rank r (unknown ranks pass).
 std::string axisAttr(const CheckIn &in, const std::string &name, int64_t dflt, int64_t r, int64_t extra = 0);
+
+/// The check of an op with an `axis` attribute (default 0) into input 0.
+std::string axisZeroCheck(const CheckIn &in, const std::string &opType);
 
 /// The samples-mixing message of an op computing along the axes from
 /// `first` on (CheckSamples): names the first one that carries the batch.

@@ -113,8 +113,6 @@ bool compressShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &w
 // Data movers: no FLOPs; the bytes are their inputs and outputs.
 Cost selectCost(const CostIn &) { return Cost{}; }
 
-std::string compressCheck(const CheckIn &in, const std::string &) { return axisAttr(in, "axis", 0, in.rank(0)); }
-
 bool nonMaxSuppressionShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
   std::vector<int64_t> boxes, scores;
   if (!requireShape(in, 0, boxes, why) || !requireShape(in, 1, scores, why))
@@ -147,7 +145,7 @@ void addSelectionOps(std::vector<OpDef> &out) {
      uniqueShape, selectCost);
   op("Compress", 9, 2, 2, "the elements or slices along `axis` where the condition holds", compressShape,
      selectCost)
-      .check = compressCheck;
+      .check = axisZeroCheck;
   // Its cost is not in the table yet (OpCosts estimates it).
   op("NonMaxSuppression", 10, 2, 5, "the boxes kept per batch and class, [selected, 3]", nonMaxSuppressionShape,
      nullptr);

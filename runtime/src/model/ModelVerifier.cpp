@@ -200,34 +200,6 @@ public:
     return "";
   }
 
-  std::string transpose() const {
-    if (!n.has("perm")) return "";
-    auto perm = n.getInts("perm");
-    std::vector<char> seen(perm.size(), 0);
-    for (int64_t p : perm) {
-      if (p < 0 || p >= int64_t(perm.size()) || seen[size_t(p)])
-        return "perm " + list(perm) + " is not a permutation of 0.." + std::to_string(int64_t(perm.size()) - 1);
-      seen[size_t(p)] = 1;
-    }
-    if (rank(0) >= 0 && int64_t(perm.size()) != rank(0))
-      return "perm " + list(perm) + " has " + std::to_string(perm.size()) + " entries for a rank-" +
-             std::to_string(rank(0)) + " input";
-    return "";
-  }
-
-  std::string concat() const {
-    if (opset >= 4 && !n.has("axis")) return "axis is required";
-    int64_t r = -1;
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (rank(i) < 0) continue;
-      if (r >= 0 && rank(i) != r)
-        return "inputs have different ranks (" + std::to_string(r) + " and " + std::to_string(rank(i)) + ")";
-      r = rank(i);
-    }
-    if (r == 0) return "inputs must have rank >= 1";
-    return axisAttr("axis", 0, r);
-  }
-
   std::string split() const {
     std::vector<int64_t> sizes = n.getInts("split");
     bool known = !sizes.empty();
@@ -272,19 +244,8 @@ public:
     if (op == "Tile") return tile();
     if (op == "TopK") return topk();
     if (op == "Resize" || op == "Upsample") return resize();
-    if (op == "Transpose") return transpose();
-    if (op == "Concat") return concat();
     if (op == "Split") return split();
     if (op == "Reshape") return reshape();
-    if (op == "Flatten") {
-      int64_t a = n.getInt("axis", 1), r = rank(0);
-      if (r >= 0 && (a < -r || a > r))
-        return "axis " + std::to_string(a) + " is out of range for rank " + std::to_string(r) + " (must be in [" +
-               std::to_string(-r) + ", " + std::to_string(r) + "])";
-      return "";
-    }
-    if (op == "ScatterElements" || op == "ArgMax" || op == "ArgMin")
-      return axisAttr("axis", 0, rank(0));
     if (op == "OneHot") return axisAttr("axis", -1, rank(0), 1); // the output has one more dim
     if (op == "Squeeze" && n.has("axes")) return axesIn("axes", n.getInts("axes"), rank(0));
     if (op == "Unsqueeze" && n.has("axes")) {
