@@ -41,6 +41,11 @@ std::optional<std::vector<int64_t>> broadcast(const std::vector<int64_t> &a, con
   return result;
 }
 
+std::string upperBoundNote(const std::string &what, int64_t bound, const std::string &because) {
+  return what + " is known only at run time; planned with its upper bound " + std::to_string(bound) + " (" +
+         because + ")";
+}
+
 namespace {
 struct Table {
   std::vector<OpDef> defs;
@@ -60,6 +65,11 @@ const Table &table() {
     defs::addShapeOps(t.defs);
     defs::addEinsumOps(t.defs);
     defs::addReduceOps(t.defs);
+    defs::addQuantizeOps(t.defs);
+    defs::addRecurrentOps(t.defs);
+    defs::addAttentionOps(t.defs);
+    defs::addSelectionOps(t.defs);
+    defs::addElementwiseOps(t.defs);
     for (const OpDef &d : t.defs) {
       t.sorted.push_back(&d);
       t.byName.emplace(std::make_pair(d.domain, d.type), &d);

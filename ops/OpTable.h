@@ -62,6 +62,7 @@ public:
 struct ValueShape {
   bool present = false;                     // given (not an omitted optional input)
   bool ranked = false;                      // `dims` is known
+  bool typed = false;                       // its element type is known
   std::vector<int64_t> dims;                // kUnknownDim where a dim is not known
   std::optional<std::vector<int64_t>> ints; // a small integer tensor's values
 };
@@ -70,8 +71,9 @@ struct ValueShape {
 /// shape rules (ValueShape::ints); larger ones do not fold.
 constexpr size_t kMaxFoldedElements = 64;
 
-/// An output's element type: that of an input, or a fixed one.
-enum class Element { OfInput, Bool, Int64, Float32 };
+/// An output's element type: that of an input, or a fixed one (UInt8:
+/// unsigned 8-bit, as quantized tensors default to).
+enum class Element { OfInput, Bool, Int64, Float32, Int32, UInt8 };
 
 /// What the rule says about one output; `set` false leaves it unknown.
 struct OutShape {
@@ -80,7 +82,14 @@ struct OutShape {
   Element element = Element::OfInput;
   int elementOf = 0; // the input whose element type it takes (Element::OfInput)
   std::optional<std::vector<int64_t>> ints;
+  /// Set when `dims` hold an upper bound of a size known only at run time:
+  /// why (upperBoundNote).
+  std::string upperBound;
 };
+
+/// "<what> is known only at run time; planned with its upper bound <bound>
+/// (<because>)": the note of an output sized by an upper bound.
+std::string upperBoundNote(const std::string &what, int64_t bound, const std::string &because);
 
 struct ShapeIn {
   const Attrs &attrs;
@@ -189,6 +198,10 @@ struct OpDef {
   /// Elementwise: a training framework fuses a chain of such ops into one
   /// kernel that keeps only the chain's inputs (the memory model).
   bool fusible = false;
+  /// A product of its first two inputs, one of them usually a weight:
+  /// tensor parallelism weighs that weight's bytes (MatMul, Gemm, Einsum,
+  /// the integer MatMul; passes/cost/OpCosts.cpp matmulWeightBytes).
+  bool weightProduct = false;
 };
 
 /// The definition of (domain, type) at `opset` (any opset when < 0); null
@@ -199,8 +212,7 @@ const std::vector<const OpDef *> &allOps();
 
 /// The Conv/pool attribute checks (kernel_shape, strides, dilations, pads,
 /// group, auto_pad) against the ranks and dims known; "" when they hold.
-/// Shared by the Conv family's definitions and ModelVerifier's other
-/// windowed ops.
+/// Shared by the Conv family's definitions (ops/defs/Conv.cpp).
 std::string checkWindowed(const CheckIn &in, size_t xIndex, int wIndex, bool transpose, bool needKernel);
 
 /// Output size of a sliding window along one spatial dim, ONNX's formulas

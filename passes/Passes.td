@@ -24,10 +24,11 @@ def HetBindShapes : Pass<"het-bind-shapes", "::mlir::ModuleOp"> {
     Replaces the named dims of graph inputs (`#het.dims<"batch", ...>`) by the
     sizes given in `dims`, or whole input shapes by `input-shapes`, then walks
     the graph in order and computes each node's output types with het's own
-    shape rules (`passes/ShapeRules.cpp`), folding small integer tensors so
-    Shape/Gather/Concat chains resolve Reshape and Expand targets. This works
-    for any opset, unlike libonnx's inference (opset <= 17). A rule that finds
-    the model inconsistent (a Reshape of 12 elements into 10, a MatMul whose
+    shape rules (the op table, `ops/defs/`, and `passes/ShapeRules.cpp`),
+    folding small integer tensors so chains of shape ops (Shape, indexing,
+    Concat) resolve Reshape and Expand targets. This works for any opset,
+    unlike libonnx's inference (opset <= 17). A rule that finds the model
+    inconsistent (a Reshape of 12 elements into 10, a matrix product whose
     contraction sizes differ) is an error at that node. Ops without a rule keep
     the types the model declared.
 
@@ -206,14 +207,14 @@ def HetCheckSamples : Pass<"het-check-samples", "::mlir::ModuleOp"> {
   let description = [{
     Splitting a batch across data-parallel workers or micro-batches is only
     right when the graph keeps samples apart: CLIP's image x text logits, a
-    batch-wide mean or a Gather that picks samples combine them. Run on a
+    batch-wide mean or an indexing op that picks samples combine them. Run on a
     graph whose batch dim is bound to an unusual size `batch` (a prime no
     model uses, e.g. 9973), every dim that size divides carries the batch.
     A node combines samples when an output holds the batch twice (an outer
     product), when a batch-carrying input leads to outputs without it (a
     reduction or a pick; Shape and Size excepted), when NonZero, Unique,
     Compress or NonMaxSuppression list entries of the whole batch, when
-    Softmax or a
+    a softmax or a
     normalization works along a batch-carrying axis, when a Reshape moves the
     batch off its place in row-major order, or when Concat joins batches.
 

@@ -52,11 +52,6 @@ std::optional<SmallVector<double>> attrFloats(NodeOp n, StringRef name) {
     return SmallVector<double>(a.asArrayRef().begin(), a.asArrayRef().end());
   return std::nullopt;
 }
-StringRef attrStr(NodeOp n, StringRef name, StringRef dflt) {
-  if (auto a = dyn_cast_or_null<StringAttr>(n.getOnnxAttr(name)))
-    return a.getValue();
-  return dflt;
-}
 
 /// Integer values of input `i`, or of the attribute `name` for older opsets.
 std::optional<Shape> intsFrom(NodeOp n, ArrayRef<ValueFacts> in, unsigned i,
@@ -90,11 +85,7 @@ ValueFacts intTensor(ArrayRef<int64_t> shape, Type element, Shape values) {
   return f;
 }
 
-std::string upperBoundNote(StringRef what, int64_t bound, StringRef because) {
-  return (what + " is known only at run time; planned with its upper bound " +
-          std::to_string(bound) + " (" + because + ")")
-      .str();
-}
+using ops::upperBoundNote;
 
 #define REQUIRE_SHAPE(var, idx)                                                \
   if ((idx) >= in.size())                                                      \
@@ -112,6 +103,7 @@ LogicalResult runTableRule(const ops::OpDef *def, NodeOp n, ArrayRef<ValueFacts>
   for (auto [i, facts] : llvm::enumerate(in)) {
     ops::ValueShape &v = shapes[i];
     v.present = present(in, i);
+    v.typed = bool(facts.elementType());
     if (auto s = facts.shape()) {
       v.ranked = true;
       v.dims.assign(s->begin(), s->end());
@@ -133,10 +125,13 @@ LogicalResult runTableRule(const ops::OpDef *def, NodeOp n, ArrayRef<ValueFacts>
     case ops::Element::Bool: element = IntegerType::get(c, 1); break;
     case ops::Element::Int64: element = IntegerType::get(c, 64); break;
     case ops::Element::Float32: element = Float32Type::get(c); break;
+    case ops::Element::Int32: element = IntegerType::get(c, 32); break;
+    case ops::Element::UInt8: element = IntegerType::get(c, 8, IntegerType::Unsigned); break;
     }
     out[i] = tensor(r.dims, element);
     if (r.ints)
       out[i].ints = Shape(r.ints->begin(), r.ints->end());
+    out[i].upperBound = r.upperBound;
   }
   return success();
 }
@@ -145,24 +140,6 @@ LogicalResult tableRule(NodeOp n, ArrayRef<ValueFacts> in,
                         SmallVectorImpl<ValueFacts> &out, std::string &why) {
   return runTableRule(opDefOf(n), n, in, out, why);
 }
-/// The float products' rules, for the integer and QOperator ops that keep them.
-LogicalResult matMulOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  return runTableRule(opDefOf(ops::names::MatMul), n, in, out, why);
-}
-LogicalResult gemmOp(NodeOp n, ArrayRef<ValueFacts> in,
-                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  return runTableRule(opDefOf(ops::names::Gemm), n, in, out, why);
-}
-LogicalResult convOp(NodeOp n, ArrayRef<ValueFacts> in,
-                     SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  return runTableRule(opDefOf(ops::names::Conv), n, in, out, why);
-}
-LogicalResult concatOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  return runTableRule(opDefOf("Concat"), n, in, out, why);
-}
-
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
@@ -172,8 +149,6 @@ LogicalResult sameAsInput(NodeOp n, ArrayRef<ValueFacts> in,
   REQUIRE_SHAPE(x, 0);
   Type element = in[0].elementType();
   StringRef op = n.getOpType();
-  if (op == "IsNaN" || op == "IsInf" || op == "Not")
-    element = IntegerType::get(n.getContext(), 1);
   out[0] = tensor(x, element);
   if (op == "Identity" || op == "Neg" || op == "Abs")
     if (in[0].ints) {
@@ -184,17 +159,9 @@ LogicalResult sameAsInput(NodeOp n, ArrayRef<ValueFacts> in,
         for (auto &e : v) e = std::abs(e);
       out[0].ints = v;
     }
-  // Secondary outputs: Dropout's mask, LayerNormalization's statistics.
+  // Dropout's mask.
   if (out.size() > 1 && op == "Dropout")
     out[1] = tensor(x, IntegerType::get(n.getContext(), 1));
-  if (out.size() > 1 && op == "RMSNormalization") {
-    int64_t axis = normAxis(attrInt(n, "axis", -1), x.size());
-    Shape stat = x;
-    for (size_t i = axis; i < stat.size(); ++i)
-      stat[i] = 1;
-    for (size_t i = 1; i < out.size(); ++i)
-      out[i] = tensor(stat, FloatType(Float32Type::get(n.getContext())));
-  }
   return success();
 }
 
@@ -459,108 +426,6 @@ LogicalResult topKOp(NodeOp n, ArrayRef<ValueFacts> in,
   return success();
 }
 
-LogicalResult recurrentOp(NodeOp n, ArrayRef<ValueFacts> in,
-                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  if (x.size() != 3)
-    return (why = "recurrent input must be [seq, batch, input]", failure());
-  int64_t hidden = attrInt(n, "hidden_size", kDyn);
-  int64_t dirs = attrStr(n, "direction", "forward") == "bidirectional" ? 2 : 1;
-  bool batchFirst = attrInt(n, "layout", 0) == 1;
-  int64_t seq = batchFirst ? x[1] : x[0], batch = batchFirst ? x[0] : x[1];
-  Type element = in[0].elementType();
-  if (out.size() > 0)
-    out[0] = tensor(batchFirst ? Shape{batch, seq, dirs, hidden}
-                               : Shape{seq, dirs, batch, hidden},
-                    element);
-  for (size_t i = 1; i < out.size(); ++i)
-    out[i] = tensor(batchFirst ? Shape{batch, dirs, hidden} : Shape{dirs, batch, hidden},
-                    element);
-  return success();
-}
-
-LogicalResult attentionOp(NodeOp n, ArrayRef<ValueFacts> in,
-                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  // ONNX Attention (opset 23): Q, K, V as [B, H, S, D] or [B, S, H*D].
-  REQUIRE_SHAPE(q, 0);
-  REQUIRE_SHAPE(v, 2);
-  Shape result;
-  if (q.size() == 4 && v.size() == 4) {
-    result = {q[0], q[1], q[2], v[3]};
-  } else if (q.size() == 3 && v.size() == 3) {
-    int64_t qHeads = attrInt(n, "q_num_heads", kDyn);
-    int64_t kvHeads = attrInt(n, "kv_num_heads", kDyn);
-    int64_t headV = (isDyn(v[2]) || isDyn(kvHeads) || kvHeads == 0) ? kDyn : v[2] / kvHeads;
-    result = {q[0], q[1], mulDims(qHeads, headV)};
-  } else {
-    return (why = "Q and V must both be rank 3 or rank 4", failure());
-  }
-  out[0] = tensor(result, in[0].elementType());
-  return success();
-}
-
-// com.microsoft Attention (onnxruntime's fused GPT-2/BERT attention): input
-// [B, S, D], packed QKV weights [D, 3 Dh], optional past [2, B, N, P, Dh/N]
-// -> output [B, S, Dh] and present [2, B, N, P + S, Dh/N].
-LogicalResult contribAttentionOp(NodeOp n, ArrayRef<ValueFacts> in,
-                                 SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  REQUIRE_SHAPE(w, 1);
-  if (x.size() != 3 || w.size() != 2)
-    return (why = "needs input [batch, sequence, hidden] and weights [hidden, 3 x hidden]", failure());
-  if (n.getOnnxAttr("qkv_hidden_sizes"))
-    return (why = "qkv_hidden_sizes is not supported", failure());
-  int64_t heads = attrInt(n, "num_heads", 0);
-  if (heads <= 0)
-    return (why = "num_heads must be positive", failure());
-  int64_t hidden = isDyn(w[1]) ? kDyn : w[1] / 3;
-  out[0] = tensor({x[0], x[1], hidden}, in[0].elementType());
-  if (out.size() > 1) {
-    int64_t past = 0;
-    if (present(in, 4)) {
-      REQUIRE_SHAPE(p, 4);
-      if (p.size() != 5)
-        return (why = "past must be [2, batch, heads, past, head size]", failure());
-      past = p[3];
-    }
-    int64_t head = isDyn(hidden) ? kDyn : hidden / heads;
-    out[1] = tensor({2, x[0], heads, addDims(past, x[1]), head}, in[0].elementType());
-  }
-  return success();
-}
-
-// com.microsoft SkipLayerNormalization: output and input_skip_bias_sum
-// (output 3) are shaped like the input; mean and inv_std_var (1, 2) keep
-// one value per row.
-LogicalResult skipLayerNormOp(NodeOp n, ArrayRef<ValueFacts> in,
-                              SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  if (x.empty())
-    return (why = "needs an input with a hidden axis", failure());
-  Shape stat = x;
-  stat.back() = 1;
-  for (size_t i = 0; i < out.size(); ++i)
-    out[i] = tensor(i == 1 || i == 2 ? stat : x, in[0].elementType());
-  return success();
-}
-
-// com.microsoft EmbedLayerNormalization: input_ids [B, S], word embedding
-// [V, H] -> output [B, S, H], mask_index [B] (int32), embedding_sum [B, S, H].
-LogicalResult embedLayerNormOp(NodeOp n, ArrayRef<ValueFacts> in,
-                               SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(ids, 0);
-  REQUIRE_SHAPE(word, 2);
-  if (ids.size() != 2 || word.size() != 2)
-    return (why = "needs input_ids [batch, sequence] and word_embedding [vocabulary, hidden]", failure());
-  Type element = in[2].elementType();
-  out[0] = tensor({ids[0], ids[1], word[1]}, element);
-  if (out.size() > 1)
-    out[1] = tensor({ids[0]}, IntegerType::get(n.getContext(), 32));
-  if (out.size() > 2)
-    out[2] = tensor({ids[0], ids[1], word[1]}, element);
-  return success();
-}
-
 LogicalResult quantizeOp(NodeOp n, ArrayRef<ValueFacts> in,
                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
   REQUIRE_SHAPE(x, 0);
@@ -604,99 +469,17 @@ void retype(SmallVectorImpl<ValueFacts> &out, Type element) {
     out[0] = tensor(*s, element);
 }
 
-/// The integer and QOperator ops: ONNX's MatMulInteger, ConvInteger,
-/// QLinearMatMul, QLinearConv, DynamicQuantizeLinear, and the com.microsoft
-/// contrib ops onnxruntime's quantizer emits (QLinearAdd/Mul, QGemm,
-/// QLinearSoftmax, QLinearConcat, QLinearGlobalAveragePool, QLinear
-/// activations; onnxruntime/docs/ContribOperators.md). Quantized outputs take
-/// the element type of the output zero point, else of the quantized input.
-LogicalResult quantizedOp(NodeOp n, ArrayRef<ValueFacts> in,
-                          SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  StringRef op = n.getOpType();
-  MLIRContext *c = n.getContext();
-  auto zpType = [&](unsigned zp, unsigned x) -> Type {
-    if (present(in, zp) && in[zp].elementType())
-      return in[zp].elementType();
-    return x < in.size() ? in[x].elementType() : Type();
-  };
-  Type i32 = IntegerType::get(c, 32);
-  if (op == "MatMulInteger") {
-    if (failed(onPicked(matMulOp, n, in, {0, 1}, out, why)))
-      return failure();
-    retype(out, i32);
-    return success();
-  }
-  if (op == "ConvInteger") {
-    if (failed(onPicked(convOp, n, in, {0, 1}, out, why)))
-      return failure();
-    retype(out, i32);
-    return success();
-  }
-  if (op == "QLinearMatMul") {
-    if (failed(onPicked(matMulOp, n, in, {0, 3}, out, why)))
-      return failure();
-    retype(out, zpType(7, 0));
-    return success();
-  }
-  if (op == "QLinearConv") {
-    if (failed(onPicked(convOp, n, in, {0, 3}, out, why)))
-      return failure();
-    retype(out, zpType(7, 0));
-    return success();
-  }
-  if (op == "QGemm") {
-    // A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp: float32 output
-    // without y_scale.
-    if (failed(onPicked(gemmOp, n, in, {0, 3}, out, why)))
-      return failure();
-    retype(out, present(in, 7) ? zpType(8, 0) : Float32Type::get(c));
-    return success();
-  }
-  if (op == "QLinearAdd" || op == "QLinearMul") {
-    if (failed(onPicked(broadcastOp, n, in, {0, 3}, out, why)))
-      return failure();
-    retype(out, zpType(7, 0));
-    return success();
-  }
-  if (op == "QLinearSoftmax" || op == "QLinearLeakyRelu" || op == "QLinearSigmoid") {
-    // X, X_scale, X_zp, Y_scale, Y_zp
-    REQUIRE_SHAPE(x, 0);
-    out[0] = tensor(x, zpType(4, 0));
-    return success();
-  }
-  if (op == "QLinearGlobalAveragePool") {
-    REQUIRE_SHAPE(x, 0);
-    if (x.size() < 3)
-      return (why = "pooling needs rank >= 3", failure());
-    Shape result(x);
-    if (attrInt(n, "channels_last", 0))
-      std::fill(result.begin() + 1, result.end() - 1, 1);
-    else
-      std::fill(result.begin() + 2, result.end(), 1);
-    out[0] = tensor(result, zpType(4, 0));
-    return success();
-  }
-  if (op == "QLinearConcat") {
-    // Y_scale, Y_zp, then (X, X_scale, X_zp) per operand.
-    SmallVector<unsigned> pick;
-    for (unsigned i = 2; i < in.size(); i += 3)
-      pick.push_back(i);
-    if (failed(onPicked(concatOp, n, in, pick, out, why)))
-      return failure();
-    retype(out, zpType(1, 2));
-    return success();
-  }
-  if (op == "DynamicQuantizeLinear") {
-    REQUIRE_SHAPE(x, 0);
-    Type u8 = IntegerType::get(c, 8, IntegerType::Unsigned);
-    out[0] = tensor(x, u8);
-    if (out.size() > 1)
-      out[1] = tensor({}, Float32Type::get(c));
-    if (out.size() > 2)
-      out[2] = tensor({}, u8);
-    return success();
-  }
-  return (why = "no quantized shape rule for " + op.str(), failure());
+/// com.microsoft's QLinearAdd and QLinearMul (onnxruntime's quantizer;
+/// onnxruntime/docs/ContribOperators.md): A, A_scale, A_zp, B, B_scale,
+/// B_zp, C_scale, C_zp, broadcast as Add and Mul; the output takes the
+/// element type of its zero point, else of A. The other quantized ops are in
+/// the op table (ops/defs/Quantize.cpp, MatMul.cpp, Conv.cpp).
+LogicalResult qLinearBinaryOp(NodeOp n, ArrayRef<ValueFacts> in,
+                              SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  if (failed(onPicked(broadcastOp, n, in, {0, 3}, out, why)))
+    return failure();
+  retype(out, present(in, 7) && in[7].elementType() ? in[7].elementType() : in[0].elementType());
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -749,127 +532,13 @@ LogicalResult oneHotOp(NodeOp n, ArrayRef<ValueFacts> in,
   return success();
 }
 
-LogicalResult nonZeroOp(NodeOp n, ArrayRef<ValueFacts> in,
-                        SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  Type i64 = IntegerType::get(n.getContext(), 64);
-  int64_t rank = x.size();
-  int64_t total = numElements(x);
-  if (in[0].ints && !isDyn(total) && int64_t(in[0].ints->size()) == total) {
-    // A constant input: the indices themselves fold.
-    Shape nz;
-    for (auto [k, v] : llvm::enumerate(*in[0].ints))
-      if (v)
-        nz.push_back(int64_t(k));
-    int64_t count = nz.size();
-    Shape values(rank * count);
-    for (int64_t j = 0; j < count; ++j) {
-      int64_t flat = nz[j];
-      for (int64_t a = rank; a-- > 0;) {
-        values[a * count + j] = flat % x[a];
-        flat /= x[a];
-      }
-    }
-    out[0] = intTensor({rank, count}, i64, values);
-    return success();
-  }
-  out[0] = tensor({rank, total}, i64);
-  if (!isDyn(total))
-    out[0].upperBound = upperBoundNote("the number of nonzero elements", total,
-                                       "every element of the input");
-  return success();
-}
-
-LogicalResult uniqueOp(NodeOp n, ArrayRef<ValueFacts> in,
-                       SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  Type i64 = IntegerType::get(n.getContext(), 64);
-  auto axisAttr = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr("axis"));
-  Shape y;
-  int64_t bound, inverse;
-  if (axisAttr) {
-    int64_t axis = normAxis(axisAttr.getInt(), x.size());
-    if (axis < 0 || axis >= int64_t(x.size()))
-      return (why = "axis out of range", failure());
-    bound = inverse = x[axis];
-    y = x;
-    y[axis] = bound;
-  } else {
-    bound = inverse = numElements(x);
-    y = {bound};
-  }
-  out[0] = tensor(y, in[0].elementType());
-  for (size_t i = 1; i < out.size(); ++i)
-    out[i] = tensor({i == 2 ? inverse : bound}, i64);
-  if (!isDyn(bound))
-    for (size_t i = 0; i < out.size(); ++i)
-      if (i != 2)
-        out[i].upperBound = upperBoundNote("the number of unique values", bound,
-                                           axisAttr ? "every slice of the input"
-                                                    : "every element of the input");
-  return success();
-}
-
-LogicalResult compressOp(NodeOp n, ArrayRef<ValueFacts> in,
-                         SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(x, 0);
-  auto axisAttr = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr("axis"));
-  int64_t condLen = kDyn;
-  if (auto c = in.size() > 1 ? in[1].shape() : std::nullopt; c && c->size() == 1)
-    condLen = (*c)[0];
-  Shape result;
-  int64_t bound;
-  if (axisAttr) {
-    int64_t axis = normAxis(axisAttr.getInt(), x.size());
-    if (axis < 0 || axis >= int64_t(x.size()))
-      return (why = "axis out of range", failure());
-    bound = isDyn(condLen) ? x[axis] : isDyn(x[axis]) ? condLen : std::min(condLen, x[axis]);
-    result = x;
-    result[axis] = bound;
-  } else {
-    int64_t total = numElements(x);
-    bound = isDyn(condLen) ? total : isDyn(total) ? condLen : std::min(condLen, total);
-    result = {bound};
-  }
-  out[0] = tensor(result, in[0].elementType());
-  if (!isDyn(bound))
-    out[0].upperBound = upperBoundNote("the number of selected elements", bound,
-                                       "every element the condition covers");
-  return success();
-}
-
-LogicalResult nonMaxSuppressionOp(NodeOp n, ArrayRef<ValueFacts> in,
-                                  SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  REQUIRE_SHAPE(boxes, 0);
-  REQUIRE_SHAPE(scores, 1);
-  if (boxes.size() != 3 || scores.size() != 3)
-    return (why = "boxes must be [batch, boxes, 4] and scores [batch, classes, boxes]",
-            failure());
-  int64_t spatial = boxes[1];
-  if (auto m = present(in, 2) ? intsFrom(n, in, 2) : std::optional<Shape>(Shape{0});
-      m && m->size() == 1 && !isDyn(spatial))
-    spatial = std::min(spatial, std::max<int64_t>((*m)[0], 0));
-  int64_t bound = mulDims(mulDims(scores[0], scores[1]), spatial);
-  out[0] = tensor({bound, 3}, IntegerType::get(n.getContext(), 64));
-  if (!isDyn(bound))
-    out[0].upperBound = upperBoundNote("the number of selected boxes", bound,
-                                       "batches x classes x max_output_boxes_per_class");
-  return success();
-}
-
 const llvm::StringMap<ShapeRule> &rules() {
   static const llvm::StringMap<ShapeRule> table = [] {
     llvm::StringMap<ShapeRule> t;
     for (const char *op :
-         {"Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs",
-          "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan", "Gelu", "LeakyRelu", "Elu", "Selu", "Celu",
-          "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish",
-          "ThresholdedRelu", "Shrink", "Identity", "Dropout", "Clip",
-          "RMSNormalization", "BatchNormalization",
-          "InstanceNormalization", "GroupNormalization", "LRN",
-          "MeanVarianceNormalization", "Not", "IsNaN", "IsInf", "Sign",
-          "CumSum", "Trilu", "Swish", "PRelu", "Asin", "Acos", "Atan", "Sinh", "Cosh",
-          "Asinh", "Acosh", "Atanh"})
+         {"Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Sin",
+          "Cos", "Gelu", "LeakyRelu", "Elu", "Softplus", "Identity", "Dropout", "Clip",
+          "BatchNormalization", "LRN"})
       t[op] = sameAsInput;
     for (const char *op :
          {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "And", "Or",
@@ -883,20 +552,9 @@ const llvm::StringMap<ShapeRule> &rules() {
     t["Resize"] = resizeOp;
     t["Upsample"] = resizeOp;
     t["TopK"] = topKOp;
-    t["LSTM"] = recurrentOp;
-    t["GRU"] = recurrentOp;
-    t["RNN"] = recurrentOp;
-    t["Attention"] = attentionOp;
     t["OneHot"] = oneHotOp;
-    t["NonZero"] = nonZeroOp;
-    t["Unique"] = uniqueOp;
-    t["Compress"] = compressOp;
-    t["NonMaxSuppression"] = nonMaxSuppressionOp;
     t["QuantizeLinear"] = quantizeOp;
     t["DequantizeLinear"] = quantizeOp;
-    for (const char *op : {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv",
-                           "DynamicQuantizeLinear"})
-      t[op] = quantizedOp;
     return t;
   }();
   return table;
@@ -932,23 +590,10 @@ std::optional<SmallVector<int64_t>> broadcastShapes(ArrayRef<int64_t> a,
 ShapeRule lookupShapeRule(StringRef domain, StringRef opType) {
   if (const ops::OpDef *def = ops::findOp(domain.str(), opType.str()); def && def->shape)
     return tableRule;
-  if (domain == "com.microsoft" &&
-      (opType == "Gelu" || opType == "FastGelu" || opType == "BiasGelu" ||
-       opType == "SimplifiedLayerNormalization"))
+  if (domain == "com.microsoft" && opType == "Gelu")
     return sameAsInput;
-  if (domain == "com.microsoft" && opType == "SkipLayerNormalization")
-    return skipLayerNormOp;
-  if (domain == "com.microsoft" && opType == "Attention")
-    return contribAttentionOp;
-  if (domain == "com.microsoft" && opType == "EmbedLayerNormalization")
-    return embedLayerNormOp;
-  if (domain == "com.microsoft" &&
-      llvm::is_contained(ArrayRef<StringRef>{"QLinearAdd", "QLinearMul", "QGemm", "QLinearSoftmax",
-                                             "QLinearConcat", "QLinearGlobalAveragePool",
-                                             "QLinearLeakyRelu", "QLinearSigmoid", "QLinearConv",
-                                             "QLinearMatMul"},
-                         opType))
-    return quantizedOp;
+  if (domain == "com.microsoft" && (opType == "QLinearAdd" || opType == "QLinearMul"))
+    return qLinearBinaryOp;
   if (!domain.empty())
     return nullptr;
   auto it = rules().find(opType);

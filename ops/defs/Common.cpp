@@ -1,17 +1,19 @@
 //===- Common.cpp - rules several op families share -----------------------===//
 #include "ops/defs/Defs.h"
 
+#include <algorithm>
 #include <string>
 
 namespace hetplan::ops {
 
-namespace {
-std::string list(const std::vector<int64_t> &v) {
+namespace defs {
+std::string listOf(const std::vector<int64_t> &v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
   return s + "]";
 }
-} // namespace
+} // namespace defs
+using defs::listOf;
 
 int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t s, int64_t d, int64_t padBegin, int64_t padEnd,
                          const std::string &autoPad, bool ceilMode) {
@@ -30,41 +32,15 @@ int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t s, int64_t d, int64
   return size;
 }
 
-std::optional<std::vector<int64_t>> matMulShape(const std::vector<int64_t> &aIn, const std::vector<int64_t> &bIn,
-                                                std::string &why) {
-  std::vector<int64_t> a = aIn, b = bIn;
-  if (a.empty() || b.empty())
-    return (why = "MatMul operands must not be scalars", std::nullopt);
-  bool aVec = a.size() == 1, bVec = b.size() == 1;
-  if (aVec)
-    a.insert(a.begin(), 1);
-  if (bVec)
-    b.push_back(1);
-  int64_t k1 = a.back(), k2 = b[b.size() - 2];
-  if (!isUnknown(k1) && !isUnknown(k2) && k1 != k2) {
-    why = "contraction sizes differ: " + std::to_string(k1) + " and " + std::to_string(k2);
-    return std::nullopt;
-  }
-  auto batch = broadcast(std::vector<int64_t>(a.begin(), a.end() - 2), std::vector<int64_t>(b.begin(), b.end() - 2));
-  if (!batch)
-    return (why = "batch dimensions do not broadcast", std::nullopt);
-  std::vector<int64_t> result = *batch;
-  if (!aVec)
-    result.push_back(a[a.size() - 2]);
-  if (!bVec)
-    result.push_back(b.back());
-  return result;
-}
-
 std::string checkWindowed(const CheckIn &c, size_t xIndex, int wIndex, bool transpose, bool needKernel) {
   const Attrs &n = c.attrs;
   auto ints = [&](const char *name) { return n.getInts(name).value_or(std::vector<int64_t>{}); };
   auto has = [&](const char *name) { return n.has(name); };
   for (const char *a : {"kernel_shape", "strides", "dilations"})
     for (int64_t v : ints(a))
-      if (v <= 0) return std::string(a) + " " + list(ints(a)) + " must be positive";
+      if (v <= 0) return std::string(a) + " " + listOf(ints(a)) + " must be positive";
   for (int64_t p : ints("pads"))
-    if (p < 0) return "pads " + list(ints("pads")) + " must not be negative";
+    if (p < 0) return "pads " + listOf(ints("pads")) + " must not be negative";
   if (n.has("group") && n.intOr("group", 1) <= 0)
     return "group " + std::to_string(n.intOr("group", 1)) + " must be positive";
   std::string autoPad = n.stringOr("auto_pad", "NOTSET");
@@ -81,7 +57,7 @@ std::string checkWindowed(const CheckIn &c, size_t xIndex, int wIndex, bool tran
     int64_t len = static_cast<int64_t>(ints(name).size());
     if (spatial < 0) { spatial = len / int64_t(per); from = std::string(name); if (len % int64_t(per) == 0) return ""; }
     if (len != spatial * int64_t(per))
-      return std::string(name) + " " + list(ints(name)) + " needs " + std::to_string(spatial * int64_t(per)) +
+      return std::string(name) + " " + listOf(ints(name)) + " needs " + std::to_string(spatial * int64_t(per)) +
              " values (" + from + ")";
     return "";
   };
@@ -92,9 +68,9 @@ std::string checkWindowed(const CheckIn &c, size_t xIndex, int wIndex, bool tran
     if (auto e = sameSpatial("output_padding", 1); !e.empty()) return e;
     if (auto e = sameSpatial("output_shape", 1); !e.empty()) return e;
     for (int64_t v : ints("output_shape"))
-      if (v < 0) return "output_shape " + list(ints("output_shape")) + " must not be negative";
+      if (v < 0) return "output_shape " + listOf(ints("output_shape")) + " must not be negative";
     for (int64_t v : ints("output_padding"))
-      if (v < 0) return "output_padding " + list(ints("output_padding")) + " must not be negative";
+      if (v < 0) return "output_padding " + listOf(ints("output_padding")) + " must not be negative";
   }
   if (wIndex >= 0) {
     size_t w = size_t(wIndex);
@@ -105,7 +81,7 @@ std::string checkWindowed(const CheckIn &c, size_t xIndex, int wIndex, bool tran
       auto ks = ints("kernel_shape");
       for (size_t i = 0; i < ks.size() && int64_t(i) + 2 < wr; ++i)
         if (c.dim(w, int64_t(i) + 2) >= 0 && c.dim(w, int64_t(i) + 2) != ks[i])
-          return "kernel_shape " + list(ks) + " differs from the weight's spatial dims";
+          return "kernel_shape " + listOf(ks) + " differs from the weight's spatial dims";
     }
     int64_t group = n.intOr("group", 1);
     int64_t ch = c.dim(xIndex, 1), wc = c.dim(w, transpose ? 0 : 1);
@@ -133,6 +109,32 @@ bool requireShape(const ShapeIn &in, size_t i, std::vector<int64_t> &dims, std::
   return true;
 }
 
+OpDef define(const char *domain, const char *type, int since, int minInputs, int maxInputs, const char *summary,
+             ShapeFn shape, CostFn cost) {
+  OpDef d;
+  d.domain = domain;
+  d.type = type;
+  d.sinceVersion = since;
+  d.minInputs = minInputs;
+  d.maxInputs = maxInputs;
+  d.summary = summary;
+  d.shape = shape;
+  d.cost = cost;
+  return d;
+}
+
+std::optional<std::vector<int64_t>> staticInput(const CostIn &in, size_t i) {
+  return i < in.inputs.size() ? in.inputs[i] : std::nullopt;
+}
+bool given(const CostIn &in, size_t i) { return i < in.present.size() && in.present[i]; }
+
+int64_t numElements(const std::vector<int64_t> &shape, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t i = from; i < std::min(to, shape.size()); ++i)
+    n = mulDims(n, shape[i]);
+  return n;
+}
+
 OutShape like(std::vector<int64_t> dims, int of) {
   OutShape o;
   o.set = true;
@@ -149,6 +151,37 @@ bool sameAsInput(const ShapeIn &in, std::vector<OutShape> &out, std::string &why
   return true;
 }
 
+bool onPicked(ShapeFn rule, const ShapeIn &in, const std::vector<size_t> &pick, std::vector<OutShape> &out,
+              std::string &why) {
+  std::vector<ValueShape> sub;
+  for (size_t i : pick) {
+    if (i >= in.inputs.size())
+      return (why = "needs input #" + std::to_string(i), false);
+    sub.push_back(in.inputs[i]);
+  }
+  std::vector<OutShape> o(1);
+  if (!rule({in.attrs, sub, in.opset}, o, why))
+    return false;
+  if (o[0].set && !out.empty()) {
+    out[0] = o[0];
+    if (o[0].element == Element::OfInput)
+      out[0].elementOf = int(pick[size_t(o[0].elementOf)]);
+  }
+  return true;
+}
+
+void retype(std::vector<OutShape> &out, Element element, int of) {
+  if (out.empty() || !out[0].set)
+    return;
+  out[0].element = element;
+  out[0].elementOf = of;
+  out[0].ints.reset();
+}
+
+int zeroPointOr(const ShapeIn &in, size_t zp, size_t x) {
+  return zp < in.inputs.size() && in.inputs[zp].present && in.inputs[zp].typed ? int(zp) : int(x);
+}
+
 std::string axisAttr(const CheckIn &in, const std::string &name, int64_t dflt, int64_t r, int64_t extra) {
   if (r < 0) return "";
   int64_t axis = in.attrs.intOr(name, dflt);
@@ -158,6 +191,8 @@ std::string axisAttr(const CheckIn &in, const std::string &name, int64_t dflt, i
            std::to_string(-hi) + ", " + std::to_string(hi - 1) + "])";
   return "";
 }
+
+std::string axisZeroCheck(const CheckIn &in, const std::string &) { return axisAttr(in, "axis", 0, in.rank(0)); }
 
 std::string alongFrom(const std::vector<int> &carries, int64_t first, const std::string &what) {
   int64_t rank = int64_t(carries.size());

@@ -202,6 +202,7 @@ void addEinsumOps(std::vector<OpDef> &out) {
   d.shape = einsumShape;
   d.cost = einsumCost;
   d.keeps = Keeps::Inputs;
+  d.weightProduct = true;
   out.push_back(d);
 }
 

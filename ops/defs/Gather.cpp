@@ -86,7 +86,6 @@ Cost gatherCost(const CostIn &) {
   return r;
 }
 
-std::string gatherCheck(const CheckIn &in, const std::string &) { return axisAttr(in, "axis", 0, in.rank(0)); }
 
 } // namespace
 
@@ -97,7 +96,7 @@ void addGatherOps(std::vector<OpDef> &out) {
   g.summary = "takes the slices of `data` at `indices` along `axis`";
   g.shape = gatherShape;
   g.cost = gatherCost;
-  g.check = gatherCheck;
+  g.check = axisZeroCheck;
   // The backward scatters dY by the (integer) indices: no float activation.
   g.keeps = Keeps::Nothing;
   out.push_back(g);
@@ -120,6 +119,8 @@ void addGatherOps(std::vector<OpDef> &out) {
     sc.shape = scatterShape;
     sc.cost = scatterCost;
     sc.keeps = Keeps::Inputs;
+    if (sc.type == "ScatterElements")
+      sc.check = axisZeroCheck;
     out.push_back(sc);
   }
 }

@@ -1,6 +1,8 @@
-//===- MatMul.cpp - MatMul and Gemm ---------------------------------------===//
+//===- MatMul.cpp - MatMul, Gemm and their integer forms -------------------===//
 //
-// ONNX MatMul (numpy matmul) and Gemm (Y = alpha op(A) op(B) + beta C). A
+// ONNX MatMul (numpy matmul) and Gemm (Y = alpha op(A) op(B) + beta C), and
+// the integer products that keep their shape and cost rules over their data
+// operands: MatMulInteger, QLinearMatMul, com.microsoft's QGemm. A
 // multiply-add is 2 FLOPs (docs/cost-model.md).
 //
 //===----------------------------------------------------------------------===//
@@ -11,6 +13,32 @@ namespace names {
 const char *const MatMul = "MatMul";
 const char *const Gemm = "Gemm";
 } // namespace names
+
+std::optional<std::vector<int64_t>> matMulShape(const std::vector<int64_t> &aIn, const std::vector<int64_t> &bIn,
+                                                std::string &why) {
+  std::vector<int64_t> a = aIn, b = bIn;
+  if (a.empty() || b.empty())
+    return (why = "MatMul operands must not be scalars", std::nullopt);
+  bool aVec = a.size() == 1, bVec = b.size() == 1;
+  if (aVec)
+    a.insert(a.begin(), 1);
+  if (bVec)
+    b.push_back(1);
+  int64_t k1 = a.back(), k2 = b[b.size() - 2];
+  if (!isUnknown(k1) && !isUnknown(k2) && k1 != k2) {
+    why = "contraction sizes differ: " + std::to_string(k1) + " and " + std::to_string(k2);
+    return std::nullopt;
+  }
+  auto batch = broadcast(std::vector<int64_t>(a.begin(), a.end() - 2), std::vector<int64_t>(b.begin(), b.end() - 2));
+  if (!batch)
+    return (why = "batch dimensions do not broadcast", std::nullopt);
+  std::vector<int64_t> result = *batch;
+  if (!aVec)
+    result.push_back(a[a.size() - 2]);
+  if (!bVec)
+    result.push_back(b.back());
+  return result;
+}
 
 namespace defs {
 namespace {
@@ -85,6 +113,48 @@ std::string gemmCheck(const CheckIn &in, const std::string &) {
   return "";
 }
 
+// The integer products (their outputs: int32 accumulators, or the output
+// zero point's type): A, B at 0, 1 (MatMulInteger) or A, B at 0, 3 between
+// their scales and zero points (QLinearMatMul, QGemm).
+bool matMulIntegerShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
+  if (!onPicked(matMulShapeRule, in, {0, 1}, out, why))
+    return false;
+  retype(out, Element::Int32);
+  return true;
+}
+
+bool qLinearMatMulShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
+  if (!onPicked(matMulShapeRule, in, {0, 3}, out, why))
+    return false;
+  retype(out, Element::OfInput, zeroPointOr(in, 7, 0));
+  return true;
+}
+
+// A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp: float32 output
+// without y_scale.
+bool qGemmShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
+  if (!onPicked(gemmShape, in, {0, 3}, out, why))
+    return false;
+  if (in.inputs.size() > 7 && in.inputs[7].present)
+    retype(out, Element::OfInput, zeroPointOr(in, 8, 0));
+  else
+    retype(out, Element::Float32);
+  return true;
+}
+
+// Gemm's products, plus the bias and the requantization.
+Cost qGemmCost(const CostIn &in) {
+  Cost r;
+  r.engine = Engine::Matrix;
+  auto a = staticInput(in, 0);
+  if (a && a->size() == 2) {
+    double k = double(in.attrs.intOr("transA", 0) ? (*a)[0] : (*a)[1]);
+    double out = in.totalOutputElems();
+    r.flops = 2 * out * k + (given(in, 6) ? out : 0) + 2 * out;
+  }
+  return r;
+}
+
 } // namespace
 
 void addMatMulOps(std::vector<OpDef> &out) {
@@ -97,7 +167,19 @@ void addMatMulOps(std::vector<OpDef> &out) {
   m.check = matMulCheck;
   m.keeps = Keeps::Inputs;
   m.tp = TpRole::Product;
+  m.weightProduct = true;
   out.push_back(m);
+
+  // The integer products: MatMul's rules over their data operands; no
+  // backward, no tensor-parallel role.
+  OpDef mi = define("", "MatMulInteger", 10, 2, 4, "numpy matmul of integers less their zero points, int32 result",
+                    matMulIntegerShape, matMulCost);
+  mi.check = matMulCheck;
+  mi.weightProduct = true;
+  out.push_back(mi);
+  const char *qSummary = "numpy matmul of quantized tensors, requantized to the output scale and zero point";
+  out.push_back(define("", "QLinearMatMul", 10, 8, 8, qSummary, qLinearMatMulShape, matMulCost));
+  out.push_back(define("com.microsoft", "QLinearMatMul", 1, 8, 8, qSummary, qLinearMatMulShape, matMulCost));
 
   OpDef g;
   g.type = names::Gemm;
@@ -108,7 +190,12 @@ void addMatMulOps(std::vector<OpDef> &out) {
   g.cost = gemmCost;
   g.check = gemmCheck;
   g.keeps = Keeps::Inputs;
+  g.weightProduct = true;
   out.push_back(g);
+
+  out.push_back(define("com.microsoft", "QGemm", 1, 6, 9,
+                      "Gemm of quantized matrices; requantized when y_scale is given, else float32", qGemmShape,
+                      qGemmCost));
 }
 
 } // namespace defs

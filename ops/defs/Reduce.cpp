@@ -106,9 +106,11 @@ void addReduceOps(std::vector<OpDef> &out) {
                           logSumExpCost, Keeps::Inputs));
   OpDef am = reduction("ArgMax", "index of the maximum along `axis`", argShape, sumCost, Keeps::Nothing);
   am.maxInputs = 1;
+  am.check = axisZeroCheck;
   out.push_back(am);
   OpDef an = reduction("ArgMin", "index of the minimum along `axis`", argShape, sumCost, Keeps::Nothing);
   an.maxInputs = 1;
+  an.check = axisZeroCheck;
   out.push_back(an);
 }
 

@@ -19,13 +19,6 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-int64_t numElements(const Dims &shape, size_t from = 0, size_t to = SIZE_MAX) {
-  int64_t n = 1;
-  for (size_t i = from; i < std::min(to, shape.size()); ++i)
-    n = mulDims(n, shape[i]);
-  return n;
-}
-
 /// Integer values of input `i`, or of the attribute `name` for older opsets.
 std::optional<Dims> intsFrom(const ShapeIn &in, size_t i, const char *name = nullptr) {
   if (i < in.inputs.size() && in.inputs[i].ints)
@@ -125,6 +118,8 @@ bool transposeShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &
   return true;
 }
 
+} // namespace
+
 bool concatShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
   REQUIRE(first, 0);
   int64_t axis = normAxis(in.attrs.intOr("axis", 0), int64_t(first.size()));
@@ -150,6 +145,8 @@ bool concatShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why
     out[0].ints = values;
   return true;
 }
+
+namespace {
 
 bool splitShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
   REQUIRE(x, 0);
@@ -428,14 +425,46 @@ Cost sliceCost(const CostIn &) {
   return c;
 }
 
+// The load-time checks (ModelVerifier) over attributes and declared ranks.
+std::string transposeCheck(const CheckIn &in, const std::string &) {
+  auto perm = in.attrs.getInts("perm");
+  if (!perm) return "";
+  std::vector<char> seen(perm->size(), 0);
+  for (int64_t p : *perm) {
+    if (p < 0 || p >= int64_t(perm->size()) || seen[size_t(p)])
+      return "perm " + listOf(*perm) + " is not a permutation of 0.." + std::to_string(int64_t(perm->size()) - 1);
+    seen[size_t(p)] = 1;
+  }
+  if (in.rank(0) >= 0 && int64_t(perm->size()) != in.rank(0))
+    return "perm " + listOf(*perm) + " has " + std::to_string(perm->size()) + " entries for a rank-" +
+           std::to_string(in.rank(0)) + " input";
+  return "";
+}
+
+std::string concatCheck(const CheckIn &in, const std::string &) {
+  if (in.opset >= 4 && !in.attrs.has("axis")) return "axis is required";
+  int64_t r = -1;
+  for (size_t i = 0; i < in.shapes.size(); ++i) {
+    if (in.rank(i) < 0) continue;
+    if (r >= 0 && in.rank(i) != r)
+      return "inputs have different ranks (" + std::to_string(r) + " and " + std::to_string(in.rank(i)) + ")";
+    r = in.rank(i);
+  }
+  if (r == 0) return "inputs must have rank >= 1";
+  return axisAttr(in, "axis", 0, r);
+}
+
+// Flatten's axis may be the rank (everything in the first dim).
+std::string flattenCheck(const CheckIn &in, const std::string &) {
+  int64_t a = in.attrs.intOr("axis", 1), r = in.rank(0);
+  if (r >= 0 && (a < -r || a > r))
+    return "axis " + std::to_string(a) + " is out of range for rank " + std::to_string(r) + " (must be in [" +
+           std::to_string(-r) + ", " + std::to_string(r) + "])";
+  return "";
+}
+
 OpDef shapeOp(const char *type, int minInputs, int maxInputs, const char *summary, ShapeFn shape, CostFn cost) {
-  OpDef d;
-  d.type = type;
-  d.minInputs = minInputs;
-  d.maxInputs = maxInputs;
-  d.summary = summary;
-  d.shape = shape;
-  d.cost = cost;
+  OpDef d = define("", type, 1, minInputs, maxInputs, summary, shape, cost);
   d.keeps = Keeps::Nothing; // their backward moves dY back: shapes only
   return d;
 }
@@ -445,11 +474,18 @@ OpDef shapeOp(const char *type, int minInputs, int maxInputs, const char *summar
 void addShapeOps(std::vector<OpDef> &out) {
   constexpr int kMany = std::numeric_limits<int>::max();
   out.push_back(shapeOp("Reshape", 1, 2, "the same elements under a new shape (-1 inferred, 0 kept)", reshapeShape, viewCost));
-  out.push_back(shapeOp("Flatten", 1, 1, "[d0 x ... x d(axis-1), the rest] (a view)", flattenShape, viewCost));
+  OpDef flatten = shapeOp("Flatten", 1, 1, "[d0 x ... x d(axis-1), the rest] (a view)", flattenShape, viewCost);
+  flatten.check = flattenCheck;
+  out.push_back(flatten);
   out.push_back(shapeOp("Squeeze", 1, 2, "drops size-1 dims (a view)", squeezeShape, viewCost));
   out.push_back(shapeOp("Unsqueeze", 1, 2, "inserts size-1 dims (a view)", unsqueezeShape, viewCost));
-  out.push_back(shapeOp("Transpose", 1, 1, "permutes the dims (`perm`, reversed by default)", transposeShape, moveCost));
-  out.push_back(shapeOp("Concat", 1, kMany, "joins inputs along `axis`", concatShape, moveCost));
+  OpDef transpose = shapeOp("Transpose", 1, 1, "permutes the dims (`perm`, reversed by default)", transposeShape,
+                            moveCost);
+  transpose.check = transposeCheck;
+  out.push_back(transpose);
+  OpDef concat = shapeOp("Concat", 1, kMany, "joins inputs along `axis`", concatShape, moveCost);
+  concat.check = concatCheck;
+  out.push_back(concat);
   out.push_back(shapeOp("Split", 1, 2, "cuts the input along `axis` (sizes given or equal)", splitShape, moveCost));
   out.push_back(shapeOp("Slice", 1, 5, "start:end:step along the given axes", sliceShape, sliceCost));
   out.push_back(shapeOp("Expand", 2, 2, "broadcasts the input to a shape", expandShape, moveCost));

@@ -34,12 +34,7 @@ std::string axisMixes(const Attrs &attrs, int64_t opset, const std::vector<int> 
 }
 
 OpDef axisOp(const char *type, const char *summary, CostFn cost) {
-  OpDef d;
-  d.type = type;
-  d.minInputs = d.maxInputs = 1;
-  d.summary = summary;
-  d.shape = sameAsInput;
-  d.cost = cost;
+  OpDef d = define("", type, 1, 1, 1, summary, sameAsInput, cost);
   d.check = axisCheck;
   d.mixesSamples = axisMixes;
   return d;

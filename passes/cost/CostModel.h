@@ -71,7 +71,7 @@ enum class TensorParallelRole : uint8_t {
   Bias,     // Add of a 1-D weight (input `axis`) sliced like the split value
   Split,    // Split on the split axis: each output keeps its rank's slice
   Reshape,  // target dim `axis` divided by tp
-  Gather,   // MatMul: this rank's columns, then all-gather (no pair)
+  AllGather, // MatMul: this rank's columns, then all-gather (no pair; the plan's GATHER)
   Vocab,    // MatMul making the loss output: this rank's vocabulary columns,
             // the loss vocab-parallel (training; plan::TensorParallelNode::VOCAB)
 };

@@ -513,7 +513,7 @@ struct RegionScan {
     NodeOp node = info.nodes[i];
     TensorParallelUnit u;
     u.divisor = (*ownWeight(node.getInputs()[1], 2))[1];
-    u.nodes.push_back({i, Role::Gather});
+    u.nodes.push_back({i, Role::AllGather});
     u.forwardElementsPerSample = perSample(node.getResult(0));
     u.backwardElementsPerSample = perSample(node.getInputs()[0]);
     u.forwardCollectives = u.backwardCollectives = 1;

@@ -40,10 +40,6 @@ std::optional<ArrayRef<int64_t>> staticShape(Value v) { return staticShape(v.get
 
 double elems(Value v) { return double(numElements(v.getType())); }
 
-bool present(NodeOp n, unsigned i) {
-  return i < n.getInputs().size() && !isa<NoneType>(n.getInputs()[i].getType());
-}
-
 int64_t attrInt(NodeOp n, StringRef name, int64_t dflt) {
   if (auto a = dyn_cast_or_null<IntegerAttr>(n.getOnnxAttr(name)))
     return a.getInt();
@@ -76,24 +72,16 @@ struct Raw {
 // Elementwise functions: FLOPs per output element.
 const llvm::StringMap<double> &unaryFlops() {
   static const llvm::StringMap<double> table = {
-      {"Neg", 1}, {"Abs", 1}, {"Sign", 1}, {"Floor", 1}, {"Ceil", 1},
-      {"Round", 1}, {"Reciprocal", 1}, {"Sqrt", 1}, {"Not", 1}, {"IsNaN", 1},
-      {"IsInf", 1}, {"BitwiseNot", 1}, {"ThresholdedRelu", 1}, {"CumSum", 1},
-      {"LeakyRelu", 2}, {"Clip", 2}, {"Shrink", 2}, {"Softsign", 3},
-      {"HardSigmoid", 4}, {"HardSwish", 5}, {"Exp", kTranscendental},
+      {"Neg", 1}, {"Abs", 1}, {"Reciprocal", 1}, {"Sqrt", 1}, {"BitwiseNot", 1},
+      {"LeakyRelu", 2}, {"Clip", 2}, {"Exp", kTranscendental},
       {"Log", kTranscendental}, {"Erf", kTranscendental}, {"Tanh", kTranscendental},
       {"Sigmoid", kTranscendental}, {"Sin", kTranscendental}, {"Cos", kTranscendental},
-      {"Tan", kTranscendental}, {"Asin", kTranscendental}, {"Acos", kTranscendental},
-      {"Atan", kTranscendental}, {"Sinh", kTranscendental}, {"Cosh", kTranscendental},
-      {"Asinh", kTranscendental}, {"Acosh", kTranscendental}, {"Atanh", kTranscendental},
       // exp + subtract + multiply (+ select)
-      {"Elu", kTranscendental + 2}, {"Selu", kTranscendental + 3},
-      {"Celu", kTranscendental + 3},
-      // x * sigmoid(x); log(1 + exp(x)); x * tanh(softplus(x))
-      {"Swish", kTranscendental + 1}, {"Softplus", 2 * kTranscendental + 1},
-      {"Mish", 3 * kTranscendental + 2},
+      {"Elu", kTranscendental + 2},
+      // log(1 + exp(x))
+      {"Softplus", 2 * kTranscendental + 1},
       // (x - zero_point) * scale and its inverse with rounding
-      {"QuantizeLinear", 2}, {"DequantizeLinear", 2}, {"DynamicQuantizeLinear", 4},
+      {"QuantizeLinear", 2}, {"DequantizeLinear", 2},
       // x * cos + rotate(x) * sin
       {"RotaryEmbedding", 3}, {"CumProd", 1},
       // square, sum, divide (per element; the root per row is negligible)
@@ -107,15 +95,15 @@ bool isBinary(StringRef op) {
   static const llvm::StringSet<> ops = {
       "Add", "Sub", "Mul", "Div", "Mod", "BitShift", "And", "Or", "Xor", "Equal",
       "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "BitwiseAnd", "BitwiseOr",
-      "BitwiseXor", "PRelu", "Where"};
+      "BitwiseXor", "Where"};
   return ops.contains(op);
 }
 
 // Ops that only move data: FLOPs 0, bytes in + out.
 bool isDataMovement(StringRef op) {
   static const llvm::StringSet<> ops = {
-      "Cast", "CastLike", "Trilu", "ReverseSequence", "OneHot",
-      "Compress", "NonZero", "ConstantOfShape", "Range", "EyeLike", "Unique", "SplitToSequence", "ConcatFromSequence",
+      "Cast", "CastLike", "ReverseSequence", "OneHot",
+      "ConstantOfShape", "Range", "EyeLike", "SplitToSequence", "ConcatFromSequence",
       "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceEmpty",
       "SequenceLength", "SequenceErase", "Col2Im", "CenterCropPad", "Optional",
       "OptionalGetElement", "OptionalHasElement", "MaxUnpool", "BitCast",
@@ -155,8 +143,8 @@ Raw tableCost(NodeOp n, llvm::function_ref<ops::Cost(const ops::CostIn &)> rule)
 }
 Raw tableRule(NodeOp n, const ops::OpDef &def) { return tableCost(n, def.cost); }
 
-/// A convolution priced as Conv's definition does, with its weight and bias
-/// at other inputs (ConvInteger, QLinearConv, DeformConv).
+/// A convolution priced as the table's convolutions are, with its weight
+/// and bias at other inputs (DeformConv).
 Raw convRule(NodeOp n, unsigned weightAt, unsigned biasAt) {
   return tableCost(n, [&](const ops::CostIn &in) { return ops::convolutionCost(in, weightAt, biasAt); });
 }
@@ -169,18 +157,10 @@ Raw normRule(NodeOp n) {
     // Inference: per-channel scale and shift folded, y = a * x + b. Training
     // mode also computes the batch statistics.
     r.flops = (attrInt(n, "training_mode", 0) ? 7 : 2) * x;
-  } else if (op == "RMSNormalization" || op == "SimplifiedLayerNormalization") {
-    r.flops = 4 * x; // square, sum, normalize, scale
-  } else if (op == "SkipLayerNormalization") {
-    r.flops = 8 * x; // residual add + layer norm with bias
   } else if (op == "SkipSimplifiedLayerNormalization") {
     r.flops = 5 * x;
-  } else if (op == "LRN") {
+  } else { // LRN
     r.flops = (2 * double(attrInt(n, "size", 1)) + kTranscendental + 2) * x;
-  } else if (op == "MeanVarianceNormalization") {
-    r.flops = 6 * x;
-  } else { // InstanceNormalization, GroupNormalization
-    r.flops = 7 * x;
   }
   return r;
 }
@@ -211,69 +191,6 @@ Raw topKRule(NodeOp n) {
     axis += int64_t(out->size());
   double k = axis >= 0 && axis < int64_t(out->size()) ? double((*out)[axis]) : 1;
   r.flops = inputElems(n) * std::ceil(std::log2(k + 1));
-  return r;
-}
-
-Raw attentionRule(NodeOp n) {
-  // ONNX Attention (opset 23): Q [B, Hq, S, D] or [B, S, Hq*D]; K [B, Hkv, T, D]
-  // or [B, T, Hkv*D]; V likewise with Dv; past_key (input 4) adds its T.
-  Raw r;
-  r.matrix = true;
-  auto q = staticShape(n.getInputs()[0]);
-  auto k = n.getInputs().size() > 1 ? staticShape(n.getInputs()[1]) : std::nullopt;
-  auto v = n.getInputs().size() > 2 ? staticShape(n.getInputs()[2]) : std::nullopt;
-  if (!q || !k || !v || q->size() != k->size() || q->size() != v->size())
-    return r;
-  double b, h, s, t, d, dv;
-  if (q->size() == 4) {
-    b = (*q)[0], h = (*q)[1], s = (*q)[2], d = (*q)[3];
-    t = (*k)[2], dv = (*v)[3];
-  } else if (q->size() == 3) {
-    double hq = double(attrInt(n, "q_num_heads", 1));
-    double hkv = double(attrInt(n, "kv_num_heads", int64_t(hq)));
-    if (hq <= 0 || hkv <= 0)
-      return r;
-    b = (*q)[0], s = (*q)[1], h = hq, d = double((*q)[2]) / hq;
-    t = (*k)[1], dv = double((*v)[2]) / hkv;
-  } else {
-    return r;
-  }
-  if (present(n, 4))
-    if (auto past = staticShape(n.getInputs()[4]); past && past->size() == 4)
-      t += double((*past)[2]);
-  double scores = b * h * s * t;
-  // Q K^T and P V (2 FLOPs per multiply-add), then scale, softmax (+ mask).
-  r.flops = 2 * scores * (d + dv) + scores * (1 + kTranscendental + 4) +
-            (present(n, 3) ? scores : 0);
-  return r;
-}
-
-Raw recurrentRule(NodeOp n) {
-  // X [S, B, I] (layout 0) or [B, S, I]; W [dirs, G*H, I]; R [dirs, G*H, H].
-  Raw r;
-  r.matrix = true;
-  StringRef op = n.getOpType();
-  auto x = staticShape(n.getInputs()[0]);
-  auto w = n.getInputs().size() > 1 ? staticShape(n.getInputs()[1]) : std::nullopt;
-  if (!x || !w || x->size() != 3 || w->size() != 3)
-    return r;
-  double gates = op == "LSTM" ? 4 : op == "GRU" ? 3 : 1;
-  bool batchFirst = attrInt(n, "layout", 0) == 1;
-  double seq = double(batchFirst ? (*x)[1] : (*x)[0]);
-  double batch = double(batchFirst ? (*x)[0] : (*x)[1]);
-  double input = double((*x)[2]);
-  double dirs = double((*w)[0]);
-  double hidden = double(attrInt(n, "hidden_size", int64_t(double((*w)[1]) / gates)));
-  // Per step and direction: the gate products X W^T and H R^T, then the
-  // elementwise gate math per hidden unit: LSTM 8 bias adds + 3 sigmoids +
-  // 2 tanh + 4 products/sums; GRU 6 bias adds + 2 sigmoids + 1 tanh + 4;
-  // RNN 2 bias adds + tanh.
-  double pointwise = op == "LSTM" ? 8 + 5 * kTranscendental + 4
-                     : op == "GRU" ? 6 + 3 * kTranscendental + 4
-                                   : 2 + kTranscendental;
-  if (op == "LSTM" && present(n, 7))
-    pointwise += 6; // peepholes
-  r.flops = seq * dirs * batch * (2 * gates * hidden * (input + hidden) + pointwise * hidden);
   return r;
 }
 
@@ -387,68 +304,20 @@ Raw rawRule(NodeOp n) {
   StringRef domain = n.getDomain();
   Raw r;
   if (domain == "com.microsoft") {
+    if (const ops::OpDef *def = opDefOf(n); def && def->cost)
+      return tableRule(n, *def);
     static const llvm::StringMap<double> ms = {
-        {"Gelu", 2 * 1 + kTranscendental + 2}, {"BiasGelu", 1 + 2 + kTranscendental + 2},
-        {"FastGelu", 12}, {"QuickGelu", kTranscendental + 2}, {"BiasAdd", 2}};
+        {"Gelu", 2 * 1 + kTranscendental + 2}, {"QuickGelu", kTranscendental + 2}, {"BiasAdd", 2}};
     if (auto it = ms.find(op); it != ms.end()) {
       r.flops = it->second * outputElems(n);
       return r;
     }
-    if (op == "SkipLayerNormalization" || op == "SimplifiedLayerNormalization" ||
-        op == "SkipSimplifiedLayerNormalization")
+    if (op == "SkipSimplifiedLayerNormalization")
       return normRule(n);
-    if (op == "EmbedLayerNormalization") {
-      // Two gathered rows added, then a LayerNorm (about 8 FLOPs an element).
-      r.flops = 10 * outputElems(n);
-      return r;
-    }
-    if (op == "Attention") {
-      // Packed QKV projection, then Q K^T and P V over past + new keys,
-      // scale, mask, softmax.
-      r.matrix = true;
-      auto x = staticShape(n.getInputs()[0]);
-      auto w = staticShape(n.getInputs()[1]);
-      int64_t heads = attrInt(n, "num_heads", 0);
-      if (!x || !w || x->size() != 3 || w->size() != 2 || heads <= 0) {
-        r.estimated = true;
-        r.flops = outputElems(n);
-        return r;
-      }
-      double b = double((*x)[0]), s = double((*x)[1]), d = double((*x)[2]), dh = double((*w)[1]) / 3;
-      double t = s;
-      if (present(n, 4))
-        if (auto past = staticShape(n.getInputs()[4]); past && past->size() == 5)
-          t += double((*past)[3]);
-      double scores = b * double(heads) * s * t;
-      r.flops = 2 * b * s * d * 3 * dh + 2 * scores * 2 * (dh / double(heads)) +
-                scores * (1 + kTranscendental + 4) + (present(n, 3) ? scores : 0);
-      return r;
-    }
-    // QOperator contrib ops (onnxruntime's quantizer): the integer products
-    // priced as MatMul/Gemm/Conv (their int8 operands make the bytes), the
-    // elementwise ones as dequantize both operands, the op, requantize.
-    if (op == "QLinearMatMul")
-      return tableRule(n, *opDefOf(ops::names::MatMul));
-    if (op == "QLinearConv")
-      return convRule(n, 3, 8);
-    if (op == "QGemm") {
-      Raw g;
-      g.matrix = true;
-      auto a = staticShape(n.getInputs()[0]);
-      if (a && a->size() == 2) {
-        double k = double(attrInt(n, "transA", 0) ? (*a)[0] : (*a)[1]);
-        double out = outputElems(n);
-        g.flops = 2 * out * k + (present(n, 6) ? out : 0) + 2 * out; // + bias, requantize
-      }
-      return g;
-    }
-    static const llvm::StringMap<double> qlinear = {
-        {"QLinearAdd", 7}, {"QLinearMul", 7}, {"QLinearLeakyRelu", 6},
-        {"QLinearSigmoid", kTranscendental + 5}, {"QLinearSoftmax", kTranscendental + 8},
-        {"QLinearConcat", 4}, {"QLinearGlobalAveragePool", 0}};
-    if (auto it = qlinear.find(op); it != qlinear.end()) {
-      r.flops = it->second * outputElems(n) +
-                (op == "QLinearGlobalAveragePool" ? inputElems(n) + 4 * outputElems(n) : 0);
+    // QLinearAdd/Mul (onnxruntime's quantizer): dequantize both operands,
+    // the op, requantize. The other QOperator ops are in the op table.
+    if (op == "QLinearAdd" || op == "QLinearMul") {
+      r.flops = 7 * outputElems(n);
       return r;
     }
     r.estimated = true;
@@ -466,25 +335,13 @@ Raw rawRule(NodeOp n) {
   }
   if (const ops::OpDef *def = opDefOf(n); def && def->cost)
     return tableRule(n, *def);
-  // The integer products price as the float ones.
-  if (op == "MatMulInteger" || op == "QLinearMatMul")
-    return tableRule(n, *opDefOf(ops::names::MatMul));
-  if (op == "ConvInteger")
-    return convRule(n, 1, 2);
-  if (op == "QLinearConv")
-    return convRule(n, 3, 8);
   if (op == "DeformConv") {
     // A convolution over bilinearly sampled taps: priced as the
     // convolution (the sampling is not counted).
     return convRule(n, 1, 3);
   }
-  if (op == "BatchNormalization" || op == "RMSNormalization" || op == "InstanceNormalization" ||
-      op == "GroupNormalization" || op == "LRN" || op == "MeanVarianceNormalization")
+  if (op == "BatchNormalization" || op == "LRN")
     return normRule(n);
-  if (op == "Attention")
-    return attentionRule(n);
-  if (op == "LSTM" || op == "GRU" || op == "RNN")
-    return recurrentRule(n);
   if (op == "Resize" || op == "Upsample")
     return resizeRule(n);
   if (op == "TopK")
@@ -506,7 +363,7 @@ Raw rawRule(NodeOp n) {
     return r;
   }
   if (isBinary(op)) {
-    r.flops = (op == "PRelu" ? 2 : 1) * outputElems(n);
+    r.flops = outputElems(n);
     return r;
   }
   if (op == "Sum" || op == "Max" || op == "Min" || op == "Mean") {
@@ -902,10 +759,8 @@ OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
 }
 
 std::optional<double> matmulWeightBytes(NodeOp node, const GraphInfo &info, DType dtype) {
-  StringRef op = node.getOpType();
-  if (!node.getDomain().empty() ||
-      (op != ops::names::MatMul && op != ops::names::Gemm && op != "MatMulInteger" &&
-       op != "Einsum"))
+  const ops::OpDef *def = opDefOf(node);
+  if (!node.getDomain().empty() || !def || !def->weightProduct)
     return std::nullopt;
   if (info.isFolded(node) || node.getInputs().size() < 2)
     return std::nullopt;

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 // The plan's roles are the cost model's, in the same order.
-static_assert(int(hetplan::cost::TensorParallelRole::Gather) == hetplan::plan::TensorParallelNode::GATHER &&
+static_assert(int(hetplan::cost::TensorParallelRole::AllGather) == hetplan::plan::TensorParallelNode::GATHER &&
               int(hetplan::cost::TensorParallelRole::Row) == hetplan::plan::TensorParallelNode::ROW &&
               int(hetplan::cost::TensorParallelRole::Reshape) == hetplan::plan::TensorParallelNode::RESHAPE);
 

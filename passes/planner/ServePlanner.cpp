@@ -657,7 +657,7 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
   auto pricer = std::make_shared<const Pricer>(prefill, decode, cluster, opt);
   if (pricer->kvBytesPerToken() <= 0)
     return servingError("the model has no attention whose keys and values hetplan recognizes (Q·K^T "
-                        "feeding a Softmax, or an Attention node): no KV cache to serve with");
+                        "feeding a softmax, or an Attention node): no KV cache to serve with");
 
   std::vector<TypeChoice> types = deviceTypes(cluster, opt);
   Refusal why;

@@ -482,7 +482,7 @@ TEST(CostModel, FusedAttentionBlockSplitsAndCaches) {
   for (const cost::TensorParallelUnit &u : layer.tensorParallelUnits) {
     EXPECT_FALSE(u.pair);
     EXPECT_EQ(u.nodes.size(), 1u);
-    EXPECT_EQ(u.nodes[0].role, cost::TensorParallelRole::Gather);
+    EXPECT_EQ(u.nodes[0].role, cost::TensorParallelRole::AllGather);
     EXPECT_DOUBLE_EQ(u.forwardElementsPerSample, hidden / 4);
   }
   EXPECT_DOUBLE_EQ(layer.kvCacheBytesPerSample, 2 * hidden);

@@ -27,7 +27,7 @@ def Het_GraphOp : Het_Op<"graph", [
     het.graph @mlp(%x: tensor<?x4xf32, #het.dims<"batch", "">> {het.name = "x"})
         -> (tensor<?x2xf32> {het.name = "y"}) {
       %w = het.weight @w : tensor<4x2xf32>
-      %y = het.node "MatMul" opset 17 (%x, %w) : (...) -> tensor<?x2xf32>
+      %y = het.node "Gemm" opset 17 (%x, %w) : (...) -> tensor<?x2xf32>
       het.return %y : tensor<?x2xf32>
     }
     ```
@@ -70,10 +70,10 @@ def Het_NodeOp : Het_Op<"node", [RecursiveMemoryEffects]> {
     node name.
 
     ```mlir
-    %y = het.node "Conv" opset 11 (%x, %w, %b)
+    %y = het.node "ConvTranspose" opset 11 (%x, %w, %b)
            attrs {kernel_shape = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>}
-           {name = "conv1"} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>)
-           -> tensor<1x4x8x8xf32>
+           {name = "up1"} : (tensor<1x4x8x8xf32>, tensor<4x3x3x3xf32>, tensor<3xf32>)
+           -> tensor<1x3x8x8xf32>
     ```
   }];
   let arguments = (ins

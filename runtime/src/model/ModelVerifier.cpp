@@ -79,12 +79,6 @@ public:
     return "";
   }
 
-  /// Conv, ConvTranspose, the pools, ConvInteger, QLinearConv: spatial
-  /// attributes positive/non-negative, one per spatial dim (two for pads).
-  std::string convLike(size_t xIndex, int wIndex, bool transpose, bool needKernel) const {
-    return ops::checkWindowed(checkIn(), xIndex, wIndex, transpose, needKernel);
-  }
-
   /// What is known of the node for the op table's checks.
   ops::CheckIn checkIn() const {
     ops::CheckIn c{attrs, opset, {}};
@@ -206,34 +200,6 @@ public:
     return "";
   }
 
-  std::string transpose() const {
-    if (!n.has("perm")) return "";
-    auto perm = n.getInts("perm");
-    std::vector<char> seen(perm.size(), 0);
-    for (int64_t p : perm) {
-      if (p < 0 || p >= int64_t(perm.size()) || seen[size_t(p)])
-        return "perm " + list(perm) + " is not a permutation of 0.." + std::to_string(int64_t(perm.size()) - 1);
-      seen[size_t(p)] = 1;
-    }
-    if (rank(0) >= 0 && int64_t(perm.size()) != rank(0))
-      return "perm " + list(perm) + " has " + std::to_string(perm.size()) + " entries for a rank-" +
-             std::to_string(rank(0)) + " input";
-    return "";
-  }
-
-  std::string concat() const {
-    if (opset >= 4 && !n.has("axis")) return "axis is required";
-    int64_t r = -1;
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (rank(i) < 0) continue;
-      if (r >= 0 && rank(i) != r)
-        return "inputs have different ranks (" + std::to_string(r) + " and " + std::to_string(rank(i)) + ")";
-      r = rank(i);
-    }
-    if (r == 0) return "inputs must have rank >= 1";
-    return axisAttr("axis", 0, r);
-  }
-
   std::string split() const {
     std::vector<int64_t> sizes = n.getInts("split");
     bool known = !sizes.empty();
@@ -267,18 +233,7 @@ public:
     if (!n.domain.empty() && n.domain != "ai.onnx") return "";
     // The op table's checks (ops/OpTable.h) where it has them.
     if (const ops::OpDef *def = opDefOf(n); def && def->check) return def->check(checkIn(), op);
-    if (op == "ConvInteger") return convLike(0, 1, false, false);
-    if (op == "QLinearConv") return convLike(0, 3, false, false);
     if (op == "BatchNormalization") return batchNorm();
-    if (op == "InstanceNormalization") {
-      if (rank(0) >= 0 && rank(0) < 3) return "input rank " + std::to_string(rank(0)) + " needs N, C and a spatial dim";
-      for (size_t i : {1, 2})
-        if (rank(i) >= 0 && rank(i) != 1) return "scale and B must be 1-D";
-      if (dim(1, 0) >= 0 && dim(2, 0) >= 0 && dim(1, 0) != dim(2, 0)) return "scale and B differ in length";
-      if (dim(0, 1) >= 0 && dim(1, 0) >= 0 && dim(0, 1) != dim(1, 0))
-        return "scale has " + std::to_string(dim(1, 0)) + " values for " + std::to_string(dim(0, 1)) + " channels";
-      return "";
-    }
     if (op == "LRN") {
       if (!n.has("size")) return "size is required";
       if (n.getInt("size", 1) <= 0) return "size " + std::to_string(n.getInt("size", 1)) + " must be positive";
@@ -289,23 +244,9 @@ public:
     if (op == "Tile") return tile();
     if (op == "TopK") return topk();
     if (op == "Resize" || op == "Upsample") return resize();
-    if (op == "Transpose") return transpose();
-    if (op == "Concat") return concat();
     if (op == "Split") return split();
     if (op == "Reshape") return reshape();
-    if (op == "Flatten") {
-      int64_t a = n.getInt("axis", 1), r = rank(0);
-      if (r >= 0 && (a < -r || a > r))
-        return "axis " + std::to_string(a) + " is out of range for rank " + std::to_string(r) + " (must be in [" +
-               std::to_string(-r) + ", " + std::to_string(r) + "])";
-      return "";
-    }
-    if (op == "ScatterElements" || op == "CumSum" ||
-        op == "ArgMax" || op == "ArgMin" || op == "Compress")
-      return axisAttr("axis", 0, rank(0));
     if (op == "OneHot") return axisAttr("axis", -1, rank(0), 1); // the output has one more dim
-    // The integer product keeps MatMul's rules.
-    if (op == "MatMulInteger") return ops::findOp("", ops::names::MatMul)->check(checkIn(), op);
     if (op == "Squeeze" && n.has("axes")) return axesIn("axes", n.getInts("axes"), rank(0));
     if (op == "Unsqueeze" && n.has("axes")) {
       int64_t r = rank(0) >= 0 ? rank(0) + int64_t(n.getInts("axes").size()) : -1;
