@@ -3,7 +3,7 @@
 Chromium (Debian's `chromium`) loads the report of a training plan and of a
 serving plan, dumps the DOM it built and takes a screenshot. The DOM must
 hold the page's sections, the cluster's devices, the stages or replicas,
-one memory bar per rank and the embedded timeline's boxes, and nothing that
+memory bars for every rank and the embedded timeline's boxes, and nothing that
 loads from elsewhere (Inputs/html_check.py reads it); the screenshot must
 be a non-blank PNG.
 
@@ -74,14 +74,16 @@ def check_page(browser, work, name, page, want):
     problems = []
     if parsed.sections != want["sections"]:
         problems.append(f"sections {parsed.sections}, want {want['sections']}")
-    devices = parsed.rows.get("devices:device", 0)
+    devices = parsed.ranks.get("devices:device", 0)
     if devices != want["devices"]:
         problems.append(f"{devices} device rows, want {want['devices']}")
     for key, label in (("stages:stage", "stages"), ("replicas:replica", "replicas")):
         if parsed.rows.get(key, 0) != want[label]:
             problems.append(f"{parsed.rows.get(key, 0)} {label}, want {want[label]}")
-    if parsed.svgs.get("membar", 0) != want["membars"]:
-        problems.append(f"{parsed.svgs.get('membar', 0)} memory bars, want {want['membars']}")
+    bars = parsed.svgs.get("membar", 0)
+    memory_ranks = parsed.ranks.get("memory-table:rank", 0) + parsed.ranks.get("serving-memory:rank", 0)
+    if (bars, memory_ranks) != want["membars"]:
+        problems.append(f"{bars} memory bars for {memory_ranks} ranks, want {want['membars']}")
     if want["timeline"] and parsed.timeline_rects == 0:
         problems.append("no timeline boxes")
     ext = html_check.external(dom)
@@ -98,7 +100,7 @@ def check_page(browser, work, name, page, want):
     print(f"ok {name}: sections {' '.join(parsed.sections)}, {devices} devices, "
           f"{parsed.rows.get('stages:stage', 0)} stages, "
           f"{parsed.rows.get('replicas:replica', 0)} replicas, "
-          f"{parsed.svgs.get('membar', 0)} memory bars, {parsed.timeline_rects} timeline boxes; "
+          f"{bars} memory bars for {memory_ranks} ranks, {parsed.timeline_rects} timeline boxes; "
           f"screenshot {why}")
     return True
 
@@ -123,10 +125,10 @@ def main():
     ok = True
     for name, plan, want in (
             ("train", train, {"sections": ["summary", "cluster", "placement", "memory", "timeline"],
-                              "devices": 4, "stages": 2, "replicas": 0, "membars": 4,
+                              "devices": 4, "stages": 2, "replicas": 0, "membars": (2, 4),
                               "timeline": True}),
             ("serve", serve, {"sections": ["summary", "cluster", "serving"], "devices": 6,
-                              "stages": 0, "replicas": 6, "membars": 6, "timeline": False})):
+                              "stages": 0, "replicas": 6, "membars": (6, 6), "timeline": False})):
         page = os.path.join(a.work, name + ".html")
         run([a.hetplan, "explain", plan, "--html", page])
         ok = check_page(browser, a.work, name, page, want) and ok

@@ -33,6 +33,15 @@ size_t count(const std::string &text, const std::string &what) {
   return n;
 }
 
+/// The ranks the rows of class `cssClass` stand for (their data-ranks).
+size_t ranksOf(const std::string &page, const std::string &cssClass) {
+  const std::string tag = "<tr class=\"" + cssClass + "\" data-ranks=\"";
+  size_t n = 0;
+  for (size_t at = page.find(tag); at != std::string::npos; at = page.find(tag, at + 1))
+    n += std::stoul(page.substr(at + tag.size()));
+  return n;
+}
+
 bool has(const std::string &text, const std::string &what) {
   return text.find(what) != std::string::npos;
 }
@@ -44,9 +53,10 @@ TEST(ExplainHtml, SectionsOfATrainingPlan) {
   for (const char *id : {"summary", "cluster", "placement", "memory", "timeline"})
     EXPECT_TRUE(has(page, std::string("<section id=\"") + id + "\">")) << id;
   EXPECT_FALSE(has(page, "<section id=\"serving\">"));
-  EXPECT_EQ(count(page, "<tr class=\"device\">"), size_t(p.cluster().devices_size()));
+  EXPECT_EQ(ranksOf(page, "device"), size_t(p.cluster().devices_size()));
   EXPECT_EQ(count(page, "<tr class=\"stage\">"), size_t(p.stages_size()));
-  EXPECT_EQ(count(page, "class=\"membar\""), size_t(p.ranks_size()));
+  EXPECT_EQ(ranksOf(page, "rank"), size_t(p.ranks_size()));
+  EXPECT_EQ(count(page, "class=\"membar\""), count(page, "<tr class=\"rank\""));
   // The timeline, embedded whole: its boxes are the page's rects after the
   // timeline section starts.
   std::string svg = timelineSvg(p);

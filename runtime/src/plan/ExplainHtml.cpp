@@ -107,6 +107,42 @@ std::vector<int> groupOfRanks(const plan::Plan &p) {
   return group;
 }
 
+/// Ranks as runs of consecutive numbers, in the given order: "0-7, 9, 12".
+std::string runsText(const std::vector<uint32_t> &ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
+      ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]) +
+           (j > i ? (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]) : "");
+    i = j + 1;
+  }
+  return out.empty() ? "-" : out;
+}
+
+/// Table rows of ranks, one per run of consecutive ranks whose other cells
+/// are the same HTML: a 1,024-GPU cluster is a few rows, not 1,024. Each
+/// row says how many ranks it stands for (data-ranks).
+class RankRows {
+public:
+  explicit RankRows(const char *cssClass) : cssClass(cssClass) {}
+  void add(uint32_t rank, std::string cellsHtml) {
+    if (rows.empty() || rows.back().second != cellsHtml)
+      rows.push_back({{}, std::move(cellsHtml)});
+    rows.back().first.push_back(rank);
+  }
+  void write(std::ostream &os) const {
+    for (const auto &[ranks, cells] : rows)
+      os << "<tr class=\"" << cssClass << "\" data-ranks=\"" << ranks.size()
+         << "\"><td class=\"n\">" << runsText(ranks) << "</td>" << cells << "</tr>\n";
+  }
+
+private:
+  const char *cssClass;
+  std::vector<std::pair<std::vector<uint32_t>, std::string>> rows;
+};
+
 /// A <dl> of name/value pairs; values are already HTML.
 class Facts {
 public:
@@ -269,13 +305,16 @@ void writeClusterPicture(std::ostream &os, const plan::Plan &p, const std::vecto
       rest.ranks.push_back(uint32_t(r));
   if (!rest.ranks.empty())
     boxes.push_back(std::move(rest));
-  const int perRow = 8;
-  const double devW = 124, devH = 46, gap = 8, labelW = 170;
+  // Named boxes up to 64 devices; beyond, small squares (names in tooltips).
+  const bool compact = c.devices_size() > 64;
+  const int perRow = compact ? 40 : 8;
+  const double devW = compact ? 22 : 124, devH = compact ? 22 : 46, gap = compact ? 6 : 8;
+  const double labelW = 170;
   double y = 8, width = labelW + perRow * (devW + gap) + 16;
   std::ostringstream body;
   for (const auto &b : boxes) {
     int rows = std::max(1, int((b.ranks.size() + perRow - 1) / perRow));
-    double h = rows * (devH + gap) + gap;
+    double h = std::max(rows * (devH + gap) + gap, 56.0);
     body << "<g class=\"node\"><rect x=\"4\" y=\"" << y << "\" width=\"" << width - 8
          << "\" height=\"" << h << "\" rx=\"6\" fill=\"#f3f5f8\" stroke=\"#b8c0cc\"/>"
          << "<text x=\"14\" y=\"" << y + 22 << "\" font-size=\"14\" font-weight=\"bold\">"
@@ -291,11 +330,13 @@ void writeClusterPicture(std::ostream &os, const plan::Plan &p, const std::vecto
       body << "<g class=\"device\"><title>rank " << r << ": " << html(typeOf(p, r)) << ", "
            << sizeText(double(memory)) << ", " << role << "</title><rect x=\"" << x
            << "\" y=\"" << dy << "\" width=\"" << devW << "\" height=\"" << devH
-           << "\" rx=\"4\" fill=\"" << stageColour(g) << "\"/><text x=\"" << x + 6
-           << "\" y=\"" << dy + 17 << "\" font-size=\"12\" fill=\"" << (g < 0 ? "#333" : "#fff")
+           << "\" rx=\"4\" fill=\"" << stageColour(g) << "\"/>";
+      if (!compact)
+        body << "<text x=\"" << x + 6 << "\" y=\"" << dy + 17 << "\" font-size=\"12\" fill=\"" << (g < 0 ? "#333" : "#fff")
            << "\">" << html(typeOf(p, r).substr(0, 17)) << "</text><text x=\"" << x + 6
            << "\" y=\"" << dy + 35 << "\" font-size=\"11\" fill=\"" << (g < 0 ? "#333" : "#fff")
-           << "\">rank " << r << " &middot; " << html(role) << "</text></g>";
+           << "\">rank " << r << " &middot; " << html(role) << "</text>";
+      body << "</g>";
     }
     body << "</g>\n";
     y += h + gap;
@@ -318,35 +359,37 @@ void writeCluster(std::ostream &os, const plan::Plan &p, const HtmlOptions &opti
                                fmt("%.1f &micro;s latency", c.inter_node_latency_us()));
   f.write(os);
   writeClusterPicture(os, p, group, serve);
-  os << "<table id=\"devices\"><tr><th>rank</th><th>device</th><th>node</th><th>memory</th>"
+  os << "<table id=\"devices\"><tr><th>ranks</th><th>device</th><th>node</th><th>memory</th>"
      << "<th>peak TFLOPS</th><th>speed</th><th>$/h</th><th>works for</th></tr>\n";
+  RankRows rows("device");
   for (const auto &d : c.devices()) {
     auto price = options.pricePerHour.find(d.type());
     std::string node = d.node() < uint32_t(c.nodes_size()) && !c.nodes(int(d.node())).name().empty()
                            ? c.nodes(int(d.node())).name()
                            : std::to_string(d.node());
     int g = d.rank() < group.size() ? group[d.rank()] : -1;
-    os << "<tr class=\"device\"><td class=\"n\">" << d.rank() << "</td><td>"
-       << html(d.type().empty() ? "?" : d.type()) << "</td><td>" << html(node)
-       << "</td><td class=\"n\">" << sizeText(double(d.memory_bytes())) << "</td><td class=\"n\">"
-       << fmt("%.1f", d.peak_tflops()) << "</td><td class=\"n\">"
-       << fmt("%.2f", d.speed_factor() == 0 ? 1.0 : d.speed_factor()) << "</td><td class=\"n\">"
-       << (price == options.pricePerHour.end() ? "-" : usdOf(price->second))
-       << "</td><td><span class=\"swatch\" style=\"background:" << stageColour(g) << "\"></span>"
-       << (g < 0 ? std::string("idle") : (serve ? "replica " : "stage ") + std::to_string(g))
-       << "</td></tr>\n";
+    std::ostringstream cells;
+    cells << "<td>" << html(d.type().empty() ? "?" : d.type()) << "</td><td>" << html(node)
+          << "</td><td class=\"n\">" << sizeText(double(d.memory_bytes()))
+          << "</td><td class=\"n\">" << fmt("%.1f", d.peak_tflops()) << "</td><td class=\"n\">"
+          << fmt("%.2f", d.speed_factor() == 0 ? 1.0 : d.speed_factor()) << "</td><td class=\"n\">"
+          << (price == options.pricePerHour.end() ? "-" : usdOf(price->second))
+          << "</td><td><span class=\"swatch\" style=\"background:" << stageColour(g)
+          << "\"></span>"
+          << (g < 0 ? std::string("idle") : (serve ? "replica " : "stage ") + std::to_string(g))
+          << "</td>";
+    rows.add(d.rank(), cells.str());
   }
+  rows.write(os);
   os << "</table>\n";
   if (c.nodes_size() > 0) {
     os << "<h3>Links</h3><table id=\"links\"><tr><th>node</th><th>ranks</th><th>link</th>"
        << "<th>GB/s</th></tr>\n";
     for (int n = 0; n < c.nodes_size(); ++n) {
       const auto &node = c.nodes(n);
-      std::string ranks;
-      for (uint32_t r : node.ranks())
-        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      std::vector<uint32_t> ranks(node.ranks().begin(), node.ranks().end());
       os << "<tr><td>" << html(node.name().empty() ? std::to_string(n) : node.name())
-         << "</td><td>" << ranks << "</td><td>"
+         << "</td><td>" << runsText(ranks) << "</td><td>"
          << html(node.link_kind().empty() ? "-" : node.link_kind()) << "</td><td class=\"n\">"
          << fmt("%.1f", node.link_bandwidth_gbs()) << "</td></tr>\n";
     }
@@ -387,6 +430,34 @@ void writeLayerStrip(std::ostream &os, const plan::Plan &p) {
      << html(layerName(p, uint32_t(numLayers - 1))) << ")</text></svg></div>\n";
 }
 
+/// "T4+T4" for a worker of two T4 ranks (tensor parallel).
+std::string workerTypes(const plan::Plan &p, const plan::Worker &w) {
+  std::string types;
+  for (uint32_t r : w.ranks())
+    types += (types.empty() ? "" : "+") + typeOf(p, r);
+  return types.empty() ? "?" : types;
+}
+
+/// A stage's workers, one line per run of workers alike (device types and
+/// samples): "8x A100-SXM-80GB (ranks 0-7): 32 each".
+std::string workersHtml(const plan::Plan &p, const plan::Stage &stage) {
+  std::string out;
+  for (int k = 0; k < stage.workers_size();) {
+    const std::string types = workerTypes(p, stage.workers(k));
+    const int64_t samples = stage.workers(k).samples();
+    std::vector<uint32_t> ranks;
+    int n = 0;
+    for (; k < stage.workers_size() && workerTypes(p, stage.workers(k)) == types &&
+           stage.workers(k).samples() == samples;
+         ++k, ++n)
+      ranks.insert(ranks.end(), stage.workers(k).ranks().begin(), stage.workers(k).ranks().end());
+    out += (out.empty() ? "" : "<br>") + (n > 1 ? std::to_string(n) + "x " : "") + html(types) +
+           (ranks.size() > 1 ? " (ranks " : " (rank ") + runsText(ranks) + "): " +
+           std::to_string(samples) + (n > 1 ? " each" : "");
+  }
+  return out.empty() ? "-" : out;
+}
+
 void writePlacement(std::ostream &os, const plan::Plan &p) {
   const bool train = p.settings().mode() != "infer";
   os << "<section id=\"placement\"><h2>Stages: which layers and samples run where</h2>\n";
@@ -399,22 +470,14 @@ void writePlacement(std::ostream &os, const plan::Plan &p) {
     int64_t total = 0;
     for (const auto &w : stage.workers())
       total += std::max<int64_t>(0, w.samples());
-    std::string workers;
     std::vector<BarPart> shares;
     for (int k = 0; k < stage.workers_size(); ++k) {
       const auto &w = stage.workers(k);
-      std::string ranks, types;
-      for (uint32_t r : w.ranks()) {
-        ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-        types += (types.empty() ? "" : "+") + typeOf(p, r);
-      }
-      workers += (workers.empty() ? "" : "<br>") + html(types) + " (rank " + ranks + "): " +
-                 std::to_string(w.samples());
-      shares.push_back({double(std::max<int64_t>(0, w.samples())),
-                        k % 2 ? "#9fb6d1" : "#4e79a7",
-                        "worker " + std::to_string(k) + " (" + types + "): " +
+      shares.push_back({double(std::max<int64_t>(0, w.samples())), k % 2 ? "#9fb6d1" : "#4e79a7",
+                        "worker " + std::to_string(k) + " (" + workerTypes(p, w) + "): " +
                             std::to_string(w.samples()) + " of " + std::to_string(total)});
     }
+    std::string workers = workersHtml(p, stage);
     os << "<tr class=\"stage\"><td><span class=\"swatch\" style=\"background:"
        << stageColour(int(stage.index())) << "\"></span>" << stage.index() << "</td><td>"
        << stage.first_layer() << "-" << stage.last_layer() << " ("
@@ -469,7 +532,8 @@ void writeSavers(std::ostream &os, const plan::Plan &p) {
                                              : "optimizer state, gradients and weights";
     os << "<li>ZeRO-" << s.zero_stage() << ": " << what
        << " sharded over each stage's data-parallel workers";
-    std::string saved;
+    // Runs of consecutive ranks that saved the same: "ranks 0-7 1.2 GiB".
+    std::vector<std::pair<std::vector<uint32_t>, std::string>> runs;
     for (const auto &rank : p.ranks()) {
       if (rank.stage() >= uint32_t(p.stages_size()))
         continue;
@@ -478,10 +542,17 @@ void writeSavers(std::ostream &os, const plan::Plan &p) {
       double sharded = double(m.optimizer_state()) +
                        (s.zero_stage() >= 2 ? double(m.gradients()) : 0) +
                        (s.zero_stage() >= 3 ? double(m.parameters()) : 0);
-      if (workers > 1 && sharded > 0)
-        saved += (saved.empty() ? "" : ", ") + std::string("rank ") +
-                 std::to_string(rank.rank()) + " " + sizeText(sharded * (workers - 1));
+      if (!(workers > 1 && sharded > 0))
+        continue;
+      std::string text = sizeText(sharded * (workers - 1));
+      if (runs.empty() || runs.back().second != text || runs.back().first.back() + 1 != rank.rank())
+        runs.push_back({{}, text});
+      runs.back().first.push_back(rank.rank());
     }
+    std::string saved;
+    for (const auto &[ranks, text] : runs)
+      saved += (saved.empty() ? "" : ", ") + std::string(ranks.size() > 1 ? "ranks " : "rank ") +
+               runsText(ranks) + " " + text;
     os << (saved.empty() ? "" : "; saved per rank: " + saved) << "</li>";
   }
   if (s.offload_optimizer()) {
@@ -498,8 +569,9 @@ void writeMemory(std::ostream &os, const plan::Plan &p, const std::vector<int> &
   const bool train = p.settings().mode() != "infer";
   os << "<section id=\"memory\"><h2>Memory per device against capacity</h2>\n";
   writeMemoryLegend(os, 6);
-  os << "<table id=\"memory-table\"><tr><th>rank</th><th>device</th><th>stage</th><th>peak / "
+  os << "<table id=\"memory-table\"><tr><th>ranks</th><th>device</th><th>stage</th><th>peak / "
      << "capacity</th><th></th><th>used</th></tr>\n";
+  RankRows rows("rank");
   for (const auto &rank : p.ranks()) {
     const auto &m = rank.memory();
     int g = rank.rank() < group.size() ? group[rank.rank()] : -1;
@@ -518,16 +590,18 @@ void writeMemory(std::ostream &os, const plan::Plan &p, const std::vector<int> &
     }
     double peak = m.peak() > 0 ? double(m.peak()) : sum;
     bool over = capacity > 0 && peak > double(capacity);
-    os << "<tr class=\"rank\"><td class=\"n\">" << rank.rank() << "</td><td>"
-       << html(typeOf(p, rank.rank())) << "</td><td>"
+    std::ostringstream cells;
+    cells << "<td>" << html(typeOf(p, rank.rank())) << "</td><td>"
        << (g < 0 ? std::string("idle") : std::to_string(rank.stage())) << "</td><td class=\"n\">"
        << (g < 0 ? "-" : sizeText(peak)) << " / " << (capacity ? sizeText(double(capacity)) : "?")
        << "</td><td>";
-    writeBar(os, bar, std::max({double(capacity), peak, sum}), g < 0 ? 0 : peak, "membar");
-    os << "</td><td class=\"n" << (over ? " over" : "") << "\">"
-       << (g < 0 || !capacity ? "-" : pctOf(peak / double(capacity)) + (over ? " OVER" : ""))
-       << "</td></tr>\n";
+    writeBar(cells, bar, std::max({double(capacity), peak, sum}), g < 0 ? 0 : peak, "membar");
+    cells << "</td><td class=\"n" << (over ? " over" : "") << "\">"
+          << (g < 0 || !capacity ? "-" : pctOf(peak / double(capacity)) + (over ? " OVER" : ""))
+          << "</td>";
+    rows.add(rank.rank(), cells.str());
   }
+  rows.write(os);
   os << "</table>\n";
   if (train)
     writeSavers(os, p);

@@ -7,10 +7,12 @@ Parses the page with html.parser (or, with --dom, the DOM Chromium dumped:
 the same checks on what the browser built) and prints:
 
   sections: summary cluster ...        the <section id=...> in order
-  devices: N [types]                   rows of the devices table
-  stages: N  workers: N                rows of the stages table (training)
+  devices: N [types]                   devices in the devices table (a row
+                                       stands for data-ranks alike ranks)
+  stages: N                            rows of the stages table (training)
   replicas: N                          rows of the replicas table (serving)
-  membars: N                           memory bars (SVG), one per rank/stage
+  membars: N for R ranks               memory bars (SVG; a row of alike ranks
+                                       has one) and the ranks they stand for
   timeline: svg rects=N                the embedded timeline's boxes
   external: none | what                anything that would load from elsewhere
   balanced: yes | the first mismatch   tags nest (void elements aside)
@@ -27,7 +29,7 @@ class Page(html.parser.HTMLParser):
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.stack, self.mismatch = [], None
-        self.sections, self.rows, self.svgs = [], {}, {}
+        self.sections, self.rows, self.ranks, self.svgs = [], {}, {}, {}
         self.timeline_rects = 0
         self.device_types = []
         self._cell = None
@@ -42,6 +44,7 @@ class Page(html.parser.HTMLParser):
         if tag == "tr" and a.get("class"):
             key = f"{self._table}:{a['class']}"
             self.rows[key] = self.rows.get(key, 0) + 1
+            self.ranks[key] = self.ranks.get(key, 0) + int(a.get("data-ranks", 1))
             if self._table == "devices":
                 self._cell = 0
         elif tag == "td" and self._cell is not None:
@@ -93,11 +96,12 @@ def main():
     page.feed(text)
     page.close()
     print("sections:", " ".join(page.sections))
-    print(f"devices: {sum(v for k, v in page.rows.items() if k == 'devices:device')} "
+    print(f"devices: {page.ranks.get('devices:device', 0)} "
           f"[{', '.join(sorted(set(page.device_types)))}]")
     print(f"stages: {page.rows.get('stages:stage', 0)}")
     print(f"replicas: {page.rows.get('replicas:replica', 0)}")
-    print(f"membars: {page.svgs.get('membar', 0)}")
+    memory_ranks = page.ranks.get("memory-table:rank", 0) + page.ranks.get("serving-memory:rank", 0)
+    print(f"membars: {page.svgs.get('membar', 0)} for {memory_ranks} ranks")
     timeline = "timeline" in page.sections and page.timeline_rects > 0
     print(f"timeline: {'svg rects=' + str(page.timeline_rects) if timeline else 'none'}")
     ext = external(text)
