@@ -17,6 +17,7 @@
 
 #include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/Files.h"
+#include "Markup.h"
 
 #include <algorithm>
 #include <cmath>
@@ -28,25 +29,8 @@
 namespace hetplan::runtime {
 namespace {
 
-/// Text and attribute values: the five special characters as entities,
-/// control characters (not allowed in HTML text) dropped.
-std::string html(const std::string &text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-    case '&': out += "&amp;"; break;
-    case '<': out += "&lt;"; break;
-    case '>': out += "&gt;"; break;
-    case '"': out += "&quot;"; break;
-    case '\'': out += "&#39;"; break;
-    default:
-      if (uint8_t(c) >= 0x20 || c == '\t' || c == '\n')
-        out += c;
-    }
-  }
-  return out;
-}
+/// Text and attribute values (Markup.h).
+std::string html(const std::string &text) { return escapeMarkup(text); }
 
 std::string fmt(const char *format, double value) {
   char buffer[64];
