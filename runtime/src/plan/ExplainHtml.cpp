@@ -187,6 +187,7 @@ body{font-family:"DejaVu Sans",Helvetica,Arial,sans-serif;margin:0;background:#f
 header{background:#23395d;color:#fff;padding:18px 28px}
 header h1{margin:0 0 4px;font-size:22px}
 header p{margin:0;color:#cfd8e6}
+nav{margin-top:10px}nav a{color:#fff;margin-right:16px;font-size:14px;text-decoration:none;border-bottom:1px dotted #cfd8e6}
 main{padding:8px 28px 40px;max-width:1500px}
 section{background:#fff;border:1px solid #dde1e7;border-radius:6px;margin:18px 0;padding:14px 20px}
 h2{font-size:18px;margin:4px 0 12px;color:#23395d}
@@ -222,7 +223,19 @@ void writeHead(std::ostream &os, const plan::Plan &p) {
      << html(p.cluster().spec().empty() ? "?" : p.cluster().spec()) << " &middot; "
      << p.cluster().devices_size() << " devices &middot; strategy "
      << html(s.strategy().empty() ? "?" : s.strategy()) << " &middot; plan schema "
-     << p.schema_version() << "</p></header>\n<main>\n";
+     << p.schema_version() << "</p>\n<nav>";
+  // Links within the page only (#id): the sections explainHtml writes.
+  const bool serve = s.mode() == "serve" || p.has_serving();
+  std::vector<std::pair<const char *, const char *>> links = {{"summary", "Summary"},
+                                                               {"cluster", "Cluster"}};
+  if (serve)
+    links.push_back({"serving", "Serving"});
+  else
+    links.insert(links.end(),
+                 {{"placement", "Stages"}, {"memory", "Memory"}, {"timeline", "Timeline"}});
+  for (const auto &[id, title] : links)
+    os << "<a href=\"#" << id << "\">" << title << "</a>";
+  os << "</nav></header>\n<main>\n";
 }
 
 void writeSummary(std::ostream &os, const plan::Plan &p, double clusterUsd, bool serve) {
@@ -240,7 +253,15 @@ void writeSummary(std::ostream &os, const plan::Plan &p, double clusterUsd, bool
   f.add("dtype", html(s.dtype().empty() ? "?" : s.dtype()));
   if (s.sequence() > 0)
     f.add("sequence", std::to_string(s.sequence()));
-  if (!serve) {
+  if (serve) {
+    const auto &sv = p.serving();
+    f.add("predicted", "<b>" + fmt("%.2f req/s", sv.prediction().requests_per_s()) + "</b> of " +
+                           fmt("%.2f", sv.rate_rps()) + " asked, TTFT p90 " +
+                           msOf(sv.prediction().ttft_p90_s()) + ", TPOT p90 " +
+                           msOf(sv.prediction().tpot_p90_s()) + ", " +
+                           std::to_string(sv.replicas_size()) + " replica(s), " +
+                           usdOf(sv.usd_per_hour()) + "/h");
+  } else {
     std::string batch = std::to_string(s.global_batch()) + " samples per step";
     if (s.micro_batches() > 0)
       batch += " in " + std::to_string(s.micro_batches()) + " micro-batches";
@@ -615,7 +636,8 @@ void writeTimeline(std::ostream &os, const plan::Plan &p) {
 // BASELINES (issue 23, item 2): the predicted step times of the homogeneous,
 // even data-parallel and even pipeline baselines and the plan's gain over
 // each. The plan file does not record them yet; once it does, render them
-// here as <section id="baselines">...</section>. Until then: nothing.
+// here as <section id="baselines">...</section> (and add {"baselines",
+// "Baselines"} to writeHead's links). Until then: nothing.
 // ---------------------------------------------------------------------------
 void writeBaselines(std::ostream &os, const plan::Plan &p) {
   (void)os;
