@@ -425,9 +425,11 @@ void writeLayerStrip(std::ostream &os, const plan::Plan &p) {
     os << "<g><title>stage " << stage.index() << ": layers " << first << "-" << last << " ("
        << html(layerName(p, first)) << " .. " << html(layerName(p, last)) << ")</title><rect x=\""
        << fmt("%.2f", x0) << "\" y=\"0\" width=\"" << fmt("%.2f", std::max(1.0, x1 - x0 - 1))
-       << "\" height=\"" << height << "\" fill=\"" << stageColour(int(stage.index()))
-       << "\"/><text x=\"" << fmt("%.2f", x0 + 6) << "\" y=\"21\" font-size=\"12\" fill=\"#fff\">"
-       << "stage " << stage.index() << "</text></g>";
+       << "\" height=\"" << height << "\" fill=\"" << stageColour(int(stage.index())) << "\"/>";
+    if (x1 - x0 >= 64)  // a label that fits; else the tooltip says it
+      os << "<text x=\"" << fmt("%.2f", x0 + 6) << "\" y=\"21\" font-size=\"12\" fill=\"#fff\">"
+         << "stage " << stage.index() << "</text>";
+    os << "</g>";
   }
   os << "<text x=\"0\" y=\"" << height + 14 << "\" font-size=\"11\" fill=\"#555\">layer 0 ("
      << html(layerName(p, 0)) << ")</text><text x=\"" << width << "\" y=\"" << height + 14
@@ -435,11 +437,24 @@ void writeLayerStrip(std::ostream &os, const plan::Plan &p) {
      << html(layerName(p, uint32_t(numLayers - 1))) << ")</text></svg></div>\n";
 }
 
-/// "T4+T4" for a worker of two T4 ranks (tensor parallel).
+/// "0-1 (stem .. h.0)", "3 (head)".
+std::string layersHtml(const plan::Plan &p, uint32_t first, uint32_t last) {
+  if (first == last)
+    return std::to_string(first) + " (" + html(layerName(p, first)) + ")";
+  return std::to_string(first) + "-" + std::to_string(last) + " (" + html(layerName(p, first)) +
+         " .. " + html(layerName(p, last)) + ")";
+}
+
+/// A worker's devices: "T4", "T4 x2" (tensor parallel), "A100-80GB+T4".
 std::string workerTypes(const plan::Plan &p, const plan::Worker &w) {
   std::string types;
-  for (uint32_t r : w.ranks())
+  bool alike = true;
+  for (uint32_t r : w.ranks()) {
+    alike = alike && (types.empty() || typeOf(p, r) == typeOf(p, w.ranks(0)));
     types += (types.empty() ? "" : "+") + typeOf(p, r);
+  }
+  if (alike && w.ranks_size() > 1)
+    return typeOf(p, w.ranks(0)) + " x" + std::to_string(w.ranks_size());
   return types.empty() ? "?" : types;
 }
 
@@ -485,9 +500,7 @@ void writePlacement(std::ostream &os, const plan::Plan &p) {
     std::string workers = workersHtml(p, stage);
     os << "<tr class=\"stage\"><td><span class=\"swatch\" style=\"background:"
        << stageColour(int(stage.index())) << "\"></span>" << stage.index() << "</td><td>"
-       << stage.first_layer() << "-" << stage.last_layer() << " ("
-       << html(layerName(p, stage.first_layer())) << " .. "
-       << html(layerName(p, stage.last_layer())) << ")</td><td class=\"n\">"
+       << layersHtml(p, stage.first_layer(), stage.last_layer()) << "</td><td class=\"n\">"
        << stage.tensor_parallel() << "</td><td>" << workers << "</td><td>";
     writeBar(os, shares, double(total), 0, "sharebar");
     os << "</td><td class=\"n\">" << msOf(stage.forward_s()) << "</td>";
@@ -522,14 +535,15 @@ void writeMemoryLegend(std::ostream &os, size_t kinds) {
 void writeSavers(std::ostream &os, const plan::Plan &p) {
   const auto &s = p.settings();
   os << "<h3>Memory savers</h3><ul id=\"savers\">";
-  bool any = false;
-  for (const auto &stage : p.stages()) {
-    if (!stage.recompute())
-      continue;
-    any = true;
-    os << "<li>recomputation on stage " << stage.index() << ": keeps each layer's input and "
-       << "recomputes the rest in the backward pass (its saving is not recorded in the plan)</li>";
-  }
+  std::vector<uint32_t> recomputed;
+  for (const auto &stage : p.stages())
+    if (stage.recompute())
+      recomputed.push_back(stage.index());
+  bool any = !recomputed.empty();
+  if (any)
+    os << "<li>recomputation on stage" << (recomputed.size() > 1 ? "s " : " ")
+       << runsText(recomputed) << ": keeps each layer's input and recomputes the rest in the "
+       << "backward pass (its saving is not recorded in the plan)</li>";
   if (s.zero_stage() > 0) {
     any = true;
     const char *what = s.zero_stage() == 1   ? "optimizer state"
