@@ -20,6 +20,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   # tests: GoogleTest, ONNX conformance data, Python ONNX for model generators
   libgtest-dev libonnx-testdata python3 python3-onnx python3-numpy
+  # tests: `hetplan explain --html` reports opened in headless Chromium
+  chromium
   # the Python package (python/: pybind11 module, pytest tests) and the
   # installed package's pkg-config file (ctest install-embed)
   python3-dev python3-pybind11 python3-pytest pkg-config

@@ -17,6 +17,8 @@ reason names something this machine truly lacks:
                     really does not exist (../shared/models, libonnx-testdata)
   no python onnx    a generator needs /usr/bin/python3 with onnx and numpy,
                     and that python3 lacks them
+  no Chromium       "no chromium on PATH" (the HTML report's browser test)
+                    while neither chromium nor chromium-browser is on PATH
 
 Any other skip (a reason this machine does not explain, or one it
 contradicts: ../shared/models present yet a test says it is absent) is
@@ -83,6 +85,8 @@ def classify(name, reason, machine):
     if re.search(r"mpirun|mpiexec|no MPI support|hetplan-no-mpirun", reason) or (
             reason == "disabled" and "mpi" in name):
         return not machine["mpi"], "no MPI"
+    if re.search(r"no chromium on PATH", reason):
+        return not machine["chromium"], "no Chromium"
     if re.search(r"python3 with onnx|python3-onnx is missing", reason):
         return not machine["python_onnx"], "no onnx for /usr/bin/python3"
     for rx in ABSENT:
@@ -119,7 +123,8 @@ def main():
     a = ap.parse_args()
     root = ET.parse(a.junit).getroot()
     build = a.build or os.path.dirname(os.path.abspath(a.junit))
-    machine = {"gpus": gpu_count(), "mpi": have_mpi(build), "python_onnx": None}
+    machine = {"gpus": gpu_count(), "mpi": have_mpi(build), "python_onnx": None,
+               "chromium": bool(shutil.which("chromium") or shutil.which("chromium-browser"))}
     passed, failed, skipped = [], [], []
     for tc in root.iter("testcase"):
         name, status = tc.get("name"), tc.get("status")

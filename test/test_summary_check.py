@@ -66,6 +66,16 @@ def main():
         checks.append(("a GPU test skipping on a GPU machine", [passed, case(
             "CudaRun.X", "notrun", gtest_gpu, "SKIP_REGULAR_EXPRESSION_MATCHED")], 1,
             ["1 passed, 0 failed, 1 skipped", "UNEXPECTED SKIP CudaRun.X"]))
+    chromium = bool(shutil.which("chromium") or shutil.which("chromium-browser"))
+    browser_skip = case("explain-html-chromium", "notrun",
+                        "SKIP: no chromium on PATH (Debian's chromium package; scripts/setup.sh "
+                        "installs it)", "SKIP_RETURN_CODE=77")
+    if not chromium:
+        checks.append(("the browser test without Chromium", [passed, browser_skip], 0,
+                       ["1 passed, 0 failed, 1 skipped", "no Chromium: 1", "unexpected: 0"]))
+    else:
+        checks.append(("the browser test skipping with Chromium there", [passed, browser_skip], 1,
+                       ["1 passed, 0 failed, 1 skipped", "UNEXPECTED SKIP explain-html-chromium"]))
     failures = 0
     for what, cases, want_rc, lines in checks:
         rc, out = summary(script, work, cases)

@@ -104,7 +104,7 @@ class Plan:
     """A compiled plan file. ``path``: the file; ``json``: the plan as JSON
     text (plan.proto's field names); ``to_dict()``: the same as a dict;
     ``summary``: what ``hetplan compile --json`` printed (None for a plan
-    read from a file); ``explain()``; ``timeline_svg()``; ``save(path)``."""
+    read from a file); ``explain(html=None)``; ``timeline_svg()``; ``save(path)``."""
 
     def __init__(self, path, summary=None, _tmpdir=None):
         self.path = _os.fspath(path)
@@ -133,8 +133,8 @@ class Plan:
     def prediction(self):
         return self._dict.get("prediction", {})
 
-    def explain(self):
-        return _hetplan.explain(self.path)
+    def explain(self, html=None):
+        return explain(self, html)
 
     def timeline_svg(self):
         return _hetplan.timeline_svg(self.path)
@@ -186,9 +186,14 @@ def compile(model, cluster, mode="infer", batch=1, seq=None, dims=None, shapes=N
     return Plan(output, summary_, tmpdir)
 
 
-def explain(plan):
-    """``hetplan explain``'s report of a Plan or a plan file."""
-    return _hetplan.explain(plan.path if isinstance(plan, Plan) else _os.fspath(plan))
+def explain(plan, html=None):
+    """``hetplan explain``'s report of a Plan or a plan file. With ``html`` (a
+    path), also writes the self-contained HTML report there
+    (``hetplan explain PLAN --html PATH``, run by the ``hetplan`` command)."""
+    path = plan.path if isinstance(plan, Plan) else _os.fspath(plan)
+    if html is not None:
+        _run_cli(["explain", path, "--html", _os.fspath(html)])
+    return _hetplan.explain(path)
 
 
 class Session:

@@ -73,6 +73,11 @@ def test_compile_returns_plan_object_and_json():
     text = plan.explain()
     assert "Stages (3" in text and text == hetplan.explain(out)
     assert "<svg" in plan.timeline_svg()[:300]
+    report = os.path.join(WORK, "gpt2-3.html")
+    assert plan.explain(html=report) == text
+    with open(report) as f:
+        page = f.read()
+    assert page.startswith("<!DOCTYPE html>") and 'id="timeline"' in page and "T4" in page
     # A plan read back from the file is the same plan.
     assert hetplan.Plan.load(out).json == plan.json
     # Errors from the compiler are one line naming the problem.

@@ -26,6 +26,7 @@ void exercise(const hetplan::plan::Plan &plan) {
   std::ostringstream os;
   explainPlan(plan, os);
   (void)timelineSvg(plan);
+  (void)explainHtml(plan);
 }
 } // namespace
 

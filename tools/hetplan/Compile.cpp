@@ -7,7 +7,7 @@
 //                   [--pin pp=4,dp=4,mb=8] [--layout FILE] [--schedule 1f1b|gpipe]
 //                   [--grad-dtype fp32|fp16|bf16]
 //                   [--json] -o PLAN
-//   hetplan explain PLAN [--timeline OUT.svg]
+//   hetplan explain PLAN [--timeline OUT.svg] [--trace OUT.json] [--html OUT.html]
 //
 //===----------------------------------------------------------------------===//
 
@@ -199,6 +199,9 @@ cl::opt<std::string> traceArg("trace",
                               cl::desc("Also write the predicted step as a Chrome/Perfetto trace "
                                        "(chrome://tracing, ui.perfetto.dev)"),
                               cl::value_desc("OUT.json"), cl::sub(explainCmd));
+cl::opt<std::string> htmlArg("html",
+                             cl::desc("Also write a self-contained HTML report of the plan"),
+                             cl::value_desc("OUT.html"), cl::sub(explainCmd));
 cl::opt<bool> explainJsonArg("json",
                              cl::desc("Print the plan's summary as JSON (what compile --json prints)"),
                              cl::sub(explainCmd));
@@ -841,6 +844,16 @@ int runCompile() {
   return writeCompiledPlan(*result, *costed, *cl, options);
 }
 
+/// The report's prices: the built-in catalog's, by the plan's device types.
+runtime::HtmlOptions htmlOptions(const plan::Plan &p) {
+  runtime::HtmlOptions options;
+  for (const auto &d : p.cluster().devices())
+    if (const cluster::DeviceType *type = cluster::DeviceCatalog::builtin().find(d.type()))
+      if (type->pricePerHourUSD)
+        options.pricePerHour[d.type()] = *type->pricePerHourUSD;
+  return options;
+}
+
 int runExplain() {
   plan::Plan p;
   std::string error;
@@ -850,6 +863,8 @@ int runExplain() {
   if (!timelineArg.empty() && !runtime::writeTimelineSvg(p, timelineArg, error))
     return fail(error);
   if (!traceArg.empty() && !runtime::writeTrace(p, {}, traceArg, error))
+    return fail(error);
+  if (!htmlArg.empty() && !runtime::writeExplainHtml(p, htmlArg, error, htmlOptions(p)))
     return fail(error);
   if (explainJsonArg) {
     llvm::outs() << llvm::formatv("{0:2}", summaryJson(p)) << "\n";
@@ -862,6 +877,8 @@ int runExplain() {
     llvm::outs() << "timeline written to " << timelineArg << "\n";
   if (!traceArg.empty())
     llvm::outs() << "trace written to " << traceArg << "\n";
+  if (!htmlArg.empty())
+    llvm::outs() << "report written to " << htmlArg << "\n";
   return 0;
 }
 

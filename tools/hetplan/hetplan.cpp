@@ -5,7 +5,7 @@
 //   hetplan cluster SPEC|FILE [--json] a cluster as the planner sees it
 //   hetplan devices [--json]           the built-in device catalog
 //   hetplan compile MODEL --cluster SPEC --mode train|infer --batch N -o PLAN
-//   hetplan explain PLAN [--timeline OUT.svg]
+//   hetplan explain PLAN [--timeline OUT.svg] [--html OUT.html]
 //   hetplan run PLAN --input NAME=FILE.npy ... --output DIR [--ranks N]
 //
 // MODEL is an ONNX model (.onnx / .onnxtext) or het IR (.mlir). SPEC is an

@@ -10,6 +10,7 @@
 
 #include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/Files.h"
+#include "Markup.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,23 +38,7 @@ std::string num(double v) {
   return s == "-0" ? "0" : s;
 }
 
-std::string escape(const std::string &text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-    case '&': out += "&amp;"; break;
-    case '<': out += "&lt;"; break;
-    case '>': out += "&gt;"; break;
-    case '"': out += "&quot;"; break;
-    case '\'': out += "&apos;"; break;
-    default:
-      // Control characters are not allowed in XML 1.0.
-      if (uint8_t(c) >= 0x20 || c == '\t' || c == '\n')
-        out += c;
-    }
-  }
-  return out;
-}
+std::string escape(const std::string &text) { return escapeMarkup(text); }
 
 struct Style {
   const char *name;   // legend text

@@ -1,8 +1,9 @@
 //===- Explain.h - describe a plan to people --------------------*- C++ -*-===//
 //
 // `hetplan explain PLAN` prints explainPlan and, with --timeline, writes
-// writeTimelineSvg. Both accept any plan, also one that validatePlan
-// rejects: what they cannot place they leave out or mark with '?'.
+// writeTimelineSvg; with --html, writeExplainHtml. All accept any plan, also
+// one that validatePlan rejects: what they cannot place they leave out or
+// mark with '?'.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HETPLAN_RUNTIME_EXPLAIN_H
@@ -10,6 +11,7 @@
 
 #include "hetplan/runtime/Plan.h"
 
+#include <map>
 #include <ostream>
 #include <string>
 
@@ -40,6 +42,28 @@ std::string timelineSvg(const plan::Plan &plan);
 /// Writes timelineSvg(plan) to `path`; `error` is "PATH: cannot write: ...".
 bool writeTimelineSvg(const plan::Plan &plan, const std::string &path,
                       std::string &error);
+
+/// What the HTML report shows that the plan file does not record.
+struct HtmlOptions {
+  /// $ per hour by device type (Device.type, e.g. "A100-SXM-80GB"), from the
+  /// device catalog; a type not listed shows no price.
+  std::map<std::string, double> pricePerHour;
+};
+
+/// One self-contained HTML page about `plan` (ExplainHtml.cpp): the
+/// cluster (nodes, devices, links, prices), which layers and samples run
+/// where, memory per device against capacity and the memory savers, the
+/// timeline of one predicted step (timelineSvg), the baselines, and for a
+/// serving plan its replicas, routing shares and latency percentiles. No
+/// scripts, no external resources: inline CSS and SVG, and a
+/// Content-Security-Policy that forbids loading anything. Text from the
+/// plan is escaped.
+std::string explainHtml(const plan::Plan &plan, const HtmlOptions &options = {});
+
+/// Writes explainHtml(plan, options) to `path` atomically; `error` is
+/// "PATH: cannot write: ..." and no file is left behind.
+bool writeExplainHtml(const plan::Plan &plan, const std::string &path, std::string &error,
+                      const HtmlOptions &options = {});
 
 } // namespace hetplan::runtime
 
