@@ -254,9 +254,7 @@ void requireConvWeight(const Tensor &w) {
 }
 
 Tensor runFloatConv(const KernelContext &c, const Tensor &x, const Tensor &w) {
-  KernelContext inner{c.node, c.opset, {&x, &w}, std::vector<Tensor>(1)};
-  conv(inner);
-  return std::move(inner.outputs[0]);
+  return runKernelOn(conv, c, {&x, &w});
 }
 
 void registerConvKernels() {

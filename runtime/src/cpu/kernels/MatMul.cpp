@@ -109,9 +109,7 @@ void requireMatMulOperands(const Tensor &a, const Tensor &b) {
 }
 
 Tensor runFloatMatMul(const KernelContext &c, const Tensor &a, const Tensor &b) {
-  KernelContext inner{c.node, c.opset, {&a, &b}, std::vector<Tensor>(1)};
-  matmul(inner);
-  return std::move(inner.outputs[0]);
+  return runKernelOn(matmul, c, {&a, &b});
 }
 
 void registerMatMulKernels() {

@@ -12,12 +12,21 @@
 
 #include "hetplan/runtime/Kernels.h"
 
+#include <utility>
 #include <vector>
 
 namespace hetplan::runtime::cpu {
 
 /// float32, float64 and the signed integers (Relu, Neg, PRelu).
 extern const std::vector<DType> kSignedAndFloat;
+
+/// Runs `kernel` on `inputs` with `c`'s node and opset; its output 0.
+inline Tensor runKernelOn(void (*kernel)(KernelContext &), const KernelContext &c,
+                          std::vector<const Tensor *> inputs) {
+  KernelContext inner{c.node, c.opset, std::move(inputs), std::vector<Tensor>(1)};
+  kernel(inner);
+  return std::move(inner.outputs[0]);
+}
 
 // ---- forward registration, one function per kernel file (Executor.cpp
 // calls them once; backward kernels register through train/GradUtil.h) ----
