@@ -258,11 +258,11 @@ void PlanExecutor::checkTensorParallelNodes() {
       switch (tn.role()) {
       case plan::TensorParallelNode::COLUMN:
       case plan::TensorParallelNode::GATHER:
-        expect(kMatMulOp);
+        expect(tpProductOp());
         tpParams_[j][weight(1, 2)] = {1, segments};
         break;
       case plan::TensorParallelNode::ROW:
-        expect(kMatMulOp);
+        expect(tpProductOp());
         tpParams_[j][weight(1, 2)] = {0, 1};
         break;
       case plan::TensorParallelNode::BIAS:
@@ -272,7 +272,7 @@ void PlanExecutor::checkTensorParallelNodes() {
       case plan::TensorParallelNode::VOCAB: {
         // Megatron's vocab-parallel LM head: each rank makes its columns
         // of the logits and the loss is computed on the split logits.
-        expect(kMatMulOp);
+        expect(tpProductOp());
         if (!training()) fail(where + " (" + n.describe() + ") is a vocab-parallel head in an inference plan");
         if (j + 1 != S || n.outputs.size() != 1 || !graphOutputs_.count(n.outputs[0]))
           fail(where + " (" + n.describe() + ") is a vocab-parallel head but its output is not a graph output of the last stage");

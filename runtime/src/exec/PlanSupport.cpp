@@ -9,6 +9,22 @@ namespace hetplan::runtime::planexec {
 
 [[noreturn]] void fail(const std::string &msg) { throw std::runtime_error(msg); }
 
+const char *tpProductOp() {
+  static const std::string type = [] {
+    const ops::OpDef *found = nullptr;
+    for (const ops::OpDef *d : ops::allOps()) {
+      if (!d->domain.empty() || d->tp != ops::TpRole::Product) continue;
+      if (found && found->type != d->type)
+        throw std::logic_error("the op table has two tensor-parallel product ops (" + found->type + ", " + d->type +
+                               "); the plan executor splits one");
+      found = d;
+    }
+    if (!found) throw std::logic_error("the op table has no tensor-parallel product op");
+    return found->type;
+  }();
+  return type.c_str();
+}
+
 /// Rows [lo, lo + count) of dim 0, viewed (no copy).
 Tensor sliceRows(const Tensor &t, int64_t lo, int64_t count) {
   if (t.rank() < 1) fail("cannot slice a scalar on dim 0");

@@ -24,9 +24,13 @@ namespace hetplan::runtime::planexec {
 
 [[noreturn]] void fail(const std::string &msg);
 
-/// Op types the tensor-parallel code checks and runs by name: MatMul's
-/// spelling is the op table's; the others are not in the table yet.
-inline const char *const kMatMulOp = ops::names::MatMul;
+/// The op type tensor parallelism splits by columns and rows (the plan's
+/// COLUMN, ROW, GATHER and VOCAB nodes): the op table's one default-domain
+/// op whose role is ops::TpRole::Product. Throws std::logic_error if the
+/// table has none or several.
+const char *tpProductOp();
+/// Op types the tensor-parallel code checks and runs by name (not in the op
+/// table yet).
 inline constexpr const char kAddOp[] = "Add", kSplitOp[] = "Split", kReshapeOp[] = "Reshape",
                             kTransposeOp[] = "Transpose";
 

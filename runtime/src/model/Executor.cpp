@@ -2,7 +2,9 @@
 #include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/ModelVerifier.h"
 #include "hetplan/runtime/Kernels.h"
+#include "Fusion.h"
 #include "OpRegistry.h"
+#include "../cpu/kernels/OpKernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,18 +13,10 @@
 #include <map>
 #include <set>
 #include <stdexcept>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime {
 
 namespace cpu {
-void registerElementwiseKernels();
-void registerLinalgKernels();
-void registerTensorKernels();
-void registerIndexingKernels();
-void registerQuantKernels();
-void registerSamplingKernels(); // Sampling.cpp (GridSample), Numerics.cpp (Det, DFT, MVN)
-void registerContribKernels(); // Contrib.cpp: com.microsoft ops of onnxruntime-optimized models
 KernelInfo applyHalfPolicy(KernelInfo info); // HalfPrecision.cpp
 } // namespace cpu
 void registerControlFlowKernels(); // ControlFlow.cpp: If, Loop, Scan
@@ -32,10 +26,18 @@ OpRegistry<KernelInfo> &registry() {
   static OpRegistry<KernelInfo> r;
   return r;
 }
+OpRegistry<FusionRule> &fusionRegistry() {
+  static OpRegistry<FusionRule> r;
+  return r;
+}
 void ensureRegistered() {
   static bool done = [] {
     cpu::registerElementwiseKernels();
+    cpu::registerMatMulKernels();
+    cpu::registerConvKernels();
+    cpu::registerNormalizationKernels();
     cpu::registerLinalgKernels();
+    cpu::registerGatherKernels();
     cpu::registerTensorKernels();
     cpu::registerIndexingKernels();
     cpu::registerQuantKernels();
@@ -69,6 +71,15 @@ std::string registryKey(const std::string &domain, const std::string &opType) {
 void registerKernel(const std::string &domain, const std::string &opType, KernelInfo info) {
   registry().add(registryKey(domain, opType), cpu::applyHalfPolicy(std::move(info)));
 }
+
+void registerFusion(const std::string &opType, FusionRule rule) { fusionRegistry().add(opType, std::move(rule)); }
+
+namespace {
+const FusionRule *findFusion(const std::string &opType) {
+  ensureRegistered();
+  return fusionRegistry().find(opType);
+}
+} // namespace
 
 const KernelInfo *findKernel(const std::string &opType) {
   ensureRegistered();
@@ -130,7 +141,7 @@ bool hasSubgraphAttribute(const Node &n) {
 
 Executor::Executor(const Model &model) : model_(model), order_(topologicalOrder(model)) {
   foldConstants();
-  fuseConvChains();
+  fuseChains();
   resolveSlots();
 }
 
@@ -268,7 +279,7 @@ Tensor immutableCopy(Tensor t) {
 }
 } // namespace
 
-void Executor::fuseConvChains() {
+void Executor::fuseChains() {
   fusionOf_.assign(model_.nodes.size(), -1);
   for (size_t i = 0; i < model_.nodes.size(); ++i)
     for (const auto &o : model_.nodes[i].outputs)
@@ -282,8 +293,9 @@ void Executor::fuseConvChains() {
   std::vector<size_t> pos(model_.nodes.size(), 0);
   for (size_t k = 0; k < order_.size(); ++k) pos[order_[k]] = k;
   auto isDefault = [](const Node &n) { return n.domain.empty() || n.domain == "ai.onnx"; };
+  FusionGraph g{model_, producer_, pos, folded_, nullptr, nullptr};
   // A constant float32 value (folded or initializer, not a graph input).
-  auto constant = [&](const std::string &name, std::set<std::string> &deps) -> const Tensor * {
+  g.constant = [&](const std::string &name, std::set<std::string> &deps) -> const Tensor * {
     if (name.empty() || graphIO.count(name)) return nullptr;
     const Tensor *t = nullptr;
     if (auto it = folded_.find(name); it != folded_.end()) {
@@ -297,7 +309,7 @@ void Executor::fuseConvChains() {
     return t && t->dtype() == DType::Float32 ? t : nullptr;
   };
   // The single reader of `v` (default domain, not folded), if v is no graph output.
-  auto soleReader = [&](const std::string &v) -> const Node * {
+  g.soleReader = [&](const std::string &v) -> const Node * {
     auto it = readers.find(v);
     if (graphIO.count(v) || it == readers.end() || it->second.size() != 1) return nullptr;
     size_t r = it->second[0];
@@ -305,88 +317,19 @@ void Executor::fuseConvChains() {
     return &model_.nodes[r];
   };
   for (size_t idx : order_) {
-    const Node &conv = model_.nodes[idx];
-    if (conv.opType != ops::names::Conv || !isDefault(conv) || isFolded_[idx] || conv.outputs.size() != 1) continue;
-    if (conv.inputs.size() < 2 || conv.inputs[0].empty()) continue;
-    std::set<std::string> deps;
-    const Tensor *w = constant(conv.inputs[1], deps);
-    const Tensor *b = conv.inputs.size() > 2 && !conv.inputs[2].empty() ? constant(conv.inputs[2], deps) : nullptr;
-    if (!w || w->rank() < 3 || (conv.inputs.size() > 2 && !conv.inputs[2].empty() && !b)) continue;
-    int64_t M = w->dim(0);
-    if (b && b->numel() != M) continue;
-    const Node *bn = soleReader(conv.outputs[0]);
-    if (!bn || bn->opType != "BatchNormalization" || bn->inputs.size() != 5 || bn->inputs[0] != conv.outputs[0]) continue;
-    if (bn->getInt("training_mode", 0) || bn->getInt("spatial", 1) != 1) continue;
-    bool extraOut = false;
-    for (size_t o = 1; o < bn->outputs.size(); ++o) extraOut |= !bn->outputs[o].empty();
-    if (extraOut || bn->outputs.empty() || bn->outputs[0].empty()) continue;
-    const Tensor *p[4];
-    bool ok = true;
-    for (int k = 0; k < 4; ++k) {
-      p[k] = constant(bn->inputs[k + 1], deps);
-      ok = ok && p[k] && p[k]->numel() == M;
-    }
-    if (!ok) continue;
+    const Node &head = model_.nodes[idx];
+    if (isFolded_[idx] || !isDefault(head)) continue;
+    const FusionRule *rule = findFusion(head.opType);
+    FusedChain chain;
+    if (!rule || !(*rule)(g, idx, chain)) continue;
     Fusion f;
     f.head = idx;
-    f.members = {idx, producer_.at(bn->outputs[0])};
-    f.intermediates = {conv.outputs[0]};
-    std::string last = bn->outputs[0];
-    // Optional residual Sum/Add (same shape operands), whose other input is
-    // computed before the head Conv runs.
-    if (const Node *sum = soleReader(last);
-        sum && (sum->opType == "Sum" || sum->opType == "Add") && sum->inputs.size() == 2 &&
-        sum->outputs.size() == 1 && sum->inputs[0] != sum->inputs[1]) {
-      const std::string &other = sum->inputs[0] == last ? sum->inputs[1] : sum->inputs[0];
-      auto pr = producer_.find(other);
-      bool before = pr == producer_.end() ? !other.empty() : pos[pr->second] < pos[idx];
-      auto vt = model_.valueTypes.find(other);
-      bool isFloat = vt == model_.valueTypes.end() || vt->second == DType::Float32;
-      if (before && isFloat && !folded_.count(other) && !model_.initializers.count(other)) {
-        f.residual = other;
-        f.members.push_back(producer_.at(sum->outputs[0]));
-        f.intermediates.push_back(last);
-        last = sum->outputs[0];
-      }
-    }
-    bool relu = false;
-    if (const Node *r = soleReader(last); r && r->opType == ops::names::Relu && r->outputs.size() == 1 && !r->outputs[0].empty()) {
-      relu = true;
-      f.members.push_back(producer_.at(r->outputs[0]));
-      f.intermediates.push_back(last);
-      last = r->outputs[0];
-    }
-    // W' = W * k[m], B' = (B - mean) * k + beta, k = scale / sqrt(var + eps).
-    double eps = bn->getFloat("epsilon", 1e-5f);
-    Tensor wf(DType::Float32, w->shape()), bf(DType::Float32, {M});
-    int64_t per = M ? w->numel() / M : 0;
-    const float *sc = p[0]->data<float>(), *beta = p[1]->data<float>(), *mean = p[2]->data<float>(),
-                *var = p[3]->data<float>();
-    for (int64_t m = 0; m < M; ++m) {
-      double k = sc[m] / std::sqrt(static_cast<double>(var[m]) + eps);
-      const float *src = w->data<float>() + m * per;
-      float *dst = wf.data<float>() + m * per;
-      for (int64_t j = 0; j < per; ++j) dst[j] = static_cast<float>(src[j] * k);
-      double b0 = b ? b->data<float>()[m] : 0.0;
-      bf.data<float>()[m] = static_cast<float>((b0 - mean[m]) * k + beta[m]);
-    }
-    std::string prefix = "\x01" "fused:" + std::to_string(idx) + ":";
-    folded_[prefix + "W"] = immutableCopy(std::move(wf));
-    folded_[prefix + "B"] = immutableCopy(std::move(bf));
-    f.node = conv;
-    f.node.name = conv.name + "+fused";
-    f.node.inputs = {conv.inputs[0], prefix + "W", prefix + "B"};
-    if (!f.residual.empty()) {
-      f.node.inputs.push_back(f.residual);
-      Attribute a; a.kind = Attribute::Int; a.i = 1;
-      f.node.attrs["__hetplan_post_sum"] = a;
-    }
-    if (relu) {
-      Attribute a; a.kind = Attribute::Int; a.i = 1;
-      f.node.attrs["__hetplan_post_relu"] = a;
-    }
-    f.node.outputs = {last};
-    fuseDeps_.insert(deps.begin(), deps.end());
+    f.members = std::move(chain.members);
+    f.intermediates = std::move(chain.intermediates);
+    f.residual = std::move(chain.residual);
+    for (auto &[name, t] : chain.constants) folded_[name] = immutableCopy(std::move(t));
+    f.node = std::move(chain.node);
+    fuseDeps_.insert(chain.deps.begin(), chain.deps.end());
     for (size_t m : f.members) fusionOf_[m] = static_cast<int>(fusions_.size());
     fusions_.push_back(std::move(f));
   }

@@ -1,40 +1,16 @@
-//===- ElementwiseGrad.cpp - backward of unary/binary/variadic ops --------===//
+//===- ElementwiseGrad.cpp - backward of binary/variadic ops, Clip, Where -===//
+//
+// The unary ops' backward sits next to their forward in
+// cpu/kernels/Unary.cpp (registerUnaryGradients).
+//
+//===----------------------------------------------------------------------===//
 #include "GradUtil.h"
 
 #include <cmath>
 #include <limits>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::train {
 namespace {
-
-constexpr double kPi = 3.14159265358979323846;
-
-/// A float unary op: dX = dY * f'(x, y); makeFn(node) returns f'(x, y).
-/// `usesY`: the derivative reads the forward output.
-template <typename Make>
-void regUnary(const std::string &name, bool usesY, Make makeFn,
-              std::function<std::string(const Node &, int64_t)> check = nullptr) {
-  registerGradient(name, {[usesY, makeFn](GradientContext &c) {
-                            Tensor dy = firstOutGrad(c);
-                            if (!dy.defined()) return;
-                            const Tensor &x = c.in(0);
-                            const Tensor *y = usesY ? &c.out(0) : nullptr;
-                            auto fn = makeFn(c.node);
-                            Tensor dx(x.dtype(), x.shape());
-                            HP_DISPATCH_FLOAT(x.dtype(), {
-                              const T *px = x.data<T>(), *pg = dy.data<T>();
-                              const T *py = y ? y->data<T>() : px;
-                              T *pd = dx.data<T>();
-                              parallelFor(x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-                                for (int64_t i = lo; i < hi; ++i)
-                                  pd[i] = static_cast<T>(static_cast<double>(pg[i]) * fn(static_cast<double>(px[i]), static_cast<double>(py[i])));
-                              });
-                            });
-                            c.inputGrads[0] = std::move(dx);
-                          },
-                          std::move(check), {}});
-}
 
 Tensor negated(Tensor t) {
   HP_DISPATCH_FLOAT(t.dtype(), {
@@ -160,8 +136,6 @@ void regVariadic(const std::string &name, int kind /*0 sum, 1 mean, 2 max, 3 min
                           nullptr, {}});
 }
 
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
 } // namespace
 
 /// Identity-like: the gradient is dY (a copy), shaped like input 0.
@@ -177,49 +151,7 @@ void regPassThrough(const std::string &name, std::vector<size_t> nonDiff,
 }
 
 void registerElementwiseGradients() {
-  auto plain = [](double (*f)(double, double)) { return [f](const Node &) { return f; }; };
-  regUnary("Neg", false, plain([](double, double) { return -1.0; }));
-  regUnary("Sqrt", true, plain([](double, double y) { return 0.5 / y; }));
-  regUnary("Exp", true, plain([](double, double y) { return y; }));
-  regUnary("Log", false, plain([](double x, double) { return 1.0 / x; }));
-  regUnary("Tanh", true, plain([](double, double y) { return 1.0 - y * y; }));
-  regUnary("Sigmoid", true, plain([](double, double y) { return y * (1.0 - y); }));
-  regUnary("Erf", false, plain([](double x, double) { return 2.0 / std::sqrt(kPi) * std::exp(-x * x); }));
-  // y > 0 exactly where x > 0: reads the output, as ops/defs/Activation.cpp declares.
-  regUnary(ops::names::Relu, true, plain([](double, double y) { return y > 0 ? 1.0 : 0.0; }));
-  regUnary("Reciprocal", true, plain([](double, double y) { return -y * y; }));
-  regUnary("Abs", false, plain([](double x, double) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }));
-  regUnary("Sin", false, plain([](double x, double) { return std::cos(x); }));
-  regUnary("Cos", false, plain([](double x, double) { return -std::sin(x); }));
-  regUnary("Softplus", false, plain([](double x, double) { return sigmoid(x); }));
-  regUnary("LeakyRelu", false, [](const Node &n) {
-    double a = n.getFloat("alpha", 0.01f);
-    return [a](double x, double) { return x < 0 ? a : 1.0; };
-  });
-  regUnary("Elu", true, [](const Node &n) {
-    double a = n.getFloat("alpha", 1.0f);
-    return [a](double x, double y) { return x < 0 ? y + a : 1.0; };
-  });
-  regUnary(
-      "Gelu", false,
-      [](const Node &n) {
-        bool tanhApprox = n.getString("approximate", "none") == "tanh";
-        return [tanhApprox](double x, double) {
-          if (!tanhApprox) {
-            double cdf = 0.5 * (1.0 + std::erf(x / std::sqrt(2.0)));
-            double pdf = std::exp(-0.5 * x * x) / std::sqrt(2.0 * kPi);
-            return cdf + x * pdf;
-          }
-          double k = std::sqrt(2.0 / kPi), x2 = x * x;
-          double t = std::tanh(k * (x + 0.044715 * x2 * x));
-          return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x2);
-        };
-      },
-      [](const Node &n, int64_t) -> std::string {
-        std::string a = n.getString("approximate", "none");
-        if (a != "none" && a != "tanh") return "Gelu approximate='" + a + "' has no backward";
-        return "";
-      });
+  registerUnaryGradients(); // cpu/kernels/Unary.cpp
   // Clip: the bounds (inputs 1, 2, or attributes before opset 11) get no gradient.
   registerGradient("Clip", {[](GradientContext &c) {
                               Tensor dy = firstOutGrad(c);

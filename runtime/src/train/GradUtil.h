@@ -16,10 +16,16 @@ using cpu::kElementwiseGrain;
 using cpu::normAxis;
 using cpu::parallelFor;
 
-void registerElementwiseGradients(); // ElementwiseGrad.cpp
-void registerLinalgGradients();      // LinalgGrad.cpp
-void registerTensorGradients();      // TensorOpsGrad.cpp
-void registerConvGradients();        // ConvGrad.cpp
+// The backward-kernel registrations (Gradients.cpp calls them once). Most
+// sit in the op's CPU kernel file, next to its forward kernel.
+void registerElementwiseGradients();   // ElementwiseGrad.cpp (calls registerUnaryGradients)
+void registerUnaryGradients();         // cpu/kernels/Unary.cpp
+void registerMatMulGradients();        // cpu/kernels/MatMul.cpp
+void registerNormalizationGradients(); // cpu/kernels/Normalization.cpp
+void registerLinalgGradients();        // cpu/kernels/Linalg.cpp: pooling, BatchNormalization, LRN
+void registerTensorGradients();        // TensorOpsGrad.cpp
+void registerGatherGradients();        // cpu/kernels/Gather.cpp
+void registerConvGradients();          // cpu/kernels/Conv.cpp
 
 /// Registers an op whose backward is dX = dY reshaped to X's shape
 /// (Identity, Reshape, Squeeze, ...); inputs in `nonDiff` get no gradient.
@@ -105,6 +111,13 @@ inline Tensor broadcastTo(const Tensor &t, const std::vector<int64_t> &shape) {
 /// A dense owned copy of `t` with another shape (same element count).
 inline Tensor reshapedCopy(const Tensor &t, const std::vector<int64_t> &shape) {
   return t.clone().reshaped(shape);
+}
+
+/// outer/inner sizes around `axis`.
+inline void aroundAxis(const std::vector<int64_t> &shape, int64_t axis, int64_t &outer, int64_t &inner) {
+  outer = inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
+  for (int64_t i = axis + 1; i < static_cast<int64_t>(shape.size()); ++i) inner *= shape[i];
 }
 
 } // namespace hetplan::runtime::train

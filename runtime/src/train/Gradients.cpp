@@ -19,8 +19,11 @@ void ensureRegistered() {
   static std::once_flag once;
   std::call_once(once, [] {
     train::registerElementwiseGradients();
+    train::registerMatMulGradients();
+    train::registerNormalizationGradients();
     train::registerLinalgGradients();
     train::registerTensorGradients();
+    train::registerGatherGradients();
     train::registerConvGradients();
   });
 }

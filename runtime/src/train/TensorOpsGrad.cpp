@@ -22,13 +22,6 @@ void transposeGrad(GradientContext &c) {
   c.inputGrads[0] = gatherStrided(dy, x.shape(), strides, 0);
 }
 
-/// outer/inner sizes around `axis`.
-void aroundAxis(const std::vector<int64_t> &shape, int64_t axis, int64_t &outer, int64_t &inner) {
-  outer = inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
-  for (int64_t i = axis + 1; i < static_cast<int64_t>(shape.size()); ++i) inner *= shape[i];
-}
-
 void splitGrad(GradientContext &c) {
   c.inputGrads.resize(c.inputs.size());
   if (!wants(c, 0)) return;
@@ -117,38 +110,6 @@ void sliceGrad(GradientContext &c) {
         off -= strides[d] * (shape[d] - 1); idx[d] = 0;
       }
     }
-  });
-  c.inputGrads[0] = std::move(dx);
-}
-
-// Gather along `axis`: rows of dY are added back to the rows they came from.
-void gatherGrad(GradientContext &c) {
-  Tensor dy = firstOutGrad(c);
-  if (!dy.defined()) return;
-  const Tensor &x = c.in(0);
-  int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
-  auto idx = c.in(1).toInt64Vector();
-  int64_t outer, inner, d = x.dim(axis), n = static_cast<int64_t>(idx.size());
-  aroundAxis(x.shape(), axis, outer, inner);
-  for (auto &k : idx) {
-    int64_t v = k < 0 ? k + d : k;
-    if (v < 0 || v >= d) throw std::runtime_error("Gather index " + std::to_string(k) + " out of range");
-    k = v;
-  }
-  Tensor dx(x.dtype(), x.shape());
-  HP_DISPATCH_FLOAT(x.dtype(), {
-    const T *pg = dy.data<T>();
-    T *pd = dx.data<T>();
-    // threads own column ranges of a row, so repeated indices never race
-    int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(outer * n, 1));
-    parallelFor(inner, grain, [&](int64_t lo, int64_t hi) {
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t j = 0; j < n; ++j) {
-          const T *src = pg + (o * n + j) * inner;
-          T *dst = pd + (o * d + idx[j]) * inner;
-          for (int64_t e = lo; e < hi; ++e) dst[e] += src[e];
-        }
-    });
   });
   c.inputGrads[0] = std::move(dx);
 }
@@ -276,7 +237,6 @@ void registerTensorGradients() {
   registerGradient("Split", {splitGrad, nullptr, {1}});
   registerGradient("Concat", {concatGrad, nullptr, {}});
   registerGradient("Slice", {sliceGrad, nullptr, {1, 2, 3, 4}});
-  registerGradient(ops::names::Gather, {gatherGrad, nullptr, {1}});
   registerGradient("Expand", {expandGrad, nullptr, {1}});
   registerGradient("Tile", {tileGrad, nullptr, {1}});
   registerGradient("TopK", {topKGrad, nullptr, {1}});

@@ -83,29 +83,28 @@ private:
   bool canFold(const std::map<std::string, Tensor> &given, bool intermediates) const;
 
   /// Load-time fusions (computed once by the constructor, immutable and
-  /// shared by concurrent runs, like folding): a Conv whose weights and bias
-  /// are constants, followed by an inference BatchNormalization (folded into
-  /// a copy of the weights/bias), optionally a Sum/Add with another value
-  /// (a residual, oneDNN sum post-op) and optionally a Relu (eltwise
-  /// post-op), each intermediate read only by the next node and no graph
-  /// output. `node` is the fused Conv (inputs x, W', B'[, residual]; output
-  /// the chain's last output), run at the head Conv's place; the other
-  /// members are skipped. A run that overrides any initializer the fused
-  /// constants came from (`fuseDeps_`), that asks to keep an intermediate,
-  /// gives one, runs only part of the chain, or uses a NodeHook runs the
-  /// nodes unfused.
+  /// shared by concurrent runs, like folding), by the rules the head ops'
+  /// kernel files register (src/model/Fusion.h; today Conv's: a Conv with
+  /// constant weights and bias, an inference BatchNormalization folded into
+  /// a copy of them, optionally a residual Sum/Add and a Relu as post-ops),
+  /// each intermediate read only by the next node and no graph output.
+  /// `node` runs at the head's place, with the chain's last output; the
+  /// other members are skipped. A run that overrides any initializer the
+  /// fused constants came from (`fuseDeps_`), that asks to keep an
+  /// intermediate, gives one, runs only part of the chain, or uses a
+  /// NodeHook runs the nodes unfused.
   struct Fusion {
     size_t head = 0;
     std::vector<size_t> members;            // head first, in chain order
     std::vector<std::string> intermediates; // values the fused node skips
-    std::string residual;                   // Sum's other input, or ""
+    std::string residual;                   // an input computed before the head, or ""
     Node node;
   };
   std::vector<Fusion> fusions_;
   std::vector<int> fusionOf_; // per node: fusion index or -1
   std::set<std::string> fuseDeps_;
   std::map<std::string, size_t> producer_; // value -> producing node
-  void fuseConvChains();
+  void fuseChains();
   /// Which fusions apply to running `nodes` (in that order) with `given`
   /// values and `keep`; empty when none.
   std::vector<char> activeFusions(const std::vector<size_t> &nodes, const std::map<std::string, Tensor> &given,

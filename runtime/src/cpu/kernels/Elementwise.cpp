@@ -1,6 +1,12 @@
-//===- Elementwise.cpp - unary, binary, variadic elementwise kernels ------===//
+//===- Elementwise.cpp - binary, variadic elementwise kernels, casts -------===//
+//
+// The float32 fast-math loops (FastMath.h) and casts live here too; the
+// unary math/activation table is Unary.cpp.
+//
+//===----------------------------------------------------------------------===//
 #include "FastMath.h"
 #include "KernelUtil.h"
+#include "OpKernels.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -11,7 +17,6 @@
 
 #include <cmath>
 #include <limits>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::cpu::fastmath {
 
@@ -311,53 +316,10 @@ Tensor castTensor(const Tensor &t, DType to) {
   return out;
 }
 
-namespace {
-
 const std::vector<DType> kSignedAndFloat = {DType::Float32, DType::Float64, DType::Int8, DType::Int16,
                                             DType::Int32, DType::Int64};
 
-using FastFn = void (*)(const float *, float *, int64_t);
-using FastSel = FastFn (*)(const Node &);
-
-/// A float unary op: makeFn(node) returns the per-element function; `fast`,
-/// when given, returns a vectorised float32 loop for the node (or null).
-template <typename Make> void regFloatUnary(const std::string &name, Make makeFn, FastSel fast = nullptr) {
-  registerKernel(name, {[makeFn, fast](KernelContext &c) {
-                          const Tensor &x = c.in(0);
-                          Tensor out(x.dtype(), x.shape());
-                          if (FastFn ff = fast && x.dtype() == DType::Float32 ? fast(c.node) : nullptr) {
-                            const float *px = x.data<float>(); float *po = out.data<float>();
-                            parallelFor(x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) { ff(px + lo, po + lo, hi - lo); });
-                            c.outputs[0] = std::move(out);
-                            return;
-                          }
-                          auto fn = makeFn(c.node);
-                          HP_DISPATCH_FLOAT(x.dtype(), {
-                            const T *px = x.data<T>(); T *po = out.data<T>();
-                            parallelFor(x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-                              for (int64_t i = lo; i < hi; ++i) po[i] = static_cast<T>(fn(px[i]));
-                            });
-                          });
-                          c.outputs[0] = std::move(out);
-                        },
-                        nullptr, kFloatTypes});
-}
-
-template <typename Make> void regNumericUnary(const std::string &name, Make makeFn, std::vector<DType> types) {
-  registerKernel(name, {[makeFn](KernelContext &c) {
-                          const Tensor &x = c.in(0);
-                          Tensor out(x.dtype(), x.shape());
-                          HP_DISPATCH_NUMERIC(x.dtype(), {
-                            auto fn = makeFn(T());
-                            const T *px = x.data<T>(); T *po = out.data<T>();
-                            parallelFor(x.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-                              for (int64_t i = lo; i < hi; ++i) po[i] = static_cast<T>(fn(px[i]));
-                            });
-                          });
-                          c.outputs[0] = std::move(out);
-                        },
-                        nullptr, types});
-}
+namespace {
 
 /// Binary arithmetic with broadcasting, same element type in and out.
 template <typename F> void regArith(const std::string &name, F f, std::vector<DType> types = kNumericTypes) {
@@ -416,66 +378,6 @@ template <typename T> T modOp(T x, T y, bool fmodMode) {
       if (!fmodMode && r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);
     return r;
   }
-}
-
-double erfGelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
-
-/// Unary math and activations: float-only ones computed in double, then the
-/// numeric ones per type.
-void registerUnaryKernels() {
-  auto plain = [](double (*f)(double)) { return [f](const Node &) { return [f](double x) { return f(x); }; }; };
-  regFloatUnary("Sqrt", plain([](double x) { return std::sqrt(x); }));
-  regFloatUnary("Exp", plain([](double x) { return std::exp(x); }), [](const Node &) -> FastFn { return fastmath::exp; });
-  regFloatUnary("Log", plain([](double x) { return std::log(x); }));
-  regFloatUnary("Erf", plain([](double x) { return std::erf(x); }), [](const Node &) -> FastFn { return fastmath::erf; });
-  regFloatUnary("Tanh", plain([](double x) { return std::tanh(x); }), [](const Node &) -> FastFn { return fastmath::tanh; });
-  regFloatUnary("Sigmoid", plain([](double x) { return 1.0 / (1.0 + std::exp(-x)); }), [](const Node &) -> FastFn { return fastmath::sigmoid; });
-  regFloatUnary("Floor", plain([](double x) { return std::floor(x); }));
-  regFloatUnary("Ceil", plain([](double x) { return std::ceil(x); }));
-  regFloatUnary("Round", plain([](double x) { return std::nearbyint(x); }));
-  regFloatUnary("Reciprocal", plain([](double x) { return 1.0 / x; }));
-  regFloatUnary("Sin", plain([](double x) { return std::sin(x); }));
-  regFloatUnary("Cos", plain([](double x) { return std::cos(x); }));
-  regFloatUnary("Tan", plain([](double x) { return std::tan(x); }));
-  regFloatUnary("Asin", plain([](double x) { return std::asin(x); }));
-  regFloatUnary("Acos", plain([](double x) { return std::acos(x); }));
-  regFloatUnary("Atan", plain([](double x) { return std::atan(x); }));
-  regFloatUnary("Sinh", plain([](double x) { return std::sinh(x); }));
-  regFloatUnary("Cosh", plain([](double x) { return std::cosh(x); }));
-  regFloatUnary("Asinh", plain([](double x) { return std::asinh(x); }));
-  regFloatUnary("Acosh", plain([](double x) { return std::acosh(x); }));
-  regFloatUnary("Atanh", plain([](double x) { return std::atanh(x); }));
-  regFloatUnary("Softplus", plain([](double x) { return std::log1p(std::exp(x)); }));
-  regFloatUnary("Softsign", plain([](double x) { return x / (1.0 + std::fabs(x)); }));
-  regFloatUnary("Mish", plain([](double x) { return x * std::tanh(std::log1p(std::exp(x))); }));
-  regFloatUnary("HardSwish", plain([](double x) { return x * std::max(0.0, std::min(1.0, x / 6.0 + 0.5)); }));
-  regFloatUnary("Gelu", [](const Node &n) {
-    bool tanhApprox = n.getString("approximate", "none") == "tanh";
-    return [tanhApprox](double x) {
-      if (!tanhApprox) return erfGelu(x);
-      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-    };
-  }, [](const Node &n) -> FastFn { return n.getString("approximate", "none") == "tanh" ? fastmath::geluTanh : fastmath::geluErf; });
-  regFloatUnary("LeakyRelu", [](const Node &n) { double a = n.getFloat("alpha", 0.01f); return [a](double x) { return x < 0 ? a * x : x; }; });
-  regFloatUnary("Elu", [](const Node &n) { double a = n.getFloat("alpha", 1.0f); return [a](double x) { return x < 0 ? a * (std::exp(x) - 1) : x; }; });
-  regFloatUnary("Celu", [](const Node &n) { double a = n.getFloat("alpha", 1.0f); return [a](double x) { return std::max(0.0, x) + std::min(0.0, a * (std::exp(x / a) - 1)); }; });
-  regFloatUnary("Selu", [](const Node &n) {
-    double a = n.getFloat("alpha", 1.67326319217681884765625f), g = n.getFloat("gamma", 1.05070102214813232421875f);
-    return [a, g](double x) { return x <= 0 ? g * (a * std::exp(x) - a) : g * x; };
-  });
-  regFloatUnary("HardSigmoid", [](const Node &n) {
-    double a = n.getFloat("alpha", 0.2f), b = n.getFloat("beta", 0.5f);
-    return [a, b](double x) { return std::max(0.0, std::min(1.0, a * x + b)); };
-  });
-  regFloatUnary("ThresholdedRelu", [](const Node &n) { double a = n.getFloat("alpha", 1.0f); return [a](double x) { return x > a ? x : 0.0; }; });
-  regFloatUnary("Shrink", [](const Node &n) {
-    double b = n.getFloat("bias", 0.0f), l = n.getFloat("lambd", 0.5f);
-    return [b, l](double x) { return x < -l ? x + b : (x > l ? x - b : 0.0); };
-  });
-  regNumericUnary(ops::names::Relu, [](auto z) { using T = decltype(z); return [](T x) { return x < T(0) ? T(0) : x; }; }, kSignedAndFloat);
-  regNumericUnary("Neg", [](auto z) { using T = decltype(z); return [](T x) { return wrapSub(T(0), x); }; }, kSignedAndFloat);
-  regNumericUnary("Abs", [](auto z) { using T = decltype(z); return [](T x) { if constexpr (std::is_unsigned_v<T>) return x; else return x < T(0) ? wrapSub(T(0), x) : x; }; }, kNumericTypes);
-  regNumericUnary("Sign", [](auto z) { using T = decltype(z); return [](T x) { return static_cast<T>(x > T(0) ? 1 : (x < T(0) ? -1 : 0)); }; }, kNumericTypes);
 }
 
 /// Binary arithmetic with broadcasting.

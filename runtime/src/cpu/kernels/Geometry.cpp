@@ -1,4 +1,4 @@
-//===- Geometry.cpp - shapes of MatMul and of conv/pool windows -----------===//
+//===- Geometry.cpp - conv/pool windows (MatMul's shape: MatMul.cpp) ----===//
 #include "Geometry.h"
 #include "ops/OpTable.h"
 
@@ -6,30 +6,6 @@
 #include <stdexcept>
 
 namespace hetplan::runtime::cpu {
-
-MatMulShape matmulShape(const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
-  MatMulShape m;
-  auto as = a, bs = b;
-  m.aVec = as.size() == 1;
-  m.bVec = bs.size() == 1;
-  if (m.aVec) as.insert(as.begin(), 1);
-  if (m.bVec) bs.push_back(1);
-  if (as.size() < 2 || bs.size() < 2) throw std::runtime_error("MatMul of scalars");
-  m.M = as[as.size() - 2];
-  m.K = as.back();
-  m.N = bs.back();
-  if (bs[bs.size() - 2] != m.K)
-    throw std::runtime_error("MatMul shapes " + shapeString(a) + " and " + shapeString(b) + " do not match");
-  m.aBatch.assign(as.begin(), as.end() - 2);
-  m.bBatch.assign(bs.begin(), bs.end() - 2);
-  m.batch = broadcastShapes(m.aBatch, m.bBatch);
-  // The output's dims by the op table's rule, the one the compiler plans with.
-  std::string why;
-  auto out = ops::matMulShape(a, b, why);
-  if (!out) throw std::runtime_error("MatMul shapes " + shapeString(a) + " and " + shapeString(b) + ": " + why);
-  m.out = std::move(*out);
-  return m;
-}
 
 void checkConvOperands(const char *op, const Tensor &x, const Tensor &w, int64_t group,
                        const std::vector<int64_t> &kernel, bool transpose, const Tensor *bias) {

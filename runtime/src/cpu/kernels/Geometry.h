@@ -21,7 +21,7 @@ struct MatMulShape {
   int64_t M = 0, K = 0, N = 0;
   std::vector<int64_t> aBatch, bBatch, batch, out;
 };
-MatMulShape matmulShape(const std::vector<int64_t> &a, const std::vector<int64_t> &b);
+MatMulShape matmulShape(const std::vector<int64_t> &a, const std::vector<int64_t> &b); // MatMul.cpp
 
 /// The offsets (in whole matrices) into A and B of batch position `i` of
 /// `batch`, given their broadcast strides over it (one GEMM per position).

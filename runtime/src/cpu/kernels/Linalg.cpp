@@ -1,200 +1,27 @@
-//===- Linalg.cpp - MatMul, Gemm, Conv, pooling, normalizations -----------===//
+//===- Linalg.cpp - ConvTranspose, pooling, BatchNorm, InstanceNorm, LRN --===//
+//
+// Forward kernels, and the backward of pooling, BatchNormalization and LRN
+// (over the window of train/WindowGeo.h). MatMul/Gemm, Conv and
+// LayerNormalization/Softmax have files of their own (MatMul.cpp, Conv.cpp,
+// Normalization.cpp).
+//
+//===----------------------------------------------------------------------===//
 #include "KernelUtil.h"
+#include "OpKernels.h"
+#include "../../train/WindowGeo.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "FastMath.h"
-#include "Gemm.h"
 #include "Geometry.h"
 #ifdef HETPLAN_HAVE_DNNL
 #include "Dnnl.h"
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 #endif
 
 namespace hetplan::runtime::cpu {
 
 namespace {
-
-void matmul(KernelContext &c) {
-  const Tensor &a = c.in(0), &b = c.in(1);
-  if (a.dtype() != b.dtype()) throw std::runtime_error("MatMul of " + a.describe() + " and " + b.describe() + ": element types differ");
-  MatMulShape ms = matmulShape(a.shape(), b.shape());
-  int64_t M = ms.M, K = ms.K, N = ms.N;
-  const auto &ab = ms.aBatch, &bb = ms.bBatch, &batch = ms.batch;
-  Tensor out(a.dtype(), ms.out);
-  int64_t nb = shapeNumel(batch);
-  auto sa = broadcastStrides(ab, batch), sb = broadcastStrides(bb, batch);
-#ifdef HETPLAN_HAVE_DNNL
-  // Constant 2-D weights (a view of the model file, immutable): oneDNN matmul
-  // with the weights packed once per node; [B, S, K] activations as [B*S, K].
-  if (a.dtype() == DType::Float32 && b.rank() == 2 && b.isView() && !isSmallGemm(M * nb, N, K) &&
-      onednn::matmulConstWeights(M * nb, K, N, a.data<float>(), b.data<float>(), out.data<float>(), &c.node)) {
-    c.outputs[0] = std::move(out);
-    return;
-  }
-#endif
-  HP_DISPATCH_FLOAT(a.dtype(), {
-    const T *pa = a.data<T>(); const T *pb = b.data<T>(); T *po = out.data<T>();
-    if (nb == 1) gemm<T>(false, false, M, N, K, T(1), pa, K, pb, N, T(0), po, N);
-    else if (bb.empty()) // fold the batch into M
-      gemm<T>(false, false, M * nb, N, K, T(1), pa, K, pb, N, T(0), po, N);
-    else
-      forEachBroadcast2(batch, sa, sb, [&](int64_t i, int64_t oa, int64_t ob) {
-        gemm<T>(false, false, M, N, K, T(1), pa + oa * M * K, K, pb + ob * K * N, N, T(0), po + i * M * N, N);
-      });
-  });
-  c.outputs[0] = std::move(out);
-}
-
-void gemmKernel(KernelContext &c) {
-  const Tensor &a = c.in(0), &b = c.in(1);
-  bool ta = c.node.getInt("transA", 0), tb = c.node.getInt("transB", 0);
-  if (a.rank() != 2 || b.rank() != 2 || a.dtype() != b.dtype() || (c.hasInput(2) && c.in(2).dtype() != a.dtype()))
-    throw std::runtime_error("Gemm needs 2-D A and B of one element type, not " + a.describe() + " and " + b.describe());
-  int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
-  if ((tb ? b.dim(1) : b.dim(0)) != K)
-    throw std::runtime_error("Gemm shapes " + a.describe() + " and " + b.describe() + " do not match (transA " +
-                             std::to_string(ta) + ", transB " + std::to_string(tb) + ")");
-  double alpha = c.node.getFloat("alpha", 1.0f), beta = c.node.getFloat("beta", 1.0f);
-  Tensor out(a.dtype(), {M, N});
-  HP_DISPATCH_FLOAT(a.dtype(), {
-    T *po = out.data<T>();
-    bool hasC = c.hasInput(2) && beta != 0;
-    if (hasC) {
-      const Tensor &cc = c.in(2);
-      Tensor bc = binaryBroadcast<T, T, T>(out, cc, out.dtype(), [](T, T y) { return y; });
-      std::memcpy(po, bc.raw(), out.nbytes());
-    }
-    gemm<T>(ta, tb, M, N, K, static_cast<T>(alpha), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1),
-            hasC ? static_cast<T>(beta) : T(0), po, N);
-  });
-  c.outputs[0] = std::move(out);
-}
-
-
-void conv(KernelContext &c) {
-  const Tensor &x = c.in(0), &wt = c.in(1);
-  auto ks = c.node.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + std::min<int64_t>(2, wt.rank()), wt.shape().end()));
-  checkConvOperands(ops::names::Conv, x, wt, c.node.getInt("group", 1), ks, false, c.hasInput(2) ? &c.in(2) : nullptr);
-  int64_t N = x.dim(0), C = x.dim(1), M = wt.dim(0), G = c.node.getInt("group", 1);
-  Window w = makeWindow(c.node, spatialOf(x), ks, false);
-  size_t r = w.in.size();
-  int64_t Cg = C / G, Mg = M / G, kSize = shapeNumel(w.kernel), inSize = shapeNumel(w.in), outSize = shapeNumel(w.out);
-  if (wt.dim(1) != Cg) throw std::runtime_error("Conv weight " + wt.describe() + " does not match input " + x.describe() + " with group " + std::to_string(G));
-  std::vector<int64_t> outShape = {N, M};
-  outShape.insert(outShape.end(), w.out.begin(), w.out.end());
-  Tensor out(x.dtype(), outShape);
-  // Load-time fusion (Executor): + residual (input 3) and/or Relu after.
-  const bool postSum = c.node.getInt("__hetplan_post_sum", 0) != 0 && c.hasInput(3);
-  const bool postRelu = c.node.getInt("__hetplan_post_relu", 0) != 0;
-  auto finish = [&](Tensor y) {
-    if (postSum) {
-      const Tensor &res = c.in(3);
-      if (res.dtype() != y.dtype()) throw std::runtime_error("fused Sum: mixed element types");
-      HP_DISPATCH_FLOAT(y.dtype(), y = binaryBroadcast<T, T, T>(y, res, y.dtype(), [](T a, T b) { return a + b; }));
-    }
-    if (postRelu)
-      HP_DISPATCH_FLOAT(y.dtype(), {
-        T *p = y.data<T>();
-        for (int64_t i = 0; i < y.numel(); ++i) p[i] = p[i] < T(0) ? T(0) : p[i];
-      });
-    c.outputs[0] = std::move(y);
-  };
-  // 1x1 kernel, stride 1, no padding: the im2col matrix is the input itself.
-  bool pointwise = kSize == 1;
-  for (size_t d = 0; d < r; ++d)
-    pointwise = pointwise && w.stride[d] == 1 && w.padBegin[d] == 0 && w.out[d] == w.in[d];
-#ifdef HETPLAN_HAVE_DNNL
-  // float32: oneDNN's convolution (blocked layouts, JIT for the host ISA).
-  if (x.dtype() == DType::Float32 && N > 0 && outSize > 0 && Cg * G == C && Mg * G == M && r >= 1 && r <= 3) {
-    onednn::ConvShape cs{x.shape(), wt.shape(), outShape, w.stride, w.dil, w.padBegin, w.padEnd, G};
-    const float *bias = c.hasInput(2) ? c.in(2).data<float>() : nullptr;
-    // Only weights that are views (of the model file, or folded/fused
-    // constants) are immutable: trained parameters (owned copies, updated
-    // in place) are reordered every call.
-    const void *weightsKey = wt.isView() ? static_cast<const void *>(&c.node) : nullptr;
-    bool sumInPrim = postSum && c.in(3).shape() == outShape && c.in(3).dtype() == DType::Float32;
-    cs.postSum = sumInPrim;
-    cs.postRelu = postRelu && (sumInPrim || !postSum);
-    if (onednn::conv(cs, x.data<float>(), wt.data<float>(), bias, out.data<float>(), weightsKey,
-                     sumInPrim ? c.in(3).data<float>() : nullptr)) {
-      if ((!postSum || sumInPrim) && (!postRelu || cs.postRelu)) c.outputs[0] = std::move(out);
-      else finish(std::move(out));
-      return;
-    }
-  }
-#endif
-  HP_DISPATCH_FLOAT(x.dtype(), {
-    std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Cg * kSize * outSize));
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t g = 0; g < G; ++g) {
-        const T *px = x.data<T>() + (n * C + g * Cg) * inSize;
-        // im2col: row (c, kernel offset), column output position. Rows are
-        // independent: split across threads (outside the GEMM).
-        if (!pointwise)
-          parallelFor(Cg * kSize, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, outSize)),
-                      [&](int64_t lo, int64_t hi) {
-          std::vector<int64_t> kidx(r), oidx(r);
-          if (r == 2) { // no divisions per element: rows walk (c, kh, kw)
-            int64_t OH = w.out[0], OW = w.out[1], IH = w.in[0], IW = w.in[1];
-            int64_t KH = w.kernel[0], KW = w.kernel[1], sh = w.stride[0], sw = w.stride[1];
-            int64_t ci = lo / kSize, kh = (lo % kSize) / KW, kw = lo % KW;
-            for (int64_t ck = lo; ck < hi; ++ck) {
-              T *row = col.data() + ck * outSize;
-              const T *pc = px + ci * inSize;
-              int64_t offH = kh * w.dil[0] - w.padBegin[0], offW = kw * w.dil[1] - w.padBegin[1];
-              // output columns whose input column lies inside [0, IW)
-              int64_t owLo = std::min<int64_t>(OW, offW >= 0 ? 0 : (-offW + sw - 1) / sw);
-              int64_t owHi = IW - offW <= 0 ? 0 : std::min<int64_t>(OW, (IW - offW + sw - 1) / sw);
-              if (owHi < owLo) owHi = owLo;
-              for (int64_t oh = 0; oh < OH; ++oh) {
-                int64_t ih = oh * sh + offH;
-                T *dst = row + oh * OW;
-                if (ih < 0 || ih >= IH) { std::fill(dst, dst + OW, T(0)); continue; }
-                const T *src = pc + ih * IW + offW;
-                std::fill(dst, dst + owLo, T(0));
-                if (sw == 1) {
-                  if (owHi > owLo) std::memcpy(dst + owLo, src + owLo, static_cast<size_t>(owHi - owLo) * sizeof(T));
-                }
-                else for (int64_t ow = owLo; ow < owHi; ++ow) dst[ow] = src[ow * sw];
-                std::fill(dst + owHi, dst + OW, T(0));
-              }
-              if (++kw == KW) { kw = 0; if (++kh == KH) { kh = 0; ++ci; } }
-            }
-            return;
-          }
-          for (int64_t ck = lo; ck < hi; ++ck) {
-            int64_t ci = ck / kSize, kf = ck % kSize;
-            for (size_t d = r; d-- > 0;) { kidx[d] = kf % w.kernel[d]; kf /= w.kernel[d]; }
-            T *row = col.data() + ck * outSize;
-            const T *pc = px + ci * inSize;
-            for (int64_t o = 0; o < outSize; ++o) {
-              int64_t of = o, off = 0; bool inside = true;
-              for (size_t d = r; d-- > 0;) { oidx[d] = of % w.out[d]; of /= w.out[d]; }
-              int64_t mul = 1;
-              for (size_t d = r; d-- > 0;) {
-                int64_t p = oidx[d] * w.stride[d] - w.padBegin[d] + kidx[d] * w.dil[d];
-                if (p < 0 || p >= w.in[d]) { inside = false; break; }
-                off += p * mul; mul *= w.in[d];
-              }
-              row[o] = inside ? pc[off] : T(0);
-            }
-          }
-        });
-        const T *pcol = pointwise ? px : col.data();
-        T *po = out.data<T>() + (n * M + g * Mg) * outSize;
-        gemm<T>(false, false, Mg, outSize, Cg * kSize, T(1), wt.data<T>() + g * Mg * Cg * kSize, Cg * kSize,
-                pcol, outSize, T(0), po, outSize);
-        if (c.hasInput(2))
-          for (int64_t m = 0; m < Mg; ++m) {
-            T bias = c.in(2).data<T>()[g * Mg + m];
-            for (int64_t o = 0; o < outSize; ++o) po[m * outSize + o] += bias;
-          }
-      }
-  });
-  finish(std::move(out));
-}
 
 void convTranspose(KernelContext &c) {
   const Tensor &x = c.in(0), &wt = c.in(1);
@@ -450,61 +277,6 @@ void batchNorm(KernelContext &c) {
   c.outputs[0] = std::move(out);
 }
 
-void layerNorm(KernelContext &c) {
-  const Tensor &x = c.in(0);
-  int64_t axis = normAxis(c.node.getInt("axis", -1), x.rank());
-  double eps = c.node.getFloat("epsilon", 1e-5f);
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < x.rank(); ++i) (i < axis ? outer : inner) *= x.dim(i);
-  Tensor out(x.dtype(), x.shape());
-  std::vector<int64_t> statShape = x.shape();
-  for (int64_t i = axis; i < x.rank(); ++i) statShape[i] = 1;
-  DType statType = static_cast<DType>(c.node.getInt("stash_type", 1));
-  Tensor meanT(statType == DType::Float64 ? DType::Float64 : x.dtype(), statShape), invT(meanT.dtype(), statShape);
-  bool floatDone = false;
-  HP_DISPATCH_FLOAT(x.dtype(), {
-    Tensor scale = c.in(1);
-    for (size_t i = 1; i < 3; ++i)
-      if (c.hasInput(i) && (c.in(i).dtype() != x.dtype() ||
-                            broadcastShapes(c.in(i).shape(), std::vector<int64_t>(x.shape().begin() + axis, x.shape().end())) !=
-                                std::vector<int64_t>(x.shape().begin() + axis, x.shape().end())))
-        throw std::runtime_error("LayerNormalization input " + std::to_string(i) + " " + c.in(i).describe() +
-                                 " does not broadcast to the normalized dims of " + x.describe());
-    Tensor sb = binaryBroadcast<T, T, T>(Tensor(x.dtype(), std::vector<int64_t>(x.shape().begin() + axis, x.shape().end())), scale, x.dtype(), [](T, T y) { return y; });
-    Tensor bb;
-    if (c.hasInput(2)) bb = binaryBroadcast<T, T, T>(Tensor(x.dtype(), sb.shape()), c.in(2), x.dtype(), [](T, T y) { return y; });
-    if constexpr (std::is_same_v<T, float>) {
-      if (meanT.dtype() == DType::Float32 && inner > 0) { // float statistics: vectorised rows
-        const float *ps = sb.data<float>(), *pbias = bb.defined() ? bb.data<float>() : nullptr;
-        float *pm = meanT.data<float>(), *pi = invT.data<float>();
-        parallelFor(outer, std::max<int64_t>(1, kElementwiseGrain / inner), [&](int64_t lo, int64_t hi) {
-          for (int64_t o = lo; o < hi; ++o)
-            fastmath::layerNormRow(x.data<float>() + o * inner, out.data<float>() + o * inner, inner, ps, pbias,
-                                   static_cast<float>(eps), pm + o, pi + o);
-        });
-        floatDone = true;
-      }
-    }
-    if (!floatDone) parallelFor(outer, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1)), [&](int64_t lo, int64_t hi) {
-    for (int64_t o = lo; o < hi; ++o) {
-      const T *px = x.data<T>() + o * inner; T *po = out.data<T>() + o * inner;
-      double mean = 0, var = 0;
-      for (int64_t i = 0; i < inner; ++i) mean += px[i];
-      mean /= inner;
-      for (int64_t i = 0; i < inner; ++i) var += (px[i] - mean) * (px[i] - mean);
-      var /= inner;
-      double inv = 1.0 / std::sqrt(var + eps);
-      for (int64_t i = 0; i < inner; ++i)
-        po[i] = static_cast<T>((px[i] - mean) * inv * sb.data<T>()[i] + (bb.defined() ? bb.data<T>()[i] : T(0)));
-      HP_DISPATCH_FLOAT(meanT.dtype(), { meanT.data<T>()[o] = static_cast<T>(mean); invT.data<T>()[o] = static_cast<T>(inv); });
-    }
-    });
-  });
-  c.outputs[0] = std::move(out);
-  if (c.numOutputs() > 1) c.outputs[1] = std::move(meanT);
-  if (c.numOutputs() > 2) c.outputs[2] = std::move(invT);
-}
-
 void instanceNorm(KernelContext &c) {
   const Tensor &x = c.in(0);
   if (x.rank() < 2) throw std::runtime_error("InstanceNormalization input " + x.describe() + " needs rank >= 2 (N, C, ...)");
@@ -560,9 +332,6 @@ std::string poolCheck(const CheckContext &c) {
 } // namespace
 
 void registerLinalgKernels() {
-  registerKernel(ops::names::MatMul, {matmul, nullptr, kFloatTypes});
-  registerKernel(ops::names::Gemm, {gemmKernel, nullptr, kFloatTypes});
-  registerKernel(ops::names::Conv, {conv, nullptr, kFloatTypes});
   registerKernel("ConvTranspose", {convTranspose, nullptr, kFloatTypes});
   registerKernel("MaxPool", {[](KernelContext &c) { pool(c, true); }, poolCheck, kFloatTypes});
   registerKernel("AveragePool", {[](KernelContext &c) { pool(c, false); }, poolCheck, kFloatTypes});
@@ -576,9 +345,238 @@ void registerLinalgKernels() {
                                           return "";
                                         },
                                         kFloatTypes});
-  registerKernel(ops::names::LayerNormalization, {layerNorm, nullptr, kFloatTypes});
   registerKernel("InstanceNormalization", {instanceNorm, nullptr, kFloatTypes});
   registerKernel("LRN", {lrn, nullptr, kFloatTypes});
 }
 
 } // namespace hetplan::runtime::cpu
+
+namespace hetplan::runtime::train {
+namespace {
+
+// MaxPool: each output's gradient goes to the first maximum of its window
+// (the forward kernel's choice); AveragePool: spread evenly over the
+// window's counted positions (count_include_pad counts the padding, not the
+// part of a ceil_mode window past it).
+void poolGrad(GradientContext &c, bool isMax) {
+  Tensor dy = firstOutGrad(c);
+  if (!dy.defined()) return;
+  const Tensor &x = c.in(0);
+  const Node &nd = c.node;
+  Geo g = makeGeo(nd, cpu::spatialOf(x), nd.getInts("kernel_shape"), true);
+  int64_t N = x.dim(0), C = x.dim(1), inSize = g.inSize, outSize = g.outSize;
+  checkOutShape(c, dy, g, N, C);
+  bool includePad = nd.getInt("count_include_pad", 0);
+  Tensor dx(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *pxAll = x.data<T>(), *pgAll = dy.data<T>();
+    T *pdAll = dx.data<T>();
+    int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, outSize * g.kSize));
+    parallelFor(N * C, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t nc = lo; nc < hi; ++nc) {
+        const T *px = pxAll + nc * inSize, *pg = pgAll + nc * outSize;
+        T *pd = pdAll + nc * inSize;
+        for (int64_t od = 0; od < g.out[0]; ++od)
+          for (int64_t oh = 0; oh < g.out[1]; ++oh)
+            for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+              int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
+              int64_t base[3] = {od * g.s[0] - g.pb[0], oh * g.s[1] - g.pb[1], ow * g.s[2] - g.pb[2]};
+              T best = T(0);
+              int64_t bestOff = -1, count = 0, padCount = 0;
+              // pass 1: the argmax, or the divisor
+              for (int64_t kd = 0; kd < g.k[0]; ++kd)
+                for (int64_t kh = 0; kh < g.k[1]; ++kh)
+                  for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+                    int64_t p[3] = {base[0] + kd * g.d[0], base[1] + kh * g.d[1], base[2] + kw * g.d[2]};
+                    bool inside = true, inPad = true;
+                    for (int i = 0; i < 3; ++i) {
+                      if (p[i] < -g.pb[i] || p[i] >= g.in[i] + g.pe[i]) inPad = false;
+                      if (p[i] < 0 || p[i] >= g.in[i]) inside = false;
+                    }
+                    if (inPad) ++padCount;
+                    if (!inside) continue;
+                    int64_t off = (p[0] * g.in[1] + p[1]) * g.in[2] + p[2];
+                    ++count;
+                    if (isMax && (bestOff < 0 || px[off] > best)) { best = px[off]; bestOff = off; }
+                  }
+              if (isMax) {
+                if (bestOff >= 0) pd[bestOff] += pg[o];
+                continue;
+              }
+              int64_t div = includePad ? padCount : count;
+              if (!div || !count) continue;
+              T share = static_cast<T>(static_cast<double>(pg[o]) / div);
+              for (int64_t kd = 0; kd < g.k[0]; ++kd)
+                for (int64_t kh = 0; kh < g.k[1]; ++kh)
+                  for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+                    int64_t p[3] = {base[0] + kd * g.d[0], base[1] + kh * g.d[1], base[2] + kw * g.d[2]};
+                    if (p[0] < 0 || p[0] >= g.in[0] || p[1] < 0 || p[1] >= g.in[1] || p[2] < 0 || p[2] >= g.in[2])
+                      continue;
+                    pd[(p[0] * g.in[1] + p[1]) * g.in[2] + p[2]] += share;
+                  }
+            }
+      }
+    });
+  });
+  c.inputGrads[0] = std::move(dx);
+}
+
+std::string poolCheck(const Node &n, int64_t) {
+  if (!n.has("kernel_shape")) return "kernel_shape is required";
+  if (n.getInts("kernel_shape").empty() || n.getInts("kernel_shape").size() > 3)
+    return "pooling backward supports 1-D, 2-D and 3-D windows only";
+  return "";
+}
+
+void globalPoolGrad(GradientContext &c, bool isMax) {
+  Tensor dy = firstOutGrad(c);
+  if (!dy.defined()) return;
+  const Tensor &x = c.in(0);
+  int64_t NC = x.dim(0) * x.dim(1), S = x.numel() / std::max<int64_t>(NC, 1);
+  if (dy.numel() != NC)
+    throw std::runtime_error(c.node.describe() + ": backward: gradient " + dy.describe() + " does not match " +
+                             x.describe());
+  Tensor dx(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *px = x.data<T>(), *pg = dy.data<T>();
+    T *pd = dx.data<T>();
+    parallelFor(NC, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(S, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const T *p = px + i * S;
+        T *d = pd + i * S;
+        if (isMax) {
+          int64_t best = 0; // the first maximum, as the forward's std::max keeps
+          for (int64_t j = 1; j < S; ++j)
+            if (p[j] > p[best]) best = j;
+          if (S) d[best] = pg[i];
+        } else {
+          T share = static_cast<T>(static_cast<double>(pg[i]) / S);
+          for (int64_t j = 0; j < S; ++j) d[j] = share;
+        }
+      }
+    });
+  });
+  c.inputGrads[0] = std::move(dx);
+}
+
+// Inference-mode BatchNormalization: Y = (X - mean) * k + B per channel with
+// k = scale / sqrt(var + eps); mean and var (inputs 3, 4) are constants.
+void batchNormGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  bool wx = wants(c, 0), ws = wants(c, 1), wb = wants(c, 2);
+  if (!wx && !ws && !wb) return;
+  const Tensor &x = c.in(0);
+  Tensor dy = outGrad(c, 0, x.dtype());
+  if (!dy.defined()) return;
+  int64_t N = x.dim(0), C = x.rank() > 1 ? x.dim(1) : 1, S = x.numel() / std::max<int64_t>(N * C, 1);
+  double eps = c.node.getFloat("epsilon", 1e-5f);
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *sc = c.in(1).data<T>(), *mean = c.in(3).data<T>(), *var = c.in(4).data<T>();
+    const T *px = x.data<T>(), *pg = dy.data<T>();
+    std::vector<double> inv(static_cast<size_t>(C));
+    for (int64_t ch = 0; ch < C; ++ch) inv[ch] = 1.0 / std::sqrt(static_cast<double>(var[ch]) + eps);
+    if (wx) {
+      Tensor dx(x.dtype(), x.shape());
+      T *pd = dx.data<T>();
+      parallelFor(N * C, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(S, 1)), [&](int64_t lo, int64_t hi) {
+        for (int64_t nc = lo; nc < hi; ++nc) {
+          int64_t ch = nc % C;
+          const T k = static_cast<T>(sc[ch] * inv[ch]);
+          const T *g = pg + nc * S;
+          T *d = pd + nc * S;
+          for (int64_t s = 0; s < S; ++s) d[s] = g[s] * k;
+        }
+      });
+      c.inputGrads[0] = std::move(dx);
+    }
+    if (ws || wb) {
+      std::vector<double> accS(static_cast<size_t>(C), 0.0), accB(static_cast<size_t>(C), 0.0);
+      parallelFor(C, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(N * S, 1)), [&](int64_t lo, int64_t hi) {
+        for (int64_t ch = lo; ch < hi; ++ch) {
+          double m = mean[ch], sS = 0, sB = 0;
+          for (int64_t n = 0; n < N; ++n) {
+            const T *g = pg + (n * C + ch) * S, *xr = px + (n * C + ch) * S;
+            for (int64_t s = 0; s < S; ++s) {
+              sB += g[s];
+              sS += static_cast<double>(g[s]) * (xr[s] - m);
+            }
+          }
+          accS[ch] = sS * inv[ch];
+          accB[ch] = sB;
+        }
+      });
+      auto finish = [&](const std::vector<double> &acc, size_t input) {
+        Tensor t(c.in(input).dtype(), c.in(input).shape());
+        if (t.numel() != C) throw std::runtime_error(c.node.describe() + ": backward: input " + c.in(input).describe());
+        HP_DISPATCH_FLOAT(t.dtype(), for (int64_t ch = 0; ch < C; ++ch) t.data<T>()[ch] = static_cast<T>(acc[ch]));
+        c.inputGrads[input] = std::move(t);
+      };
+      if (ws) finish(accS, 1);
+      if (wb) finish(accB, 2);
+    }
+  });
+}
+
+std::string batchNormCheck(const Node &n, int64_t opset) {
+  size_t outs = 0;
+  for (const auto &o : n.outputs) outs += !o.empty();
+  (void)opset;
+  if (n.getInt("training_mode", 0) || outs > 1)
+    return "BatchNormalization backward: training mode (batch statistics) is not supported, inference mode only";
+  return "";
+}
+
+// LRN across channels: Y_i = X_i d_i^-beta with d_i = bias + alpha/size *
+// sum_{k in [i-lo, i+hi]} X_k^2, so dX_j = dY_j d_j^-beta
+// - 2 beta alpha/size X_j sum_{i in [j-hi, j+lo]} dY_i X_i d_i^(-beta-1).
+void lrnGrad(GradientContext &c) {
+  Tensor dy = firstOutGrad(c);
+  if (!dy.defined()) return;
+  const Tensor &x = c.in(0);
+  int64_t N = x.dim(0), C = x.dim(1), S = x.numel() / std::max<int64_t>(N * C, 1), size = c.node.getInt("size", 1);
+  double alpha = c.node.getFloat("alpha", 1e-4f), beta = c.node.getFloat("beta", 0.75f),
+         bias = c.node.getFloat("bias", 1.0f);
+  int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+  double a = alpha / size;
+  Tensor dx(x.dtype(), x.shape());
+  HP_DISPATCH_FLOAT(x.dtype(), {
+    const T *px = x.data<T>(), *pg = dy.data<T>();
+    T *pd = dx.data<T>();
+    parallelFor(N * S, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(C * size, 1)), [&](int64_t b, int64_t e) {
+      std::vector<double> t(static_cast<size_t>(C)), dpow(static_cast<size_t>(C));
+      for (int64_t ns = b; ns < e; ++ns) {
+        int64_t n = ns / S, s = ns % S;
+        auto at = [&](int64_t ch) { return (n * C + ch) * S + s; };
+        for (int64_t i = 0; i < C; ++i) {
+          double sq = 0;
+          for (int64_t k = std::max<int64_t>(0, i - lo); k <= std::min(C - 1, i + hi); ++k) {
+            double v = px[at(k)];
+            sq += v * v;
+          }
+          double d = bias + a * sq;
+          dpow[i] = std::pow(d, -beta);
+          t[i] = static_cast<double>(pg[at(i)]) * px[at(i)] * dpow[i] / d;
+        }
+        for (int64_t j = 0; j < C; ++j) {
+          double sum = 0;
+          for (int64_t i = std::max<int64_t>(0, j - hi); i <= std::min(C - 1, j + lo); ++i) sum += t[i];
+          pd[at(j)] = static_cast<T>(pg[at(j)] * dpow[j] - 2.0 * beta * a * px[at(j)] * sum);
+        }
+      }
+    });
+  });
+  c.inputGrads[0] = std::move(dx);
+}
+
+} // namespace
+
+void registerLinalgGradients() {
+  registerGradient("MaxPool", {[](GradientContext &c) { poolGrad(c, true); }, poolCheck, {}});
+  registerGradient("AveragePool", {[](GradientContext &c) { poolGrad(c, false); }, poolCheck, {}});
+  registerGradient("GlobalMaxPool", {[](GradientContext &c) { globalPoolGrad(c, true); }, nullptr, {}});
+  registerGradient("GlobalAveragePool", {[](GradientContext &c) { globalPoolGrad(c, false); }, nullptr, {}});
+  registerGradient("BatchNormalization", {batchNormGrad, batchNormCheck, {3, 4}});
+  registerGradient("LRN", {lrnGrad, nullptr, {}});
+}
+
+} // namespace hetplan::runtime::train

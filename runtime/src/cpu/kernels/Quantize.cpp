@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "KernelUtil.h"
+#include "OpKernels.h"
 
 #include <cmath>
 #include <limits>
@@ -234,15 +235,6 @@ Tensor shifted(const Tensor &q, const Tensor *zp, int64_t axis, DType ft, double
   return out;
 }
 
-/// Runs the registered float kernel `op` on `ins` (node attributes as given).
-Tensor runFloatKernel(const KernelContext &c, const char *op, std::vector<const Tensor *> ins) {
-  const KernelInfo *k = findKernel(op);
-  if (!k) throw std::runtime_error(std::string("no ") + op + " kernel");
-  KernelContext inner{c.node, c.opset, std::move(ins), std::vector<Tensor>(1)};
-  k->run(inner);
-  return std::move(inner.outputs[0]);
-}
-
 /// Exact float type for sums of `K` products bounded by ma * mb.
 DType exactType(int64_t K, double ma, double mb) {
   return static_cast<double>(K) * ma * mb < 16777216.0 ? DType::Float32 : DType::Float64;
@@ -251,24 +243,24 @@ DType exactType(int64_t K, double ma, double mb) {
 /// (A - a_zp) x (B - b_zp) as float accumulators (exact integers).
 /// a_zp: one value or one per row of A (its dim -2); b_zp: one value or one per column (dim -1).
 Tensor integerMatMul(const KernelContext &c, const Tensor &a, const Tensor *azp, const Tensor &b, const Tensor *bzp) {
-  if (a.rank() < 1 || b.rank() < 1) throw std::runtime_error("MatMul operands must have rank >= 1");
+  requireMatMulOperands(a, b);
   int64_t K = a.dim(-1);
   double ma = 0, mb = 0;
   Tensor af = shifted(a, azp, a.rank() - 2, DType::Float64, ma), bf = shifted(b, bzp, b.rank() - 1, DType::Float64, mb);
   if (exactType(K, ma, mb) == DType::Float32) { af = castTensor(af, DType::Float32); bf = castTensor(bf, DType::Float32); }
-  return runFloatKernel(c, ops::names::MatMul, {&af, &bf});
+  return runFloatMatMul(c, af, bf);
 }
 
 /// conv(x - x_zp, w - w_zp[m]) as float accumulators; w_zp one value or one per output channel.
 Tensor integerConv(const KernelContext &c, const Tensor &x, const Tensor *xzp, const Tensor &w, const Tensor *wzp) {
   if (xzp && xzp->numel() != 1) throw std::runtime_error("input zero point must be one value");
-  if (w.rank() < 3) throw std::runtime_error("Conv weight must have rank >= 3");
+  requireConvWeight(w);
   int64_t K = 1;
   for (int64_t d = 1; d < w.rank(); ++d) K *= w.dim(d);
   double mx = 0, mw = 0;
   Tensor xf = shifted(x, xzp, -1, DType::Float64, mx), wf = shifted(w, wzp, 0, DType::Float64, mw);
   if (exactType(K, mx, mw) == DType::Float32) { xf = castTensor(xf, DType::Float32); wf = castTensor(wf, DType::Float32); }
-  return runFloatKernel(c, ops::names::Conv, {&xf, &wf});
+  return runFloatConv(c, xf, wf);
 }
 
 Tensor toInt32(const Tensor &acc) {

@@ -1,10 +1,9 @@
-//===- ReduceOps.cpp - reductions, softmax, arg-extremes, top-k, cumsum -===//
+//===- ReduceOps.cpp - reductions, arg-extremes, top-k, cumsum, trilu ----===//
 //
 // Registered by registerTensorKernels (TensorOps.cpp), at the place these
 // kernels always had in its list.
 //
 //===----------------------------------------------------------------------===//
-#include "FastMath.h"
 #include "KernelUtil.h"
 #include "ViewParams.h"
 
@@ -71,50 +70,6 @@ void reduce(KernelContext &c, Red kind) {
     }
     c.outputs[0] = std::move(out);
   });
-}
-
-/// Softmax family; opset < 13 coerces to 2-D at axis, opset >= 13 works along one axis.
-void softmax(KernelContext &c, int kind /*0 softmax, 1 log, 2 hardmax*/) {
-  const Tensor &x = c.in(0);
-  int64_t r = x.rank();
-  bool legacy = c.opset < 13;
-  int64_t axis = normAxis(c.node.getInt("axis", legacy ? 1 : -1), r);
-  int64_t outer = 1, len = 1, inner = 1;
-  if (legacy) {
-    for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
-    for (int64_t i = axis; i < r; ++i) len *= x.dim(i);
-  } else {
-    for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
-    len = x.dim(axis);
-    for (int64_t i = axis + 1; i < r; ++i) inner *= x.dim(i);
-  }
-  Tensor out(x.dtype(), x.shape());
-  if (x.dtype() == DType::Float32 && inner == 1 && kind != 2 && len > 0) {
-    // Contiguous rows: one vectorised pass per row (max, exp-sum, scale), rows in parallel.
-    const float *px = x.data<float>(); float *po = out.data<float>();
-    parallelFor(outer, std::max<int64_t>(1, kElementwiseGrain / len), [&](int64_t lo, int64_t hi) {
-      for (int64_t o = lo; o < hi; ++o) fastmath::softmaxRow(px + o * len, po + o * len, len, kind == 1);
-    });
-    c.outputs[0] = std::move(out);
-    return;
-  }
-  HP_DISPATCH_FLOAT(x.dtype(), {
-    const T *px = x.data<T>(); T *po = out.data<T>();
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t in = 0; in < inner; ++in) {
-        int64_t base = o * len * inner + in;
-        double mx = -std::numeric_limits<double>::infinity(); int64_t arg = 0;
-        for (int64_t k = 0; k < len; ++k) if (px[base + k * inner] > mx) { mx = px[base + k * inner]; arg = k; }
-        if (kind == 2) { for (int64_t k = 0; k < len; ++k) po[base + k * inner] = k == arg ? T(1) : T(0); continue; }
-        double sum = 0;
-        for (int64_t k = 0; k < len; ++k) sum += std::exp(px[base + k * inner] - mx);
-        for (int64_t k = 0; k < len; ++k) {
-          double v = px[base + k * inner] - mx;
-          po[base + k * inner] = static_cast<T>(kind == 1 ? v - std::log(sum) : std::exp(v) / sum);
-        }
-      }
-  });
-  c.outputs[0] = std::move(out);
 }
 
 void argExtreme(KernelContext &c, bool isMax) {
@@ -220,9 +175,6 @@ void registerReductionKernels() {
                                                {"ReduceL2", Red::L2}, {"ReduceLogSum", Red::LogSum},
                                                {"ReduceLogSumExp", Red::LogSumExp}, {"ReduceSumSquare", Red::SumSquare}};
   for (auto [name, kind] : reds) registerKernel(name, {[kind = kind](KernelContext &c) { reduce(c, kind); }, nullptr, kNumericTypes});
-  registerKernel("Softmax", {[](KernelContext &c) { softmax(c, 0); }, nullptr, kFloatTypes});
-  registerKernel("LogSoftmax", {[](KernelContext &c) { softmax(c, 1); }, nullptr, kFloatTypes});
-  registerKernel("Hardmax", {[](KernelContext &c) { softmax(c, 2); }, nullptr, kFloatTypes});
   registerKernel("ArgMax", {[](KernelContext &c) { argExtreme(c, true); }, nullptr, kNumericTypes});
   registerKernel("ArgMin", {[](KernelContext &c) { argExtreme(c, false); }, nullptr, kNumericTypes});
   registerKernel("TopK", {topk, nullptr, kNumericTypes});

@@ -1,7 +1,8 @@
 //===- TensorOps.cpp - shape and data movement ----------------------------===//
 //
-// Reductions and softmax are in ReduceOps.cpp, Resize in Resize.cpp;
-// registerTensorKernels registers all three, in one fixed order.
+// Reductions are in ReduceOps.cpp, Resize in Resize.cpp, RNNs in
+// Recurrent.cpp; registerTensorKernels registers all four, in one fixed
+// order. Gather has a file of its own (Gather.cpp).
 //
 //===----------------------------------------------------------------------===//
 #include "FastMath.h"
@@ -265,28 +266,6 @@ void tile(KernelContext &c) {
   c.outputs[0] = gatherStrided(x, shape, strides, 0).reshaped(outShape);
 }
 
-void gather(KernelContext &c) {
-  const Tensor &x = c.in(0);
-  int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
-  auto idx = c.in(1).toInt64Vector();
-  std::vector<int64_t> shape(x.shape().begin(), x.shape().begin() + axis);
-  shape.insert(shape.end(), c.in(1).shape().begin(), c.in(1).shape().end());
-  shape.insert(shape.end(), x.shape().begin() + axis + 1, x.shape().end());
-  Tensor out(x.dtype(), shape);
-  int64_t outer = 1, inner = 1, d = x.dim(axis);
-  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
-  for (int64_t i = axis + 1; i < x.rank(); ++i) inner *= x.dim(i);
-  size_t row = inner * dtypeSize(x.dtype());
-  int64_t n = idx.size();
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t k = idx[j] < 0 ? idx[j] + d : idx[j];
-      if (k < 0 || k >= d) throw std::runtime_error("Gather index " + std::to_string(idx[j]) + " out of range");
-      std::memcpy(static_cast<char *>(out.raw()) + (o * n + j) * row, static_cast<const char *>(x.raw()) + (o * d + k) * row, row);
-    }
-  c.outputs[0] = std::move(out);
-}
-
 void gatherElements(KernelContext &c) {
   const Tensor &x = c.in(0), &it = c.in(1);
   int64_t axis = normAxis(c.node.getInt("axis", 0), x.rank());
@@ -497,7 +476,6 @@ void registerTensorKernels() {
   registerKernel("Unsqueeze", {unsqueeze, nullptr, {}});
   registerKernel("Expand", {expand, nullptr, {}});
   registerKernel("Tile", {tile, nullptr, {}});
-  registerKernel("Gather", {gather, nullptr, {}});
   registerKernel("GatherElements", {gatherElements, nullptr, {}});
   registerKernel("Shape", {[](KernelContext &c) {
                              auto s = c.in(0).shape();

@@ -35,12 +35,12 @@ bool PlanExecutor::RankProgram::tpForward(uint32_t mb, size_t node, KernelContex
   switch (tn.role()) {
   case plan::TensorParallelNode::COLUMN: {
     Part w = mineOf(n, 1, ctx.in(1));
-    ctx.outputs[0] = std::move(run(kMatMulOp, {ctx.inputs[0], &w.value})[0]);
+    ctx.outputs[0] = std::move(run(tpProductOp(), {ctx.inputs[0], &w.value})[0]);
     return true;
   }
   case plan::TensorParallelNode::ROW: {
     Part w = mineOf(n, 1, ctx.in(1));
-    Tensor y = std::move(run(kMatMulOp, {ctx.inputs[0], &w.value})[0]);
+    Tensor y = std::move(run(tpProductOp(), {ctx.inputs[0], &w.value})[0]);
     train::groupSum(comm, tpGroup, tpTag(mb, node, numNodes, 0), {&y});
     if (timing) {
       timing->forwardAllReduces++;
@@ -61,7 +61,7 @@ bool PlanExecutor::RankProgram::tpForward(uint32_t mb, size_t node, KernelContex
     if (!train || n.outputs[0] != lossOutput)
       fail(who + n.describe() + " is a vocab-parallel head; its output must be the loss output");
     Tensor w = slices(ctx.in(1), 1, vocabRanges(ctx.in(1)));
-    ctx.outputs[0] = std::move(run(kMatMulOp, {ctx.inputs[0], &w})[0]);
+    ctx.outputs[0] = std::move(run(tpProductOp(), {ctx.inputs[0], &w})[0]);
     return true;
   }
   case plan::TensorParallelNode::SPLIT: {
@@ -97,7 +97,7 @@ bool PlanExecutor::RankProgram::tpForward(uint32_t mb, size_t node, KernelContex
   case plan::TensorParallelNode::GATHER: {
     const Tensor &w = ctx.in(1);
     Part mine = mineOf(n, 1, w);
-    Tensor piece = std::move(run(kMatMulOp, {ctx.inputs[0], &mine.value})[0]);
+    Tensor piece = std::move(run(tpProductOp(), {ctx.inputs[0], &mine.value})[0]);
     int64_t tag = tpTag(mb, node, numNodes, 0);
     // One group: every rank sends before it receives (NCCL-safe).
     std::vector<Tensor> pieces(static_cast<size_t>(tp));
@@ -165,7 +165,7 @@ bool PlanExecutor::RankProgram::tpBackward(uint32_t mb, size_t node, GradientCon
     Part mine = mineOf(n, 1, w);
     Tensor dy = ctx.outputGrads.at(0);
     if (tn.role() == plan::TensorParallelNode::GATHER) dy = slices(dy, int(dy.rank()) - 1, mine.ranges);
-    auto g = run(kMatMulOp, {ctx.inputs[0], &mine.value}, {dy});
+    auto g = run(tpProductOp(), {ctx.inputs[0], &mine.value}, {dy});
     ctx.inputGrads.assign(2, Tensor());
     if (ctx.wantGrad[0]) {
       Tensor dx = g[0].defined() ? g[0] : Tensor(DType::Float32, ctx.in(0).shape());
@@ -183,7 +183,7 @@ bool PlanExecutor::RankProgram::tpBackward(uint32_t mb, size_t node, GradientCon
     const Tensor &w = ctx.in(1);
     Ranges cols = vocabRanges(w);
     Tensor mine = slices(w, 1, cols);
-    auto g = run(kMatMulOp, {ctx.inputs[0], &mine}, {ctx.outputGrads.at(0)});
+    auto g = run(tpProductOp(), {ctx.inputs[0], &mine}, {ctx.outputGrads.at(0)});
     ctx.inputGrads.assign(2, Tensor());
     if (ctx.wantGrad[0]) {
       Tensor dx = g[0].defined() ? g[0] : Tensor(DType::Float32, ctx.in(0).shape());

@@ -1,0 +1,206 @@
+//===- MatMul.cpp - MatMul and Gemm: forward, backward --------------------===//
+//
+// The forward kernels (oneDNN with packed constant weights where built,
+// else the GEMM of Gemm.h), MatMul's shape (Geometry.h's matmulShape, the
+// op table's rule for the output dims), the float MatMul the quantized
+// variants run (OpKernels.h), and the backward kernels.
+//
+//===----------------------------------------------------------------------===//
+#include "Gemm.h"
+#include "Geometry.h"
+#include "KernelUtil.h"
+#include "OpKernels.h"
+#include "../../train/GradUtil.h"
+#ifdef HETPLAN_HAVE_DNNL
+#include "Dnnl.h"
+#endif
+
+#include <stdexcept>
+#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
+
+namespace hetplan::runtime::cpu {
+
+MatMulShape matmulShape(const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
+  MatMulShape m;
+  auto as = a, bs = b;
+  m.aVec = as.size() == 1;
+  m.bVec = bs.size() == 1;
+  if (m.aVec) as.insert(as.begin(), 1);
+  if (m.bVec) bs.push_back(1);
+  if (as.size() < 2 || bs.size() < 2) throw std::runtime_error("MatMul of scalars");
+  m.M = as[as.size() - 2];
+  m.K = as.back();
+  m.N = bs.back();
+  if (bs[bs.size() - 2] != m.K)
+    throw std::runtime_error("MatMul shapes " + shapeString(a) + " and " + shapeString(b) + " do not match");
+  m.aBatch.assign(as.begin(), as.end() - 2);
+  m.bBatch.assign(bs.begin(), bs.end() - 2);
+  m.batch = broadcastShapes(m.aBatch, m.bBatch);
+  // The output's dims by the op table's rule, the one the compiler plans with.
+  std::string why;
+  auto out = ops::matMulShape(a, b, why);
+  if (!out) throw std::runtime_error("MatMul shapes " + shapeString(a) + " and " + shapeString(b) + ": " + why);
+  m.out = std::move(*out);
+  return m;
+}
+
+namespace {
+
+void matmul(KernelContext &c) {
+  const Tensor &a = c.in(0), &b = c.in(1);
+  if (a.dtype() != b.dtype()) throw std::runtime_error("MatMul of " + a.describe() + " and " + b.describe() + ": element types differ");
+  MatMulShape ms = matmulShape(a.shape(), b.shape());
+  int64_t M = ms.M, K = ms.K, N = ms.N;
+  const auto &ab = ms.aBatch, &bb = ms.bBatch, &batch = ms.batch;
+  Tensor out(a.dtype(), ms.out);
+  int64_t nb = shapeNumel(batch);
+  auto sa = broadcastStrides(ab, batch), sb = broadcastStrides(bb, batch);
+#ifdef HETPLAN_HAVE_DNNL
+  // Constant 2-D weights (a view of the model file, immutable): oneDNN matmul
+  // with the weights packed once per node; [B, S, K] activations as [B*S, K].
+  if (a.dtype() == DType::Float32 && b.rank() == 2 && b.isView() && !isSmallGemm(M * nb, N, K) &&
+      onednn::matmulConstWeights(M * nb, K, N, a.data<float>(), b.data<float>(), out.data<float>(), &c.node)) {
+    c.outputs[0] = std::move(out);
+    return;
+  }
+#endif
+  HP_DISPATCH_FLOAT(a.dtype(), {
+    const T *pa = a.data<T>(); const T *pb = b.data<T>(); T *po = out.data<T>();
+    if (nb == 1) gemm<T>(false, false, M, N, K, T(1), pa, K, pb, N, T(0), po, N);
+    else if (bb.empty()) // fold the batch into M
+      gemm<T>(false, false, M * nb, N, K, T(1), pa, K, pb, N, T(0), po, N);
+    else
+      forEachBroadcast2(batch, sa, sb, [&](int64_t i, int64_t oa, int64_t ob) {
+        gemm<T>(false, false, M, N, K, T(1), pa + oa * M * K, K, pb + ob * K * N, N, T(0), po + i * M * N, N);
+      });
+  });
+  c.outputs[0] = std::move(out);
+}
+
+void gemmKernel(KernelContext &c) {
+  const Tensor &a = c.in(0), &b = c.in(1);
+  bool ta = c.node.getInt("transA", 0), tb = c.node.getInt("transB", 0);
+  if (a.rank() != 2 || b.rank() != 2 || a.dtype() != b.dtype() || (c.hasInput(2) && c.in(2).dtype() != a.dtype()))
+    throw std::runtime_error("Gemm needs 2-D A and B of one element type, not " + a.describe() + " and " + b.describe());
+  int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
+  if ((tb ? b.dim(1) : b.dim(0)) != K)
+    throw std::runtime_error("Gemm shapes " + a.describe() + " and " + b.describe() + " do not match (transA " +
+                             std::to_string(ta) + ", transB " + std::to_string(tb) + ")");
+  double alpha = c.node.getFloat("alpha", 1.0f), beta = c.node.getFloat("beta", 1.0f);
+  Tensor out(a.dtype(), {M, N});
+  HP_DISPATCH_FLOAT(a.dtype(), {
+    T *po = out.data<T>();
+    bool hasC = c.hasInput(2) && beta != 0;
+    if (hasC) {
+      const Tensor &cc = c.in(2);
+      Tensor bc = binaryBroadcast<T, T, T>(out, cc, out.dtype(), [](T, T y) { return y; });
+      std::memcpy(po, bc.raw(), out.nbytes());
+    }
+    gemm<T>(ta, tb, M, N, K, static_cast<T>(alpha), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1),
+            hasC ? static_cast<T>(beta) : T(0), po, N);
+  });
+  c.outputs[0] = std::move(out);
+}
+
+} // namespace
+
+void requireMatMulOperands(const Tensor &a, const Tensor &b) {
+  if (a.rank() < 1 || b.rank() < 1) throw std::runtime_error("MatMul operands must have rank >= 1");
+}
+
+Tensor runFloatMatMul(const KernelContext &c, const Tensor &a, const Tensor &b) {
+  return runKernelOn(matmul, c, {&a, &b});
+}
+
+void registerMatMulKernels() {
+  registerKernel(ops::names::MatMul, {matmul, nullptr, kFloatTypes});
+  registerKernel(ops::names::Gemm, {gemmKernel, nullptr, kFloatTypes});
+}
+
+} // namespace hetplan::runtime::cpu
+
+namespace hetplan::runtime::train {
+namespace {
+
+using cpu::gemm; // oneDNN / OpenBLAS / naive, as the forward kernels
+
+// Y[batch, M, N] = A[batch_a, M, K] x B[batch_b, K, N] (batch dims broadcast):
+// dA = dY B^T, dB = A^T dY, summed over the batch positions each one was
+// broadcast to.
+void matmulGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  bool wa = wants(c, 0), wb = wants(c, 1);
+  if (!wa && !wb) return;
+  const Tensor &a = c.in(0), &b = c.in(1);
+  Tensor dy = outGrad(c, 0, a.dtype());
+  if (!dy.defined()) return;
+  auto as = a.shape(), bs = b.shape();
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
+  int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  std::vector<int64_t> ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  auto batch = broadcastShapes(ab, bb);
+  int64_t nb = shapeNumel(batch), na = shapeNumel(ab), nB = shapeNumel(bb);
+  Tensor ga, gb;
+  if (wa) ga = Tensor(a.dtype(), a.shape());
+  if (wb) gb = Tensor(b.dtype(), b.shape());
+  HP_DISPATCH_FLOAT(a.dtype(), {
+    const T *pa = a.data<T>(), *pb = b.data<T>(), *pg = dy.data<T>();
+    T *pga = wa ? ga.data<T>() : nullptr, *pgb = wb ? gb.data<T>() : nullptr;
+    if (nB == 1 && na == nb) { // B shared by every batch: fold the batch into M
+      if (pga) gemm<T>(false, true, nb * M, K, N, T(1), pg, N, pb, N, T(0), pga, K);
+      if (pgb) gemm<T>(true, false, K, N, nb * M, T(1), pa, K, pg, N, T(0), pgb, N);
+    } else {
+      cpu::forEachBroadcast2(batch, broadcastStrides(ab, batch), broadcastStrides(bb, batch),
+                             [&](int64_t i, int64_t oa, int64_t ob) {
+                               const T *gi = pg + i * M * N;
+                               if (pga) gemm<T>(false, true, M, K, N, T(1), gi, N, pb + ob * K * N, N, T(1), pga + oa * M * K, K);
+                               if (pgb) gemm<T>(true, false, K, N, M, T(1), pa + oa * M * K, K, gi, N, T(1), pgb + ob * K * N, N);
+                             });
+    }
+  });
+  if (wa) c.inputGrads[0] = std::move(ga);
+  if (wb) c.inputGrads[1] = std::move(gb);
+}
+
+// Y = alpha op(A) op(B) + beta C.
+void gemmGrad(GradientContext &c) {
+  c.inputGrads.resize(c.inputs.size());
+  const Tensor &a = c.in(0), &b = c.in(1);
+  Tensor dy = outGrad(c, 0, a.dtype());
+  if (!dy.defined()) return;
+  bool ta = c.node.getInt("transA", 0), tb = c.node.getInt("transB", 0);
+  int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
+  double alpha = c.node.getFloat("alpha", 1.0f), beta = c.node.getFloat("beta", 1.0f);
+  HP_DISPATCH_FLOAT(a.dtype(), {
+    const T *pa = a.data<T>(), *pb = b.data<T>(), *pg = dy.data<T>();
+    T al = static_cast<T>(alpha);
+    if (wants(c, 0)) {
+      Tensor ga(a.dtype(), a.shape());
+      if (!ta) gemm<T>(false, !tb, M, K, N, al, pg, N, pb, b.dim(1), T(0), ga.data<T>(), K); // dY op(B)^T
+      else gemm<T>(tb, true, K, M, N, al, pb, b.dim(1), pg, N, T(0), ga.data<T>(), M);       // op(B) dY^T
+      c.inputGrads[0] = std::move(ga);
+    }
+    if (wants(c, 1)) {
+      Tensor gb(b.dtype(), b.shape());
+      if (!tb) gemm<T>(!ta, false, K, N, M, al, pa, a.dim(1), pg, N, T(0), gb.data<T>(), N); // op(A)^T dY
+      else gemm<T>(true, ta, N, K, M, al, pg, N, pa, a.dim(1), T(0), gb.data<T>(), K);       // dY^T op(A)
+      c.inputGrads[1] = std::move(gb);
+    }
+    if (wants(c, 2)) {
+      Tensor gc = reduceGradToShape(dy, c.in(2).shape());
+      T *p = gc.data<T>();
+      for (int64_t i = 0; i < gc.numel(); ++i) p[i] = static_cast<T>(beta * p[i]);
+      c.inputGrads[2] = std::move(gc);
+    }
+  });
+}
+
+} // namespace
+
+void registerMatMulGradients() {
+  registerGradient(ops::names::MatMul, {matmulGrad, nullptr, {}});
+  registerGradient(ops::names::Gemm, {gemmGrad, nullptr, {}});
+}
+
+} // namespace hetplan::runtime::train
