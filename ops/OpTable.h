@@ -231,13 +231,6 @@ Cost convolutionCost(const CostIn &in, size_t weightAt, size_t biasAt);
 std::optional<std::vector<int64_t>> matMulShape(const std::vector<int64_t> &a, const std::vector<int64_t> &b,
                                                 std::string &why);
 
-/// The names of the ops other code refers to (pattern matchers, fusions):
-/// one spelling, in the op's definition file.
-namespace names {
-extern const char *const MatMul, *const Gemm, *const Conv, *const Relu, *const Softmax, *const LogSoftmax,
-    *const LayerNormalization, *const Gather;
-}
-
 } // namespace hetplan::ops
 
 #endif

@@ -4,9 +4,6 @@
 #include <tuple>
 
 namespace hetplan::ops {
-namespace names {
-const char *const Relu = "Relu";
-} // namespace names
 
 namespace defs {
 namespace {
@@ -35,7 +32,7 @@ Cost biasGeluCost(const CostIn &in) {
 
 void addActivationOps(std::vector<OpDef> &out) {
   OpDef d;
-  d.type = names::Relu;
+  d.type = "Relu";
   d.minInputs = d.maxInputs = 1;
   d.summary = "max(x, 0)";
   d.shape = sameAsInput;

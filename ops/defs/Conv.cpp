@@ -8,9 +8,6 @@
 #include "ops/defs/Defs.h"
 
 namespace hetplan::ops {
-namespace names {
-const char *const Conv = "Conv";
-} // namespace names
 
 namespace defs {
 namespace {
@@ -208,7 +205,7 @@ namespace defs {
 
 void addConvOps(std::vector<OpDef> &out) {
   OpDef c;
-  c.type = names::Conv;
+  c.type = "Conv";
   c.minInputs = 2;
   c.maxInputs = 3;
   c.summary = "N-d convolution (groups, strides, dilations, pads, auto_pad)";

@@ -2,9 +2,6 @@
 #include "ops/defs/Defs.h"
 
 namespace hetplan::ops {
-namespace names {
-const char *const Gather = "Gather";
-} // namespace names
 
 namespace defs {
 namespace {
@@ -91,7 +88,7 @@ Cost gatherCost(const CostIn &) {
 
 void addGatherOps(std::vector<OpDef> &out) {
   OpDef g;
-  g.type = names::Gather;
+  g.type = "Gather";
   g.minInputs = g.maxInputs = 2;
   g.summary = "takes the slices of `data` at `indices` along `axis`";
   g.shape = gatherShape;

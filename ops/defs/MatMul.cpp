@@ -9,10 +9,6 @@
 #include "ops/defs/Defs.h"
 
 namespace hetplan::ops {
-namespace names {
-const char *const MatMul = "MatMul";
-const char *const Gemm = "Gemm";
-} // namespace names
 
 std::optional<std::vector<int64_t>> matMulShape(const std::vector<int64_t> &aIn, const std::vector<int64_t> &bIn,
                                                 std::string &why) {
@@ -159,7 +155,7 @@ Cost qGemmCost(const CostIn &in) {
 
 void addMatMulOps(std::vector<OpDef> &out) {
   OpDef m;
-  m.type = names::MatMul;
+  m.type = "MatMul";
   m.minInputs = m.maxInputs = 2;
   m.summary = "numpy matmul: batch dims broadcast, 1-D operands promoted";
   m.shape = matMulShapeRule;
@@ -182,7 +178,7 @@ void addMatMulOps(std::vector<OpDef> &out) {
   out.push_back(define("com.microsoft", "QLinearMatMul", 1, 8, 8, qSummary, qLinearMatMulShape, matMulCost));
 
   OpDef g;
-  g.type = names::Gemm;
+  g.type = "Gemm";
   g.minInputs = 2;
   g.maxInputs = 3;
   g.summary = "Y = alpha op(A) op(B) + beta C over matrices";

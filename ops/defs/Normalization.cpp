@@ -10,9 +10,6 @@
 #include "ops/defs/Defs.h"
 
 namespace hetplan::ops {
-namespace names {
-const char *const LayerNormalization = "LayerNormalization";
-} // namespace names
 
 namespace defs {
 namespace {
@@ -114,7 +111,7 @@ Cost embedLayerNormCost(const CostIn &in) {
 
 void addNormalizationOps(std::vector<OpDef> &out) {
   OpDef d;
-  d.type = names::LayerNormalization;
+  d.type = "LayerNormalization";
   d.sinceVersion = 17;
   d.minInputs = 2;
   d.maxInputs = 3;

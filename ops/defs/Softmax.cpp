@@ -2,10 +2,6 @@
 #include "ops/defs/Defs.h"
 
 namespace hetplan::ops {
-namespace names {
-const char *const Softmax = "Softmax";
-const char *const LogSoftmax = "LogSoftmax";
-} // namespace names
 
 namespace defs {
 namespace {
@@ -43,11 +39,11 @@ OpDef axisOp(const char *type, const char *summary, CostFn cost) {
 } // namespace
 
 void addSoftmaxOps(std::vector<OpDef> &out) {
-  OpDef s = axisOp(names::Softmax, "exp(x) / sum(exp(x)) along `axis`", softmaxCost);
+  OpDef s = axisOp("Softmax", "exp(x) / sum(exp(x)) along `axis`", softmaxCost);
   s.keeps = Keeps::Output;
   s.tp = TpRole::AttentionNormalizer;
   out.push_back(s);
-  OpDef l = axisOp(names::LogSoftmax, "log of Softmax along `axis`", softmaxCost);
+  OpDef l = axisOp("LogSoftmax", "log of Softmax along `axis`", softmaxCost);
   l.keeps = Keeps::Output;
   l.tp = TpRole::AxisNormalizer;
   out.push_back(l);

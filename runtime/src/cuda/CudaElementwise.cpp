@@ -9,7 +9,6 @@
 //===----------------------------------------------------------------------===//
 #include "CudaExecutorImpl.h"
 #include "CudaSweep.h"
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 #include <cfloat>
 #include <map>
@@ -52,7 +51,7 @@ const std::map<std::string, UnaryOp> kUnary = {
     {"Log", {cudak::Unary::Log, cudak::UnaryGrad::Log}},
     {"Tanh", {cudak::Unary::Tanh, cudak::UnaryGrad::Tanh, Reads::XY}},
     {"Sigmoid", {cudak::Unary::Sigmoid, cudak::UnaryGrad::Sigmoid, Reads::XY}},
-    {ops::names::Relu, {cudak::Unary::Ramp, cudak::UnaryGrad::Ramp, Reads::Y}},
+    {"Relu", {cudak::Unary::Ramp, cudak::UnaryGrad::Ramp, Reads::Y}},
     {"LeakyRelu", {cudak::Unary::LeakyRelu, cudak::UnaryGrad::LeakyRelu}},
     {"Erf", {cudak::Unary::Erf, cudak::UnaryGrad::Erf}},
     {"Gelu", {cudak::Unary::Gelu, cudak::UnaryGrad::Gelu}},

@@ -10,7 +10,6 @@
 #include "CudaExecutorImpl.h"
 #include "CudaSweep.h"
 #include "../cpu/kernels/Geometry.h"
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 #include <algorithm>
 #include <cfloat>
@@ -164,7 +163,7 @@ std::vector<Tensor> softmaxBackward(Sweep &sw, const Node &n, const std::vector<
   train::softmaxDims(n, sw.model().opset(""), x.shape(), outer, len, inner);
   Tensor dx = sw.device().alloc(DType::Float32, x.shape());
   cudaCheck(cudak::softmaxGrad(Sweep::fp(sw.devValue(out0)), Sweep::fp(sw.devGrad(out0)), Sweep::fp(dx), outer, len,
-                               inner, n.opType == ops::names::LogSoftmax, sw.device().stream),
+                               inner, n.opType == "LogSoftmax", sw.device().stream),
             "Softmax gradient");
   g[0] = std::move(dx);
   return g;
@@ -200,12 +199,12 @@ void CudaExecutor::Impl::registerLinalgKernels(OpRegistry<DeviceKernel> &r) {
   layerNorm.backward = layerNormBackward;
   layerNorm.backwardCheck = layerNormBackwardCheck;
   layerNorm.backwardReads = Reads::Inputs; // X and the scale (statistics recomputed)
-  r.add(ops::names::MatMul, matmul);
-  r.add(ops::names::Gemm, gemm);
-  r.add(ops::names::Conv, DeviceKernel{&Impl::runConv});
-  r.add(ops::names::Softmax, softmax);
-  r.add(ops::names::LogSoftmax, softmax);
-  r.add(ops::names::LayerNormalization, layerNorm);
+  r.add("MatMul", matmul);
+  r.add("Gemm", gemm);
+  r.add("Conv", DeviceKernel{&Impl::runConv});
+  r.add("Softmax", softmax);
+  r.add("LogSoftmax", softmax);
+  r.add("LayerNormalization", layerNorm);
 }
 
 void CudaExecutor::Impl::runSoftmax(Call &c) {
@@ -222,7 +221,7 @@ void CudaExecutor::Impl::runSoftmax(Call &c) {
     for (int64_t i = axis + 1; i < r; ++i) inner *= x.dim(i);
   }
   Tensor y = alloc(DType::Float32, x.shape());
-  launch(cudak::softmax(x.data<float>(), y.data<float>(), outer, len, inner, op == ops::names::LogSoftmax, stream));
+  launch(cudak::softmax(x.data<float>(), y.data<float>(), outer, len, inner, op == "LogSoftmax", stream));
   outs[0].dev = y;
   return;
 }
@@ -286,7 +285,7 @@ void CudaExecutor::Impl::matmul(const Tensor &a, const Tensor &b, Val &out) {
   const float one = 1.f, zero = 0.f;
   const float *pa = a.data<float>(), *pb = b.data<float>();
   float *po = o.data<float>();
-  int m = blasInt(M, ops::names::MatMul), n = blasInt(N, ops::names::MatMul), k = blasInt(K, ops::names::MatMul);
+  int m = blasInt(M, "MatMul"), n = blasInt(N, "MatMul"), k = blasInt(K, "MatMul");
   // A batch operand is either one matrix (stride 0) or a full batch
   // (stride one matrix); anything else (partial broadcast) loops.
   auto strideOf = [&](const std::vector<int64_t> &own, int64_t mat) -> int64_t {
@@ -327,9 +326,9 @@ void CudaExecutor::Impl::gemm(const Node &nd, const Tensor &a, const Tensor &b, 
   if (M > 0 && N > 0) {
     if (K == 0 && !hasC) cudaCheck(cudaMemsetAsync(o.raw(), 0, o.nbytes(), stream), "cudaMemsetAsync");
     else if (K > 0)
-      sgemm(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, ops::names::Gemm), blasInt(M, ops::names::Gemm),
-            blasInt(K, ops::names::Gemm), &alpha, b.data<float>(), blasInt(b.dim(1), ops::names::Gemm), a.data<float>(),
-            blasInt(a.dim(1), ops::names::Gemm), &beta, o.data<float>(), blasInt(N, ops::names::Gemm));
+      sgemm(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, blasInt(N, "Gemm"), blasInt(M, "Gemm"),
+            blasInt(K, "Gemm"), &alpha, b.data<float>(), blasInt(b.dim(1), "Gemm"), a.data<float>(),
+            blasInt(a.dim(1), "Gemm"), &beta, o.data<float>(), blasInt(N, "Gemm"));
   }
   out.dev = o;
 }
@@ -370,9 +369,9 @@ void CudaExecutor::Impl::conv(const Node &nd, const Tensor &x, const Tensor &wt,
     }
     // per group g: out_g[Mg, outSize] = W_g[Mg, Kd] col_g[Kd, outSize]
     // (column-major: out_g^T = col_g^T W_g^T)
-    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, ops::names::Conv), blasInt(Mg, ops::names::Conv), blasInt(Kd, ops::names::Conv), &one,
-                 pcol, blasInt(outSize, ops::names::Conv), Kd * outSize, wt.data<float>(), blasInt(Kd, ops::names::Conv), Mg * Kd, &zero,
-                 o.data<float>() + n * M * outSize, blasInt(outSize, ops::names::Conv), Mg * outSize, blasInt(G, ops::names::Conv));
+    sgemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, blasInt(outSize, "Conv"), blasInt(Mg, "Conv"), blasInt(Kd, "Conv"), &one,
+                 pcol, blasInt(outSize, "Conv"), Kd * outSize, wt.data<float>(), blasInt(Kd, "Conv"), Mg * Kd, &zero,
+                 o.data<float>() + n * M * outSize, blasInt(outSize, "Conv"), Mg * outSize, blasInt(G, "Conv"));
   }
   if (bias) cudaCheck(cudak::addBias(o.data<float>(), bias->data<float>(), N, M, outSize, stream), "bias kernel");
 }
@@ -388,7 +387,7 @@ bool CudaExecutor::Impl::runGemmGroup(const CudaFusion &g, const Lookup &lookup,
   const std::vector<int64_t> &as = a->shape(), &bs = b->shape();
   cublaslt::GemmBias args;
   std::vector<int64_t> outShape;
-  if (h.opType == ops::names::MatMul) { // A [..., M, K] flattened to [M', K] times a 2-D B
+  if (h.opType == "MatMul") { // A [..., M, K] flattened to [M', K] times a 2-D B
     if (as.size() < 2 || bs.size() != 2 || as.back() != bs[0]) return false;
     args.K = bs[0];
     args.N = bs[1];
@@ -564,7 +563,7 @@ void attentionPattern(Matcher &mt, std::vector<CudaFusion> &out) {
   if (!sdpaPrecision(mt.precision)) return;
   for (size_t idx : mt.order) {
     const Node &qk = m.nodes[idx];
-    if (qk.opType != ops::names::MatMul || !mt.usable(idx) || qk.inputs.size() != 2 || !Matcher::unaryOut(qk)) continue;
+    if (qk.opType != "MatMul" || !mt.usable(idx) || qk.inputs.size() != 2 || !Matcher::unaryOut(qk)) continue;
     CudaFusion f;
     f.kind = CudaFusion::Kind::Attention;
     f.q = qk.inputs[0];
@@ -597,7 +596,7 @@ void attentionPattern(Matcher &mt, std::vector<CudaFusion> &out) {
       f.mask = other;
       r = advance(r);
     }
-    if (r < 0 || m.nodes[r].opType != ops::names::Softmax || !Matcher::unaryOut(m.nodes[r])) continue;
+    if (r < 0 || m.nodes[r].opType != "Softmax" || !Matcher::unaryOut(m.nodes[r])) continue;
     {
       int64_t axis = m.nodes[r].getInt("axis", mt.opset < 13 ? 1 : -1);
       auto qs = mt.knownShape(f.q);
@@ -607,7 +606,7 @@ void attentionPattern(Matcher &mt, std::vector<CudaFusion> &out) {
     if (r >= 0 && m.nodes[r].opType == "Cast" && Matcher::unaryOut(m.nodes[r]) &&
         m.nodes[r].getInt("to", 0) == int64_t(DType::Float32))
       r = advance(r);
-    if (r < 0 || m.nodes[r].opType != ops::names::MatMul || m.nodes[r].inputs.size() != 2 || !Matcher::unaryOut(m.nodes[r]) ||
+    if (r < 0 || m.nodes[r].opType != "MatMul" || m.nodes[r].inputs.size() != 2 || !Matcher::unaryOut(m.nodes[r]) ||
         m.nodes[r].inputs[0] != cur || m.nodes[r].inputs[1] == cur)
       continue;
     f.v = m.nodes[r].inputs[1];
@@ -630,13 +629,13 @@ void gemmBiasPattern(Matcher &mt, std::vector<CudaFusion> &out) {
   const Model &m = mt.m;
   for (size_t idx : mt.order) {
     const Node &g = m.nodes[idx];
-    if ((g.opType != ops::names::MatMul && g.opType != ops::names::Gemm) || !mt.usable(idx) || g.inputs.size() < 2 || !Matcher::unaryOut(g)) continue;
+    if ((g.opType != "MatMul" && g.opType != "Gemm") || !mt.usable(idx) || g.inputs.size() < 2 || !Matcher::unaryOut(g)) continue;
     if (!mt.maybeFloat(g.inputs[0]) || !mt.maybeFloat(g.inputs[1])) continue;
     // The N the bias must have, when B is a constant (a weight).
     std::optional<int64_t> N;
     if (const Tensor *w = mt.constant(g.inputs[1])) {
       if (w->rank() != 2) continue; // batched weights: plain path
-      N = g.opType == ops::names::Gemm && g.getInt("transB", 0) ? w->dim(0) : w->dim(1);
+      N = g.opType == "Gemm" && g.getInt("transB", 0) ? w->dim(0) : w->dim(1);
     }
     auto biasOk = [&](const Tensor *b) {
       return b && b->dtype() == DType::Float32 && (b->rank() == 1 || (b->rank() == 2 && b->dim(0) == 1)) &&
@@ -646,7 +645,7 @@ void gemmBiasPattern(Matcher &mt, std::vector<CudaFusion> &out) {
     f.kind = CudaFusion::Kind::GemmBias;
     f.nodes = {idx};
     std::string cur = g.outputs[0];
-    bool hasC = g.opType == ops::names::Gemm && g.inputs.size() > 2 && !g.inputs[2].empty();
+    bool hasC = g.opType == "Gemm" && g.inputs.size() > 2 && !g.inputs[2].empty();
     if (hasC) {
       if (g.getFloat("beta", 1.f) != 1.f || !biasOk(mt.constant(g.inputs[2]))) continue;
     } else {

@@ -10,7 +10,6 @@
 #include "CudaExecutorImpl.h"
 #include "CudaSweep.h"
 #include "../cpu/kernels/ViewParams.h"
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 #include <algorithm>
 #include <cstring>
@@ -210,7 +209,7 @@ void CudaExecutor::Impl::registerMovementKernels(OpRegistry<DeviceKernel> &r) {
   DeviceKernel gather = movement(&Impl::runGather, gatherBackward);
   gather.check = gatherCheck;
   gather.backwardCheck = gatherBackwardCheck;
-  r.add(ops::names::Gather, gather);
+  r.add("Gather", gather);
   // Shape-only ops: their CPU kernel runs on a device view of input 0
   // (CudaExecutor.cpp); the backward of those that pass dY on, here.
   for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Shape", "Size"}) {

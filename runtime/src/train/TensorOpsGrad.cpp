@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::train {
 namespace {

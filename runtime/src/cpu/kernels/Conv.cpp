@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::cpu {
 namespace {
@@ -32,7 +31,7 @@ constexpr const char kPostSum[] = "__hetplan_post_sum", kPostRelu[] = "__hetplan
 void conv(KernelContext &c) {
   const Tensor &x = c.in(0), &wt = c.in(1);
   auto ks = c.node.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + std::min<int64_t>(2, wt.rank()), wt.shape().end()));
-  checkConvOperands(ops::names::Conv, x, wt, c.node.getInt("group", 1), ks, false, c.hasInput(2) ? &c.in(2) : nullptr);
+  checkConvOperands("Conv", x, wt, c.node.getInt("group", 1), ks, false, c.hasInput(2) ? &c.in(2) : nullptr);
   int64_t N = x.dim(0), C = x.dim(1), M = wt.dim(0), G = c.node.getInt("group", 1);
   Window w = makeWindow(c.node, spatialOf(x), ks, false);
   size_t r = w.in.size();
@@ -258,8 +257,8 @@ Tensor runFloatConv(const KernelContext &c, const Tensor &x, const Tensor &w) {
 }
 
 void registerConvKernels() {
-  registerKernel(ops::names::Conv, {conv, nullptr, kFloatTypes});
-  registerFusion(ops::names::Conv, fuseConvChain);
+  registerKernel("Conv", {conv, nullptr, kFloatTypes});
+  registerFusion("Conv", fuseConvChain);
 }
 
 } // namespace hetplan::runtime::cpu
@@ -459,6 +458,6 @@ std::string convCheck(const Node &n, int64_t) {
 
 } // namespace
 
-void registerConvGradients() { registerGradient(ops::names::Conv, {convGrad, convCheck, {}}); }
+void registerConvGradients() { registerGradient("Conv", {convGrad, convCheck, {}}); }
 
 } // namespace hetplan::runtime::train

@@ -10,7 +10,6 @@
 #include "../../train/GradUtil.h"
 
 #include <cstring>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::cpu {
 namespace {
@@ -39,7 +38,7 @@ void gather(KernelContext &c) {
 
 } // namespace
 
-void registerGatherKernels() { registerKernel(ops::names::Gather, {gather, nullptr, {}}); }
+void registerGatherKernels() { registerKernel("Gather", {gather, nullptr, {}}); }
 
 } // namespace hetplan::runtime::cpu
 
@@ -80,6 +79,6 @@ void gatherGrad(GradientContext &c) {
 
 } // namespace
 
-void registerGatherGradients() { registerGradient(ops::names::Gather, {gatherGrad, nullptr, {1}}); }
+void registerGatherGradients() { registerGradient("Gather", {gatherGrad, nullptr, {1}}); }
 
 } // namespace hetplan::runtime::train

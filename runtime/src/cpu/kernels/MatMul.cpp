@@ -16,7 +16,7 @@
 #endif
 
 #include <stdexcept>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
+#include "ops/OpTable.h"
 
 namespace hetplan::runtime::cpu {
 
@@ -113,8 +113,8 @@ Tensor runFloatMatMul(const KernelContext &c, const Tensor &a, const Tensor &b) 
 }
 
 void registerMatMulKernels() {
-  registerKernel(ops::names::MatMul, {matmul, nullptr, kFloatTypes});
-  registerKernel(ops::names::Gemm, {gemmKernel, nullptr, kFloatTypes});
+  registerKernel("MatMul", {matmul, nullptr, kFloatTypes});
+  registerKernel("Gemm", {gemmKernel, nullptr, kFloatTypes});
 }
 
 } // namespace hetplan::runtime::cpu
@@ -199,8 +199,8 @@ void gemmGrad(GradientContext &c) {
 } // namespace
 
 void registerMatMulGradients() {
-  registerGradient(ops::names::MatMul, {matmulGrad, nullptr, {}});
-  registerGradient(ops::names::Gemm, {gemmGrad, nullptr, {}});
+  registerGradient("MatMul", {matmulGrad, nullptr, {}});
+  registerGradient("Gemm", {gemmGrad, nullptr, {}});
 }
 
 } // namespace hetplan::runtime::train

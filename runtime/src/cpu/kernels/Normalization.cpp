@@ -12,7 +12,6 @@
 
 #include <cmath>
 #include <limits>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::cpu {
 namespace {
@@ -119,9 +118,9 @@ void softmax(KernelContext &c, int kind /*0 softmax, 1 log, 2 hardmax*/) {
 } // namespace
 
 void registerNormalizationKernels() {
-  registerKernel(ops::names::LayerNormalization, {layerNorm, nullptr, kFloatTypes});
-  registerKernel(ops::names::Softmax, {[](KernelContext &c) { softmax(c, 0); }, nullptr, kFloatTypes});
-  registerKernel(ops::names::LogSoftmax, {[](KernelContext &c) { softmax(c, 1); }, nullptr, kFloatTypes});
+  registerKernel("LayerNormalization", {layerNorm, nullptr, kFloatTypes});
+  registerKernel("Softmax", {[](KernelContext &c) { softmax(c, 0); }, nullptr, kFloatTypes});
+  registerKernel("LogSoftmax", {[](KernelContext &c) { softmax(c, 1); }, nullptr, kFloatTypes});
   registerKernel("Hardmax", {[](KernelContext &c) { softmax(c, 2); }, nullptr, kFloatTypes});
 }
 
@@ -263,9 +262,9 @@ void softmaxGrad(GradientContext &c, bool log) {
 } // namespace
 
 void registerNormalizationGradients() {
-  registerGradient(ops::names::LayerNormalization, {layerNormGrad, nullptr, {}});
-  registerGradient(ops::names::Softmax, {[](GradientContext &c) { softmaxGrad(c, false); }, nullptr, {}});
-  registerGradient(ops::names::LogSoftmax, {[](GradientContext &c) { softmaxGrad(c, true); }, nullptr, {}});
+  registerGradient("LayerNormalization", {layerNormGrad, nullptr, {}});
+  registerGradient("Softmax", {[](GradientContext &c) { softmaxGrad(c, false); }, nullptr, {}});
+  registerGradient("LogSoftmax", {[](GradientContext &c) { softmaxGrad(c, true); }, nullptr, {}});
 }
 
 } // namespace hetplan::runtime::train

@@ -17,7 +17,6 @@
 
 #include <cmath>
 #include <limits>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::cpu {
 namespace {
@@ -501,7 +500,7 @@ void qgemm(KernelContext &c) {
   Node plain = c.node;
   plain.attrs.erase("alpha");
   plain.attrs.erase("beta");
-  const KernelInfo *k = findKernel(ops::names::Gemm);
+  const KernelInfo *k = findKernel("Gemm");
   if (!k) throw std::runtime_error("no Gemm kernel");
   KernelContext inner{plain, 13, {&af, &bf}, std::vector<Tensor>(1)};
   k->run(inner);

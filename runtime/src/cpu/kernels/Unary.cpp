@@ -14,7 +14,6 @@
 
 #include <cmath>
 #include <type_traits>
-#include "ops/OpTable.h" // ops::names: the spelling of op types kernels register under
 
 namespace hetplan::runtime::cpu {
 
@@ -119,13 +118,13 @@ void registerUnaryKernels() {
     double b = n.getFloat("bias", 0.0f), l = n.getFloat("lambd", 0.5f);
     return [b, l](double x) { return x < -l ? x + b : (x > l ? x - b : 0.0); };
   });
-  regNumericUnary(ops::names::Relu, [](auto z) { using T = decltype(z); return [](T x) { return x < T(0) ? T(0) : x; }; }, kSignedAndFloat);
+  regNumericUnary("Relu", [](auto z) { using T = decltype(z); return [](T x) { return x < T(0) ? T(0) : x; }; }, kSignedAndFloat);
   regNumericUnary("Neg", [](auto z) { using T = decltype(z); return [](T x) { return wrapSub(T(0), x); }; }, kSignedAndFloat);
   regNumericUnary("Abs", [](auto z) { using T = decltype(z); return [](T x) { if constexpr (std::is_unsigned_v<T>) return x; else return x < T(0) ? wrapSub(T(0), x) : x; }; }, kNumericTypes);
   regNumericUnary("Sign", [](auto z) { using T = decltype(z); return [](T x) { return static_cast<T>(x > T(0) ? 1 : (x < T(0) ? -1 : 0)); }; }, kNumericTypes);
 }
 
-bool isRelu(const Node &n) { return n.opType == ops::names::Relu; }
+bool isRelu(const Node &n) { return n.opType == "Relu"; }
 
 } // namespace hetplan::runtime::cpu
 
@@ -174,7 +173,7 @@ void registerUnaryGradients() {
   regUnary("Sigmoid", true, plain([](double, double y) { return y * (1.0 - y); }));
   regUnary("Erf", false, plain([](double x, double) { return 2.0 / std::sqrt(kPi) * std::exp(-x * x); }));
   // y > 0 exactly where x > 0: reads the output, as ops/defs/Activation.cpp declares.
-  regUnary(ops::names::Relu, true, plain([](double, double y) { return y > 0 ? 1.0 : 0.0; }));
+  regUnary("Relu", true, plain([](double, double y) { return y > 0 ? 1.0 : 0.0; }));
   regUnary("Reciprocal", true, plain([](double, double y) { return -y * y; }));
   regUnary("Abs", false, plain([](double x, double) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }));
   regUnary("Sin", false, plain([](double x, double) { return std::cos(x); }));
