@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "hetplan/runtime/Explain.h"
+#include "Units.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,16 +22,6 @@ std::string format(const char *fmt, double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), fmt, value);
   return buffer;
-}
-
-std::string bytesText(double bytes) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 4) {
-    bytes /= 1024;
-    ++unit;
-  }
-  return unit == 0 ? format("%.0f B", bytes) : format("%.1f ", bytes) + units[unit];
 }
 
 std::string countText(double n) {

@@ -18,6 +18,7 @@
 #include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/Files.h"
 #include "Markup.h"
+#include "Units.h"
 
 #include <algorithm>
 #include <cmath>
@@ -38,15 +39,7 @@ std::string fmt(const char *format, double value) {
   return buffer;
 }
 
-std::string sizeText(double bytes) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 4) {
-    bytes /= 1024;
-    ++unit;
-  }
-  return unit == 0 ? fmt("%.0f B", bytes) : fmt("%.1f ", bytes) + units[unit];
-}
+std::string sizeText(double bytes) { return bytesText(std::isfinite(bytes) ? bytes : 0.0); }
 
 std::string msOf(double seconds) {
   double ms = seconds * 1e3;
