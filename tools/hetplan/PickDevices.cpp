@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 namespace hetplan::tools {
 
@@ -248,7 +249,7 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
     for (size_t i = 0; i < evaluated; ++i)
       if (mixes[i].plan && (!fastest || mixes[i].step() < fastest->step()))
         fastest = &mixes[i];
-    std::string why = fastest ? llvm::formatv("the fastest, {0}, steps in {1:F3} s ({2:F1} "
+    std::string why = fastest ? llvm::formatv("the fastest planned, {0}, steps in {1:F3} s ({2:F1} "
                                               "samples/s) at ${3:F2}/h",
                                               fastest->spec, fastest->step(),
                                               fastest->plan->samplesPerSecond,
@@ -267,9 +268,10 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
   os << "  rank  devices                            $/h    step s  samples/s       $/step\n";
   for (size_t i = 0; i < ranked.size() && i < PickTargets::kShown; ++i) {
     const Mix &m = *ranked[i];
-    os << llvm::formatv("  {0,4}  {1,-30}  {2,7:F2}  {3,8:F4}  {4,9:F1}  {5,11:F7}\n", i + 1,
-                        m.spec, m.usdPerHour, m.step(), m.plan->samplesPerSecond,
-                        m.usdPerStep());
+    char perStep[32];  // three significant digits, however small
+    std::snprintf(perStep, sizeof(perStep), "%.3g", m.usdPerStep());
+    os << llvm::formatv("  {0,4}  {1,-30}  {2,7:F2}  {3,8:F4}  {4,9:F1}  {5,11}\n", i + 1,
+                        m.spec, m.usdPerHour, m.step(), m.plan->samplesPerSecond, perStep);
   }
   size_t idle = 0;
   for (size_t i = 0; i < evaluated; ++i)
