@@ -151,6 +151,10 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
   for (const PickGroup &g : groups) {
     choices.push_back(countChoices(g));
     total *= choices.back().size();
+    if (total > PickTargets::kMaxMixes)
+      return llvm::createStringError(llvm::formatv(
+          "--pick-devices: more than {0} mixes of counts: fewer groups with '?'",
+          PickTargets::kMaxMixes));
     double p = 0;
     if (!g.option) {
       auto type = catalog.lookup(g.type);
@@ -166,10 +170,6 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
     }
     price.push_back(p);
   }
-  if (total > PickTargets::kMaxMixes)
-    return llvm::createStringError(llvm::formatv(
-        "--pick-devices: {0} mixes of counts is more than {1}: fewer groups with '?'", total,
-        PickTargets::kMaxMixes));
   for (size_t n = 0; n < total; ++n) {
     Mix m;
     size_t rest = n;
@@ -208,7 +208,7 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   size_t evaluated = 0, met = 0;
-  double stopAbove = INFINITY;  // with a target: the 4th meeting mix's price
+  double stopAbove = INFINITY;  // with a target: the kShown-th meeting mix's price
   for (Mix &m : mixes) {
     if (m.usdPerHour > stopAbove || elapsed() > targets.timeLimitSeconds)
       break;
