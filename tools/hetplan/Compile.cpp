@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/hetplan/Commands.h"
+#include "tools/hetplan/PickDevices.h"
 
 #include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/Npy.h"
@@ -116,7 +117,7 @@ cl::opt<std::string> strategyArg(
     "strategy",
     cl::desc("hetplan (search), dp-even, pp-even or homogeneous (baselines)"),
     cl::init("hetplan"), cl::sub(compileCmd));
-cl::opt<std::string> pinArg("pin", cl::desc("Evaluate this layout: pp=4,dp=4,mb=8[,tp=2]; serve: every replica pp=N[,tp=T]"),
+cl::opt<std::string> pinArg("pin", cl::desc("Evaluate this layout: pp=4,dp=4,mb=8[,tp=2] (mb: micro-batch count; or mbs: micro-batch size); serve: every replica pp=N[,tp=T]"),
                             cl::sub(compileCmd));
 cl::opt<std::string> layoutArg(
     "layout",
@@ -178,14 +179,28 @@ cl::opt<double> tpotArg("tpot-ms",
                         cl::desc("serve: time-per-output-token target, ms, at the 90th "
                                  "percentile"),
                         cl::init(0), cl::sub(compileCmd));
-cl::opt<double> budgetArg("budget", cl::desc("serve: the most to spend, $ per hour"),
+cl::opt<double> budgetArg("budget", cl::desc("serve, and train/infer with --pick-devices: the most "
+                                             "to spend, $ per hour"),
                           cl::value_desc("$/h"), cl::init(0), cl::sub(compileCmd));
 cl::opt<bool> pickDevicesArg(
     "pick-devices",
     cl::desc("serve: use the cheapest part of the cluster that meets the rate and targets; "
+             "train/infer: the cheapest mix meeting --target-step-s or --target-samples-s "
+             "(or the fastest within --budget, else the least $/step); "
              "a count written N? in an inline cluster (8xA100-80G?,16xL4?) means up to N, "
              "one without ? is used whole; in a cluster file every type is up to its count"),
     cl::sub(compileCmd));
+cl::opt<double> targetStepArg("target-step-s",
+                              cl::desc("train/infer --pick-devices: the longest step, seconds"),
+                              cl::init(0), cl::sub(compileCmd));
+cl::opt<double> pickTimeArg("pick-time-s",
+                            cl::desc("train/infer --pick-devices: the most seconds to spend "
+                                     "planning mixes (cheapest first)"),
+                            cl::init(60), cl::sub(compileCmd));
+cl::opt<double> targetSamplesArg("target-samples-s",
+                                 cl::desc("train/infer --pick-devices: the fewest samples per "
+                                          "second"),
+                                 cl::init(0), cl::sub(compileCmd));
 cl::opt<uint64_t> serveSeedArg("serve-seed",
                                cl::desc("serve: seed of the simulated Poisson arrivals"),
                                cl::init(1), cl::sub(compileCmd));
@@ -355,7 +370,8 @@ void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
   os << ", " << s.dtype() << ", on " << p.cluster().spec() << " ("
      << p.cluster().devices_size() << " devices)\n";
   int64_t mbSize = s.global_batch() / std::max<int64_t>(1, s.micro_batches());
-  os << llvm::formatv("  strategy {0}, {1} schedule, {2} stage(s), {3} micro-batch(es) of {4}\n",
+  os << llvm::formatv("  strategy {0}, {1} schedule, {2} stage(s), {3} micro-batch(es) of {4} "
+                      "sample(s) (count mb={3}, size mbs={4})\n",
                       s.strategy(), s.schedule(), p.stages_size(), s.micro_batches(), mbSize);
   if (s.mode() == "train" && runtime::memorySaversText(p) != "none")
     os << "  memory savers: " << runtime::memorySaversText(p) << "\n";
@@ -461,11 +477,12 @@ planner::PipelineOptions pipelineOptions(int64_t batch, int64_t sequence, cluste
 
 /// What the plan records about the model and the run besides the planner's
 /// result.
-planner::ExportInfo exportInfo(const planner::CostedModel &costed, int64_t sequence) {
+planner::ExportInfo exportInfo(const planner::CostedModel &costed, int64_t sequence,
+                               llvm::StringRef pickedSpec = {}) {
   planner::ExportInfo info;
   info.modelPath = modelPathFromPlan(model, outputArg);
   info.modelSha256 = fileSha256(model, info.modelBytes);
-  info.clusterSpec = clusterArg;
+  info.clusterSpec = pickedSpec.empty() ? std::string(clusterArg) : pickedSpec.str();
   info.sequence = sequence;
   info.boundDims = costed.boundDims;
   info.inputs = costed.inputs;
@@ -519,7 +536,7 @@ int runCompileServe() {
     auto pin = planner::parsePin(pinArg);
     if (!pin)
       return fail(llvm::toString(pin.takeError()));
-    if (pin->dp || pin->mb)
+    if (pin->dp || pin->mb || pin->mbs)
       return fail("--pin in --mode serve takes pp and tp (every replica's stages and tensor "
                   "parallelism); replicas and their groups in flight are planned");
     so.pinPipelineStages = pin->pp;
@@ -738,10 +755,11 @@ llvm::json::Object layoutLine(size_t index, llvm::Expected<planner::Plan> p) {
 /// The plan written to -o (without its wall-clock search time: same
 /// inputs, same bytes), then its summary or its JSON.
 int writeCompiledPlan(const planner::Plan &result, const planner::CostedModel &costed,
-                      const cluster::Cluster &cl, const planner::Options &options) {
+                      const cluster::Cluster &cl, const planner::Options &options,
+                      llvm::StringRef pickedSpec = {}) {
   std::string error;
   plan::Plan out =
-      planner::exportPlan(result, costed.cost, cl, options, exportInfo(costed, seqArg));
+      planner::exportPlan(result, costed.cost, cl, options, exportInfo(costed, seqArg, pickedSpec));
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
   // The file holds no wall-clock figures: same inputs, same bytes.
@@ -773,10 +791,20 @@ int runCompile() {
     return fail("--batch is required for --mode " + modeArg);
   if (rateArg.getNumOccurrences() || promptLenArg.getNumOccurrences() ||
       outputLenArg.getNumOccurrences() || ttftArg.getNumOccurrences() ||
-      tpotArg.getNumOccurrences() || budgetArg.getNumOccurrences() ||
-      pickDevicesArg.getNumOccurrences())
+      tpotArg.getNumOccurrences() ||
+      (!pickDevicesArg && budgetArg.getNumOccurrences()))
     return fail("--rate, --prompt-len, --output-len, --ttft-ms, --tpot-ms, --budget and "
-                "--pick-devices are for --mode serve");
+                "--pick-devices are for --mode serve (--budget and --pick-devices also pick "
+                "devices for train and infer plans)");
+  if ((targetStepArg.getNumOccurrences() || targetSamplesArg.getNumOccurrences() ||
+       pickTimeArg.getNumOccurrences()) &&
+      !pickDevicesArg)
+    return fail("--target-step-s, --target-samples-s and --pick-time-s go with --pick-devices");
+  if (targetStepArg < 0 || targetSamplesArg < 0 || budgetArg < 0 || !(pickTimeArg > 0))
+    return fail("--target-step-s, --target-samples-s and --budget must not be negative, and "
+                "--pick-time-s must be positive");
+  if (int(targetStepArg > 0) + int(targetSamplesArg > 0) + int(budgetArg > 0) > 1)
+    return fail("give one of --target-step-s, --target-samples-s and --budget");
   // Options first: a bad flag should not wait for a large import.
   planner::Options options;
   if (llvm::Error e = readBatchAndMode(options))
@@ -796,7 +824,23 @@ int runCompile() {
   if (layouts.size() > 1 && !outputArg.empty())
     return fail("--layout with several layouts prices them and writes no plan: drop -o");
 
-  auto cl = cluster::parseClusterSpec(clusterArg, flags->catalog);
+  std::vector<PickGroup> pickGroups;
+  if (pickDevicesArg) {
+    auto groups = parsePickGroups(clusterArg);
+    if (!groups)
+      return fail(llvm::toString(groups.takeError()));
+    if (!layouts.empty() || !pinArg.empty())
+      return fail("--pick-devices plans each mix itself: drop --layout and --pin");
+    pickGroups = std::move(*groups);
+  } else if (llvm::StringRef(clusterArg).contains('?')) {
+    return fail("'?' in --cluster (up to N devices) needs --pick-devices");
+  }
+  std::vector<int> allCounts;
+  for (const PickGroup &g : pickGroups)
+    allCounts.push_back(g.max);
+  auto cl = cluster::parseClusterSpec(pickDevicesArg ? pickSpec(pickGroups, allCounts)
+                                                     : std::string(clusterArg),
+                                      flags->catalog);
   if (!cl)
     return fail(llvm::toString(cl.takeError()));
 
@@ -835,6 +879,15 @@ int runCompile() {
       llvm::outs() << llvm::formatv("{0}", llvm::json::Value(std::move(line))) << "\n";
     }
     return 0;
+  }
+  if (pickDevicesArg) {
+    PickTargets targets{targetStepArg, targetSamplesArg, budgetArg, pickTimeArg};
+    auto picked = pickDevices(*modelCost, pickGroups, flags->catalog, options, targets);
+    if (!picked)
+      return fail(model + " on " + clusterArg + ": " + llvm::toString(picked.takeError()));
+    if (!jsonArg)
+      llvm::outs() << picked->report;
+    return writeCompiledPlan(picked->plan, *costed, *picked->cluster, options, picked->spec);
   }
   auto result = layouts.empty()
                     ? planner::makePlan(*modelCost, *cl, options)
