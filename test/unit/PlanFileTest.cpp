@@ -402,7 +402,7 @@ TEST(PlanFile, BaselinesRoundTripAndOlderPlansHaveNone) {
   EXPECT_EQ(back.schema_version(), p.schema_version());
   std::ostringstream oldReport;
   explainPlan(back, oldReport);
-  EXPECT_NE(oldReport.str().find("baselines: not recorded"), std::string::npos) << oldReport.str();
+  EXPECT_NE(oldReport.str().find("Baselines: not recorded"), std::string::npos) << oldReport.str();
   EXPECT_NE(oldReport.str().find("step time"), std::string::npos);
 }
 

@@ -44,14 +44,17 @@ std::string baselineLine(const plan::Plan &p, const plan::Baseline &b) {
 
 void explainBaselines(const plan::Plan &p, std::ostream &os, const std::string &indent) {
   bool serving = p.has_serving();
+  // A section of explain's report (no indent) is headed like the others.
+  const char *heading = indent.empty() ? "Baselines" : "baselines";
   if (p.baselines_size() == 0) {
-    os << indent << "baselines: not recorded (a plan written before hetplan recorded them)\n";
+    os << indent << heading
+       << ": not recorded (a plan written before hetplan recorded them)\n";
     return;
   }
-  os << indent
-     << (serving ? "baselines (same model, cluster and workload; predicted; x = this plan's "
+  os << indent << heading
+     << (serving ? " (same model, cluster and workload; predicted; x = this plan's "
                    "capacity over the baseline's):\n"
-                 : "baselines (same model, cluster and settings; predicted; x = the "
+                 : " (same model, cluster and settings; predicted; x = the "
                    "baseline's step time over this plan's):\n");
   for (const auto &b : p.baselines())
     os << indent << "  " << baselineLine(p, b) << "\n";

@@ -26,7 +26,8 @@ void explainPlan(const plan::Plan &plan, std::ostream &os);
 /// percentiles, and the cost.
 void explainServing(const plan::Plan &plan, std::ostream &os);
 
-/// Plan.baselines, one line each after `indent` under a heading line: the
+/// Plan.baselines, one line each after `indent` under a heading line
+/// ("Baselines" without an indent, as explain's other sections): the
 /// baseline's predicted step time (serving: its capacity and TPOT) and the
 /// plan's gain over it ("x1.70"), or "does not fit: WHY". A plan without
 /// baselines (written before they were recorded) gets one line saying so.
