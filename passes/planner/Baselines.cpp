@@ -119,8 +119,13 @@ BaselineResult serveResult(llvm::Expected<serve::ServePlan> p, Strategy strategy
 std::vector<BaselineResult> planServeBaselines(const cost::ModelCost &prefill,
                                                const cost::ModelCost &decode,
                                                const cluster::Cluster &cluster,
-                                               const serve::Options &options) {
+                                               const serve::Options &given,
+                                               const serve::ServePlan &self) {
   std::vector<BaselineResult> out;
+  // Fewer simulated arrivals than the plan's: a baseline's percentiles are
+  // indicative, and long outputs at a low rate made them cost minutes.
+  serve::Options options = given;
+  options.simulatedRequests = kServeBaselineRequests;
   // Homogeneous: each type alone; the one of most capacity (else the first
   // type's reason).
   std::vector<const cluster::DeviceType *> types;
@@ -129,6 +134,13 @@ std::vector<BaselineResult> planServeBaselines(const cost::ModelCost &prefill,
       types.push_back(d.type);
   BaselineResult best;
   best.strategy = Strategy::Homogeneous;
+  if (types.size() == 1) {  // the plan is homogeneous: itself
+    best.fits = true;
+    best.capacityRps = self.capacity;
+    best.tpotP90 = self.predicted.tpotP90;
+    best.note = std::to_string(cluster.devices.size()) + "x " + types[0]->name;
+    types.clear();
+  }
   for (const cluster::DeviceType *type : types) {
     cluster::Cluster sub = onlyType(cluster, type);
     BaselineResult b = serveResult(serve::planServing(prefill, decode, sub, options),
@@ -144,8 +156,12 @@ std::vector<BaselineResult> planServeBaselines(const cost::ModelCost &prefill,
   // Even data-parallel: one-stage replicas, each the same share.
   serve::Options one = options;
   one.pinPipelineStages = 1;
-  auto dp = serve::planServing(prefill, decode, cluster, one);
-  if (dp && !dp->replicas.empty()) {
+  // Replicas of one stage already: the plan's own, routed evenly (no search).
+  bool oneStage = std::all_of(self.replicas.begin(), self.replicas.end(),
+                              [](const serve::Replica &r) { return r.stages.size() == 1; });
+  auto dp = oneStage ? llvm::Expected<serve::ServePlan>(self)
+                     : serve::planServing(prefill, decode, cluster, one);
+  if (dp && dp->replicas.size() > 1) {  // one replica: evenly is as planned
     std::vector<serve::SimReplica> sims;
     double slowest = dp->replicas.front().capacity;
     for (const serve::Replica &r : dp->replicas) {
@@ -153,9 +169,8 @@ std::vector<BaselineResult> planServeBaselines(const cost::ModelCost &prefill,
       sims.back().share = 1.0 / double(dp->replicas.size());
       slowest = std::min(slowest, r.capacity);
     }
-    uint64_t requests = uint64_t(std::clamp(options.rate * 120.0, 2000.0, 20000.0));
     dp->predicted = serve::simulate(sims, options.rate, options.promptTokens,
-                                    options.outputTokens, requests, options.seed);
+                                    options.outputTokens, kServeBaselineRequests, options.seed);
     dp->capacity = slowest * double(dp->replicas.size());
   }
   std::string note = dp ? std::to_string(dp->replicas.size()) +

@@ -42,10 +42,15 @@ std::vector<BaselineResult> planBaselines(const cost::ModelCost &model,
 /// planner on each device type's devices alone, the one of most capacity)
 /// and "dp-even" (replicas of one pipeline stage each, the rate routed to
 /// them evenly, simulated). Same options (rate, targets, picking).
+/// A cluster of one type has the plan itself (`self`) as its homogeneous
+/// baseline. Baselines simulate kServeBaselineRequests arrivals (the plan:
+/// rate x 120 s, at least 2,000) to bound their cost.
+constexpr uint64_t kServeBaselineRequests = 200;
 std::vector<BaselineResult> planServeBaselines(const cost::ModelCost &prefill,
                                                const cost::ModelCost &decode,
                                                const cluster::Cluster &cluster,
-                                               const serve::Options &options);
+                                               const serve::Options &options,
+                                               const serve::ServePlan &self);
 
 /// What a planner error says, short: "the closest needs 3.1 GiB more on
 /// stage 0 of 1 on L4" from "no layout fits in memory: the closest needs

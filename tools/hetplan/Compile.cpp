@@ -582,7 +582,7 @@ int runCompileServe() {
   plan::Plan out = planner::serve::exportServePlan(*served, prefill->cost, *cl, so,
                                                    exportInfo(*prefill, promptLenArg));
   planner::exportBaselines(
-      planner::planServeBaselines(prefill->cost, decode->cost, *cl, so), out);
+      planner::planServeBaselines(prefill->cost, decode->cost, *cl, so, *served), out);
   std::string error;
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
