@@ -13,12 +13,14 @@
 
 #include "tools/hetplan/Commands.h"
 #include "tools/hetplan/PickDevices.h"
+#include "tools/hetplan/Baselines.h"
 
 #include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/Npy.h"
 #include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/Trace.h"
 #include "passes/cluster/Cluster.h"
+#include "passes/planner/Baselines.h"
 #include "passes/planner/ModelPipeline.h"
 #include "passes/planner/PlanExport.h"
 #include "passes/planner/Planner.h"
@@ -334,7 +336,8 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
         {"tpot_s", llvm::json::Object{{"p50", sp.tpot_p50_s()},
                                       {"p90", sp.tpot_p90_s()},
                                       {"p99", sp.tpot_p99_s()}}},
-        {"simulated_requests", int64_t(sp.simulated_requests())}})
+        {"simulated_requests", int64_t(sp.simulated_requests())},
+        {"baselines", baselinesJson(p)}})
       summary[key] = std::move(value);
     return summary;
   }
@@ -354,7 +357,8 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
       {"bubble_fraction", pr.bubble_fraction()},
       {"model_flops_utilization", pr.model_flops_utilization()},
       {"search_time_s", pr.search_time_s()},
-      {"plans_evaluated", int64_t(pr.plans_evaluated())}})
+      {"plans_evaluated", int64_t(pr.plans_evaluated())},
+      {"baselines", baselinesJson(p)}})
     summary[key] = std::move(value);
   return summary;
 }
@@ -425,6 +429,7 @@ void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
                       100 * pr.model_flops_utilization());
   os << llvm::formatv("  search: {0} layouts in {1:F2} s (cost model: {2})\n",
                       pr.plans_evaluated(), pr.search_time_s(), pr.cost_model());
+  printBaselines(p, os);
 }
 
 /// The flags every mode shares, read once: the format, the measured
@@ -596,6 +601,8 @@ int runCompileServe() {
 
   plan::Plan out = planner::serve::exportServePlan(*served, prefill->cost, *cl, so,
                                                    exportInfo(*prefill, promptLenArg));
+  planner::exportBaselines(
+      planner::planServeBaselines(prefill->cost, decode->cost, *cl, so, *served), out);
   std::string error;
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
@@ -608,6 +615,7 @@ int runCompileServe() {
   std::ostringstream os;
   runtime::explainServing(out, os);
   llvm::outs() << os.str();
+  printBaselines(out, llvm::outs());
   llvm::outs() << "  plan written to " << outputArg << "\n";
   return 0;
 }
@@ -760,6 +768,7 @@ int writeCompiledPlan(const planner::Plan &result, const planner::CostedModel &c
   std::string error;
   plan::Plan out =
       planner::exportPlan(result, costed.cost, cl, options, exportInfo(costed, seqArg, pickedSpec));
+  planner::exportBaselines(planner::planBaselines(costed.cost, cl, options, &result), out);
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
   // The file holds no wall-clock figures: same inputs, same bytes.

@@ -515,11 +515,15 @@ void explainPlan(const plan::Plan &p, std::ostream &os) {
   if (p.settings().mode() == "serve" || p.has_serving()) {
     os << "\n";
     explainServing(p, os);
+    os << "\n";
+    explainBaselines(p, os, "");
     return;
   }
   explainStages(p, os);
   explainMemory(p, os);
   explainPrediction(p, os);
+  os << "\n";
+  explainBaselines(p, os, "");
 }
 
 } // namespace hetplan::runtime
