@@ -9,7 +9,9 @@
 #     random weights, tokens and labels) as a plan with that plan's
 #     structure (its stages, the same devices' workers in each, the same
 #     micro-batches, layers cut in the same proportions) on 14 CPU threads,
-#     one per planned device.
+#     one per planned device;
+#  3. write the XL plan's report (explain --html): one page to open in a
+#     browser with the cluster, the stages, memory, timeline and baselines.
 # Arguments go to `hetplan compile` instead. HETPLAN_BUILD_DIR=DIR: use the
 # hetplan already built there (no setup, no build; the `demo` test).
 set -euo pipefail
@@ -70,4 +72,6 @@ echo "Running one training step of it on $RANKS CPU threads, one per planned dev
 $B/bin/hetplan run $D/gpt2-small6.plan --ranks "$RANKS" --input input_ids=$D/input_ids.npy \
   --labels $D/labels.npy --output $D/gpt2-small6-step
 echo
-echo "Explain them:  $B/bin/hetplan explain $D/gpt2-xl.plan --timeline $D/gpt2-xl.svg"
+echo "== 3. The plan report"
+$B/bin/hetplan explain $D/gpt2-xl.plan --html $D/gpt2-xl.html | tail -1
+echo "Explain them:  $B/bin/hetplan explain $D/gpt2-xl.plan [--timeline $D/gpt2-xl.svg]"

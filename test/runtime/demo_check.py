@@ -3,7 +3,8 @@
 plan is printed beside its three baselines, each slower than the plan (the
 point of the demo: mixed GPUs pay off), and the small GPT-2 of the plan's
 structure runs one training step on one CPU thread per planned device with
-the loss of an untrained model (about ln 512).
+the loss of an untrained model (about ln 512), and the plan report (an
+HTML page) holds the cluster, stages, memory, timeline and baselines.
 
   demo_check.py --build DIR
 """
@@ -44,6 +45,12 @@ def main():
     if "on 14 ranks (4 stage(s), 32 micro-batch(es))" not in out:
         print("FAIL: the small model did not run with the XL plan's structure")
         ok = False
+    report = os.path.join(os.path.abspath(a.build), "demo", "gpt2-xl.html")
+    page = open(report).read() if os.path.exists(report) else ""
+    for section in ("cluster", "placement", "memory", "timeline", "baselines"):
+        if '<section id="%s">' % section not in page:
+            print("FAIL: the report %s has no %s section" % (report, section))
+            ok = False
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
