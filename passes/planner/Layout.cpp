@@ -82,6 +82,13 @@ llvm::Expected<std::vector<StageDevices>> Search::layoutStages(const Layout &lay
           return llvm::createStringError(llvm::formatv(
               "layout: stage {0} mixes device types in one worker (ranks {1} and {2})", j, w[0],
               rank));
+      for (int rank : w)
+        if (cluster.devices[rank].node != cluster.devices[w[0]].node)
+          return llvm::createStringError(llvm::formatv(
+              "layout: stage {0} has a tensor-parallel worker across nodes (ranks {1} on {2}, "
+              "{3} on {4}); {5}",
+              j, w[0], cluster.nodes[cluster.devices[w[0]].node].name, rank,
+              cluster.nodes[cluster.devices[rank].node].name, kTensorParallelRule));
       int c = classOf.at(w[0]);
       if (sd.groups.empty() || sd.groups.back().cls != c)
         sd.groups.push_back({c, 0, {}});

@@ -13,8 +13,15 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 namespace hetplan::planner {
+
+const char *const kTensorParallelRule =
+    "tensor parallelism stays within one node: a tensor-parallel worker's devices share a "
+    "node (its all-reduces run every layer, over the node's links), while stages and "
+    "data-parallel workers span nodes";
 
 const char *strategyName(Strategy s) {
   switch (s) {
@@ -61,12 +68,14 @@ llvm::Expected<Pin> parsePin(llvm::StringRef text) {
     else if (key == "dp") pin.dp = v;
     else if (key == "mb") pin.mb = v;
     else if (key == "tp") pin.tp = v;
+    else if (key == "mbs") pin.mbs = v;
     else
       return llvm::createStringError("--pin: unknown key '" + key.str() +
-                                     "' (known: pp, dp, mb, tp)");
+                                     "' (known: pp, dp, mb (micro-batch count), mbs (micro-batch "
+                                     "size), tp)");
   }
-  if (!pin.pp && !pin.dp && !pin.mb && !pin.tp)
-    return llvm::createStringError("--pin: give at least one of pp, dp, mb, tp");
+  if (!pin.pp && !pin.dp && !pin.mb && !pin.tp && !pin.mbs)
+    return llvm::createStringError("--pin: give at least one of pp, dp, mb, mbs, tp");
   return pin;
 }
 
@@ -100,6 +109,25 @@ llvm::Expected<Plan> makePlan(const cost::ModelCost &model,
                               const Options &options) {
   if (auto err = checkBatch(options.globalBatch))
     return std::move(err);
+  if (options.strategy == Strategy::Pinned && options.pin.mbs) {
+    // The micro-batch size, as Megatron and DeepSpeed users give it, is
+    // the count the search takes: mb = batch / mbs.
+    const Pin &pin = options.pin;
+    if (options.globalBatch % pin.mbs)
+      return llvm::createStringError(llvm::formatv(
+          "--pin mbs={0} (micro-batch size) does not divide the batch of {1}", pin.mbs,
+          options.globalBatch));
+    int count = int(options.globalBatch / pin.mbs);
+    if (pin.mb && pin.mb != count)
+      return llvm::createStringError(llvm::formatv(
+          "--pin mb={0} (micro-batch count) and mbs={1} (micro-batch size) make {2} samples, "
+          "not the batch of {3}",
+          pin.mb, pin.mbs, int64_t(pin.mb) * pin.mbs, options.globalBatch));
+    Options resolved = options;
+    resolved.pin.mb = count;
+    resolved.pin.mbs = 0;
+    return makePlan(model, cluster, resolved);
+  }
   if (!options.splitBatch && options.strategy == Strategy::Pinned &&
       (options.pin.dp > 1 || options.pin.mb > 1))
     return llvm::createStringError(
@@ -114,6 +142,16 @@ llvm::Expected<Plan> makePlan(const cost::ModelCost &model,
       return llvm::createStringError(
           llvm::formatv("--pin pp={0} asks for more stages than the model's {1} layers",
                         pin.pp, model.layers.size()));
+    if (pin.tp > 1) {
+      std::map<std::pair<int, std::string>, int> perNode;  // (node, type) -> devices
+      int most = 0;
+      for (const auto &d : cluster.devices)
+        most = std::max(most, ++perNode[{d.node, d.type->name}]);
+      if (most < pin.tp)
+        return llvm::createStringError(llvm::formatv(
+            "--pin tp={0}: no node has {0} devices of one type (at most {1}); {2}", pin.tp,
+            most, kTensorParallelRule));
+    }
     int64_t need = int64_t(std::max(pin.pp, 1)) * std::max(pin.dp, 1) * std::max(pin.tp, 1);
     if (need > int64_t(cluster.devices.size()))
       return llvm::createStringError(

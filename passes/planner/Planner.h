@@ -45,13 +45,20 @@ const char *scheduleName(Schedule s);
 /// A layout to evaluate as given: `pp` stages of `dp` workers of `tp`
 /// devices, `mb` micro-batches. 0 means "search this one".
 struct Pin {
-  int pp = 0, dp = 0, mb = 0, tp = 0;
+  /// mb: the micro-batch *count*; mbs: the micro-batch *size* (samples in
+  /// one micro-batch, all of a stage's workers together); makePlan turns
+  /// mbs into mb = batch / mbs.
+  int pp = 0, dp = 0, mb = 0, tp = 0, mbs = 0;
 };
+/// The one rule for tensor parallelism across hosts, as the errors and
+/// docs/planner.md say it: every tensor-parallel worker's devices are in one
+/// node (the search, --pin tp= and --layout all follow it).
+extern const char *const kTensorParallelRule;
 /// "hetplan", "dp-even", "pp-even", "homogeneous" (pinned comes from --pin).
 llvm::Expected<Strategy> parseStrategy(llvm::StringRef name);
 /// "1f1b" or "gpipe".
 llvm::Expected<Schedule> parseSchedule(llvm::StringRef name);
-/// Parses "pp=4,dp=4,mb=8[,tp=2]".
+/// Parses "pp=4,dp=4,mb=8[,tp=2]" (or mbs=N, the micro-batch size, for mb).
 llvm::Expected<Pin> parsePin(llvm::StringRef text);
 
 /// Activation recomputation: `Never`, `Always` (every stage), or `Search`

@@ -352,8 +352,11 @@ llvm::Error Search::noLayoutFits() const {
     if (!best.fixes.empty())
       msg += " (" + llvm::join(best.fixes, "; ") + ")";
   }
-  msg += ". What would fix it: devices with more memory, more devices, "
-         "--dtype fp16 or bf16, a smaller --batch";
+  msg += ". What would fix it: devices with more memory, more devices, ";
+  // Only a 4-byte dtype halves by switching: never suggest the one in use.
+  if (opt.dtype == cost::DType::FP32 || opt.dtype == cost::DType::TF32)
+    msg += "--dtype fp16 or bf16, ";
+  msg += "a smaller --batch";
   if (training)
     msg += ", inference instead of training (no gradients or optimizer state)";
   return llvm::createStringError(msg);

@@ -11,9 +11,9 @@ run models and compiled plans on NumPy arrays.
 
 The runtime parts (plan files, Session) are the C++ runtime in the
 extension module ``hetplan._hetplan`` (no MLIR); ``summary`` and ``compile``
-run the ``hetplan`` executable, found as ``$HETPLAN_EXECUTABLE``, next to
-this package's install prefix (``<prefix>/bin/hetplan``), on ``PATH``, or in
-the build tree this package was built in. docs/python.md has the details.
+run the ``hetplan`` executable, found as ``$HETPLAN_EXECUTABLE``, in this
+package's install prefix (``<prefix>/bin/hetplan``), in the build tree this
+package was built in, or on ``PATH``. docs/python.md has the details.
 """
 import json as _json
 import os as _os
@@ -31,22 +31,31 @@ __version__ = "0.1.0"
 plan_schema_version = _hetplan.plan_schema_version
 
 
-def executable():
-    """The ``hetplan`` command this package runs for summary/compile."""
-    env = _os.environ.get("HETPLAN_EXECUTABLE")
-    if env:
-        return env
-    here = _os.path.dirname(_os.path.abspath(__file__))
-    candidates = []
+def _executable_candidates(here):
+    """Where a ``hetplan`` installed with this package, or built with it, is.
+
+    First the prefix the package is installed in: <prefix>/bin beside
+    <prefix>/lib/python3/dist-packages/hetplan (Debian, ``cmake --install``),
+    <prefix>/lib/python3.X/site-packages/hetplan (pip, a venv, ``--user``'s
+    ~/.local) or <prefix>/local/lib/...; in a build tree <build>/python/hetplan
+    this is <build>/bin. Then the build tree the package was built in
+    (``_build_info``, which a wheel carries too).
+    """
+    candidates = [_os.path.join(here, *([".."] * up), "bin", "hetplan") for up in range(2, 6)]
     try:
         from . import _build_info  # written by the CMake build: its bin/hetplan
         candidates.append(_build_info.HETPLAN_EXECUTABLE)
     except ImportError:
         pass
-    # <prefix>/lib/python3/dist-packages/hetplan -> <prefix>/bin/hetplan
-    for up in range(2, 6):
-        candidates.append(_os.path.join(here, *([".."] * up), "bin", "hetplan"))
-    for c in candidates:
+    return candidates
+
+
+def executable():
+    """The ``hetplan`` command this package runs for summary/compile."""
+    env = _os.environ.get("HETPLAN_EXECUTABLE")
+    if env:
+        return env
+    for c in _executable_candidates(_os.path.dirname(_os.path.abspath(__file__))):
         if c and _os.path.isfile(c) and _os.access(c, _os.X_OK):
             return _os.path.normpath(c)
     found = _shutil.which("hetplan")

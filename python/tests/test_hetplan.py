@@ -207,3 +207,53 @@ if __name__ == "__main__":  # without pytest: every test_ function in order
                 failed += 1
                 print(f"FAIL {name}: {type(e).__name__}: {e}")
     sys.exit(1 if failed else 0)
+
+
+def test_executable_found_in_the_install_prefix():
+    # An installed package finds the hetplan of its own prefix, whatever the
+    # layout (Debian, pip/venv, ~/.local), before the build tree it came
+    # from; without one, the build tree as before. Runs in a fresh
+    # interpreter without $HETPLAN_EXECUTABLE and with a PATH that has none.
+    src = os.path.join(HERE, "..", "hetplan")
+    module = hetplan._hetplan.__file__
+    root = tempfile.mkdtemp(prefix="hetplan-prefix-", dir=WORK)
+    build_tool = os.path.join(root, "build", "bin", "hetplan")
+    for layout in ("lib/python3/dist-packages", "lib/python3.11/site-packages",
+                   "local/lib/python3.11/dist-packages"):
+        for with_build_info in (False, True):
+            prefix = os.path.join(root, f"{layout.replace('/', '_')}-{int(with_build_info)}")
+            pkg = os.path.join(prefix, layout, "hetplan")
+            os.makedirs(pkg)
+            for name in ("__init__.py", "_errors.py"):
+                shutil.copy(os.path.join(src, name), pkg)
+            shutil.copy(module, pkg)
+            if with_build_info:
+                with open(os.path.join(pkg, "_build_info.py"), "w") as f:
+                    f.write(f"HETPLAN_EXECUTABLE = {build_tool!r}\n")
+            bindir = os.path.join(prefix, "local/bin" if layout.startswith("local") else "bin")
+            env = {k: v for k, v in os.environ.items() if k != "HETPLAN_EXECUTABLE"}
+            env.update(PYTHONPATH=os.path.join(prefix, layout), PATH="/nonexistent")
+            ask = [sys.executable, "-c", "import hetplan; print(hetplan.executable())"]
+            if with_build_info:
+                # Without an installed hetplan: the build tree's.
+                os.makedirs(os.path.dirname(build_tool), exist_ok=True)
+                if not os.path.exists(build_tool):
+                    shutil.copy(hetplan.executable(), build_tool)
+                out = subprocess.run(ask, env=env, capture_output=True, text=True, check=True)
+                assert out.stdout.strip() == os.path.normpath(build_tool), (layout, out.stdout)
+            os.makedirs(bindir)
+            tool = os.path.join(bindir, "hetplan")
+            shutil.copy(hetplan.executable(), tool)
+            out = subprocess.run(ask, env=env, capture_output=True, text=True, check=True)
+            assert out.stdout.strip() == os.path.normpath(tool), (layout, with_build_info, out.stdout)
+    # Nothing anywhere: the error says where it looked for it.
+    env = {k: v for k, v in os.environ.items() if k != "HETPLAN_EXECUTABLE"}
+    bare = os.path.join(root, "bare", "site", "hetplan")
+    os.makedirs(bare)
+    for name in ("__init__.py", "_errors.py"):
+        shutil.copy(os.path.join(src, name), bare)
+    shutil.copy(module, bare)
+    env.update(PYTHONPATH=os.path.dirname(bare), PATH="/nonexistent")
+    out = subprocess.run([sys.executable, "-c", "import hetplan; hetplan.executable()"], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "the hetplan executable was not found" in out.stderr, out.stderr

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The README's example end to end: compile the plan scripts/demo.sh
-compiles (gpt2-tiny for training on 2 A100s + 4 T4s, batch 1024 x 128),
+"""The README's earlier example end to end (scripts/demo.sh's plan before it
+planned GPT-2 XL; that one is the `demo` test, demo_check.py): compile
+gpt2-tiny for training on 2 A100s + 4 T4s, batch 1024 x 128,
 then execute one training step of it with `hetplan run` on 6 CPU threads
 (one per planned device) and check what a user relies on: the step runs,
 the loss is the cross-entropy of an untrained model (about ln(vocab) for

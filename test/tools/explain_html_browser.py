@@ -124,10 +124,10 @@ def main():
          "--rate", "50", "--prompt-len", "64", "--output-len", "32", "-o", serve])
     ok = True
     for name, plan, want in (
-            ("train", train, {"sections": ["summary", "cluster", "placement", "memory", "timeline"],
+            ("train", train, {"sections": ["summary", "cluster", "placement", "memory", "timeline", "baselines"],
                               "devices": 4, "stages": 2, "replicas": 0, "membars": (2, 4),
                               "timeline": True}),
-            ("serve", serve, {"sections": ["summary", "cluster", "serving"], "devices": 6,
+            ("serve", serve, {"sections": ["summary", "cluster", "serving", "baselines"], "devices": 6,
                               "stages": 0, "replicas": 6, "membars": (6, 6), "timeline": False})):
         page = os.path.join(a.work, name + ".html")
         run([a.hetplan, "explain", plan, "--html", page])

@@ -181,6 +181,25 @@ TEST(Explain, SettingsNameTheMemorySavers) {
       << both.str();
 }
 
+TEST(Explain, RatesKeepThreeSignificantDigits) {
+  // 1.25 GB/s is not "1.2 GB/s" (issue 23); round figures keep one decimal.
+  plan::Plan p = makeSamplePlan();
+  p.mutable_cluster()->set_inter_node_bandwidth_gbs(1.25);
+  p.mutable_prediction()->set_samples_per_s(3.456);
+  std::ostringstream os;
+  explainPlan(p, os);
+  EXPECT_NE(os.str().find("  inter-node       1.25 GB/s, 5.0 us latency"), std::string::npos)
+      << os.str();
+  EXPECT_NE(os.str().find("  throughput       3.46 samples/s"), std::string::npos) << os.str();
+  p.mutable_cluster()->set_inter_node_bandwidth_gbs(0.125);
+  p.mutable_prediction()->set_samples_per_s(600);
+  std::ostringstream small;
+  explainPlan(p, small);
+  EXPECT_NE(small.str().find("  inter-node       0.125 GB/s"), std::string::npos) << small.str();
+  EXPECT_NE(small.str().find("  throughput       600.0 samples/s"), std::string::npos)
+      << small.str();
+}
+
 TEST(Explain, ReportHasTheKeyLines) {
   std::ostringstream os;
   explainPlan(makeSamplePlan(), os);

@@ -364,6 +364,48 @@ TEST(PlanFile, WriteThenReadGivesTheSamePlan) {
   EXPECT_EQ(dir.files(), std::vector<std::string>{"tiny.plan"});
 }
 
+TEST(PlanFile, BaselinesRoundTripAndOlderPlansHaveNone) {
+  TempDir dir;
+  std::string error;
+  plan::Plan old = makeSamplePlan(), p = old, back;
+  const double step = p.prediction().step_time_s();
+  auto add = [&](const char *strategy, bool fits, double seconds, const char *note) {
+    plan::Baseline *b = p.add_baselines();
+    b->set_strategy(strategy);
+    b->set_fits(fits);
+    b->set_step_time_s(seconds);
+    b->set_samples_per_s(seconds > 0 ? 32 / seconds : 0);
+    b->set_note(note);
+  };
+  add("homogeneous", true, 1.7 * step, "2 stage(s) on 2x A100-80GB");
+  add("dp-even", false, 0, "the closest needs 3.1 GiB more on stage 0 of 1 on V100-32GB");
+  add("pp-even", true, 2 * step, "4 stage(s) on 2x A100-80GB + 2x V100-32GB");
+  ASSERT_TRUE(writePlan(dir / "b.plan", p, error)) << error;
+  ASSERT_TRUE(readPlan(dir / "b.plan", back, error)) << error;
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(p, back));
+  EXPECT_TRUE(validatePlan(back, error)) << error;
+  ASSERT_EQ(back.baselines_size(), 3);
+  EXPECT_EQ(back.baselines(1).note(), p.baselines(1).note());
+  EXPECT_NEAR(baselineGain(back, back.baselines(0)), 1.7, 1e-9);
+  EXPECT_EQ(baselineGain(back, back.baselines(1)), 0);
+  std::ostringstream report;
+  explainPlan(back, report);
+  EXPECT_NE(report.str().find("x1.70  (2 stage(s) on 2x A100-80GB)"), std::string::npos)
+      << report.str();
+  EXPECT_NE(report.str().find("dp-even      does not fit: the closest needs 3.1 GiB"),
+            std::string::npos) << report.str();
+  // A plan written before baselines were recorded reads and explains; the
+  // same plan with them differs only by them (the schema version is the same).
+  ASSERT_TRUE(writePlan(dir / "old.plan", old, error)) << error;
+  ASSERT_TRUE(readPlan(dir / "old.plan", back, error)) << error;
+  EXPECT_EQ(back.baselines_size(), 0);
+  EXPECT_EQ(back.schema_version(), p.schema_version());
+  std::ostringstream oldReport;
+  explainPlan(back, oldReport);
+  EXPECT_NE(oldReport.str().find("Baselines: not recorded"), std::string::npos) << oldReport.str();
+  EXPECT_NE(oldReport.str().find("step time"), std::string::npos);
+}
+
 TEST(PlanFile, SamePlanSameBytes) {
   TempDir dir;
   std::string error;

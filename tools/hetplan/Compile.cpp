@@ -12,12 +12,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/hetplan/Commands.h"
+#include "tools/hetplan/PickDevices.h"
+#include "tools/hetplan/Baselines.h"
 
 #include "hetplan/runtime/Explain.h"
 #include "hetplan/runtime/Npy.h"
 #include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/Trace.h"
 #include "passes/cluster/Cluster.h"
+#include "passes/planner/Baselines.h"
 #include "passes/planner/ModelPipeline.h"
 #include "passes/planner/PlanExport.h"
 #include "passes/planner/Planner.h"
@@ -116,7 +119,7 @@ cl::opt<std::string> strategyArg(
     "strategy",
     cl::desc("hetplan (search), dp-even, pp-even or homogeneous (baselines)"),
     cl::init("hetplan"), cl::sub(compileCmd));
-cl::opt<std::string> pinArg("pin", cl::desc("Evaluate this layout: pp=4,dp=4,mb=8[,tp=2]; serve: every replica pp=N[,tp=T]"),
+cl::opt<std::string> pinArg("pin", cl::desc("Evaluate this layout: pp=4,dp=4,mb=8[,tp=2] (mb: micro-batch count; or mbs: micro-batch size); serve: every replica pp=N[,tp=T]"),
                             cl::sub(compileCmd));
 cl::opt<std::string> layoutArg(
     "layout",
@@ -178,14 +181,28 @@ cl::opt<double> tpotArg("tpot-ms",
                         cl::desc("serve: time-per-output-token target, ms, at the 90th "
                                  "percentile"),
                         cl::init(0), cl::sub(compileCmd));
-cl::opt<double> budgetArg("budget", cl::desc("serve: the most to spend, $ per hour"),
+cl::opt<double> budgetArg("budget", cl::desc("serve, and train/infer with --pick-devices: the most "
+                                             "to spend, $ per hour"),
                           cl::value_desc("$/h"), cl::init(0), cl::sub(compileCmd));
 cl::opt<bool> pickDevicesArg(
     "pick-devices",
     cl::desc("serve: use the cheapest part of the cluster that meets the rate and targets; "
+             "train/infer: the cheapest mix meeting --target-step-s or --target-samples-s "
+             "(or the fastest within --budget, else the least $/step); "
              "a count written N? in an inline cluster (8xA100-80G?,16xL4?) means up to N, "
              "one without ? is used whole; in a cluster file every type is up to its count"),
     cl::sub(compileCmd));
+cl::opt<double> targetStepArg("target-step-s",
+                              cl::desc("train/infer --pick-devices: the longest step, seconds"),
+                              cl::init(0), cl::sub(compileCmd));
+cl::opt<double> pickTimeArg("pick-time-s",
+                            cl::desc("train/infer --pick-devices: the most seconds to spend "
+                                     "planning mixes (cheapest first)"),
+                            cl::init(60), cl::sub(compileCmd));
+cl::opt<double> targetSamplesArg("target-samples-s",
+                                 cl::desc("train/infer --pick-devices: the fewest samples per "
+                                          "second"),
+                                 cl::init(0), cl::sub(compileCmd));
 cl::opt<uint64_t> serveSeedArg("serve-seed",
                                cl::desc("serve: seed of the simulated Poisson arrivals"),
                                cl::init(1), cl::sub(compileCmd));
@@ -319,7 +336,8 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
         {"tpot_s", llvm::json::Object{{"p50", sp.tpot_p50_s()},
                                       {"p90", sp.tpot_p90_s()},
                                       {"p99", sp.tpot_p99_s()}}},
-        {"simulated_requests", int64_t(sp.simulated_requests())}})
+        {"simulated_requests", int64_t(sp.simulated_requests())},
+        {"baselines", baselinesJson(p)}})
       summary[key] = std::move(value);
     return summary;
   }
@@ -339,7 +357,8 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
       {"bubble_fraction", pr.bubble_fraction()},
       {"model_flops_utilization", pr.model_flops_utilization()},
       {"search_time_s", pr.search_time_s()},
-      {"plans_evaluated", int64_t(pr.plans_evaluated())}})
+      {"plans_evaluated", int64_t(pr.plans_evaluated())},
+      {"baselines", baselinesJson(p)}})
     summary[key] = std::move(value);
   return summary;
 }
@@ -355,7 +374,8 @@ void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
   os << ", " << s.dtype() << ", on " << p.cluster().spec() << " ("
      << p.cluster().devices_size() << " devices)\n";
   int64_t mbSize = s.global_batch() / std::max<int64_t>(1, s.micro_batches());
-  os << llvm::formatv("  strategy {0}, {1} schedule, {2} stage(s), {3} micro-batch(es) of {4}\n",
+  os << llvm::formatv("  strategy {0}, {1} schedule, {2} stage(s), {3} micro-batch(es) of {4} "
+                      "sample(s) (count mb={3}, size mbs={4})\n",
                       s.strategy(), s.schedule(), p.stages_size(), s.micro_batches(), mbSize);
   if (s.mode() == "train" && runtime::memorySaversText(p) != "none")
     os << "  memory savers: " << runtime::memorySaversText(p) << "\n";
@@ -409,6 +429,7 @@ void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
                       100 * pr.model_flops_utilization());
   os << llvm::formatv("  search: {0} layouts in {1:F2} s (cost model: {2})\n",
                       pr.plans_evaluated(), pr.search_time_s(), pr.cost_model());
+  printBaselines(p, os);
 }
 
 /// The flags every mode shares, read once: the format, the measured
@@ -461,11 +482,12 @@ planner::PipelineOptions pipelineOptions(int64_t batch, int64_t sequence, cluste
 
 /// What the plan records about the model and the run besides the planner's
 /// result.
-planner::ExportInfo exportInfo(const planner::CostedModel &costed, int64_t sequence) {
+planner::ExportInfo exportInfo(const planner::CostedModel &costed, int64_t sequence,
+                               llvm::StringRef pickedSpec = {}) {
   planner::ExportInfo info;
   info.modelPath = modelPathFromPlan(model, outputArg);
   info.modelSha256 = fileSha256(model, info.modelBytes);
-  info.clusterSpec = clusterArg;
+  info.clusterSpec = pickedSpec.empty() ? std::string(clusterArg) : pickedSpec.str();
   info.sequence = sequence;
   info.boundDims = costed.boundDims;
   info.inputs = costed.inputs;
@@ -519,7 +541,7 @@ int runCompileServe() {
     auto pin = planner::parsePin(pinArg);
     if (!pin)
       return fail(llvm::toString(pin.takeError()));
-    if (pin->dp || pin->mb)
+    if (pin->dp || pin->mb || pin->mbs)
       return fail("--pin in --mode serve takes pp and tp (every replica's stages and tensor "
                   "parallelism); replicas and their groups in flight are planned");
     so.pinPipelineStages = pin->pp;
@@ -579,6 +601,8 @@ int runCompileServe() {
 
   plan::Plan out = planner::serve::exportServePlan(*served, prefill->cost, *cl, so,
                                                    exportInfo(*prefill, promptLenArg));
+  planner::exportBaselines(
+      planner::planServeBaselines(prefill->cost, decode->cost, *cl, so, *served), out);
   std::string error;
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
@@ -591,6 +615,7 @@ int runCompileServe() {
   std::ostringstream os;
   runtime::explainServing(out, os);
   llvm::outs() << os.str();
+  printBaselines(out, llvm::outs());
   llvm::outs() << "  plan written to " << outputArg << "\n";
   return 0;
 }
@@ -738,10 +763,12 @@ llvm::json::Object layoutLine(size_t index, llvm::Expected<planner::Plan> p) {
 /// The plan written to -o (without its wall-clock search time: same
 /// inputs, same bytes), then its summary or its JSON.
 int writeCompiledPlan(const planner::Plan &result, const planner::CostedModel &costed,
-                      const cluster::Cluster &cl, const planner::Options &options) {
+                      const cluster::Cluster &cl, const planner::Options &options,
+                      llvm::StringRef pickedSpec = {}) {
   std::string error;
   plan::Plan out =
-      planner::exportPlan(result, costed.cost, cl, options, exportInfo(costed, seqArg));
+      planner::exportPlan(result, costed.cost, cl, options, exportInfo(costed, seqArg, pickedSpec));
+  planner::exportBaselines(planner::planBaselines(costed.cost, cl, options, &result), out);
   if (!runtime::validatePlan(out, error))
     return fail("internal error: the plan does not validate: " + error);
   // The file holds no wall-clock figures: same inputs, same bytes.
@@ -773,10 +800,20 @@ int runCompile() {
     return fail("--batch is required for --mode " + modeArg);
   if (rateArg.getNumOccurrences() || promptLenArg.getNumOccurrences() ||
       outputLenArg.getNumOccurrences() || ttftArg.getNumOccurrences() ||
-      tpotArg.getNumOccurrences() || budgetArg.getNumOccurrences() ||
-      pickDevicesArg.getNumOccurrences())
+      tpotArg.getNumOccurrences() ||
+      (!pickDevicesArg && budgetArg.getNumOccurrences()))
     return fail("--rate, --prompt-len, --output-len, --ttft-ms, --tpot-ms, --budget and "
-                "--pick-devices are for --mode serve");
+                "--pick-devices are for --mode serve (--budget and --pick-devices also pick "
+                "devices for train and infer plans)");
+  if ((targetStepArg.getNumOccurrences() || targetSamplesArg.getNumOccurrences() ||
+       pickTimeArg.getNumOccurrences()) &&
+      !pickDevicesArg)
+    return fail("--target-step-s, --target-samples-s and --pick-time-s go with --pick-devices");
+  if (targetStepArg < 0 || targetSamplesArg < 0 || budgetArg < 0 || !(pickTimeArg > 0))
+    return fail("--target-step-s, --target-samples-s and --budget must not be negative, and "
+                "--pick-time-s must be positive");
+  if (int(targetStepArg > 0) + int(targetSamplesArg > 0) + int(budgetArg > 0) > 1)
+    return fail("give one of --target-step-s, --target-samples-s and --budget");
   // Options first: a bad flag should not wait for a large import.
   planner::Options options;
   if (llvm::Error e = readBatchAndMode(options))
@@ -796,7 +833,23 @@ int runCompile() {
   if (layouts.size() > 1 && !outputArg.empty())
     return fail("--layout with several layouts prices them and writes no plan: drop -o");
 
-  auto cl = cluster::parseClusterSpec(clusterArg, flags->catalog);
+  std::vector<PickGroup> pickGroups;
+  if (pickDevicesArg) {
+    auto groups = parsePickGroups(clusterArg);
+    if (!groups)
+      return fail(llvm::toString(groups.takeError()));
+    if (!layouts.empty() || !pinArg.empty())
+      return fail("--pick-devices plans each mix itself: drop --layout and --pin");
+    pickGroups = std::move(*groups);
+  } else if (llvm::StringRef(clusterArg).contains('?')) {
+    return fail("'?' in --cluster (up to N devices) needs --pick-devices");
+  }
+  std::vector<int> allCounts;
+  for (const PickGroup &g : pickGroups)
+    allCounts.push_back(g.max);
+  auto cl = cluster::parseClusterSpec(pickDevicesArg ? pickSpec(pickGroups, allCounts)
+                                                     : std::string(clusterArg),
+                                      flags->catalog);
   if (!cl)
     return fail(llvm::toString(cl.takeError()));
 
@@ -835,6 +888,15 @@ int runCompile() {
       llvm::outs() << llvm::formatv("{0}", llvm::json::Value(std::move(line))) << "\n";
     }
     return 0;
+  }
+  if (pickDevicesArg) {
+    PickTargets targets{targetStepArg, targetSamplesArg, budgetArg, pickTimeArg};
+    auto picked = pickDevices(*modelCost, pickGroups, flags->catalog, options, targets);
+    if (!picked)
+      return fail(model + " on " + clusterArg + ": " + llvm::toString(picked.takeError()));
+    if (!jsonArg)
+      llvm::outs() << picked->report;
+    return writeCompiledPlan(picked->plan, *costed, *picked->cluster, options, picked->spec);
   }
   auto result = layouts.empty()
                     ? planner::makePlan(*modelCost, *cl, options)

@@ -210,7 +210,8 @@ Attribute Importer::tensorValue(const onnx::TensorProto &t, RankedTensorType &ty
     }
     if (ec)
       failHere("missing external-data file '" + std::string(file) +
-               "' for " + what.str() + ": " + ec.message());
+               "' for " + what.str() + ": " + ec.message() +
+               " (--allow-missing-weights plans from the shapes alone)");
     int64_t offset = toInt("offset", 0);
     int64_t length = toInt("length", int64_t(fileSize) - offset);
     if (offset < 0 || length < 0 || uint64_t(offset) > fileSize ||

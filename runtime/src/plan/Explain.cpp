@@ -49,6 +49,19 @@ std::string msText(double seconds) {
   return format("%.2f", ms);
 }
 
+/// Bandwidths and rates: at least one decimal (as always), and as many as
+/// three significant digits need (1.25 GB/s, not "1.2"), trailing zeros
+/// past the first decimal dropped.
+std::string rateText(double v) {
+  double a = std::fabs(v);
+  int decimals = a > 0 && a < 100 ? std::min(6, 2 - int(std::floor(std::log10(a)))) : 1;
+  std::string s = format(("%." + std::to_string(std::max(1, decimals)) + "f").c_str(), v);
+  size_t dot = s.find('.');
+  while (dot != std::string::npos && s.size() > dot + 2 && s.back() == '0')
+    s.pop_back();
+  return s;
+}
+
 std::string percentText(double fraction) { return format("%.1f%%", fraction * 100); }
 
 /// "0-3", "0,2,5-7".
@@ -195,12 +208,12 @@ void explainCluster(const plan::Plan &p, std::ostream &os) {
       std::vector<uint32_t> ranks(node.ranks().begin(), node.ranks().end());
       nodes.add({node.name().empty() ? std::to_string(n) : node.name(), rangesText(ranks),
                  typeCounts(p, ranks), node.link_kind().empty() ? "-" : node.link_kind(),
-                 format("%.1f", node.link_bandwidth_gbs())});
+                 rateText(node.link_bandwidth_gbs())});
     }
     nodes.print(os, "    ");
   }
   if (c.nodes_size() > 1 || c.inter_node_bandwidth_gbs() > 0)
-    field(os, "inter-node", format("%.1f GB/s, ", c.inter_node_bandwidth_gbs()) +
+    field(os, "inter-node", rateText(c.inter_node_bandwidth_gbs()) + " GB/s, " +
                                 format("%.1f us latency", c.inter_node_latency_us()));
 }
 
@@ -215,7 +228,7 @@ void explainSettings(const plan::Plan &p, std::ostream &os) {
   std::string batch = std::to_string(s.global_batch()) + " samples per step";
   if (s.micro_batches() > 0 && s.global_batch() % s.micro_batches() == 0)
     batch += ", " + std::to_string(s.micro_batches()) + " micro-batches of " +
-             std::to_string(s.global_batch() / s.micro_batches());
+             std::to_string(s.global_batch() / s.micro_batches()) + " samples";
   if (!serve)
     field(os, "batch", batch);
   if (s.whole_batch())
@@ -382,7 +395,7 @@ void explainPrediction(const plan::Plan &p, std::ostream &os) {
   os << "\nPrediction" << (pr.cost_model().empty() ? "" : " (cost model " + pr.cost_model() + ")")
      << "\n";
   field(os, "step time", msText(pr.step_time_s()) + " ms");
-  field(os, "throughput", format("%.1f samples/s", pr.samples_per_s()));
+  field(os, "throughput", rateText(pr.samples_per_s()) + " samples/s");
   field(os, "bubble", percentText(pr.bubble_fraction()));
   field(os, "MFU", percentText(pr.model_flops_utilization()));
   field(os, "FLOPs per step", flopsText(pr.total_flops_per_step()));
@@ -469,7 +482,7 @@ void explainServing(const plan::Plan &p, std::ostream &os) {
   os << "  simulated (" << pr.simulated_requests() << " Poisson arrivals, seed " << pr.seed()
      << ")\n";
   field(os, "throughput", format("%.2f req/s, ", pr.requests_per_s()) +
-                              format("%.1f output tokens/s (capacity ", pr.output_tokens_per_s()) +
+                              rateText(pr.output_tokens_per_s()) + " output tokens/s (capacity " +
                               format("%.2f req/s)", pr.capacity_rps()));
   field(os, "TTFT p50/p90/p99", msText(pr.ttft_p50_s()) + " / " + msText(pr.ttft_p90_s()) +
                                     " / " + msText(pr.ttft_p99_s()) + " ms");
@@ -493,11 +506,15 @@ void explainPlan(const plan::Plan &p, std::ostream &os) {
   if (p.settings().mode() == "serve" || p.has_serving()) {
     os << "\n";
     explainServing(p, os);
+    os << "\n";
+    explainBaselines(p, os, "");
     return;
   }
   explainStages(p, os);
   explainMemory(p, os);
   explainPrediction(p, os);
+  os << "\n";
+  explainBaselines(p, os, "");
 }
 
 } // namespace hetplan::runtime

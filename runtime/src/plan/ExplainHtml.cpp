@@ -9,9 +9,9 @@
 //
 // Sections (each a <section id=...>): summary, cluster, placement (stages,
 // workers, layers, batch shares), memory (bars per rank against capacity,
-// and the memory savers), timeline (timelineSvg, embedded), baselines
-// (writeBaselines: empty until the plan file records them), and for serving
-// plans serving (replicas, routing shares, latency percentiles, memory).
+// and the memory savers), timeline (timelineSvg, embedded),
+// baselines (Plan.baselines), and for serving plans serving
+// (replicas, routing shares, latency percentiles, memory).
 //
 //===----------------------------------------------------------------------===//
 
@@ -226,6 +226,7 @@ void writeHead(std::ostream &os, const plan::Plan &p) {
   else
     links.insert(links.end(),
                  {{"placement", "Stages"}, {"memory", "Memory"}, {"timeline", "Timeline"}});
+  links.push_back({"baselines", "Baselines"});
   for (const auto &[id, title] : links)
     os << "<a href=\"#" << id << "\">" << title << "</a>";
   os << "</nav></header>\n<main>\n";
@@ -639,16 +640,36 @@ void writeTimeline(std::ostream &os, const plan::Plan &p) {
   os << "<div class=\"scroll\">" << svg << "</div>\n</section>\n";
 }
 
-// ---------------------------------------------------------------------------
-// BASELINES (issue 23, item 2): the predicted step times of the homogeneous,
-// even data-parallel and even pipeline baselines and the plan's gain over
-// each. The plan file does not record them yet; once it does, render them
-// here as <section id="baselines">...</section> (and add {"baselines",
-// "Baselines"} to writeHead's links). Until then: nothing.
-// ---------------------------------------------------------------------------
+// The baselines the plan file records (Plan.baselines): each one's predicted
+// step time (serving: capacity and TPOT p90), the plan's gain over it, and
+// what it uses or why it does not fit.
 void writeBaselines(std::ostream &os, const plan::Plan &p) {
-  (void)os;
-  (void)p;
+  const bool serve = p.settings().mode() == "serve" || p.has_serving();
+  os << "<section id=\"baselines\"><h2>Baselines: the same model and cluster planned the simple ways</h2>\n";
+  if (p.baselines().empty()) {
+    os << "<p class=\"note\">Not recorded: this plan was written before plans recorded their baselines.</p>\n"
+       << "</section>\n";
+    return;
+  }
+  os << "<p class=\"note\">Predicted by the same cost model as the plan; the gain is the baseline's "
+     << (serve ? "capacity under the plan's" : "step time over the plan's") << ".</p>\n<table><tr><th>baseline</th>"
+     << (serve ? "<th>capacity</th><th>TPOT p90</th>" : "<th>step time</th><th>samples/s</th>")
+     << "<th>plan's gain</th><th>uses</th></tr>\n";
+  for (const auto &b : p.baselines()) {
+    os << "<tr><td>" << html(b.strategy()) << "</td>";
+    if (!b.fits()) {
+      os << "<td colspan=\"3\">does not fit</td><td>" << html(b.note()) << "</td></tr>\n";
+      continue;
+    }
+    if (serve)
+      os << "<td>" << fmt("%.3g req/s", b.capacity_rps()) << "</td><td>" << msOf(b.tpot_p90_s()) << "</td>";
+    else
+      os << "<td>" << fmt("%.3f s", b.step_time_s()) << "</td><td>" << fmt("%.3g", b.samples_per_s()) << "</td>";
+    double gain = baselineGain(p, b);
+    os << "<td>" << (gain > 0 ? fmt("x%.2f", gain) : std::string("?")) << "</td><td>" << html(b.note())
+       << "</td></tr>\n";
+  }
+  os << "</table>\n</section>\n";
 }
 
 void writeServingReplicas(std::ostream &os, const plan::Plan &p) {

@@ -28,6 +28,18 @@ void explainPlan(const plan::Plan &plan, std::ostream &os);
 /// percentiles, and the cost.
 void explainServing(const plan::Plan &plan, std::ostream &os);
 
+/// Plan.baselines, one line each after `indent` under a heading line
+/// ("Baselines" without an indent, as explain's other sections): the
+/// baseline's predicted step time (serving: its capacity and TPOT) and the
+/// plan's gain over it ("x1.70"), or "does not fit: WHY". A plan without
+/// baselines (written before they were recorded) gets one line saying so.
+void explainBaselines(const plan::Plan &plan, std::ostream &os, const std::string &indent);
+/// One baseline's line (no indent, no newline).
+std::string baselineLine(const plan::Plan &plan, const plan::Baseline &baseline);
+/// The plan's gain over `baseline`: its step time over the plan's (serving:
+/// the plan's capacity over its); 0 when it does not fit or is unknown.
+double baselineGain(const plan::Plan &plan, const plan::Baseline &baseline);
+
 /// The memory savers a training plan uses, e.g. "recomputation on stage 0;
 /// ZeRO-2; optimizer state in host memory"; "none" when it uses none.
 std::string memorySaversText(const plan::Plan &plan);

@@ -1,0 +1,196 @@
+//===- Baselines.cpp - the plan against the usual baselines ---------------===//
+//
+// The baselines are the planner's own strategies (Planner.h, Strategy), run
+// with the plan's settings: no second planner. Their cost on large clusters:
+// homogeneous searches the single-type subsets the full search also
+// searches (a small part of it), dp-even and pp-even one device order each.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/planner/Baselines.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+namespace hetplan::planner {
+
+const std::vector<Strategy> &baselineStrategies() {
+  static const std::vector<Strategy> kStrategies{Strategy::Homogeneous,
+                                                 Strategy::DataParallel,
+                                                 Strategy::EvenPipeline};
+  return kStrategies;
+}
+
+std::string shortReason(const std::string &error) {
+  llvm::StringRef text(error);
+  text = text.split(". What would fix it").first;
+  if (text.consume_front("no layout fits in memory: "))
+    text = text.split(" (").first;
+  return text.trim().str();
+}
+
+std::string planDevicesText(const Plan &plan, const cluster::Cluster &cluster) {
+  std::map<std::string, int> counts;
+  std::vector<std::string> order;
+  for (size_t r = 0; r < plan.stageOfRank.size() && r < cluster.devices.size(); ++r) {
+    if (plan.stageOfRank[r] < 0)
+      continue;
+    const std::string &type = cluster.devices[r].type->name;
+    if (!counts[type]++)
+      order.push_back(type);
+  }
+  std::string devices;
+  for (const std::string &type : order)
+    devices += (devices.empty() ? "" : " + ") + std::to_string(counts[type]) + "x " + type;
+  return llvm::formatv("{0} stage(s) on {1}", plan.stages.size(), devices).str();
+}
+
+std::vector<BaselineResult> planBaselines(const cost::ModelCost &model,
+                                          const cluster::Cluster &cluster,
+                                          const Options &options, const Plan *self) {
+  std::vector<BaselineResult> out;
+  for (Strategy strategy : baselineStrategies()) {
+    BaselineResult b;
+    b.strategy = strategy;
+    Options o = options;
+    o.strategy = strategy;
+    o.pin = {};
+    o.progress = nullptr;
+    o.priceOverCapacity = false;
+    llvm::Expected<Plan> p = self && options.strategy == strategy
+                                 ? llvm::Expected<Plan>(*self)
+                                 : makePlan(model, cluster, o);
+    if (!p) {
+      b.note = shortReason(llvm::toString(p.takeError()));
+    } else {
+      b.fits = true;
+      b.stepSeconds = p->stepSeconds;
+      b.samplesPerSecond = p->samplesPerSecond;
+      b.note = planDevicesText(*p, cluster);
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+namespace {
+
+/// The devices of `cluster` of one type, on the same nodes and links.
+cluster::Cluster onlyType(const cluster::Cluster &cl, const cluster::DeviceType *type) {
+  cluster::Cluster sub(cl.catalog());
+  sub.name = cl.name;
+  sub.interNode = cl.interNode;
+  for (const cluster::Node &node : cl.nodes) {
+    int at = -1;
+    for (int rank : node.devices) {
+      const cluster::Device &d = cl.devices[size_t(rank)];
+      if (d.type != type)
+        continue;
+      if (at < 0)
+        at = sub.addNode(node.name, node.intraLinkOverridden
+                                        ? std::optional<cluster::Link>(node.intraLink)
+                                        : std::nullopt);
+      sub.addDevice(at, d.type, d.speedFactor);
+    }
+  }
+  return sub;
+}
+
+BaselineResult serveResult(llvm::Expected<serve::ServePlan> p, Strategy strategy,
+                           const std::string &note) {
+  BaselineResult b;
+  b.strategy = strategy;
+  if (!p) {
+    b.note = shortReason(llvm::toString(p.takeError()));
+    return b;
+  }
+  b.fits = true;
+  b.capacityRps = p->capacity;
+  b.tpotP90 = p->predicted.tpotP90;
+  b.note = note;
+  return b;
+}
+
+} // namespace
+
+std::vector<BaselineResult> planServeBaselines(const cost::ModelCost &prefill,
+                                               const cost::ModelCost &decode,
+                                               const cluster::Cluster &cluster,
+                                               const serve::Options &given,
+                                               const serve::ServePlan &self) {
+  std::vector<BaselineResult> out;
+  // Fewer simulated arrivals than the plan's: a baseline's percentiles are
+  // indicative, and long outputs at a low rate made them cost minutes.
+  serve::Options options = given;
+  options.simulatedRequests = kServeBaselineRequests;
+  // Homogeneous: each type alone; the one of most capacity (else the first
+  // type's reason).
+  std::vector<const cluster::DeviceType *> types;
+  for (const cluster::Device &d : cluster.devices)
+    if (std::find(types.begin(), types.end(), d.type) == types.end())
+      types.push_back(d.type);
+  BaselineResult best;
+  best.strategy = Strategy::Homogeneous;
+  if (types.size() == 1) {  // the plan is homogeneous: itself
+    best.fits = true;
+    best.capacityRps = self.capacity;
+    best.tpotP90 = self.predicted.tpotP90;
+    best.note = std::to_string(cluster.devices.size()) + "x " + types[0]->name;
+    types.clear();
+  }
+  for (const cluster::DeviceType *type : types) {
+    cluster::Cluster sub = onlyType(cluster, type);
+    BaselineResult b = serveResult(serve::planServing(prefill, decode, sub, options),
+                                   Strategy::Homogeneous,
+                                   std::to_string(sub.devices.size()) + "x " + type->name);
+    if ((b.fits && (!best.fits || b.capacityRps > best.capacityRps)) ||
+        (!b.fits && !best.fits && best.note.empty()))
+      best = b;
+    if (!b.fits && !best.fits)
+      best.note = type->name + ": " + b.note;
+  }
+  out.push_back(best);
+  // Even data-parallel: one-stage replicas, each the same share.
+  serve::Options one = options;
+  one.pinPipelineStages = 1;
+  // Replicas of one stage already: the plan's own, routed evenly (no search).
+  bool oneStage = std::all_of(self.replicas.begin(), self.replicas.end(),
+                              [](const serve::Replica &r) { return r.stages.size() == 1; });
+  auto dp = oneStage ? llvm::Expected<serve::ServePlan>(self)
+                     : serve::planServing(prefill, decode, cluster, one);
+  if (dp && dp->replicas.size() > 1) {  // one replica: evenly is as planned
+    std::vector<serve::SimReplica> sims;
+    double slowest = dp->replicas.front().capacity;
+    for (const serve::Replica &r : dp->replicas) {
+      sims.push_back(r.sim);
+      sims.back().share = 1.0 / double(dp->replicas.size());
+      slowest = std::min(slowest, r.capacity);
+    }
+    dp->predicted = serve::simulate(sims, options.rate, options.promptTokens,
+                                    options.outputTokens, kServeBaselineRequests, options.seed);
+    dp->capacity = slowest * double(dp->replicas.size());
+  }
+  std::string note = dp ? std::to_string(dp->replicas.size()) +
+                              " one-stage replica(s), requests routed evenly"
+                        : "";
+  out.push_back(serveResult(std::move(dp), Strategy::DataParallel, note));
+  return out;
+}
+
+void exportBaselines(const std::vector<BaselineResult> &baselines, plan::Plan &out) {
+  for (const BaselineResult &b : baselines) {
+    plan::Baseline *pb = out.add_baselines();
+    pb->set_strategy(strategyName(b.strategy));
+    pb->set_fits(b.fits);
+    pb->set_step_time_s(b.stepSeconds);
+    pb->set_samples_per_s(b.samplesPerSecond);
+    pb->set_note(b.note);
+    pb->set_capacity_rps(b.capacityRps);
+    pb->set_tpot_p90_s(b.tpotP90);
+  }
+}
+
+} // namespace hetplan::planner
