@@ -213,7 +213,9 @@ def test_executable_found_in_the_install_prefix():
     # An installed package finds the hetplan of its own prefix, whatever the
     # layout (Debian, pip/venv, ~/.local), before the build tree it came
     # from; without one, the build tree as before. Runs in a fresh
-    # interpreter without $HETPLAN_EXECUTABLE and with a PATH that has none.
+    # interpreter without $HETPLAN_EXECUTABLE and with a PATH that has none,
+    # from a folder without a hetplan package (`python -c` imports from the
+    # current folder first, and ctest runs this in build/python).
     src = os.path.join(HERE, "..", "hetplan")
     module = hetplan._hetplan.__file__
     root = tempfile.mkdtemp(prefix="hetplan-prefix-", dir=WORK)
@@ -239,12 +241,12 @@ def test_executable_found_in_the_install_prefix():
                 os.makedirs(os.path.dirname(build_tool), exist_ok=True)
                 if not os.path.exists(build_tool):
                     shutil.copy(hetplan.executable(), build_tool)
-                out = subprocess.run(ask, env=env, capture_output=True, text=True, check=True)
+                out = subprocess.run(ask, env=env, cwd=root, capture_output=True, text=True, check=True)
                 assert out.stdout.strip() == os.path.normpath(build_tool), (layout, out.stdout)
             os.makedirs(bindir)
             tool = os.path.join(bindir, "hetplan")
             shutil.copy(hetplan.executable(), tool)
-            out = subprocess.run(ask, env=env, capture_output=True, text=True, check=True)
+            out = subprocess.run(ask, env=env, cwd=root, capture_output=True, text=True, check=True)
             assert out.stdout.strip() == os.path.normpath(tool), (layout, with_build_info, out.stdout)
     # Nothing anywhere: the error says where it looked for it.
     env = {k: v for k, v in os.environ.items() if k != "HETPLAN_EXECUTABLE"}
@@ -254,6 +256,6 @@ def test_executable_found_in_the_install_prefix():
         shutil.copy(os.path.join(src, name), bare)
     shutil.copy(module, bare)
     env.update(PYTHONPATH=os.path.dirname(bare), PATH="/nonexistent")
-    out = subprocess.run([sys.executable, "-c", "import hetplan; hetplan.executable()"], env=env,
+    out = subprocess.run([sys.executable, "-c", "import hetplan; hetplan.executable()"], env=env, cwd=root,
                          capture_output=True, text=True)
     assert out.returncode != 0 and "the hetplan executable was not found" in out.stderr, out.stderr
