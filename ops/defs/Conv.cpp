@@ -162,20 +162,6 @@ std::string windowPoolCheck(const CheckIn &in, const std::string &) {
 
 std::string convCheck(const CheckIn &in, const std::string &) { return checkWindowed(in, 0, 1, false, false); }
 
-bool convIntegerShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
-  if (!onPicked(convShape, in, {0, 1}, out, why))
-    return false;
-  retype(out, Element::Int32);
-  return true;
-}
-
-bool qLinearConvShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
-  if (!onPicked(convShape, in, {0, 3}, out, why))
-    return false;
-  retype(out, Element::OfInput, zeroPointOr(in, 7, 0));
-  return true;
-}
-
 Cost qLinearConvCost(const CostIn &in) { return convolutionCost(in, 3, 8); }
 
 std::string qLinearConvCheck(const CheckIn &in, const std::string &) { return checkWindowed(in, 0, 3, false, false); }
@@ -225,15 +211,15 @@ void addConvOps(std::vector<OpDef> &out) {
 
   // The integer convolutions: no backward.
   OpDef ci = define("", "ConvInteger", 10, 2, 4, "convolution of integers less their zero points, int32 result",
-                    convIntegerShape, convCost);
+                    integerProductShape<convShape>, convCost);
   ci.check = convCheck;
   out.push_back(ci);
   const char *qSummary = "convolution of quantized tensors, requantized to the output scale and zero point";
-  OpDef q = define("", "QLinearConv", 10, 8, 9, qSummary, qLinearConvShape, qLinearConvCost);
+  OpDef q = define("", "QLinearConv", 10, 8, 9, qSummary, qLinearProductShape<convShape>, qLinearConvCost);
   q.check = qLinearConvCheck;
   out.push_back(q);
   // ModelVerifier checks the default domain only.
-  out.push_back(define("com.microsoft", "QLinearConv", 1, 8, 9, qSummary, qLinearConvShape, qLinearConvCost));
+  out.push_back(define("com.microsoft", "QLinearConv", 1, 8, 9, qSummary, qLinearProductShape<convShape>, qLinearConvCost));
 
   auto pool = [&](const char *type, const char *summary, ShapeFn shape, CostFn cost, CheckFn check, Keeps keeps) {
     OpDef p;

@@ -69,6 +69,23 @@ void retype(std::vector<OutShape> &out, Element element, int of = 0);
 /// when given, else of input `x`.
 int zeroPointOr(const ShapeIn &in, size_t zp, size_t x);
 
+/// The integer forms of a float product `Rule` (MatMul, Conv): A and B at
+/// inputs 0 and 1 with an int32 output (MatMulInteger, ConvInteger), or at 0
+/// and 3 among their scales and zero points with the output zero point's
+/// type, else input 0's (QLinearMatMul, QGemm, QLinearConv).
+template <ShapeFn Rule> bool integerProductShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
+  if (!onPicked(Rule, in, {0, 1}, out, why))
+    return false;
+  retype(out, Element::Int32);
+  return true;
+}
+template <ShapeFn Rule> bool qLinearProductShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
+  if (!onPicked(Rule, in, {0, 3}, out, why))
+    return false;
+  retype(out, Element::OfInput, zeroPointOr(in, 7, 0));
+  return true;
+}
+
 /// "[1,2,3]": a list of ints in a check's message.
 std::string listOf(const std::vector<int64_t> &v);
 

@@ -109,24 +109,7 @@ std::string gemmCheck(const CheckIn &in, const std::string &) {
   return "";
 }
 
-// The integer products (their outputs: int32 accumulators, or the output
-// zero point's type): A, B at 0, 1 (MatMulInteger) or A, B at 0, 3 between
-// their scales and zero points (QLinearMatMul, QGemm).
-bool matMulIntegerShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
-  if (!onPicked(matMulShapeRule, in, {0, 1}, out, why))
-    return false;
-  retype(out, Element::Int32);
-  return true;
-}
-
-bool qLinearMatMulShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
-  if (!onPicked(matMulShapeRule, in, {0, 3}, out, why))
-    return false;
-  retype(out, Element::OfInput, zeroPointOr(in, 7, 0));
-  return true;
-}
-
-// A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp: float32 output
+// QGemm: A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp: float32 output
 // without y_scale.
 bool qGemmShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) {
   if (!onPicked(gemmShape, in, {0, 3}, out, why))
@@ -169,13 +152,13 @@ void addMatMulOps(std::vector<OpDef> &out) {
   // The integer products: MatMul's rules over their data operands; no
   // backward, no tensor-parallel role.
   OpDef mi = define("", "MatMulInteger", 10, 2, 4, "numpy matmul of integers less their zero points, int32 result",
-                    matMulIntegerShape, matMulCost);
+                    integerProductShape<matMulShapeRule>, matMulCost);
   mi.check = matMulCheck;
   mi.weightProduct = true;
   out.push_back(mi);
   const char *qSummary = "numpy matmul of quantized tensors, requantized to the output scale and zero point";
-  out.push_back(define("", "QLinearMatMul", 10, 8, 8, qSummary, qLinearMatMulShape, matMulCost));
-  out.push_back(define("com.microsoft", "QLinearMatMul", 1, 8, 8, qSummary, qLinearMatMulShape, matMulCost));
+  out.push_back(define("", "QLinearMatMul", 10, 8, 8, qSummary, qLinearProductShape<matMulShapeRule>, matMulCost));
+  out.push_back(define("com.microsoft", "QLinearMatMul", 1, 8, 8, qSummary, qLinearProductShape<matMulShapeRule>, matMulCost));
 
   OpDef g;
   g.type = "Gemm";
