@@ -91,7 +91,11 @@ Link Cluster::linkBetween(int devA, int devB) const {
             : *b.type;
     return typeLink(slower);
   }
-  Link link = interNode;
+  // The path is as fast as its slower end's network, and crosses each
+  // endpoint's PCIe host link to reach the NIC.
+  const Link &na = networkOf(a.node), &nb = networkOf(b.node);
+  Link link = na.bandwidthGBs <= nb.bandwidthGBs ? na : nb;
+  link.latencyUs = std::max(na.latencyUs, nb.latencyUs);
   link.bandwidthGBs =
       std::min({link.bandwidthGBs, a.type->pcie.bandwidthGBs,
                 b.type->pcie.bandwidthGBs});
@@ -168,6 +172,7 @@ std::string Cluster::describe() const {
        << (node.devices.size() == 1 ? " device" : " devices")
        << "; intra-node link " << describeLink(node.intraLink)
        << (node.intraLinkOverridden ? " (from the cluster file)" : "")
+       << (node.network ? "; network " + describeLink(*node.network) : std::string())
        << "\n";
     // Runs of consecutive ranks with the same type and speed factor.
     for (size_t i = 0; i < node.devices.size();) {
@@ -239,9 +244,12 @@ json::Value Cluster::toJSON() const {
     }
     json::Object link = *linkJSON(node.intraLink).getAsObject();
     link["overridden"] = node.intraLinkOverridden;
-    nodeArray.push_back(json::Object{{"name", node.name},
-                                     {"intra_node_link", std::move(link)},
-                                     {"devices", std::move(devs)}});
+    json::Object entry{{"name", node.name},
+                       {"intra_node_link", std::move(link)},
+                       {"devices", std::move(devs)}};
+    if (node.network)
+      entry["network"] = linkJSON(*node.network);
+    nodeArray.push_back(std::move(entry));
   }
   json::Object types;
   for (const auto &[typeName, type] : used)
@@ -548,8 +556,8 @@ bool readNodes(YamlReader &r, const YamlValue &list, Cluster &cluster) {
   int64_t total = 0;
   for (size_t index = 0; index < list.items.size(); ++index) {
     const YamlValue &v = list.items[index];
-    static constexpr StringRef known[] = {"name", "count", "devices",
-                                          "intra_node_link", "speed_factors"};
+    static constexpr StringRef known[] = {"name", "count", "devices", "intra_node_link",
+                                          "network", "speed_factors"};
     std::string nodeName = "node" + std::to_string(cluster.nodes.size());
     if (const YamlValue *n = v.kind == YamlValue::Mapping ? v.get("name")
                                                           : nullptr)
@@ -578,6 +586,13 @@ bool readNodes(YamlReader &r, const YamlValue &list, Cluster &cluster) {
       if (intra->bandwidthGBs <= 0)
         return r.error(*link, "missing field 'bandwidth_gbs' in "
                               "'intra_node_link' " + where);
+    }
+    // A node's own NICs: unset figures keep the cluster's inter_node ones.
+    std::optional<Link> network;
+    if (const YamlValue *net = v.get("network")) {
+      network = cluster.interNode;
+      if (!readLink(r, *net, "network", where, *network))
+        return false;
     }
 
     const YamlValue &devs = *v.get("devices");
@@ -626,6 +641,7 @@ bool readNodes(YamlReader &r, const YamlValue &list, Cluster &cluster) {
       if (!names.insert(name).second)
         return r.error(v, "duplicate node name '" + name + "'");
       int node = cluster.addNode(name, intra);
+      cluster.nodes[size_t(node)].network = network;
       for (auto [type, count] : groups) {
         auto it = factors.find(type);
         double factor = it == factors.end() ? 1.0 : it->second;

@@ -61,6 +61,9 @@ struct Node {
   /// its device types (what a ring over the whole node gets).
   Link intraLink;
   bool intraLinkOverridden = false;
+  /// This node's own network (its NICs, per device path) when the cluster
+  /// file gives one; else the cluster's `interNode` applies to it.
+  std::optional<Link> network;
 };
 
 class Cluster {
@@ -94,8 +97,10 @@ public:
 
   /// The link between two ranks. Same rank: unbounded. Same node: the node's
   /// override, else the intra-node link of the slower endpoint's type.
-  /// Different nodes: the inter-node link, capped by either endpoint's PCIe
-  /// host link (traffic to the NIC crosses it).
+  /// Different nodes: the slower of the two nodes' networks (a node's own
+  /// `network`, else the cluster's inter-node link; the larger latency),
+  /// capped by either endpoint's PCIe host link (traffic to the NIC crosses
+  /// it).
   Link linkBetween(int devA, int devB) const;
 
   /// GB/s of a ring visiting `ranks` in order and back to the first: a ring
@@ -117,6 +122,12 @@ public:
   std::vector<Node> nodes;
   std::vector<Device> devices;  // by rank
   Link interNode{kDefaultInterNodeGBs, kDefaultInterNodeLatencyUs, "net"};
+  /// The network a node's devices reach other nodes through: its own
+  /// `network`, else interNode.
+  const Link &networkOf(int node) const {
+    const Node &n = nodes[size_t(node)];
+    return n.network ? *n.network : interNode;
+  }
 
 private:
   DeviceCatalog ownCatalog;

@@ -93,6 +93,7 @@ cluster::Cluster onlyType(const cluster::Cluster &cl, const cluster::DeviceType 
         at = sub.addNode(node.name, node.intraLinkOverridden
                                         ? std::optional<cluster::Link>(node.intraLink)
                                         : std::nullopt);
+      sub.nodes[size_t(at)].network = node.network;
       sub.addDevice(at, d.type, d.speedFactor);
     }
   }

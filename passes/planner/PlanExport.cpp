@@ -65,6 +65,10 @@ plan::Plan exportPlanHeader(const cost::ModelCost &model, const cluster::Cluster
       node->add_ranks(r);
     node->set_link_kind(n.intraLink.kind);
     node->set_link_bandwidth_gbs(n.intraLink.bandwidthGBs);
+    if (n.network) {
+      node->set_network_bandwidth_gbs(n.network->bandwidthGBs);
+      node->set_network_latency_us(n.network->latencyUs);
+    }
   }
   for (const auto &d : cluster.devices) {
     auto *dev = cl->add_devices();

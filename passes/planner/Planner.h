@@ -110,6 +110,12 @@ struct Options {
   OffloadPolicy offload = OffloadPolicy::Search;
   int maxPipelineStages = 64;
   int maxTensorParallel = 8;
+  /// How a tensor-parallel worker sends its activation to the next stage.
+  /// False (hetplan's runtime): the worker's first rank sends the whole
+  /// activation to every rank of the receiving worker. True (Megatron-LM's
+  /// scatter/gather, Narayanan et al. SC'21 section 4.1): each rank sends its
+  /// 1/tp slice, the receivers all-gather it over their intra-node link.
+  bool scatterGatherSends = false;
   /// Measured op times that replace the roofline on their device type.
   std::vector<cost::Profile> profiles;
   /// Called now and then with the share of the search done (0..1).

@@ -139,13 +139,29 @@ double Search::sendTime(const StageDevices &a, const StageDevices &b, int lastLa
   bytesOut = perSample * double(mb);
   int ra = a.groups[0].ranks[0][0], rb = b.groups[0].ranks[0][0];
   cluster::Link link = cluster.linkBetween(ra, rb);
-  // Between nodes, every rank of the stage on one node sends through that
-  // node's one network link: its worker's share, once per tensor-parallel
-  // rank (DeepSpeed's pipeline engine sends the whole activation from
-  // each; no scatter/gather).
+  int tpa = std::max(a.tp, 1), tpb = std::max(b.tp, 1);
+  if (opt.scatterGatherSends && tpa > 1 && tpa == tpb) {
+    // Each rank sends its 1/tp slice to its counterpart (all in parallel,
+    // the node's ranks sharing its network), then the receiving worker
+    // all-gathers the slices over its tensor-parallel link.
+    double slice = perSample * samples / tpa;
+    double copies = cluster.devices[ra].node != cluster.devices[rb].node
+                        ? std::max(std::min(a.ranksPerNode, b.ranksPerNode), 1)
+                        : 1;
+    double gather = (tpb - 1) * (b.tpLatencyUs * 1e-6 + slice / (b.tpGBs * 1e9));
+    return link.transferSeconds(slice * copies) + gather;
+  }
+  // hetplan's runtime: the first rank of a worker sends the whole activation
+  // to each of the receiving worker's tp ranks (docs/runtime.md,
+  // "Tensor-parallel stages"). Between nodes, the senders of a node share
+  // its network: a's workers on the node (not its tp ranks: they do not
+  // send) times b's tp copies, bounded by b's ranks on its node.
+  double copies = tpb;
   if (cluster.devices[ra].node != cluster.devices[rb].node)
-    samples *= std::max(std::min(a.ranksPerNode, b.ranksPerNode), 1);
-  return link.transferSeconds(perSample * samples);
+    copies = std::max(std::min(double(std::max(a.ranksPerNode / tpa, 1) * tpb),
+                               double(b.ranksPerNode)),
+                      1.0);
+  return link.transferSeconds(perSample * samples * copies);
 }
 
 } // namespace hetplan::planner::detail

@@ -225,6 +225,38 @@ inter_node: {bandwidth_gbs: 12.5, latency_us: 10}
   EXPECT_EQ(copy.catalog().find("gaudi2"), copy.devices[12].type);
 }
 
+// A node with a slower network of its own (issue 21): the path between two
+// nodes is as fast as its slower end, with the larger latency.
+TEST(ClusterFile, PerNodeNetwork) {
+  Cluster c = file(R"(
+nodes:
+  - name: fast
+    devices: [2xH100]
+  - name: slow
+    devices: [2xA100-80G]
+    network: {bandwidth_gbs: 3.125, latency_us: 30}
+  - name: fast2
+    devices: [2xH100]
+    network: {latency_us: 2}
+inter_node: {bandwidth_gbs: 50, latency_us: 4}
+)");
+  ASSERT_EQ(c.devices.size(), 6u);
+  EXPECT_FALSE(c.nodes[0].network.has_value());
+  EXPECT_DOUBLE_EQ(c.linkBetween(0, 4).bandwidthGBs, 50);  // fast - fast2
+  EXPECT_DOUBLE_EQ(c.linkBetween(0, 4).latencyUs, 4);      // the larger
+  EXPECT_DOUBLE_EQ(c.linkBetween(0, 2).bandwidthGBs, 3.125);
+  EXPECT_DOUBLE_EQ(c.linkBetween(2, 5).latencyUs, 30);
+  // Unset figures of a node's network keep the cluster's.
+  EXPECT_DOUBLE_EQ(c.nodes[2].network->bandwidthGBs, 50);
+  // Inside a node the network does not matter.
+  EXPECT_GT(c.linkBetween(2, 3).bandwidthGBs, 100);
+  EXPECT_DOUBLE_EQ(c.ringBandwidth(allRanks(c)), 3.125);
+  EXPECT_NE(c.describe().find("slow: 2 devices; intra-node link nvlink3 300 GB/s, 1 us; "
+                              "network net 3.125 GB/s, 30 us"),
+            std::string::npos)
+      << c.describe();
+}
+
 TEST(ClusterFile, Json) {
   Cluster c = file(R"({"nodes": [{"devices": [{"type": "H100", "count": 4}]},
                                   {"name": "b", "devices": ["2xL40S"]}],
@@ -256,6 +288,12 @@ TEST(ClusterFile, ErrorsNameLineAndField) {
   EXPECT_EQ(fileError("nodes:\n  - devices: [T4]\n"
                       "    intra_node_link: {bandwidth_gbs: -1}\n"),
             "c.yaml:3:38: 'bandwidth_gbs' must be > 0, not -1");
+  EXPECT_EQ(fileError("nodes:\n  - devices: [T4]\n"
+                      "    network: {bandwidth_gbs: 0}\n"),
+            "c.yaml:3:30: 'bandwidth_gbs' must be > 0, not 0");
+  EXPECT_EQ(fileError("nodes:\n  - devices: [T4]\n"
+                      "    network: {speed: 1}\n"),
+            "c.yaml:3:15: unknown field 'speed' in node 'node0'");
   EXPECT_EQ(fileError("devices: []\n"), "c.yaml:1:1: missing field 'nodes' "
                                         "in cluster");
   EXPECT_EQ(fileError("nodes: []\n"),

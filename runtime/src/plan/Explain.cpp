@@ -202,13 +202,24 @@ void explainCluster(const plan::Plan &p, std::ostream &os) {
     types.print(os, "    ");
   if (c.nodes_size() > 0) {
     field(os, "nodes", std::to_string(c.nodes_size()));
-    Table nodes({"node", "ranks", "devices", "link", "GB/s"}, "    r");
+    // A column for the nodes' own networks only when some node has one.
+    bool ownNetwork = std::any_of(c.nodes().begin(), c.nodes().end(),
+                                  [](const auto &n) { return n.network_bandwidth_gbs() > 0; });
+    std::vector<std::string> head = {"node", "ranks", "devices", "link", "GB/s"};
+    if (ownNetwork)
+      head.push_back("network GB/s");
+    Table nodes(head, ownNetwork ? "    rr" : "    r");
     for (int n = 0; n < c.nodes_size(); ++n) {
       const auto &node = c.nodes(n);
       std::vector<uint32_t> ranks(node.ranks().begin(), node.ranks().end());
-      nodes.add({node.name().empty() ? std::to_string(n) : node.name(), rangesText(ranks),
-                 typeCounts(p, ranks), node.link_kind().empty() ? "-" : node.link_kind(),
-                 rateText(node.link_bandwidth_gbs())});
+      std::vector<std::string> row = {node.name().empty() ? std::to_string(n) : node.name(),
+                                      rangesText(ranks), typeCounts(p, ranks),
+                                      node.link_kind().empty() ? "-" : node.link_kind(),
+                                      rateText(node.link_bandwidth_gbs())};
+      if (ownNetwork)
+        row.push_back(node.network_bandwidth_gbs() > 0 ? rateText(node.network_bandwidth_gbs())
+                                                       : "inter-node");
+      nodes.add(row);
     }
     nodes.print(os, "    ");
   }
