@@ -764,7 +764,8 @@ llvm::json::Object layoutLine(size_t index, llvm::Expected<planner::Plan> p) {
 /// inputs, same bytes), then its summary or its JSON.
 int writeCompiledPlan(const planner::Plan &result, const planner::CostedModel &costed,
                       const cluster::Cluster &cl, const planner::Options &options,
-                      llvm::StringRef pickedSpec = {}) {
+                      llvm::StringRef pickedSpec = {},
+                      std::optional<llvm::json::Object> picked = std::nullopt) {
   std::string error;
   plan::Plan out =
       planner::exportPlan(result, costed.cost, cl, options, exportInfo(costed, seqArg, pickedSpec));
@@ -783,6 +784,8 @@ int writeCompiledPlan(const planner::Plan &result, const planner::CostedModel &c
     for (const std::string &w : costed.warnings)
       warnings.push_back(w);
     summary.getAsObject()->try_emplace("warnings", std::move(warnings));
+    if (picked)
+      summary.getAsObject()->try_emplace("picked_devices", std::move(*picked));
     llvm::outs() << llvm::formatv("{0:2}", summary) << "\n";
   } else {
     printSummary(out, llvm::outs());
@@ -896,7 +899,8 @@ int runCompile() {
       return fail(model + " on " + clusterArg + ": " + llvm::toString(picked.takeError()));
     if (!jsonArg)
       llvm::outs() << picked->report;
-    return writeCompiledPlan(picked->plan, *costed, *picked->cluster, options, picked->spec);
+    return writeCompiledPlan(picked->plan, *costed, *picked->cluster, options, picked->spec,
+                             std::move(picked->json));
   }
   auto result = layouts.empty()
                     ? planner::makePlan(*modelCost, *cl, options)

@@ -276,6 +276,23 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
   size_t idle = 0;
   for (size_t i = 0; i < evaluated; ++i)
     idle += mixes[i].idleType;
+  llvm::json::Array shown;
+  for (size_t i = 0; i < ranked.size() && i < PickTargets::kShown; ++i) {
+    const Mix &m = *ranked[i];
+    shown.push_back(llvm::json::Object{{"rank", int64_t(i + 1)},
+                                       {"devices", m.spec},
+                                       {"usd_per_hour", m.usdPerHour},
+                                       {"step_time_s", m.step()},
+                                       {"samples_per_s", m.plan->samplesPerSecond},
+                                       {"usd_per_step", m.usdPerStep()}});
+  }
+  out.json = llvm::json::Object{{"target", targetText(targets)},
+                                {"picked", ranked[0]->spec},
+                                {"ranked", std::move(shown)},
+                                {"mixes_planned", int64_t(evaluated)},
+                                {"mixes", int64_t(mixes.size())},
+                                {"left_out_idle_type", int64_t(idle)},
+                                {"search_time_s", elapsed()}};
   os << llvm::formatv("  {0} of {1} mixes planned in {2:F1} s (bound {3:F0} s); {4} left out "
                       "as their plans leave a rented type idle\n",
                       evaluated, mixes.size(), elapsed(), targets.timeLimitSeconds, idle);

@@ -6,6 +6,7 @@
 #include "passes/planner/Planner.h"
 
 #include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
 
 #include <optional>
 #include <string>
@@ -43,6 +44,9 @@ struct PickedDevices {
   std::optional<cluster::Cluster> cluster;  // always set
   std::string spec;    // the picked mix, an inline spec
   std::string report;  // the pick and the runners-up, for people
+  /// The same for scripts (compile --json's "picked_devices"): the target,
+  /// the ranked mixes shown, and how many were planned.
+  llvm::json::Object json;
 };
 
 /// Plans every mix of counts (cheapest first, within the time limit) and
