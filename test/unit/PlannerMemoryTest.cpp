@@ -114,6 +114,88 @@ TEST(PlannerMemory, OneFOneBKeepsStagesMinusIndexMicroBatchesGPipeAll) {
     EXPECT_DOUBLE_EQ(g->memory[j].activations, 8 * (2 * 4e6 + loss(j))) << "stage " << j;
 }
 
+TEST(PlannerMemory, OneFOneBKeepsNoMoreMicroBatchesThanThereAre) {
+  // 1F1B with fewer micro-batches than stages: stage j of P keeps
+  // min(P - j, M), as the simulated schedule reaches (warm-up forwards
+  // min(P - 1 - j, M), then one forward one backward).
+  auto m = model(8, 10'000'000, 4e6);
+  auto c = clusterOf("4xA100-80G");
+  Layout l;
+  for (int j = 0; j < 4; ++j) {
+    l.stageWorkers.push_back({{j}});
+    l.lastLayer.push_back(2 * j + 1);
+  }
+  Options o;
+  o.recompute = RecomputePolicy::Never;
+  auto loss = [](int j) { return j == 3 ? 4 * 4e6 / 4 / 2 : 0.0; };
+  for (int M : {1, 2, 3}) {
+    l.microBatches = M;
+    o.globalBatch = M;
+    auto p = evaluateLayout(m, c, o, l);
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    for (int j = 0; j < 4; ++j)
+      EXPECT_DOUBLE_EQ(p->memory[j].activations, std::min(4 - j, M) * (2 * 4e6 + loss(j)))
+          << "M " << M << ", stage " << j;
+  }
+}
+
+TEST(PlannerMemory, OptimizerSetsStateBytesAndStepTime) {
+  // Per parameter: fp16 weights and gradients (2 + 2), the fp32 master
+  // copy (4) and 4 bytes per optimizer buffer: SGD none, momentum one,
+  // Adam and AdamW two (ZeRO paper, section 3). In fp32 the weights are
+  // the master copy. The step streams the whole model state: SGD half of
+  // Adam's bytes, momentum three quarters.
+  auto m = model(2, 100'000'000, 1e6);
+  auto gpu = clusterOf("A100-80G"), four = clusterOf("4xA100-80G");
+  double P = 200e6;
+  struct Case { runtime::Optimizer o; double fp16State, fp32State, stepShare; };
+  const Case cases[] = {{runtime::Optimizer::SGD, 4, 0, 0.5},
+                        {runtime::Optimizer::Momentum, 8, 4, 0.75},
+                        {runtime::Optimizer::Adam, 12, 8, 1},
+                        {runtime::Optimizer::AdamW, 12, 8, 1}};
+  Options o;
+  o.globalBatch = 4;
+  o.recompute = RecomputePolicy::Never;
+  o.offload = OffloadPolicy::Never;
+  auto adam = evaluateLayout(m, gpu, o, oneStage(1, 2));
+  ASSERT_TRUE(bool(adam)) << llvm::toString(adam.takeError());
+  for (const Case &k : cases) {
+    std::string what = runtime::optimizerName(k.o);
+    o.optimizer = k.o;
+    o.dtype = cost::DType::FP16;
+    auto p = evaluateLayout(m, gpu, o, oneStage(1, 2));
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    EXPECT_DOUBLE_EQ(p->memory[0].optimizerState, k.fp16State * P) << what;
+    EXPECT_DOUBLE_EQ(p->memory[0].parameters + p->memory[0].gradients, 4 * P) << what;
+    EXPECT_DOUBLE_EQ(p->memory[0].optimizerStep, 4 * P) << what;  // the fp32 gradient copy
+    EXPECT_NEAR(p->stages[0].optimizerSeconds, k.stepShare * adam->stages[0].optimizerSeconds, 1e-12) << what;
+    // ZeRO-1 over 4 workers shards whatever state there is.
+    Layout z = oneStage(4, 2);
+    z.zeroStage = 1;
+    auto q = evaluateLayout(m, four, o, z);
+    ASSERT_TRUE(bool(q)) << llvm::toString(q.takeError());
+    EXPECT_DOUBLE_EQ(q->memory[0].optimizerState, k.fp16State * P / 4) << what;
+    o.dtype = cost::DType::FP32;
+    auto f = evaluateLayout(m, gpu, o, oneStage(1, 2));
+    ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
+    EXPECT_DOUBLE_EQ(f->memory[0].optimizerState, k.fp32State * P) << what;
+    EXPECT_EQ(f->memory[0].optimizerStep, 0) << what;
+  }
+  // Offloaded, the host step scales with the bytes too: SGD's host time
+  // is half of Adam's (the PCIe copies are the same).
+  o.dtype = cost::DType::FP16;
+  o.offload = OffloadPolicy::Always;
+  double host[2];
+  for (int i = 0; i < 2; ++i) {
+    o.optimizer = i == 0 ? runtime::Optimizer::SGD : runtime::Optimizer::Adam;
+    auto p = evaluateLayout(m, gpu, o, oneStage(1, 2));
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    EXPECT_EQ(p->memory[0].optimizerState, 0);
+    host[i] = p->stages[0].optimizerSeconds;
+  }
+  EXPECT_NEAR(host[1] - host[0], 0.5 * P / o.hostAdamParamsPerSecond, 1e-9);
+}
+
 TEST(PlannerMemory, RecomputationMakesARefusedLayoutFitAndAutoChoosesIt) {
   // 8 layers keeping 2 GiB per sample each: 16 GiB of activations for one
   // sample does not fit a 16 GiB T4 beside 6.4 GB of training state;
