@@ -410,17 +410,7 @@ TEST(CudaPlan, DeviceValuesTrainingMatchesCpu) {
 
 namespace {
 
-/// The host defaults of RankCompute (the CPU gradient registry, train::optimizerUpdate).
-class HostCompute final : public RankCompute {
-public:
-  std::map<std::string, Tensor> runNodes(const std::vector<size_t> &, std::map<std::string, Tensor>,
-                                         const std::set<std::string> &, std::map<std::string, std::vector<int64_t>> *,
-                                         ExecutionObserver *, const Executor::NodeHook *,
-                                         const std::set<size_t> *, const std::set<std::string> *) override {
-    throw std::logic_error("not used");
-  }
-  std::string describe() const override { return "host"; }
-};
+using HostCompute = hetplan::test::HostCompute;
 
 Tensor int64Tensor(const std::vector<int64_t> &shape, const std::vector<int64_t> &v) {
   Tensor t(DType::Int64, shape);

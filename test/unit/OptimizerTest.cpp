@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PlanFixtures.h"
 #include "hetplan/runtime/PlanExecutor.h"
 
 #include <gtest/gtest.h>
@@ -21,17 +22,7 @@ using namespace hetplan::runtime;
 
 namespace {
 
-/// The host defaults of RankCompute.
-class HostCompute final : public RankCompute {
-public:
-  std::map<std::string, Tensor> runNodes(const std::vector<size_t> &, std::map<std::string, Tensor>,
-                                         const std::set<std::string> &, std::map<std::string, std::vector<int64_t>> *,
-                                         ExecutionObserver *, const Executor::NodeHook *,
-                                         const std::set<size_t> *, const std::set<std::string> *) override {
-    throw std::logic_error("not used");
-  }
-  std::string describe() const override { return "host"; }
-};
+using HostCompute = hetplan::test::HostCompute;
 
 Tensor vec(const std::vector<float> &v) {
   Tensor t(DType::Float32, {int64_t(v.size())});
