@@ -577,8 +577,12 @@ TEST(CudaTrain, OptimizersMatchCpu) {
         ASSERT_EQ(v2.defined(), v1.defined()) << what;
         EXPECT_EQ(m1.defined(), optimizerStateBuffers(kind) >= 1) << what;
         EXPECT_EQ(v1.defined(), optimizerStateBuffers(kind) >= 2) << what;
-        if (m1.defined()) EXPECT_EQ(compareTensors(m2, m1), "") << what;
-        if (v1.defined()) EXPECT_EQ(compareTensors(v2, v1), "") << what;
+        if (m1.defined()) {
+          EXPECT_EQ(compareTensors(m2, m1), "") << what;
+        }
+        if (v1.defined()) {
+          EXPECT_EQ(compareTensors(v2, v1), "") << what;
+        }
       }
     }
   }

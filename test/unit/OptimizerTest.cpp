@@ -121,8 +121,12 @@ TEST(Optimizers, MatchTorchFormulasOverSteps) {
           std::string what = std::string(optimizerName(kind)) + " wd " + std::to_string(wd) + " step " +
                              std::to_string(t) + " element " + std::to_string(i);
           EXPECT_NEAR(p.data<float>()[i], ref[size_t(i)].p, 1e-5 * (1 + std::abs(ref[size_t(i)].p))) << what;
-          if (m.defined()) EXPECT_NEAR(m.data<float>()[i], ref[size_t(i)].b, 1e-5) << what;
-          if (v.defined()) EXPECT_NEAR(v.data<float>()[i], ref[size_t(i)].v, 1e-5) << what;
+          if (m.defined()) {
+            EXPECT_NEAR(m.data<float>()[i], ref[size_t(i)].b, 1e-5) << what;
+          }
+          if (v.defined()) {
+            EXPECT_NEAR(v.data<float>()[i], ref[size_t(i)].v, 1e-5) << what;
+          }
         }
       }
       // The state each keeps: SGD none, momentum its buffer, Adam/AdamW m and v.
