@@ -163,7 +163,7 @@ class Plan:
 
 
 def compile(model, cluster, mode="infer", batch=1, seq=None, dims=None, shapes=None, dtype=None,
-            strategy=None, pin=None, optimizer=None, output=None, extra_args=()):
+            strategy=None, pin=None, output=None, extra_args=(), optimizer=None):
     """Plans ``model`` on ``cluster`` (``hetplan compile``) and returns the
     Plan. ``cluster``: an inline spec (``"2xA100-80G,4xT4"``) or a cluster
     file; ``dims``: {name: value} for other symbolic dims; ``shapes``:
