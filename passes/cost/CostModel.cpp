@@ -299,9 +299,9 @@ double layerStepTime(const LayerCost &layer, double samples,
   return mode == Mode::Train ? kTrainFlopsPerForwardFlop * forward : forward;
 }
 
-double modelStateBytes(const LayerCost &layer, Mode mode, DType dtype) {
+double modelStateBytes(const LayerCost &layer, Mode mode, DType dtype, int stateBuffers) {
   if (mode == Mode::Train)
-    return double(layer.parameters) * kAdamBytesPerParam;
+    return double(layer.parameters) * trainingBytesPerParam(stateBuffers, dtype);
   return double(layer.parameters) * dtypeBytes(dtype);
 }
 

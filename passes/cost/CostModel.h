@@ -292,10 +292,18 @@ double layerForwardTime(const LayerCost &layer, double samples,
 /// Training step FLOPs per forward FLOP: forward + backward (backward = 2x
 /// forward: gradients w.r.t. inputs and w.r.t. weights), Narayanan et al. SC'21.
 constexpr double kTrainFlopsPerForwardFlop = 3.0;
-/// Model-state bytes per parameter for Adam training in mixed precision:
-/// fp16 weights (2) + fp16 gradients (2) + fp32 master weights, momentum and
-/// variance (12) = 16, Rajbhandari et al. SC'20 (ZeRO). FP32 training with
-/// Adam also holds 16 (4 + 4 + 4 + 4).
+/// Model-state bytes per parameter when training at `dtype` with an
+/// optimizer that keeps `stateBuffers` fp32 buffers per parameter (SGD 0,
+/// momentum SGD 1, Adam and AdamW 2: runtime::optimizerStateBuffers):
+/// weights and gradients at `dtype`, an fp32 master copy of the weights
+/// when `dtype` is narrower than 4 bytes, and 4 bytes per buffer
+/// (Rajbhandari et al. SC'20, ZeRO, section 3: mixed-precision Adam holds
+/// 2 + 2 + 12 = 16). FP32: SGD 8, momentum 12, Adam 16.
+inline double trainingBytesPerParam(int stateBuffers, DType dtype) {
+  double element = double(dtypeBytes(dtype));
+  return 2 * element + (element < 4 ? 4.0 : 0.0) + 4.0 * stateBuffers;
+}
+/// Mixed-precision Adam's 16 (trainingBytesPerParam(2, FP16)).
 constexpr double kAdamBytesPerParam = 16.0;
 
 /// Time of one step of `layer` for `samples` samples: the forward time for
@@ -305,8 +313,9 @@ double layerStepTime(const LayerCost &layer, double samples,
                      const Efficiency &eff, llvm::ArrayRef<Profile> profiles = {});
 
 /// Bytes of model state the layer holds: parameters at `dtype` for
-/// inference, kAdamBytesPerParam per parameter for training.
-double modelStateBytes(const LayerCost &layer, Mode mode, DType dtype);
+/// inference, trainingBytesPerParam(stateBuffers, dtype) per parameter for
+/// training (2 buffers: Adam).
+double modelStateBytes(const LayerCost &layer, Mode mode, DType dtype, int stateBuffers = 2);
 
 } // namespace hetplan::cost
 

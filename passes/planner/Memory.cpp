@@ -54,7 +54,8 @@ Need Search::need(int c, int l, int r, int tp, int workers, int inflight, int mi
   int D = std::max(1, workers);
   n.weights = params * elementBytes / (sv.zero >= 3 ? D : 1);
   n.gradients = params * elementBytes / (sv.zero >= 2 ? D : 1);
-  double stateBytes = std::max(0.0, opt.trainingBytesPerParameter - 2.0 * elementBytes);
+  // The optimizer's fp32 buffers and, below 4 bytes, the fp32 master weights.
+  double stateBytes = std::max(0.0, trainingBytesPerParameter() - 2.0 * elementBytes);
   if (!sv.offload) {
     n.optimizer = params * stateBytes / (sv.zero >= 1 ? D : 1);
     // Mixed precision: the optimizer steps on an fp32 copy of the

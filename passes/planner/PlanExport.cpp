@@ -111,7 +111,7 @@ void exportSettings(plan::Settings *settings, const Plan &result, const Options 
   settings->set_strategy(strategyName(result.strategy));
   for (const auto &[k, v] : info.boundDims)
     (*settings->mutable_bound_dims())[k] = v;
-  settings->set_optimizer(training ? "adam" : "");
+  settings->set_optimizer(training ? runtime::optimizerName(options.optimizer) : "");
   settings->set_zero_stage(training ? uint32_t(result.zeroStage) : 0);
   settings->set_offload_optimizer(training && result.offloadOptimizer);
 }

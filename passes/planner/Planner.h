@@ -19,6 +19,7 @@
 
 #include "passes/cluster/Cluster.h"
 #include "passes/cost/CostModel.h"
+#include "hetplan/runtime/Optimizers.h"
 
 #include "llvm/Support/Error.h"
 
@@ -79,9 +80,11 @@ struct Options {
   Schedule schedule = Schedule::OneFOneB;
   Strategy strategy = Strategy::Hetplan;
   Pin pin;
-  /// Bytes per parameter kept for training (params + grads + optimizer
-  /// state); 16 for Adam with mixed precision (ZeRO paper, section 3).
-  double trainingBytesPerParameter = 16;
+  /// The training optimizer: its fp32 state buffers per parameter
+  /// (runtime::optimizerStateBuffers) set the model state,
+  /// cost::trainingBytesPerParam (16 bytes for mixed-precision Adam, ZeRO
+  /// paper, section 3), and the bytes its step streams.
+  runtime::Optimizer optimizer = runtime::Optimizer::Adam;
   /// Format of the gradients the data-parallel all-reduce moves; unset: the
   /// run format (`dtype`). Mixed-precision stacks usually reduce in fp32
   /// (PyTorch AMP + DDP, DeepSpeed `fp32_allreduce`).
@@ -95,7 +98,8 @@ struct Options {
   /// (activations and transient buffers). docs/cost-model.md.
   double allocatorFragmentation = 0.2;
   /// Host Adam throughput for an offloaded optimizer step, parameters per
-  /// second per host (ZeRO-Offload's CPU-Adam; docs/cost-model.md).
+  /// second per host (ZeRO-Offload's CPU-Adam; docs/cost-model.md). Other
+  /// optimizers scale it by the bytes their step streams (memory-bound).
   double hostAdamParamsPerSecond = 1e9 / 0.22;
   /// False when the batch may not be split (samples are combined, or the
   /// batch is off dim 0): one worker per stage and one micro-batch.

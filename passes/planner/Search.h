@@ -310,6 +310,12 @@ private:
     return sc.variant == 0 ? sd : sd.alternatives[size_t(sc.variant - 1)];
   }
 
+  /// Model-state bytes per parameter for the chosen optimizer and format
+  /// (cost::trainingBytesPerParam): weights, gradients, master copy, state.
+  double trainingBytesPerParameter() const {
+    return cost::trainingBytesPerParam(runtime::optimizerStateBuffers(opt.optimizer), opt.dtype);
+  }
+
   /// Micro-batches in flight on stage j (stashed activations).
   int inflight(int j, int P, int M) const {
     if (!training)

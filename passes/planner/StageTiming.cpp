@@ -109,19 +109,23 @@ double Search::optimizerTime(const StageDevices &sd, int l, int r, const Savers 
   // ZeRO shards the update: each worker steps its 1/D of the parameters.
   double shard = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp /
                  (sv.zero >= 1 ? std::max(1, sd.workers()) : 1);
+  // The step reads and writes the model state: 16 bytes per parameter for
+  // Adam, 8 for SGD, 12 for momentum SGD (cost::trainingBytesPerParam).
+  double streamed = trainingBytesPerParameter();
   double slowest = 0;
   for (const auto &g : sd.groups) {
     const cluster::DeviceType &type = *classes[g.cls].type;
     double t;
     if (sv.offload) {
       // ZeRO-Offload: gradients down and parameters up over the device's
-      // PCIe link, Adam on the host's cores (shared by its ranks).
+      // PCIe link, the step on the host's cores (shared by its ranks):
+      // CPU-Adam's rate, scaled by the bytes the optimizer streams.
       double pcie = type.pcie.bandwidthGBs > 0 ? type.pcie.bandwidthGBs : kDefaultPcieGBs;
       t = 2.0 * shard * elementBytes / (pcie * 1e9) +
-          shard * sd.ranksPerNode / opt.hostAdamParamsPerSecond;
+          shard * sd.ranksPerNode / opt.hostAdamParamsPerSecond * streamed / cost::kAdamBytesPerParam;
     } else {
       double bw = type.memoryBandwidthBytesPerSec() * cost::defaultEfficiency(type).memory;
-      t = shard * opt.trainingBytesPerParameter * 2 / bw;  // read and write
+      t = shard * streamed * 2 / bw;  // read and write
     }
     slowest = std::max(slowest, t);
   }

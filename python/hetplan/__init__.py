@@ -163,11 +163,13 @@ class Plan:
 
 
 def compile(model, cluster, mode="infer", batch=1, seq=None, dims=None, shapes=None, dtype=None,
-            strategy=None, pin=None, output=None, extra_args=()):
+            strategy=None, pin=None, output=None, extra_args=(), optimizer=None):
     """Plans ``model`` on ``cluster`` (``hetplan compile``) and returns the
     Plan. ``cluster``: an inline spec (``"2xA100-80G,4xT4"``) or a cluster
     file; ``dims``: {name: value} for other symbolic dims; ``shapes``:
-    {input: "8x3x224x224"}; ``pin``: e.g. ``"pp=2,mb=2"``; ``output``: where
+    {input: "8x3x224x224"}; ``pin``: e.g. ``"pp=2,mb=2"``; ``optimizer``
+    (``mode="train"``): ``"sgd"``, ``"momentum"``, ``"adam"`` (the default)
+    or ``"adamw"``; ``output``: where
     to write the plan (default: a temporary folder the Plan keeps alive)."""
     tmpdir = None
     if output is None:
@@ -187,6 +189,8 @@ def compile(model, cluster, mode="infer", batch=1, seq=None, dims=None, shapes=N
         args += ["--strategy", strategy]
     if pin:
         args += ["--pin", pin]
+    if optimizer:
+        args += ["--optimizer", optimizer]
     out = _run_cli(list(args) + list(extra_args))
     try:
         summary_ = _json.loads(out)

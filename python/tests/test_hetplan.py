@@ -84,6 +84,20 @@ def test_compile_returns_plan_object_and_json():
     raises(lambda: hetplan.compile(GPT2, cluster="3xFOO", batch=6, seq=16), "CompileError", "FOO")
 
 
+def test_compile_optimizer():
+    # optimizer= reaches `hetplan compile --optimizer`: recorded in the plan,
+    # and SGD's state is smaller than Adam's.
+    plans = {o: hetplan.compile(GPT2, cluster="3xT4", mode="train", batch=6, seq=16, pin="pp=3,mb=2",
+                                optimizer=o) for o in ("sgd", "adam")}
+    for o, plan in plans.items():
+        assert plan.to_dict()["settings"]["optimizer"] == o and plan.summary["optimizer"] == o
+    state = {o: sum(int(r["memory"].get("optimizer_state", 0)) for r in p.to_dict()["ranks"])
+             for o, p in plans.items()}
+    assert 0 < state["sgd"] < state["adam"], state
+    raises(lambda: hetplan.compile(GPT2, cluster="3xT4", mode="train", batch=6, seq=16, optimizer="lion"),
+           "CompileError", "--optimizer must be")
+
+
 def test_plan_session_matches_model_and_hetplan_run():
     plan = hetplan.compile(GPT2, cluster="3xT4", batch=6, seq=16, pin="pp=2,mb=2")  # temporary file
     x = ids(6, 16)

@@ -586,6 +586,13 @@ TEST(CostModel, DefaultEfficiencyFollowsTheDeviceKind) {
                    3 * cost::layerForwardTime(layer, 1, cpu, cost::DType::FP32, eff));
   EXPECT_EQ(cost::modelStateBytes(layer, cost::Mode::Train, cost::DType::FP16), 16000);
   EXPECT_EQ(cost::modelStateBytes(layer, cost::Mode::Infer, cost::DType::FP16), 2000);
+  // Per optimizer (0, 1, 2 fp32 buffers): fp16 with its fp32 master copy
+  // 8, 12, 16 bytes per parameter; fp32 (the weights are the master) 8, 12, 16.
+  for (int buffers : {0, 1, 2}) {
+    EXPECT_EQ(cost::modelStateBytes(layer, cost::Mode::Train, cost::DType::FP16, buffers), 1000 * (8 + 4 * buffers));
+    EXPECT_EQ(cost::modelStateBytes(layer, cost::Mode::Train, cost::DType::FP32, buffers), 1000 * (8 + 4 * buffers));
+  }
+  EXPECT_EQ(cost::trainingBytesPerParam(2, cost::DType::FP16), cost::kAdamBytesPerParam);
 }
 
 TEST(CostModel, ProfileEntryOverridesRoofline) {

@@ -406,21 +406,11 @@ TEST(CudaPlan, DeviceValuesTrainingMatchesCpu) {
   }
 }
 
-// --- training kernels: each device gradient and Adam against the CPU -------
+// --- training kernels: each device gradient and optimizer against the CPU --
 
 namespace {
 
-/// The host defaults of RankCompute (the CPU gradient registry, train::adamUpdate).
-class HostCompute final : public RankCompute {
-public:
-  std::map<std::string, Tensor> runNodes(const std::vector<size_t> &, std::map<std::string, Tensor>,
-                                         const std::set<std::string> &, std::map<std::string, std::vector<int64_t>> *,
-                                         ExecutionObserver *, const Executor::NodeHook *,
-                                         const std::set<size_t> *, const std::set<std::string> *) override {
-    throw std::logic_error("not used");
-  }
-  std::string describe() const override { return "host"; }
-};
+using HostCompute = hetplan::test::HostCompute;
 
 Tensor int64Tensor(const std::vector<int64_t> &shape, const std::vector<int64_t> &v) {
   Tensor t(DType::Int64, shape);
@@ -563,25 +553,37 @@ TEST(CudaTrain, MixedChainMatchesCpu) {
   expectGradientsMatch(m, inputs, "MatMul-Tanh-Pow-Mul-Add");
 }
 
-TEST(CudaTrain, AdamMatchesCpu) {
+TEST(CudaTrain, OptimizersMatchCpu) {
   REQUIRE_CUDA_DEVICE();
-  std::mt19937 rng(3);
-  AdamSettings s{1e-2, 0.9, 0.999, 1e-8, 0.01};
   Model empty; // outlives the compute
   auto device = makeCudaRankCompute(empty, 0);
   ASSERT_TRUE(device);
   HostCompute host;
   using Pieces = std::vector<std::pair<int64_t, int64_t>>;
-  for (const Pieces &pieces : {Pieces{}, Pieces{{3, 10}, {20, 5}}}) {
-    Tensor param = randomTensor(DType::Float32, {7, 5}, rng);
-    Tensor p1 = param.clone(), p2 = param.clone(), m1, v1, m2, v2;
-    for (int64_t step = 1; step <= 3; ++step) {
-      Tensor grad = randomTensor(DType::Float32, {7, 5}, rng);
-      host.adamUpdate(p1, grad, m1, v1, step, s, pieces);
-      device->adamUpdate(p2, grad, m2, v2, step, s, pieces);
-      EXPECT_EQ(compareTensors(p2, p1), "") << "step " << step << ", " << pieces.size() << " pieces";
-      EXPECT_EQ(compareTensors(m2, m1), "") << "step " << step;
-      EXPECT_EQ(compareTensors(v2, v1), "") << "step " << step;
+  for (Optimizer kind : {Optimizer::SGD, Optimizer::Momentum, Optimizer::Adam, Optimizer::AdamW}) {
+    std::mt19937 rng(3);
+    OptimizerSettings s{kind, 1e-2, 0.9, 0.999, 1e-8, 0.01, 0.9};
+    for (const Pieces &pieces : {Pieces{}, Pieces{{3, 10}, {20, 5}}}) {
+      Tensor param = randomTensor(DType::Float32, {7, 5}, rng);
+      Tensor p1 = param.clone(), p2 = param.clone(), m1, v1, m2, v2;
+      for (int64_t step = 1; step <= 3; ++step) {
+        std::string what = std::string(optimizerName(kind)) + " step " + std::to_string(step) + ", " +
+                           std::to_string(pieces.size()) + " pieces";
+        Tensor grad = randomTensor(DType::Float32, {7, 5}, rng);
+        host.optimizerUpdate(p1, grad, m1, v1, step, s, pieces);
+        device->optimizerUpdate(p2, grad, m2, v2, step, s, pieces);
+        EXPECT_EQ(compareTensors(p2, p1), "") << what;
+        ASSERT_EQ(m2.defined(), m1.defined()) << what;
+        ASSERT_EQ(v2.defined(), v1.defined()) << what;
+        EXPECT_EQ(m1.defined(), optimizerStateBuffers(kind) >= 1) << what;
+        EXPECT_EQ(v1.defined(), optimizerStateBuffers(kind) >= 2) << what;
+        if (m1.defined()) {
+          EXPECT_EQ(compareTensors(m2, m1), "") << what;
+        }
+        if (v1.defined()) {
+          EXPECT_EQ(compareTensors(v2, v1), "") << what;
+        }
+      }
     }
   }
 }

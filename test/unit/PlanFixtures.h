@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
+#include <stdexcept>
 #include <string>
 
 namespace hetplan::test {
@@ -196,6 +198,19 @@ inline plan::Plan twoStagePlan(const std::string &path, const TwoStageLayout &l,
   // Ranks are listed by rank: stage 0's workers came first.
   return p;
 }
+
+/// The host defaults of RankCompute (the CPU gradient registry,
+/// train::optimizerUpdate); runNodes is not used.
+class HostCompute final : public runtime::RankCompute {
+public:
+  std::map<std::string, runtime::Tensor>
+  runNodes(const std::vector<size_t> &, std::map<std::string, runtime::Tensor>, const std::set<std::string> &,
+           std::map<std::string, std::vector<int64_t>> *, runtime::ExecutionObserver *,
+           const runtime::Executor::NodeHook *, const std::set<size_t> *, const std::set<std::string> *) override {
+    throw std::logic_error("not used");
+  }
+  std::string describe() const override { return "host"; }
+};
 
 } // namespace hetplan::test
 

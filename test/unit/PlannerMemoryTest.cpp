@@ -96,22 +96,97 @@ TEST(PlannerMemory, OneFOneBKeepsStagesMinusIndexMicroBatchesGPipeAll) {
     l.stageWorkers.push_back({{j}});
     l.lastLayer.push_back(2 * j + 1);
   }
-  l.microBatches = 8;
   Options o;
-  o.globalBatch = 8;
   o.recompute = RecomputePolicy::Never;
-  auto p = evaluateLayout(m, c, o, l);
-  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
-  // 1F1B: stage j holds min(M, P - j) micro-batches of one sample; the
+  // 1F1B: stage j holds min(M, P - j) micro-batches of one sample (the
+  // simulated schedule's warm-up forwards min(P - 1 - j, M), then one
+  // forward one backward), also with fewer micro-batches than stages; the
   // last stage also the loss's fp32 softmax (1 MB of fp16 output: 2 MB).
   auto loss = [](int j) { return j == 3 ? 4 * 4e6 / 4 / 2 : 0.0; };
-  for (int j = 0; j < 4; ++j)
-    EXPECT_DOUBLE_EQ(p->memory[j].activations, (4 - j) * (2 * 4e6 + loss(j))) << "stage " << j;
+  for (int M : {1, 2, 3, 8}) {
+    l.microBatches = M;
+    o.globalBatch = M;
+    auto p = evaluateLayout(m, c, o, l);
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    for (int j = 0; j < 4; ++j)
+      EXPECT_DOUBLE_EQ(p->memory[j].activations, std::min(4 - j, M) * (2 * 4e6 + loss(j)))
+          << "M " << M << ", stage " << j;
+  }
   o.schedule = Schedule::GPipe;
   auto g = evaluateLayout(m, c, o, l);
   ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
   for (int j = 0; j < 4; ++j)
     EXPECT_DOUBLE_EQ(g->memory[j].activations, 8 * (2 * 4e6 + loss(j))) << "stage " << j;
+  // The search sizes shares by the same count: on 16 GB T4s, 2 layers of
+  // 2.5 GB kept per sample fit two micro-batches of one sample (10 GB) on
+  // stage 0 of 4, not four (20 GB); 1F1B with M = 2 fits, GPipe with 4 not.
+  auto big = model(8, 1'000'000, 2.5e9);
+  auto t4 = clusterOf("4xT4");
+  o.schedule = Schedule::OneFOneB;
+  l.microBatches = o.globalBatch = 2;
+  auto fits = evaluateLayout(big, t4, o, l);
+  ASSERT_TRUE(bool(fits)) << llvm::toString(fits.takeError());
+  EXPECT_DOUBLE_EQ(fits->memory[0].activations, 2 * 2 * 2.5e9);
+  l.microBatches = o.globalBatch = 4;
+  o.schedule = Schedule::GPipe;
+  EXPECT_NE(errorOf(evaluateLayout(big, t4, o, l)).find("does not fit"), std::string::npos);
+}
+
+TEST(PlannerMemory, OptimizerSetsStateBytesAndStepTime) {
+  // Per parameter: fp16 weights and gradients (2 + 2), the fp32 master
+  // copy (4) and 4 bytes per optimizer buffer: SGD none, momentum one,
+  // Adam and AdamW two (ZeRO paper, section 3). In fp32 the weights are
+  // the master copy. The step streams the whole model state: SGD half of
+  // Adam's bytes, momentum three quarters.
+  auto m = model(2, 100'000'000, 1e6);
+  auto gpu = clusterOf("A100-80G"), four = clusterOf("4xA100-80G");
+  double P = 200e6;
+  struct Case { runtime::Optimizer o; double fp16State, fp32State, stepShare; };
+  const Case cases[] = {{runtime::Optimizer::SGD, 4, 0, 0.5},
+                        {runtime::Optimizer::Momentum, 8, 4, 0.75},
+                        {runtime::Optimizer::Adam, 12, 8, 1},
+                        {runtime::Optimizer::AdamW, 12, 8, 1}};
+  Options o;
+  o.globalBatch = 4;
+  o.recompute = RecomputePolicy::Never;
+  o.offload = OffloadPolicy::Never;
+  auto adam = evaluateLayout(m, gpu, o, oneStage(1, 2));
+  ASSERT_TRUE(bool(adam)) << llvm::toString(adam.takeError());
+  for (const Case &k : cases) {
+    std::string what = runtime::optimizerName(k.o);
+    o.optimizer = k.o;
+    o.dtype = cost::DType::FP16;
+    auto p = evaluateLayout(m, gpu, o, oneStage(1, 2));
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    EXPECT_DOUBLE_EQ(p->memory[0].optimizerState, k.fp16State * P) << what;
+    EXPECT_DOUBLE_EQ(p->memory[0].parameters + p->memory[0].gradients, 4 * P) << what;
+    EXPECT_DOUBLE_EQ(p->memory[0].optimizerStep, 4 * P) << what;  // the fp32 gradient copy
+    EXPECT_NEAR(p->stages[0].optimizerSeconds, k.stepShare * adam->stages[0].optimizerSeconds, 1e-12) << what;
+    // ZeRO-1 over 4 workers shards whatever state there is.
+    Layout z = oneStage(4, 2);
+    z.zeroStage = 1;
+    auto q = evaluateLayout(m, four, o, z);
+    ASSERT_TRUE(bool(q)) << llvm::toString(q.takeError());
+    EXPECT_DOUBLE_EQ(q->memory[0].optimizerState, k.fp16State * P / 4) << what;
+    o.dtype = cost::DType::FP32;
+    auto f = evaluateLayout(m, gpu, o, oneStage(1, 2));
+    ASSERT_TRUE(bool(f)) << llvm::toString(f.takeError());
+    EXPECT_DOUBLE_EQ(f->memory[0].optimizerState, k.fp32State * P) << what;
+    EXPECT_EQ(f->memory[0].optimizerStep, 0) << what;
+  }
+  // Offloaded, the host step scales with the bytes too: SGD's host time
+  // is half of Adam's (the PCIe copies are the same).
+  o.dtype = cost::DType::FP16;
+  o.offload = OffloadPolicy::Always;
+  double host[2];
+  for (int i = 0; i < 2; ++i) {
+    o.optimizer = i == 0 ? runtime::Optimizer::SGD : runtime::Optimizer::Adam;
+    auto p = evaluateLayout(m, gpu, o, oneStage(1, 2));
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    EXPECT_EQ(p->memory[0].optimizerState, 0);
+    host[i] = p->stages[0].optimizerSeconds;
+  }
+  EXPECT_NEAR(host[1] - host[0], 0.5 * P / o.hostAdamParamsPerSecond, 1e-9);
 }
 
 TEST(PlannerMemory, RecomputationMakesARefusedLayoutFitAndAutoChoosesIt) {

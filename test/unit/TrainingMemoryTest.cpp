@@ -111,12 +111,13 @@ struct Outcome {
 
 /// `steps` steps of the plan and of one rank; the worst errors.
 Outcome trainAgainstOneRank(const plan::Plan &p, const std::string &path, int steps = 3,
-                            const std::vector<std::string> &freeze = {}) {
+                            const std::vector<std::string> &freeze = {}, double weightDecay = 0) {
   PlanExecutor exec(p, path), single(PlanExecutor::singleRankPlan(p), path);
   Batch batch = makeBatch(exec.model(), p.settings().global_batch(), 7);
   PlanExecutor::TrainOptions options;
   options.eps = 1e-4;
   options.lr = 1e-2;
+  options.weightDecay = weightDecay;
   options.freeze = freeze;
   Outcome o;
   std::vector<PlanExecutor::RankTrainState> ref;
@@ -331,6 +332,30 @@ TEST(TrainingMemory, ConvnetMatchesOneRank) {
   expectEquivalent(trainAgainstOneRank(trainPlan(path, l), path), "cnn 1f1b recompute stage 1 + ZeRO-3 + offload");
 }
 
+// Settings.optimizer: SGD, momentum SGD and AdamW (weight decay on), plain
+// and with ZeRO-2 and offload, against one rank; each rank keeps the
+// optimizer's buffers only (none for SGD, one for momentum).
+TEST(TrainingMemory, EveryOptimizerMatchesOneRank) {
+  for (const char *name : {"sgd", "momentum", "adamw"})
+    for (bool savers : {false, true}) {
+      Layout l = gpt2Uneven();
+      l.zero = savers ? 2 : 0;
+      l.offload = savers;
+      plan::Plan p = trainPlan(gpt2(), l);
+      p.mutable_settings()->set_optimizer(name);
+      Outcome o = trainAgainstOneRank(p, gpt2(), 3, {}, 0.01);
+      std::string what = std::string(name) + (savers ? ", ZeRO-2 + offload" : "");
+      expectEquivalent(o, what);
+      int buffers = optimizerStateBuffers(*parseOptimizer(name));
+      for (uint32_t r = 0; r < 4; ++r) {
+        const auto &st = o.states[r];
+        const auto &store = savers ? st.host.adamM : st.adamM;
+        EXPECT_EQ(numel(store) > 0, buffers >= 1) << what << " rank " << r;
+        EXPECT_EQ(numel(savers ? st.host.adamV : st.adamV) > 0, buffers >= 2) << what << " rank " << r;
+      }
+    }
+}
+
 TEST(TrainingMemory, InconsistentSettingsAreRefused) {
   auto refused = [](plan::Plan p, const std::string &needle) {
     try {
@@ -343,6 +368,9 @@ TEST(TrainingMemory, InconsistentSettingsAreRefused) {
   Layout l = gpt2Uneven();
   l.zero = 4;
   refused(trainPlan(gpt2(), l), "settings.zero_stage is 4; ZeRO stages are 0 (off)");
+  plan::Plan lion = trainPlan(gpt2(), gpt2Uneven());
+  lion.mutable_settings()->set_optimizer("lion");
+  refused(lion, "settings.optimizer is 'lion'; this runtime runs sgd, momentum, adam or adamw");
   // Inference plans: no optimizer state to shard or offload; a recompute
   // flag is ignored.
   auto inference = [&](uint32_t zero, bool offload, bool recompute) {

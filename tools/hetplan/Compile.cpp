@@ -148,6 +148,11 @@ cl::opt<std::string> offloadArg(
     cl::desc("Optimizer state and step in host memory (ZeRO-Offload): never; auto "
              "(default: only when no layout fits without); always"),
     cl::value_desc("never|auto|always"), cl::init("auto"), cl::sub(compileCmd));
+cl::opt<std::string> optimizerArg(
+    "optimizer",
+    cl::desc("Training optimizer, priced (state memory, step time) and recorded in the plan: sgd "
+             "(no state), momentum (1 buffer), adam (default) or adamw (2 buffers)"),
+    cl::value_desc("sgd|momentum|adam|adamw"), cl::init("adam"), cl::sub(compileCmd));
 cl::opt<bool> uncalibratedArg(
     "uncalibrated",
     cl::desc("Ignore the catalog's measured 'achieved' figures (the plain roofline "
@@ -348,6 +353,7 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
       {"strategy", p.settings().strategy()},
       {"schedule", p.settings().schedule()},
       {"micro_batches", int64_t(p.settings().micro_batches())},
+      {"optimizer", p.settings().optimizer()},
       {"zero_stage", int64_t(p.settings().zero_stage())},
       {"offload_optimizer", p.settings().offload_optimizer()},
       {"stages", std::move(stages)},
@@ -509,6 +515,8 @@ int runCompileServe() {
   if (!layoutArg.empty())
     return fail("--layout is for train and infer plans, not --mode serve (--pin pp=N,tp=T fixes "
                 "every replica's shape)");
+  if (optimizerArg.getNumOccurrences())
+    return fail("--optimizer is for --mode train (a serving plan keeps no optimizer state)");
   if (!(rateArg > 0) || !std::isfinite(rateArg))
     return fail("--mode serve needs --rate REQ/S, a positive number of requests per second");
   if (promptLenArg < 1 || promptLenArg > kMaxTokens)
@@ -650,7 +658,7 @@ llvm::Error readBatchAndMode(planner::Options &options) {
 }
 
 /// The search's flags: --schedule, --strategy, --pin, --grad-dtype,
-/// --recompute, --zero, --offload.
+/// --recompute, --zero, --offload, --optimizer.
 llvm::Error readSearchFlags(planner::Options &options) {
   auto schedule = planner::parseSchedule(scheduleArg);
   if (!schedule)
@@ -695,6 +703,13 @@ llvm::Error readSearchFlags(planner::Options &options) {
     options.offload = planner::OffloadPolicy::Always;
   else
     return flagError("--offload must be never, auto or always, not '" + offloadArg + "'");
+  auto optimizer = runtime::parseOptimizer(optimizerArg);
+  if (!optimizer)
+    return flagError("--optimizer must be " + std::string(runtime::optimizerNames()) + ", not '" +
+                     optimizerArg + "'");
+  options.optimizer = *optimizer;
+  if (optimizerArg.getNumOccurrences() && options.mode != cost::Mode::Train)
+    return flagError("--optimizer is for --mode train (an inference plan keeps no optimizer state)");
   return llvm::Error::success();
 }
 

@@ -103,11 +103,15 @@ cl::opt<std::string> runLabels("labels",
                                cl::value_desc("FILE.npy"), cl::sub(runCmd));
 cl::opt<int> runSteps("steps", cl::desc("Training plans: optimizer steps to run on the batch"),
                       cl::init(1), cl::sub(runCmd));
-cl::opt<double> runLr("lr", cl::desc("Training plans: Adam learning rate"), cl::init(1e-3),
+cl::opt<double> runLr("lr", cl::desc("Training plans: the optimizer's learning rate"), cl::init(1e-3),
                       cl::sub(runCmd));
-cl::opt<double> runAdamEps("adam-eps", cl::desc("Training plans: Adam epsilon"), cl::init(1e-8),
+cl::opt<double> runAdamEps("adam-eps", cl::desc("Training plans of adam and adamw: epsilon"), cl::init(1e-8),
                            cl::sub(runCmd));
-cl::opt<double> runWeightDecay("weight-decay", cl::desc("Training plans: Adam L2 weight decay"),
+cl::opt<double> runMomentum("momentum", cl::desc("Training plans of momentum: the momentum factor"),
+                            cl::init(0.9), cl::sub(runCmd));
+cl::opt<double> runWeightDecay("weight-decay",
+                               cl::desc("Training plans: weight decay (L2, added to the gradient; "
+                                        "adamw: decoupled)"),
                                cl::init(0.0), cl::sub(runCmd));
 cl::opt<std::string> runLossOutput("loss-output",
                                    cl::desc("Training plans: the graph output the softmax "
@@ -320,6 +324,21 @@ void writeMeasuredProfile(const hetplan::runtime::PlanExecutor &exec, const Step
 } // namespace
 
 namespace {
+/// The optimizer flags that do not fit the plan's optimizer (--momentum
+/// for momentum, --adam-eps for adam and adamw), or a bad --momentum; ""
+/// when all is well.
+std::string optimizerFlagError(hetplan::runtime::Optimizer kind) {
+  using hetplan::runtime::Optimizer;
+  std::string name = hetplan::runtime::optimizerName(kind);
+  if (runMomentum.getNumOccurrences() && kind != Optimizer::Momentum)
+    return "--momentum is for plans compiled with --optimizer momentum; " + runPlan + " uses " + name;
+  if (!std::isfinite(runMomentum) || runMomentum < 0 || runMomentum >= 1)
+    return "--momentum must be a number in [0, 1), not " + std::to_string(runMomentum);
+  if (runAdamEps.getNumOccurrences() && kind != Optimizer::Adam && kind != Optimizer::AdamW)
+    return "--adam-eps is for plans compiled with --optimizer adam or adamw; " + runPlan + " uses " + name;
+  return "";
+}
+
 /// Training plans: `--steps` steps on threads or MPI ranks (trainPlanSteps,
 /// RunPlan.h). Fills `losses` and `params` (the trained parameters) on the
 /// process that writes; returns -1 there, else an exit code.
@@ -333,6 +352,7 @@ int trainSteps(hetplan::runtime::PlanExecutor &exec,
   train.train.lr = runLr;
   train.train.weightDecay = runWeightDecay;
   train.train.eps = runAdamEps;
+  train.train.momentum = runMomentum;
   train.train.freeze.assign(runFreeze.begin(), runFreeze.end());
   train.train.lossOutput = runLossOutput;
   train.timing = profileTiming();
@@ -429,6 +449,7 @@ int runRun() {
         return fail("--adam-eps must be a finite number > 0, not " + std::to_string(runAdamEps));
       if (!std::isfinite(runWeightDecay) || runWeightDecay < 0)
         return fail("--weight-decay must be a finite number >= 0, not " + std::to_string(runWeightDecay));
+      if (std::string bad = optimizerFlagError(exec->optimizer()); !bad.empty()) return fail(bad);
       Tensor labels = readNpy(runLabels);
       std::vector<double> losses;
       if (int rc = trainSteps(*exec, inputs, labels, losses, trained); rc >= 0) return rc;

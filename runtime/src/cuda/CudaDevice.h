@@ -1,7 +1,7 @@
 //===- CudaDevice.h - one GPU's stream, cuBLAS handle and memory -*- C++ -*-===//
 //
 // Internal to runtime/src/cuda: what the CUDA executor (forward) and the
-// training kernels of a CUDA rank (CudaTraining.cpp: backward, Adam) share
+// training kernels of a CUDA rank (CudaTraining.cpp: backward, optimizer) share
 // on one device: the device index, one non-blocking stream that every
 // kernel, copy and cuBLAS call runs on (cublasSetStream), the cuBLAS handle
 // and its GEMM math, and stream-ordered allocation (cudaMallocAsync /

@@ -369,7 +369,7 @@ __global__ void lrnKernel(const float *x, float *y, int64_t C, int64_t S, int64_
   }
 }
 
-// --- backward and Adam (CudaTraining.cpp) ----------------------------------
+// --- backward and the optimizers (CudaTraining.cpp) -----------------------
 // The CPU gradient kernels' formulas (runtime/src/train), in double where
 // they compute in double, so results agree within float32 rounding.
 
@@ -519,15 +519,24 @@ __global__ void gatherGradKernel(const float *dy, const int64_t *idx, float *dx,
   }
 }
 
-__global__ void adamKernel(float *p, const float *g, float *m, float *v, int64_t n, double lr, double beta1,
-                           double beta2, double eps, double weightDecay, double c1, double c2) {
+__global__ void optimizerKernel(float *p, const float *g, float *m, float *v, int64_t n, OptimizerStep s) {
   HP_GRID_LOOP(i, n) {
-    double gi = double(g[i]) + weightDecay * double(p[i]);
-    double mi = beta1 * m[i] + (1 - beta1) * gi;
-    double vi = beta2 * v[i] + (1 - beta2) * gi * gi;
+    double pi = double(p[i]), gi = double(g[i]);
+    if (s.kind == OptimizerStep::AdamW) pi *= 1 - s.lr * s.weightDecay;
+    else gi += s.weightDecay * pi;
+    if (s.kind == OptimizerStep::SGD || s.kind == OptimizerStep::Momentum) {
+      if (s.kind == OptimizerStep::Momentum) {
+        gi = s.momentum * double(m[i]) + gi;
+        m[i] = float(gi);
+      }
+      p[i] = float(pi - s.lr * gi);
+      continue;
+    }
+    double mi = s.beta1 * m[i] + (1 - s.beta1) * gi;
+    double vi = s.beta2 * v[i] + (1 - s.beta2) * gi * gi;
     m[i] = float(mi);
     v[i] = float(vi);
-    p[i] = float(double(p[i]) - lr * (mi / c1) / (sqrt(vi / c2) + eps));
+    p[i] = float(pi - s.lr * (mi / s.c1) / (sqrt(vi / s.c2) + s.eps));
   }
 }
 
@@ -781,10 +790,10 @@ cudaError_t gatherGrad(const float *dy, const int64_t *idx, float *dx, int64_t o
   return cudaGetLastError();
 }
 
-cudaError_t adam(float *param, const float *grad, float *m, float *v, int64_t n, double lr, double beta1,
-                 double beta2, double eps, double weightDecay, double c1, double c2, cudaStream_t s) {
+cudaError_t optimizer(float *param, const float *grad, float *m, float *v, int64_t n, const OptimizerStep &step,
+                      cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  adamKernel<<<blocksFor(n), kThreads, 0, s>>>(param, grad, m, v, n, lr, beta1, beta2, eps, weightDecay, c1, c2);
+  optimizerKernel<<<blocksFor(n), kThreads, 0, s>>>(param, grad, m, v, n, step);
   return cudaGetLastError();
 }
 

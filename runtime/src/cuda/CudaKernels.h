@@ -103,7 +103,7 @@ cudaError_t toHalf(const float *src, void *out, bool bf16, const Strided &v, flo
 /// out[i] = float of the half (bf16: bfloat16) src[i].
 cudaError_t fromHalf(const void *src, float *out, bool bf16, int64_t n, cudaStream_t s);
 
-// --- backward and Adam (CudaTraining.cpp), the CPU gradients' formulas ---
+// --- backward and the optimizers (CudaTraining.cpp), the CPU formulas -----
 
 /// out[o] = scale * (sum of g over the positions of `red` from o's
 /// position in `kept`): a gradient summed down to an input's shape. `kept`
@@ -136,9 +136,17 @@ cudaError_t layerNormParamGrad(const float *x, const float *dy, const double *me
 /// idx[j] (int64, already in [0, d)), with atomicAdd (indices may repeat).
 cudaError_t gatherGrad(const float *dy, const int64_t *idx, float *dx, int64_t outer, int64_t nIdx, int64_t d,
                        int64_t inner, cudaStream_t s);
-/// Fused Adam over n elements in place (train::adamUpdate's formula, in
-/// double); c1, c2: the bias corrections 1 - beta^step.
-cudaError_t adam(float *param, const float *grad, float *m, float *v, int64_t n, double lr, double beta1,
-                 double beta2, double eps, double weightDecay, double c1, double c2, cudaStream_t s);
+/// One optimizer step's kind (runtime::Optimizer's order) and settings;
+/// c1, c2: Adam's bias corrections 1 - beta^step.
+struct OptimizerStep {
+  enum Kind : int { SGD, Momentum, Adam, AdamW } kind = Adam;
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0, momentum = 0, c1 = 1, c2 = 1;
+};
+/// One fused optimizer step over n elements in place (train::
+/// optimizerUpdate's formulas, in double): `m` is the momentum buffer or
+/// Adam's first moment (unused by SGD), `v` Adam's second moment (used by
+/// Adam and AdamW only).
+cudaError_t optimizer(float *param, const float *grad, float *m, float *v, int64_t n, const OptimizerStep &step,
+                      cudaStream_t s);
 
 } // namespace hetplan::runtime::cudak

@@ -1,9 +1,9 @@
 //===- CudaRankCompute.cpp - a plan rank's stage on the CUDA executor -----===//
 //
-// The plan executor hands a CUDA rank's FORWARDs, BACKWARDs and Adam
+// The plan executor hands a CUDA rank's FORWARDs, BACKWARDs and optimizer
 // updates here (RankCompute). FORWARD values stay on the device
 // (deviceValues(): device-resident values, docs/gpu.md); parameters,
-// gradients and Adam's state cross as host tensors.
+// gradients and optimizer state cross as host tensors.
 //
 //===----------------------------------------------------------------------===//
 #include "hetplan/runtime/CudaBackend.h"
@@ -35,9 +35,10 @@ public:
                 const std::set<size_t> *hookNodes) override {
     cudart::backward(exec_.device(), model, nodes, value, requires, grads, hook, hookNodes);
   }
-  void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step, const AdamSettings &settings,
-                  const std::vector<std::pair<int64_t, int64_t>> &pieces) override {
-    cudart::adamUpdate(exec_.device(), param, grad, m, v, step, settings, pieces);
+  void optimizerUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                       const OptimizerSettings &settings,
+                       const std::vector<std::pair<int64_t, int64_t>> &pieces) override {
+    cudart::optimizerUpdate(exec_.device(), param, grad, m, v, step, settings, pieces);
   }
   CudaExecutor &executor() { return exec_; }
 

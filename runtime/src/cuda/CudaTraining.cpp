@@ -1,4 +1,4 @@
-//===- CudaTraining.cpp - a CUDA rank's BACKWARD and Adam on its GPU -------===//
+//===- CudaTraining.cpp - a CUDA rank's BACKWARD and optimizer on its GPU -===//
 //
 // The device gradients mirror the CPU gradient kernels (runtime/src/train)
 // op by op: the same formulas, the same cases, row-major GEMMs through
@@ -137,29 +137,36 @@ void backward(Device &dev, const Model &model, const std::vector<size_t> &nodes,
   sweep.finish();
 }
 
-void adamUpdate(Device &dev, Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
-                const AdamSettings &s, const std::vector<std::pair<int64_t, int64_t>> &pieces) {
-  train::prepareAdam(param, grad, m, v);
+void optimizerUpdate(Device &dev, Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                     const OptimizerSettings &s, const std::vector<std::pair<int64_t, int64_t>> &pieces) {
+  const std::string name = optimizerName(s.kind);
+  train::prepareOptimizer(param, grad, m, v, s.kind);
   for (auto [begin, count] : pieces)
     if (begin < 0 || count < 0 || begin + count > param.numel())
-      throw std::runtime_error("Adam: element range outside the parameter");
+      throw std::runtime_error(name + ": element range outside the parameter");
   cudaCheck(cudaSetDevice(dev.device), "cudaSetDevice");
-  Tensor p = dev.upload(param), g = dev.upload(grad), dm = dev.upload(m), dv = dev.upload(v);
-  double c1 = 1 - std::pow(s.beta1, double(step)), c2 = 1 - std::pow(s.beta2, double(step));
+  // The buffers the optimizer does not keep stay undefined (no upload).
+  Tensor p = dev.upload(param), g = dev.upload(grad);
+  Tensor dm = m.defined() ? dev.upload(m) : Tensor(), dv = v.defined() ? dev.upload(v) : Tensor();
+  cudak::OptimizerStep k;
+  k.kind = cudak::OptimizerStep::Kind(int(s.kind));
+  k.lr = s.lr, k.beta1 = s.beta1, k.beta2 = s.beta2, k.eps = s.eps, k.weightDecay = s.weightDecay;
+  k.momentum = s.momentum;
+  k.c1 = 1 - std::pow(s.beta1, double(step)), k.c2 = 1 - std::pow(s.beta2, double(step));
+  auto at = [](Tensor &t, int64_t begin) { return t.defined() ? t.data<float>() + begin : nullptr; };
   std::vector<std::pair<int64_t, int64_t>> ranges = pieces;
   if (ranges.empty()) ranges.push_back({0, param.numel()});
   for (auto [begin, count] : ranges)
-    cudaCheck(cudak::adam(p.data<float>() + begin, g.data<float>() + begin, dm.data<float>() + begin,
-                          dv.data<float>() + begin, count, s.lr, s.beta1, s.beta2, s.eps, s.weightDecay, c1, c2,
-                          dev.stream),
-              "Adam kernel");
+    cudaCheck(cudak::optimizer(p.data<float>() + begin, g.data<float>() + begin, at(dm, begin), at(dv, begin),
+                               count, k, dev.stream),
+              (name + " kernel").c_str());
   // Back into the host tensors (pageable memory: each copy returns once done).
   const std::pair<Tensor *, const Tensor *> back[] = {{&param, &p}, {&m, &dm}, {&v, &dv}};
   for (const auto &[host, d] : back)
-    if (d->nbytes())
+    if (d->defined() && d->nbytes())
       cudaCheck(cudaMemcpyAsync(host->raw(), d->raw(), d->nbytes(), cudaMemcpyDeviceToHost, dev.stream),
-                "Adam (cudaMemcpyAsync to host)");
-  cudaCheck(cudaStreamSynchronize(dev.stream), "cudaStreamSynchronize (Adam)");
+                (name + " (cudaMemcpyAsync to host)").c_str());
+  cudaCheck(cudaStreamSynchronize(dev.stream), ("cudaStreamSynchronize (" + name + ")").c_str());
 }
 
 } // namespace hetplan::runtime::cudart

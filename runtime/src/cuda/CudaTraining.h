@@ -1,8 +1,8 @@
-//===- CudaTraining.h - a CUDA rank's BACKWARD and Adam on its GPU -*- C++ -*-===//
+//===- CudaTraining.h - a CUDA rank's BACKWARD and optimizer -*- C++ -*-===//
 //
 // Internal to runtime/src/cuda: what CudaRankCompute runs for the plan
 // executor's BACKWARD and OPTIMIZER_STEP (RankCompute::backward,
-// RankCompute::adamUpdate), on the CUDA executor's device, stream and cuBLAS
+// RankCompute::optimizerUpdate), on the CUDA executor's device, stream and cuBLAS
 // handle. Host tensors in and out, as the FORWARD; docs/gpu.md, "What runs
 // on the GPU".
 //
@@ -37,9 +37,10 @@ void backward(Device &dev, const Model &model, const std::vector<size_t> &nodes,
 /// The op types with a device gradient.
 const std::set<std::string> &deviceGradientOps();
 
-/// RankCompute::adamUpdate on the device: train::adamUpdate's formula in
-/// one fused kernel per element range; the host tensors are updated.
-void adamUpdate(Device &dev, Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
-                const AdamSettings &settings, const std::vector<std::pair<int64_t, int64_t>> &pieces);
+/// RankCompute::optimizerUpdate on the device: train::optimizerUpdate's
+/// formulas (SGD, momentum, Adam, AdamW) in one fused kernel per element
+/// range; the host tensors are updated.
+void optimizerUpdate(Device &dev, Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                     const OptimizerSettings &settings, const std::vector<std::pair<int64_t, int64_t>> &pieces);
 
 } // namespace hetplan::runtime::cudart

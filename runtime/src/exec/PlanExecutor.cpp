@@ -52,10 +52,16 @@ void RankCompute::backward(const Model &model, const std::vector<size_t> &nodes,
   train::backward(model, nodes, value, requires, grads, hook);
 }
 
-void RankCompute::adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
-                             const AdamSettings &settings,
-                             const std::vector<std::pair<int64_t, int64_t>> &pieces) {
-  train::adamUpdatePieces(param, grad, m, v, step, settings, pieces);
+void RankCompute::optimizerUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                                  const OptimizerSettings &settings,
+                                  const std::vector<std::pair<int64_t, int64_t>> &pieces) {
+  train::optimizerUpdatePieces(param, grad, m, v, step, settings, pieces);
+}
+
+Optimizer PlanExecutor::optimizer() const {
+  const std::string &name = plan_.settings().optimizer();
+  // validatePlan refused any other name.
+  return name.empty() ? Optimizer::Adam : parseOptimizer(name).value_or(Optimizer::Adam);
 }
 
 const RankCompute *PlanExecutor::compute(int rank) const {

@@ -387,37 +387,75 @@ double vocabParallelCrossEntropy(Communicator &comm, const std::vector<int> &gro
                            dtypeName(logits.dtype()));
 }
 
-void prepareAdam(const Tensor &param, const Tensor &grad, Tensor &m, Tensor &v) {
+void prepareOptimizer(const Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, Optimizer kind) {
+  const char *name = optimizerName(kind);
   if (param.dtype() != DType::Float32 || grad.dtype() != DType::Float32 || grad.numel() != param.numel())
-    throw std::runtime_error("Adam takes float32 parameters and gradients of the same size");
-  if (!m.defined()) m = Tensor(DType::Float32, param.shape());
-  if (!v.defined()) v = Tensor(DType::Float32, param.shape());
-  if (m.numel() != param.numel() || v.numel() != param.numel())
-    throw std::runtime_error("Adam state " + m.describe() + " does not fit the parameter " + param.describe());
+    throw std::runtime_error(std::string(name) + " takes float32 parameters and gradients of the same size");
+  int buffers = optimizerStateBuffers(kind);
+  Tensor *state[] = {&m, &v};
+  for (int k = 0; k < buffers; ++k) {
+    if (!state[k]->defined()) *state[k] = Tensor(DType::Float32, param.shape());
+    if (state[k]->dtype() != DType::Float32 || state[k]->numel() != param.numel())
+      throw std::runtime_error(std::string(name) + " state " + state[k]->describe() +
+                               " does not fit the parameter " + param.describe());
+  }
 }
 
-void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
-                const AdamSettings &s, int64_t begin, int64_t count) {
-  prepareAdam(param, grad, m, v);
-  int64_t end = count < 0 ? param.numel() : begin + count;
-  if (begin < 0 || end > param.numel()) throw std::runtime_error("Adam: element range outside the parameter");
-  float *p = param.data<float>(), *mm = m.data<float>(), *vv = v.data<float>();
-  const float *g = grad.data<float>();
-  double c1 = 1 - std::pow(s.beta1, double(step)), c2 = 1 - std::pow(s.beta2, double(step));
+namespace {
+/// torch.optim.SGD (dampening 0, nesterov off): g += wd * p; with momentum
+/// mu, buf = mu * buf + g (buf starts at zero, so step 1 gives buf = g as
+/// torch's clone does), g = buf; p -= lr * g.
+void sgdRange(float *p, const float *g, float *buf, int64_t begin, int64_t end, const OptimizerSettings &s) {
   for (int64_t i = begin; i < end; ++i) {
     double gi = double(g[i]) + s.weightDecay * double(p[i]);
+    if (buf) {
+      gi = s.momentum * double(buf[i]) + gi;
+      buf[i] = float(gi);
+    }
+    p[i] = float(double(p[i]) - s.lr * gi);
+  }
+}
+
+/// torch.optim.Adam (g += wd * p) or, `decoupled`, torch.optim.AdamW
+/// (p *= 1 - lr * wd first); then the bias-corrected moments' step.
+void adamRange(float *p, const float *g, float *mm, float *vv, int64_t begin, int64_t end, int64_t step,
+               const OptimizerSettings &s, bool decoupled) {
+  double c1 = 1 - std::pow(s.beta1, double(step)), c2 = 1 - std::pow(s.beta2, double(step));
+  for (int64_t i = begin; i < end; ++i) {
+    double pi = double(p[i]), gi = double(g[i]);
+    if (decoupled) pi *= 1 - s.lr * s.weightDecay;
+    else gi += s.weightDecay * pi;
     double mi = s.beta1 * mm[i] + (1 - s.beta1) * gi;
     double vi = s.beta2 * vv[i] + (1 - s.beta2) * gi * gi;
     mm[i] = float(mi);
     vv[i] = float(vi);
-    p[i] = float(double(p[i]) - s.lr * (mi / c1) / (std::sqrt(vi / c2) + s.eps));
+    p[i] = float(pi - s.lr * (mi / c1) / (std::sqrt(vi / c2) + s.eps));
+  }
+}
+} // namespace
+
+void optimizerUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                     const OptimizerSettings &s, int64_t begin, int64_t count) {
+  prepareOptimizer(param, grad, m, v, s.kind);
+  int64_t end = count < 0 ? param.numel() : begin + count;
+  if (begin < 0 || end > param.numel())
+    throw std::runtime_error(std::string(optimizerName(s.kind)) + ": element range outside the parameter");
+  float *p = param.data<float>();
+  const float *g = grad.data<float>();
+  switch (s.kind) {
+  case Optimizer::SGD: sgdRange(p, g, nullptr, begin, end, s); break;
+  case Optimizer::Momentum: sgdRange(p, g, m.data<float>(), begin, end, s); break;
+  case Optimizer::Adam:
+  case Optimizer::AdamW:
+    adamRange(p, g, m.data<float>(), v.data<float>(), begin, end, step, s, s.kind == Optimizer::AdamW);
+    break;
   }
 }
 
-void adamUpdatePieces(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step, const AdamSettings &s,
-                      const std::vector<std::pair<int64_t, int64_t>> &pieces) {
-  if (pieces.empty()) adamUpdate(param, grad, m, v, step, s);
-  for (auto [begin, count] : pieces) adamUpdate(param, grad, m, v, step, s, begin, count);
+void optimizerUpdatePieces(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                           const OptimizerSettings &s, const std::vector<std::pair<int64_t, int64_t>> &pieces) {
+  if (pieces.empty()) optimizerUpdate(param, grad, m, v, step, s);
+  for (auto [begin, count] : pieces) optimizerUpdate(param, grad, m, v, step, s, begin, count);
 }
 
 } // namespace train

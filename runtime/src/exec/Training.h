@@ -2,7 +2,7 @@
 //
 // What PlanExecutor's training programs are made of: which initializers are
 // trained, the backward sweep over a node list, sums over a group of ranks,
-// and Adam. Internal to hetplan_exec (docs/runtime.md, "Training plans").
+// and the optimizers. Internal to hetplan_exec (docs/runtime.md, "Training plans").
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -107,19 +107,23 @@ double vocabParallelCrossEntropy(Communicator &comm, const std::vector<int> &gro
                                  int64_t tagSum, const Tensor &logits, const Tensor &labels, int64_t lo,
                                  int64_t vocab, double denominator, int64_t ignoreIndex, Tensor *grad);
 
-using runtime::AdamSettings; // Gradients.h
-/// One Adam (PyTorch's torch.optim.Adam, L2 weight decay added to the
-/// gradient) update of `param` at step `step` (1-based), in place; of its
+using runtime::OptimizerSettings; // Optimizers.h
+/// One optimizer step (`s.kind`, PyTorch's formulas: docs/runtime.md,
+/// "Optimizers") of `param` at step `step` (1-based), in place; of its
 /// elements [begin, begin + count) only when count >= 0 (a ZeRO shard's
-/// piece of one parameter). m and v are made (zeros) when undefined.
-void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
-                const AdamSettings &s, int64_t begin = 0, int64_t count = -1);
-/// Adam's checks (float32 parameter and gradient of one size, state that
-/// fits), making m and v (zeros) when undefined; throws one line.
-void prepareAdam(const Tensor &param, const Tensor &grad, Tensor &m, Tensor &v);
-/// adamUpdate of the element ranges (begin, count) `pieces`, or of the
+/// piece of one parameter). `m` is the momentum buffer or Adam's first
+/// moment, `v` Adam's second moment; the buffers the optimizer keeps
+/// (optimizerStateBuffers) are made (zeros) when undefined, the others
+/// stay undefined.
+void optimizerUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                     const OptimizerSettings &s, int64_t begin = 0, int64_t count = -1);
+/// The optimizer's checks (float32 parameter and gradient of one size,
+/// state that fits), making its buffers (zeros) when undefined; throws one
+/// line.
+void prepareOptimizer(const Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, Optimizer kind);
+/// optimizerUpdate of the element ranges (begin, count) `pieces`, or of the
 /// whole parameter when empty.
-void adamUpdatePieces(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step, const AdamSettings &s,
-                      const std::vector<std::pair<int64_t, int64_t>> &pieces);
+void optimizerUpdatePieces(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                           const OptimizerSettings &s, const std::vector<std::pair<int64_t, int64_t>> &pieces);
 
 } // namespace hetplan::runtime::train

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "hetplan/runtime/PlanFile.h"
+#include "hetplan/runtime/Optimizers.h"
 
 #include <algorithm>
 #include <cmath>
@@ -240,6 +241,9 @@ bool validateMemorySettings(const plan::Settings &settings, std::string &error) 
                 " in an inference plan (ZeRO shards training state: optimizer state, gradients, parameters)");
   if (settings.mode() != "train" && settings.offload_optimizer())
     return fail("settings.offload_optimizer is set in an inference plan (there is no optimizer state)");
+  // "" in a training plan is Adam: plans written before the choice say nothing else.
+  if (settings.mode() == "train" && !settings.optimizer().empty() && !parseOptimizer(settings.optimizer()))
+    return fail("settings.optimizer is '" + settings.optimizer() + "'; this runtime runs " + optimizerNames());
   return true;
 }
 

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 #include "hetplan/runtime/Model.h"
+#include "hetplan/runtime/Optimizers.h"
 #include <functional>
 #include <string>
 #include <vector>
@@ -76,11 +77,9 @@ Tensor reduceGradToShape(const Tensor &grad, const std::vector<int64_t> &shape);
 double softmaxCrossEntropy(const Tensor &logits, const Tensor &labels, double denominator,
                            int64_t ignoreIndex, Tensor *gradLogits);
 
-/// Adam's hyper-parameters (PyTorch's torch.optim.Adam, L2 weight decay
-/// added to the gradient): train::adamUpdate on the host, the fused kernel
-/// of a CUDA rank (RankCompute::adamUpdate).
-struct AdamSettings {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
-};
+/// The optimizers and their hyper-parameters (Optimizers.h): train::
+/// optimizerUpdate on the host, the fused kernels of a CUDA rank
+/// (RankCompute::optimizerUpdate). AdamSettings is their former name.
+using AdamSettings = OptimizerSettings;
 
 } // namespace hetplan::runtime

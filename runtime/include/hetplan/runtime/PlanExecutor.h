@@ -39,8 +39,8 @@ namespace hetplan::runtime {
 /// deviceValues(), device-resident values (docs/gpu.md): `values` may hold
 /// device tensors (Tensor::isDevice) and the kept values named in
 /// `resident` (null: none) may come back as device tensors. backward and
-/// adamUpdate default to the host (the CPU gradient kernels,
-/// train::adamUpdate).
+/// optimizerUpdate default to the host (the CPU gradient kernels,
+/// train::optimizerUpdate).
 class RankCompute {
 public:
   virtual ~RankCompute() = default;
@@ -64,7 +64,7 @@ public:
   /// a BACKWARD reads) this compute moved between host and device: its
   /// uploads and downloads, and host copies of its device tensors made
   /// elsewhere (Tensor::toHost: a host-staged send, a host consumer).
-  /// Weights, parameters, gradients and Adam's state are not counted.
+  /// Weights, parameters, gradients and optimizer state are not counted.
   struct ValueTransfers {
     uint64_t toDevice = 0, toHost = 0;
   };
@@ -81,12 +81,15 @@ public:
                         const std::function<const Tensor *(const std::string &)> &value,
                         const std::set<std::string> &requires, std::map<std::string, Tensor> &grads,
                         const GradientHook *hook, const std::set<size_t> *hookNodes);
-  /// One Adam update of the host tensors `param` (in place), `m`, `v`
-  /// (made as zeros when undefined) from `grad` at step `step`, of the
-  /// element ranges (begin, count) `pieces`, all of it when empty. The
-  /// default is train::adamUpdate on the host.
-  virtual void adamUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
-                          const AdamSettings &settings, const std::vector<std::pair<int64_t, int64_t>> &pieces);
+  /// One optimizer update (settings.kind) of the host tensors `param` (in
+  /// place) and its state `m` (momentum buffer or Adam's first moment), `v`
+  /// (Adam's second moment), made as zeros when undefined and the
+  /// optimizer keeps them, from `grad` at step `step`, of the element
+  /// ranges (begin, count) `pieces`, all of it when empty. The default is
+  /// train::optimizerUpdate on the host.
+  virtual void optimizerUpdate(Tensor &param, const Tensor &grad, Tensor &m, Tensor &v, int64_t step,
+                               const OptimizerSettings &settings,
+                               const std::vector<std::pair<int64_t, int64_t>> &pieces);
 };
 
 class PlanExecutor {
@@ -114,7 +117,7 @@ public:
   int ranks() const { return plan_.ranks_size(); }
 
   /// Runs rank `rank`'s FORWARDs, BACKWARDs and (without optimizer
-  /// offload) Adam updates on `compute` (null: the CPU Executor and
+  /// offload) optimizer updates on `compute` (null: the CPU Executor and
   /// gradient kernels, the default). A compute with deviceValues() keeps
   /// activations on its device between instructions; the loss and the
   /// gradient sums run on the host either way. Set before a run; one
@@ -181,8 +184,14 @@ public:
 
   // ---- Training plans (docs/runtime.md, "Training plans") ----
   bool training() const { return plan_.settings().mode() == "train"; }
+  /// The plan's Settings.optimizer (validatePlan admits the names of
+  /// Optimizers.h; "" is Adam, as plans before the choice were written).
+  Optimizer optimizer() const;
+  /// Hyper-parameters of the plan's optimizer (OptimizerSettings): lr and
+  /// weightDecay for all, momentum for `momentum`, beta1, beta2 and eps
+  /// for adam and adamw.
   struct TrainOptions {
-    double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
+    double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0, momentum = 0.9;
     /// The graph output the loss is computed on ("" = the first one):
     /// softmax cross-entropy over its last axis against integer labels of
     /// its other dims, mean over the labels that are not `ignoreIndex`.
@@ -194,7 +203,9 @@ public:
     std::vector<std::string> freeze;
   };
   /// A rank's training state: float32 copies of the parameters its stage
-  /// reads (updated in place by OPTIMIZER_STEP), Adam's moments, the step
+  /// reads (updated in place by OPTIMIZER_STEP), the optimizer's state
+  /// (adamM: the momentum buffer or Adam's first moment, adamV: Adam's
+  /// second moment; none for SGD), the step
   /// count, and the summed gradients of the last step (after the
   /// all-reduce, before the update; kept for tests and tools).
   struct RankTrainState {
@@ -205,13 +216,13 @@ public:
     /// >= 2 the summed gradient of this rank's flat range (`grads` then
     /// lacks the group's parameters), at stage 3 the range's parameter
     /// values (`params` then holds the group's parameters only while a
-    /// FORWARD or BACKWARD runs). Adam's moments of the range are
+    /// FORWARD or BACKWARD runs). The optimizer state of the range is
     /// adamM/adamV["zero:<group>"].
     struct Shard {
       Tensor grad, param;
     };
     std::map<size_t, Shard> shards;
-    /// Settings.offload_optimizer: Adam's moments live here, in host
+    /// Settings.offload_optimizer: the optimizer state lives here, in host
     /// memory, and adamM/adamV stay empty. OPTIMIZER_STEP copies the
     /// gradient and the parameter (or their ZeRO range) down, updates them
     /// here, and copies the parameter back (docs/runtime.md, "Optimizer

@@ -1,4 +1,4 @@
-//===- Optimizer.cpp - gradient sums, Adam and ZeRO -----------------------===//
+//===- Optimizer.cpp - gradient sums, the optimizers and ZeRO ------------===//
 #include "RankProgram.h"
 
 #include <algorithm>
@@ -101,17 +101,20 @@ void PlanExecutor::RankProgram::sumGradients(const std::function<bool(const std:
   }
 }
 
-void PlanExecutor::RankProgram::adamStep(const std::string &key, Tensor &param, const Tensor &grad,
-                  const std::vector<std::pair<int64_t, int64_t>> &pieces) {
+void PlanExecutor::RankProgram::optimizerStep(const std::string &key, Tensor &param, const Tensor &grad,
+                                             const std::vector<std::pair<int64_t, int64_t>> &pieces) {
   auto &state = train->state;
   bool offload = plan_.settings().offload_optimizer();
-  Tensor &m = (offload ? state.host.adamM : state.adamM)[key];
-  Tensor &v = (offload ? state.host.adamV : state.adamV)[key];
+  const TrainOptions &o = train->options;
+  OptimizerSettings settings{exec_.optimizer(), o.lr, o.beta1, o.beta2, o.eps, o.weightDecay, o.momentum};
+  // SGD keeps no state, momentum one buffer (m), Adam and AdamW two.
+  int buffers = optimizerStateBuffers(settings.kind);
+  Tensor unused[2];
+  Tensor &m = buffers >= 1 ? (offload ? state.host.adamM : state.adamM)[key] : unused[0];
+  Tensor &v = buffers >= 2 ? (offload ? state.host.adamV : state.adamV)[key] : unused[1];
   Tensor hostParam = offload ? param.clone() : param, hostGrad = offload ? grad.clone() : grad;
-  train::AdamSettings adam{train->options.lr, train->options.beta1, train->options.beta2,
-                           train->options.eps, train->options.weightDecay};
-  if (compute && !offload) compute->adamUpdate(hostParam, hostGrad, m, v, state.step, adam, pieces);
-  else train::adamUpdatePieces(hostParam, hostGrad, m, v, state.step, adam, pieces);
+  if (compute && !offload) compute->optimizerUpdate(hostParam, hostGrad, m, v, state.step, settings, pieces);
+  else train::optimizerUpdatePieces(hostParam, hostGrad, m, v, state.step, settings, pieces);
   if (offload) {
     std::memcpy(param.raw(), hostParam.raw(), param.nbytes());
     state.stats.offloadBytes += grad.nbytes() + 2 * param.nbytes();
@@ -134,7 +137,7 @@ void PlanExecutor::RankProgram::zeroStep(size_t g) {
     if (train->frozen(params[i])) all = false;
     else pieces.push_back({a - mine.lo, b - a});
   }
-  if (all || !pieces.empty()) adamStep("zero:" + std::to_string(g), param, grad, all ? decltype(pieces){} : pieces);
+  if (all || !pieces.empty()) optimizerStep("zero:" + std::to_string(g), param, grad, all ? decltype(pieces){} : pieces);
   if (z.paramsSharded) return; // `param` is the shard: updated in place
   Tensor full = comm.allGather(ranks, param, zeroCounts(g), zeroTag(0, 2, g, zero_.size()));
   scatterFlat(full, 0, params, z.offsets, state.params, model_->initializers);
@@ -161,7 +164,7 @@ void PlanExecutor::RankProgram::onOptimizerStep(const plan::Instruction &) {
     if (train->frozen(p)) continue;
     Tensor &g = state.grads[p];
     if (!g.defined()) g = Tensor(DType::Float32, state.params.at(p).shape());
-    adamStep(p, state.params.at(p), g, {});
+    optimizerStep(p, state.params.at(p), g, {});
   }
 }
 

@@ -133,12 +133,13 @@ private:
   /// Sums every group of parameter gradients this rank belongs to that
   /// `select` picks, in sumGroups_ order (the same on every rank).
   void sumGradients(const std::function<bool(const std::vector<int> &)> &select);
-  /// One Adam update of `param` (its element ranges `pieces`, all when
-  /// empty) with the moments under `key`. With optimizer offload the
-  /// moments live in the host store and the update runs there on copies of
-  /// the gradient and the parameter; the parameter is copied back.
-  void adamStep(const std::string &key, Tensor &param, const Tensor &grad,
-                const std::vector<std::pair<int64_t, int64_t>> &pieces);
+  /// One update by the plan's optimizer of `param` (its element ranges
+  /// `pieces`, all when empty) with its state under `key`. With optimizer
+  /// offload the state lives in the host store and the update runs there
+  /// on copies of the gradient and the parameter; the parameter is copied
+  /// back.
+  void optimizerStep(const std::string &key, Tensor &param, const Tensor &grad,
+                     const std::vector<std::pair<int64_t, int64_t>> &pieces);
   /// ZeRO: the update of this rank's range of group g, then (unless the
   /// group keeps its parameters sharded) the all-gather of the new values.
   void zeroStep(size_t g);
