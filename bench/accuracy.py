@@ -197,7 +197,7 @@ def amp_generic(rows, args, model):
         out.append({"source": f"amp_gpt2 ({r['cluster']})",
                     "role": "fit" if r["cluster"] == "amp-t4" else "check",
                     "id": f"{r['cluster']}-{r['trial']}", "group": ("amp_gpt2", r["cluster"]),
-                    "sig": (r["pp"], r["mp"], r["dp"], r["micro_batch_size"]),
+                    "sig": (r["pp"], r["mp"], r["dp"], r["micro_batch_size"], False),
                     "measured_s": r["measured_s"], "mfu": None, "after": r["after"],
                     "before": r["before"], "amp_model": model})
     return out

@@ -213,7 +213,7 @@ def generic_rows(rows):
         lay = c["layout"]
         out.append({"source": r["source"], "role": r["role"], "id": c["id"],
                     "group": group_key(r), "sig": (lay["pp"], lay["tp"], lay["dp"],
-                                                   micro_batch(c)[0]),
+                                                   micro_batch(c)[0], lay.get("recompute")),
                     "measured_s": None if c["measured"].get("oom") else
                     c["measured"]["step_time_s"], "mfu": c["measured"].get("mfu"),
                     "after": r["after"], "before": r["before"], "config": c})
@@ -342,7 +342,8 @@ def failures(rows):
 
 
 def own_pick(hetplan, work, model, cluster, batch, seq, extra, timeout):
-    """hetplan's own plan (no --layout): (pp, tp, dp, mb size), predicted s."""
+    """hetplan's own plan (no --layout): (pp, tp, dp, mb size, recompute on
+    any stage), predicted s."""
     plan = os.path.join(work, f"own-{os.getpid()}-{abs(hash((model, cluster, batch)))}.hpl")
     cmd = [hetplan, "compile", model, "--cluster", cluster, "--batch", str(batch), "--seq",
            str(seq), "--allow-missing-weights", "--quiet", "--json", "-o", plan] + extra
@@ -354,12 +355,13 @@ def own_pick(hetplan, work, model, cluster, batch, seq, extra, timeout):
     d = json.loads(out)
     st = d["stages"]
     w = st[0]["workers"]
-    return (len(st), st[0]["tensor_parallel"], len(w), w[0]["samples"]), d["step_time_s"]
+    return ((len(st), st[0]["tensor_parallel"], len(w), w[0]["samples"],
+             any(s["recompute"] for s in st)), d["step_time_s"])
 
 
 def search_table(groups):
     """groups: [(name, [rows], own pick, own predicted s or error)]."""
-    out = ["| group | measured layouts | measured best (pp, tp, dp, mb size) | hetplan's "
+    out = ["| group | measured layouts | measured best (pp, tp, dp, mb size, recompute) | hetplan's "
            "top-ranked measured layout | its measured s / best | hetplan's own pick | own pick "
            "= measured best |", "|" + "---|" * 7]
     hits = n = 0
