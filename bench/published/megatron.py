@@ -117,6 +117,17 @@ def flops_model(B, s, l, h, V):
     return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
 
 
+def gpt(size, l, h, a, s, V):
+    return {"name": f"gpt-{size}", "layers": l, "hidden": h, "heads": a, "seq": s,
+            "vocab": V, "ffn_ratio": 4, "dropout": 0.1}
+
+
+def megatron_layout(p, t, d, B, mbs=None, rec=True, dtype="fp16", zero=0, virt=None):
+    return {"pp": p, "tp": t, "dp": d, "micro_batch_size": mbs,
+            "micro_batches": B // (d * mbs) if mbs else None, "global_batch": B,
+            "recompute": rec, "dtype": dtype, "zero": zero, "virtual_stages": virt}
+
+
 def config(id_, cite, model, gpu, n, layout, measured, inter=25.0):
     return {"id": id_, "group": None, "cite": cite, "model": model,
             "cluster": {"gpu": gpu, "gpus_per_node": 8, "nodes": n // 8, "inter_node_gbs": inter},
@@ -127,25 +138,17 @@ def sc21():
     V, s = 51200, 2048
     out = []
     for size, a, h, l, t, p, n, B, X, pct, mbs, virt in TABLE1:
-        d = n // (t * p)
-        model = {"name": f"gpt-{size}", "layers": l, "hidden": h, "heads": a, "seq": s,
-                 "vocab": V, "ffn_ratio": 4, "dropout": 0.1}
-        layout = {"pp": p, "tp": t, "dp": d, "micro_batch_size": mbs,
-                  "micro_batches": B // (d * mbs), "global_batch": B, "recompute": True,
-                  "dtype": "fp16", "zero": 0, "virtual_stages": virt}
+        model = gpt(size, l, h, a, s, V)
+        layout = megatron_layout(p, t, n // (t * p), B, mbs, virt=virt)
         step = flops_sc21(B, s, l, h, V) / (n * X * 1e12)
         out.append(config(f"table1-{size}", f"Table 1 row {size}; micro-batch size and "
                           f"interleaving from {SC21_SCRIPT}", model, "A100-SXM-80GB", n, layout,
                           {"tflops_per_gpu": X, "percent_of_peak": pct, "step_time_s": step,
                            "oom": False}))
     for scheme, size, (a, h, l), t, p, B, n, mbs, X in TABLE2:
-        d = n // (t * p)
-        model = {"name": f"gpt-{size}", "layers": l, "hidden": h, "heads": a, "seq": s,
-                 "vocab": V, "ffn_ratio": 4, "dropout": 0.1}
-        layout = {"pp": p, "tp": t, "dp": d, "micro_batch_size": mbs,
-                  "micro_batches": B // (d * mbs), "global_batch": B, "recompute": True,
-                  "dtype": "fp16", "zero": 3 if scheme == "ZeRO-3" else 0,
-                  "virtual_stages": None}
+        model = gpt(size, l, h, a, s, V)
+        layout = megatron_layout(p, t, n // (t * p), B, mbs,
+                                 zero=3 if scheme == "ZeRO-3" else 0)
         step = flops_sc21(B, s, l, h, V) / (n * X * 1e12)
         out.append(config(f"table2-{scheme}-{size}-n{n}", f"Table 2, {scheme}, {size}, {n} GPUs",
                           model, "A100-SXM-80GB", n, layout,
@@ -179,11 +182,8 @@ def h100():
     out = []
     for size, a, h, l, t, p, d, n, B, X, mfu in H100:
         assert t * p * d == n
-        model = {"name": f"gpt-{size}", "layers": l, "hidden": h, "heads": a, "seq": s,
-                 "vocab": V, "ffn_ratio": 4, "dropout": 0.1}
-        layout = {"pp": p, "tp": t, "dp": d, "micro_batch_size": None, "micro_batches": None,
-                  "global_batch": B, "recompute": None, "dtype": "bf16", "zero": 0,
-                  "virtual_stages": None}
+        model = gpt(size, l, h, a, s, V)
+        layout = megatron_layout(p, t, d, B, rec=None, dtype="bf16")
         step = flops_model(B, s, l, h, V) / (n * X * 1e12)
         out.append(config(f"h100-{size}", f"README model table row {size}: {H100_TABLE}", model,
                           "H100-SXM", n, layout,
@@ -219,12 +219,9 @@ def korthikanti():
         # and Table 5's iteration time agree; checked here to 1 %.
         B = round(mfu / 100 * present * n * 312e12 / flops_model(1, s, l, h, V))
         assert abs(flops_model(B, s, l, h, V) / (present * n * 312e12) * 100 - mfu) < 0.01 * mfu
-        model = {"name": f"gpt-{size}", "layers": l, "hidden": h, "heads": a, "seq": s,
-                 "vocab": V, "ffn_ratio": 4, "dropout": 0.1}
+        model = gpt(size, l, h, a, s, V)
         for mode, step, rec in (("full-recompute", full, True), ("present-work", present, False)):
-            layout = {"pp": p, "tp": t, "dp": n // (t * p), "micro_batch_size": None,
-                      "micro_batches": None, "global_batch": B, "recompute": rec,
-                      "dtype": "fp16", "zero": 0, "virtual_stages": None}
+            layout = megatron_layout(p, t, n // (t * p), B, rec=rec)
             measured = {"step_time_s": step, "oom": False}
             if mode == "present-work":
                 measured.update(mfu=mfu / 100, hfu=hfu / 100)
