@@ -233,10 +233,13 @@ def stats(rows):
     """n, priced, median/worst |error| after and before, OOM right/wrong."""
     errs_a, errs_b = [], []
     refused = accepted = unpriced = ran = ooms = 0
-    mfu = []
+    mfu, mem = [], []
     for r in rows:
         a, b, meas = r["after"], r["before"], r["measured_s"]
         oa = outcome(a)
+        pub = r.get("config", {}).get("measured", {}).get("peak_memory_gib")
+        if pub and a.get("peak_memory_bytes"):
+            mem.append((pub, a["peak_memory_bytes"] / 2**30))
         if oa == "not priced":
             unpriced += 1
             continue
@@ -257,7 +260,7 @@ def stats(rows):
     worst = lambda v: f"{100 * max(v):.0f}%" if v else "-"
     return {"n": len(rows), "timed": len(errs_a), "med_a": med(errs_a), "worst_a": worst(errs_a),
             "med_b": med(errs_b), "worst_b": worst(errs_b), "refused": f"{refused} of {ran}",
-            "accepted": f"{accepted} of {ooms}", "unpriced": unpriced, "mfu": mfu}
+            "accepted": f"{accepted} of {ooms}", "unpriced": unpriced, "mfu": mfu, "mem": mem}
 
 
 def group_spearman(rows):
@@ -274,26 +277,38 @@ def group_spearman(rows):
     return f"{len(rho)}: {statistics.median(rho):.2f} / {min(rho):.2f}"
 
 
-def mfu_cell(v):
+def pair_cell(v, fmt):
+    """Medians of published and predicted values and of their relative
+    difference: "published / predicted (median rel. diff)"."""
     if not v:
         return "-"
     pub = statistics.median(p for p, _ in v)
     pred = statistics.median(q for _, q in v)
     off = statistics.median(abs(q - p) / p for p, q in v)
-    return f"{100 * pub:.0f}% / {100 * pred:.0f}% ({100 * off:.0f}%)"
+    return f"{fmt(pub)} / {fmt(pred)} ({100 * off:.0f}%)"
+
+
+def mfu_cell(v):
+    return pair_cell(v, lambda x: f"{100 * x:.0f}%")
+
+
+def mem_cell(v):
+    return pair_cell(v, lambda x: f"{x:.0f} GiB") + (f", {len(v)} runs" if v else "")
 
 
 def source_tables(rows):
     head = ("| source | role | configs | timed | median abs err before | after | worst before | "
             "after | Spearman within groups (groups: median / worst) | ran, refused | "
-            "OOM, accepted | not priced | MFU published / predicted (median rel. diff) |")
-    out = [head, "|" + "---|" * 13]
+            "OOM, accepted | not priced | MFU published / predicted (median rel. diff) | peak memory "
+            "published / predicted (median rel. diff) |")
+    out = [head, "|" + "---|" * 14]
     for name in sorted({r["source"] for r in rows}):
         rs = [r for r in rows if r["source"] == name]
         s = stats(rs)
         out.append(f"| {name} | {rs[0]['role']} | {s['n']} | {s['timed']} | {s['med_b']} | "
                    f"{s['med_a']} | {s['worst_b']} | {s['worst_a']} | {group_spearman(rs)} | "
-                   f"{s['refused']} | {s['accepted']} | {s['unpriced']} | {mfu_cell(s['mfu'])} |")
+                   f"{s['refused']} | {s['accepted']} | {s['unpriced']} | {mfu_cell(s['mfu'])} | "
+                   f"{mem_cell(s['mem'])} |")
     out += ["", "| role | sources | configs | timed | median abs err before | after | "
             "worst before | after | Spearman within groups | ran, refused | OOM, accepted | "
             "not priced |", "|" + "---|" * 12]
@@ -311,8 +326,9 @@ def source_tables(rows):
 
 def config_table(rows):
     out = ["| source | config | pp | tp | dp | mb size | micro-batches | measured s | before s | "
-           "predicted s | error | MFU published / predicted | predicted memory |",
-           "|" + "---|" * 13]
+           "predicted s | error | MFU published / predicted | predicted peak memory | published "
+           "peak, GiB |",
+           "|" + "---|" * 14]
     for r in rows:
         c = r["config"]
         a, b, meas = r["after"], r["before"], r["measured_s"]
@@ -323,14 +339,16 @@ def config_table(rows):
         mfu = (f"{100 * r['mfu']:.0f}% / {100 * r['mfu'] * meas / pa:.0f}%"
                if r["mfu"] and pa and meas else "-")
         frac = a.get("peak_memory_fraction")
-        mem = (f"{100 * frac:.0f}% of {a['fullest_capacity_bytes'] / 2**30:.0f} GiB"
+        mem = (f"{a['peak_memory_bytes'] / 2**30:.0f} GiB ({100 * frac:.0f}% of "
+               f"{a['fullest_capacity_bytes'] / 2**30:.0f})"
                if frac is not None and a.get("fullest_capacity_bytes") else
                "not priced: " + a.get("error", "")[:60])
         out.append(f"| {r['source']} | {r['id']} | {c['layout']['pp']} | {c['layout']['tp']} | "
                    f"{c['layout']['dp']} | {mbs}{assumed} | {count} | "
                    f"{'OOM' if meas is None else f'{meas:.2f}'} | "
                    f"{'-' if pb is None else f'{pb:.2f}'} | {'-' if pa is None else f'{pa:.2f}'} | "
-                   f"{err} | {mfu} | {mem} |")
+                   f"{err} | {mfu} | {mem} | "
+                   f"{c['measured'].get('peak_memory_gib', '-')} |")
     return out
 
 
