@@ -383,12 +383,15 @@ def search_table(groups):
            "top-ranked measured layout | its measured s / best | hetplan's own pick | own pick "
            "= measured best |", "|" + "---|" * 7]
     hits = n = 0
+    ratios = []
     for name, rs, pick, pred in groups:
         ran = [r for r in rs if r["measured_s"] is not None]
         best = min(ran, key=lambda r: r["measured_s"])
         fit = [r for r in ran if r["after"].get("step_time_s") is not None]
         top = min(fit, key=lambda r: r["after"]["step_time_s"]) if fit else None
         ratio = f"{top['measured_s'] / best['measured_s']:.2f}" if top else "-"
+        if top:
+            ratios.append(top["measured_s"] / best["measured_s"])
         same = pick is not None and pick == best["sig"]
         n += 1
         hits += same
@@ -396,7 +399,11 @@ def search_table(groups):
         out.append(f"| {name} | {len(ran)} | {best['id']} {best['sig']} "
                    f"{best['measured_s']:.2f} s | {top['id'] + ' ' + str(top['sig']) if top else '-'}"
                    f" | {ratio} | {own} | {'yes' if same else 'no'} |")
-    out.append(f"\nhetplan's own pick is the measured best in {hits} of {n} groups.")
+    out.append(f"\nhetplan's own pick is the measured best in {hits} of {n} groups; its "
+               f"top-ranked measured layout is the measured best in "
+               f"{sum(x == 1 for x in ratios)} of {len(ratios)} ranked groups (measured time / "
+               f"best: median {statistics.median(ratios) if ratios else float('nan'):.2f}, "
+               f"worst {max(ratios) if ratios else float('nan'):.2f}).")
     return out
 
 
