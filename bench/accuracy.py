@@ -26,6 +26,7 @@ cluster, model and global batch), whether hetplan's own pick (`hetplan
 compile` without --layout) is the measured best ("Fit and check sources").
 
     --sources a,b     only these source files (e.g. megatron_sc21)
+    --published DIR   read the source files from DIR
     --quick           parse every source file, price its smallest config
                       (test/tools/published-sources.test)
     --details         also print every config's row
@@ -104,6 +105,7 @@ def main():
     ap.add_argument("--fit-only", action="store_true",
                     help="print only the fit/OOM tables (test/tools/fit-oom.test)")
     ap.add_argument("--sources", help="comma-separated source names (bench/published/NAME.json)")
+    ap.add_argument("--published", help="folder of source files (default bench/published)")
     ap.add_argument("--quick", action="store_true",
                     help="check that every source parses and its smallest config prices")
     ap.add_argument("--details", action="store_true", help="print every config's row")
@@ -205,7 +207,7 @@ def amp_generic(rows, args, model):
 
 def published(args, amp_rows):
     names = set(args.sources.split(",")) if args.sources else None
-    data = sources.load_sources(names)
+    data = sources.load_sources(names, args.published)
     priced = sources.price_all(args.hetplan, args.work, data, args.timeout, args.jobs)
     rows = amp_rows + sources.generic_rows(priced)
     print("\n".join(sources.source_tables(rows)))
@@ -240,7 +242,8 @@ def amp_search_groups(args, amp_rows):
 def quick(args):
     """Every source file parses (a bad one exits with its path and field) and
     its smallest config prices (fits or is predicted out of memory)."""
-    data = sources.load_sources(set(args.sources.split(",")) if args.sources else None)
+    data = sources.load_sources(set(args.sources.split(",")) if args.sources else None,
+                                args.published)
     print("| source | role | configs | smallest config | GPUs | outcome |")
     print("|---|---|---|---|---|---|")
     bad = 0

@@ -10,11 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_sources(names=None):
-    """{name: data} of every bench/published/*.json with configs; a file that
-    does not parse or lacks a field is reported by its path and field."""
+def load_sources(names=None, folder=None):
+    """{name: data} of every FOLDER/*.json with configs (default
+    bench/published); a file that does not parse or lacks a field is reported
+    by its path and field."""
     out = {}
-    for path in sorted(glob.glob(os.path.join(ROOT, "bench/published/*.json"))):
+    folder = folder or os.path.join(ROOT, "bench/published")
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         name = os.path.basename(path)[:-5]
         try:
             data = json.load(open(path))
