@@ -159,7 +159,6 @@ def price_all(hetplan, work, sources, timeout, jobs, uncalibrated=True):
             groups.setdefault(key, []).append((name, c))
     tasks = []
     for items in groups.values():
-        cs = [c for _, c in items]
         tasks.append((items, []))
         if uncalibrated:
             tasks.append((items, ["--uncalibrated"]))
