@@ -16,8 +16,26 @@ that failed in the publication (out of memory) are listed with what hetplan
 predicts for them, and a last table compares hetplan's memory prediction
 (fits, or out of memory, with the peak and capacity of the fullest device)
 with the published outcome of every run.
+
+Then the other published sources (bench/published/<source>.json with
+"configs", each marked "role": fit or check; bench/published/SPLIT.md):
+every run priced at its exact layout the same two ways, the error per source
+and per role (AMP's amp-t4 is fit, amp-het check), OOM right/wrong, MFU
+against the published MFU, and, for every group of measured layouts (same
+cluster, model and global batch), whether hetplan's own pick (`hetplan
+compile` without --layout) is the measured best ("Fit and check sources").
+
+    --sources a,b     only these source files (e.g. megatron_sc21)
+    --published DIR   read the source files from DIR
+    --quick           parse every source file, price its smallest config
+                      (test/tools/published-sources.test)
+    --details         also print every config's row
+    --timeout S       seconds per config before it is reported as not priced
+    --jobs N          hetplan calls at once
 """
-import argparse, json, os, statistics, subprocess, tempfile
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+import accuracy_sources as sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Which step times were used for fitting (bench/fit_overheads.py fits the
@@ -47,26 +65,6 @@ def amp_layout(t, L, gbs):
         stages.append({"workers": workers, "last_layer": amp_layer(part[j + 1] - 1, L)})
     return {"micro_batches": gbs // (dp * mbs), "tensor_parallel": mp, "shares": "even",
             "stages": stages}
-
-
-def spearman(xs, ys):
-    def ranks(v):
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2 + 1
-            i = j + 1
-        return r
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = statistics.mean(rx), statistics.mean(ry)
-    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    den = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
-    return num / den if den else float("nan")
 
 
 def price(hetplan, model, cluster, layouts, extra, batch, seq, dtype):
@@ -106,8 +104,22 @@ def main():
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "hetplan-accuracy"))
     ap.add_argument("--fit-only", action="store_true",
                     help="print only the fit/OOM tables (test/tools/fit-oom.test)")
+    ap.add_argument("--sources", help="comma-separated source names (bench/published/NAME.json)")
+    ap.add_argument("--published", help="folder of source files (default bench/published)")
+    ap.add_argument("--quick", action="store_true",
+                    help="check that every source parses and its smallest config prices")
+    ap.add_argument("--details", action="store_true", help="print every config's row")
+    ap.add_argument("--no-search", action="store_true", help="skip hetplan's own picks")
+    ap.add_argument("--no-amp", action="store_true", help="leave AMP's runs out")
+    ap.add_argument("--timeout", type=float, default=120,
+                    help="seconds per config (default 120)")
+    ap.add_argument("--jobs", type=int, default=1, help="hetplan calls at once")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
+    if args.quick:
+        return quick(args)
+    if args.no_amp:
+        return published(args, [])
 
     data = json.load(open(os.path.join(ROOT, "bench/published/amp_gpt2.json")))
     m = data["model"]
@@ -166,8 +178,8 @@ def main():
         meas = [x[0] for x in v]
         stats.append(f"| {c} | {ROLE.get(c, '')} | {len(v)} | {statistics.median(eb):.1f}% | "
                      f"{statistics.median(ea):.1f}% | {max(eb):.0f}% | {max(ea):.1f}% | "
-                     f"{spearman(meas, [x[2] for x in v]):.2f} | "
-                     f"{spearman(meas, [x[1] for x in v]):.2f} |")
+                     f"{sources.spearman(meas, [x[2] for x in v]):.2f} | "
+                     f"{sources.spearman(meas, [x[1] for x in v]):.2f} |")
     stats.append(f"| all | | {len(allA)} | {statistics.median(allB):.1f}% | "
                  f"{statistics.median(allA):.1f}% | {max(allB):.0f}% | {max(allA):.1f}% | | |")
     print("\n".join(stats))
@@ -175,6 +187,75 @@ def main():
     print("\n".join(lines))
     print()
     print("\n".join(fit_table(rows)))
+    print()
+    published(args, amp_generic(rows, args, model))
+
+
+def amp_generic(rows, args, model):
+    """AMP's runs in accuracy_sources' row form (amp-t4: fit, amp-het: check),
+    with each cluster's own pick for the search table."""
+    out = []
+    for r in rows:
+        out.append({"source": f"amp_gpt2 ({r['cluster']})",
+                    "role": "fit" if r["cluster"] == "amp-t4" else "check",
+                    "id": f"{r['cluster']}-{r['trial']}", "group": ("amp_gpt2", r["cluster"]),
+                    "sig": (r["pp"], r["mp"], r["dp"], r["micro_batch_size"], False),
+                    "measured_s": r["measured_s"], "mfu": None, "after": r["after"],
+                    "before": r["before"], "amp_model": model})
+    return out
+
+
+def published(args, amp_rows):
+    names = set(args.sources.split(",")) if args.sources else None
+    data = sources.load_sources(names, args.published)
+    priced = sources.price_all(args.hetplan, args.work, data, args.timeout, args.jobs)
+    rows = amp_rows + sources.generic_rows(priced)
+    print("\n".join(sources.source_tables(rows)))
+    print()
+    print("\n".join(sources.failures(rows)))
+    if not args.no_search:
+        groups = sources.search_groups(args.hetplan, args.work,
+                                       [r for r in rows if "config" in r], args.timeout)
+        groups = amp_search_groups(args, amp_rows) + groups
+        print()
+        print("\n".join(sources.search_table(groups)))
+    if args.details:
+        print()
+        print("\n".join(sources.config_table([r for r in rows if "config" in r])))
+
+
+def amp_search_groups(args, amp_rows):
+    out = []
+    data = json.load(open(os.path.join(ROOT, "bench/published/amp_gpt2.json")))
+    for cluster in sorted({r["group"][1] for r in amp_rows}):
+        rs = [r for r in amp_rows if r["group"][1] == cluster]
+        extra = ["--dtype", data["dtype"], "--grad-dtype", "fp32", "--offload", "never"]
+        pick, pred = sources.own_pick(args.hetplan, args.work, rs[0]["amp_model"],
+                                      os.path.join(ROOT, "bench/clusters", cluster + ".yaml"),
+                                      data["global_batch"], data["model"]["seq"], extra,
+                                      args.timeout)
+        out.append((f"amp_gpt2: GPT-2 24 x 1024 on {cluster}, batch {data['global_batch']}",
+                    rs, pick, pred))
+    return out
+
+
+def quick(args):
+    """Every source file parses (a bad one exits with its path and field) and
+    its smallest config prices (fits or is predicted out of memory)."""
+    data = sources.load_sources(set(args.sources.split(",")) if args.sources else None,
+                                args.published)
+    print("| source | role | configs | smallest config | GPUs | outcome |")
+    print("|---|---|---|---|---|---|")
+    bad = 0
+    for name, d in data.items():
+        c = min(d["configs"], key=lambda c: (sources.gpus(c), c["model"]["layers"]))
+        res = sources.price_group(args.hetplan, args.work, [c], [], args.timeout)[0]
+        out = sources.outcome(res)
+        bad += out == "not priced"
+        print(f"| {name} | {d['role']} | {len(d['configs'])} | {c['id']} | {sources.gpus(c)} | "
+              f"{out if out != 'not priced' else 'not priced: ' + res.get('error', '')} |")
+    if bad:
+        sys.exit(f"error: {bad} source(s) did not price their smallest config")
 
 
 def fit_table(rows):
