@@ -56,6 +56,40 @@ TEST(RuntimeTensor, Broadcasting) {
   EXPECT_EQ(values(y[0]), (std::vector<float>{11, 12, 13, 21, 22, 23}));
 }
 
+// Every broadcast pattern (scalars either side, per-channel [C,1,1] against
+// [N,C,H,W], middle and mixed broadcasts, size-1 dims) against a plain
+// index-by-index reference, with sizes past the threading grain.
+TEST(RuntimeKernels, BroadcastPatternsMatchReference) {
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{4, 16, 40, 40}, {16, 1, 1}}, {{16, 1, 1}, {4, 16, 40, 40}}, {{1}, {3, 5, 7}},
+      {{3, 5, 7}, {}},               {{4, 1, 6, 5}, {3, 1, 5}},    {{2, 3, 1, 5}, {2, 1, 4, 1}},
+      {{8, 1, 1, 300}, {8, 20, 30, 1}}, {{1, 7, 1}, {5, 1, 9}},    {{2, 64, 256}, {1, 64, 1}},
+      {{6, 1}, {1, 6}},              {{2, 3, 4, 5, 6}, {3, 1, 5, 1}}};
+  for (auto &[sa, sb] : cases) {
+    Tensor a(DType::Float32, sa), b(DType::Float32, sb);
+    for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = float(i % 97) * 0.5f - 7;
+    for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = float(i % 13) + 1;
+    auto shape = broadcastShapes(sa, sb);
+    auto ta = broadcastStrides(sa, shape), tb = broadcastStrides(sb, shape);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    for (const char *op : {"Sub", "Div"}) {
+      auto y = runOp(op, {a, b});
+      ASSERT_EQ(y[0].shape(), shape);
+      std::vector<int64_t> idx(shape.size(), 0);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t oa = 0, ob = 0;
+        for (size_t d = 0; d < shape.size(); ++d) oa += idx[d] * ta[d], ob += idx[d] * tb[d];
+        float x = a.data<float>()[oa], z = b.data<float>()[ob];
+        float want = std::string(op) == "Sub" ? x - z : x / z;
+        ASSERT_EQ(y[0].data<float>()[i], want) << op << " element " << i;
+        for (size_t d = shape.size(); d-- > 0;)
+          if (++idx[d] < shape[d]) break; else idx[d] = 0;
+      }
+    }
+  }
+}
+
 TEST(RuntimeKernels, MatMulBatchBroadcast) {
   // [2,1,2] x [2,1]: batch broadcast over A, B shared
   auto y = runOp("MatMul", {f32({2, 1, 2}, {1, 2, 3, 4}), f32({2, 1}, {5, 6})});

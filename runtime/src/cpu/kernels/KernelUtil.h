@@ -149,6 +149,83 @@ inline int64_t broadcastRowInner(const std::vector<int64_t> &s, const std::vecto
   return inner > 1 ? inner : 0;
 }
 
+/// The trailing run of a broadcast two operands share: the last dims over
+/// which each operand is either contiguous (it has them all) or one value
+/// (it broadcasts them all). `inner` elements of the output per row; `aOne`/
+/// `bOne` say which operand is one value per row. inner = 1 when no such
+/// run exists (the last dim mixes kinds), `outer` the leading dims left.
+struct BroadcastRun {
+  int64_t inner = 1;
+  size_t outerDims = 0;  // out dims [0, outerDims) index the rows
+  bool aOne = false, bOne = false;
+};
+inline BroadcastRun broadcastRun(const std::vector<int64_t> &shape, const std::vector<int64_t> &sa,
+                                 const std::vector<int64_t> &sb) {
+  BroadcastRun run;
+  size_t d = shape.size();
+  int kindA = -1, kindB = -1;  // 0: broadcast (stride 0), 1: contiguous
+  while (d > 0) {
+    size_t k = d - 1;
+    if (shape[k] == 1) { --d; continue; }
+    int ka = sa[k] == 0 ? 0 : sa[k] == run.inner ? 1 : 2;
+    int kb = sb[k] == 0 ? 0 : sb[k] == run.inner ? 1 : 2;
+    if (ka == 2 || kb == 2 || (kindA >= 0 && (ka != kindA || kb != kindB)))
+      break;
+    kindA = ka, kindB = kb;
+    run.inner *= shape[k];
+    --d;
+  }
+  run.outerDims = d;
+  run.aOne = kindA == 0;
+  run.bOne = kindB == 0;
+  return run;
+}
+
+/// out = f(a, b) over a broadcast no simpler path covers (a per-channel
+/// [C,1,1] against [N,C,H,W]): rows of the shared trailing run in
+/// parallel, each row's operand offsets stepped like an odometer.
+template <typename A, typename B, typename O, typename F>
+void broadcastRows(const std::vector<int64_t> &shape, const std::vector<int64_t> &sa,
+                   const std::vector<int64_t> &sb, const BroadcastRun &run, const A *pa,
+                   const B *pb, O *po, F f) {
+  int64_t inner = run.inner, rows = shapeNumel(shape) / inner;
+  size_t od = run.outerDims;
+  parallelFor(rows, std::max<int64_t>(1, kElementwiseGrain / inner), [&](int64_t lo, int64_t hi) {
+    // The offsets of row `lo`, then stepped one row at a time.
+    std::vector<int64_t> idx(od, 0);
+    int64_t oa = 0, ob = 0, rest = lo;
+    for (size_t d = od; d-- > 0;) {
+      idx[d] = rest % shape[d];
+      rest /= shape[d];
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
+    }
+    for (int64_t r = lo; r < hi; ++r) {
+      O *o = po + r * inner;
+      if (run.aOne && run.bOne) {
+        O v = f(pa[oa], pb[ob]);
+        for (int64_t j = 0; j < inner; ++j) o[j] = v;
+      } else if (run.aOne) {
+        A va = pa[oa];
+        const B *b = pb + ob;
+        for (int64_t j = 0; j < inner; ++j) o[j] = f(va, b[j]);
+      } else if (run.bOne) {
+        B vb = pb[ob];
+        const A *a = pa + oa;
+        for (int64_t j = 0; j < inner; ++j) o[j] = f(a[j], vb);
+      } else {
+        const A *a = pa + oa;
+        const B *b = pb + ob;
+        for (int64_t j = 0; j < inner; ++j) o[j] = f(a[j], b[j]);
+      }
+      for (size_t d = od; d-- > 0;) {
+        if (++idx[d] < shape[d]) { oa += sa[d]; ob += sb[d]; break; }
+        oa -= sa[d] * (shape[d] - 1); ob -= sb[d] * (shape[d] - 1); idx[d] = 0;
+      }
+    }
+  });
+}
+
 /// out = f(a, b) with numpy broadcasting; A, B input element types, O output.
 template <typename A, typename B, typename O, typename F>
 Tensor binaryBroadcast(const Tensor &a, const Tensor &b, DType outType, F f) {
@@ -169,6 +246,11 @@ Tensor binaryBroadcast(const Tensor &a, const Tensor &b, DType outType, F f) {
     B vb = pb[0];
     parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) po[i] = f(pa[i], vb);
+    });
+  } else if (a.numel() == 1) {
+    A va = pa[0];
+    parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) po[i] = f(va, pb[i]);
     });
   } else if (int64_t inner = 0; a.shape() == shape && (inner = broadcastInner(b.shape(), shape)) > 0) {
     // b repeats along the leading dims (a bias) or is one value per row
@@ -196,9 +278,13 @@ Tensor binaryBroadcast(const Tensor &a, const Tensor &b, DType outType, F f) {
         for (int64_t j = 0; j < inner; ++j) po[r * inner + j] = f(va, pb[r * inner + j]);
       }
     });
-  } else {
-    forEachBroadcast2(shape, broadcastStrides(a.shape(), shape), broadcastStrides(b.shape(), shape),
-                      [&](int64_t i, int64_t oa, int64_t ob) { po[i] = f(pa[oa], pb[ob]); });
+  } else if (auto sa = broadcastStrides(a.shape(), shape), sb = broadcastStrides(b.shape(), shape);
+             n > 0) {
+    BroadcastRun run = broadcastRun(shape, sa, sb);
+    if (run.inner >= 4)
+      broadcastRows(shape, sa, sb, run, pa, pb, po, f);
+    else
+      forEachBroadcast2(shape, sa, sb, [&](int64_t i, int64_t oa, int64_t ob) { po[i] = f(pa[oa], pb[ob]); });
   }
   return out;
 }
