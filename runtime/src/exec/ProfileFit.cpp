@@ -1,0 +1,110 @@
+//===- ProfileFit.cpp - from micro-benchmark times to cluster figures -----===//
+//
+// The fitting half of `hetplan profile` (Microbench.h): weighted least
+// squares of time = intercept + slope * size, and the cost model's GEMM
+// curve. Pure arithmetic, unit-tested on synthetic timings
+// (test/unit/ProfileFitTest.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#include "hetplan/runtime/Microbench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace hetplan::runtime {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + long(mid), v.end());
+  double hi = v[mid];
+  if (v.size() % 2) return hi;
+  double lo = *std::max_element(v.begin(), v.begin() + long(mid));
+  return (lo + hi) / 2;
+}
+
+namespace {
+void fillErrors(LinearFit &fit, const std::vector<BenchPoint> &points) {
+  std::vector<double> errors;
+  for (const BenchPoint &p : points)
+    if (p.seconds > 0) errors.push_back(std::fabs(fit.at(p.x) - p.seconds) / p.seconds);
+  fit.medianRelError = median(errors);
+  fit.maxRelError = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
+}
+} // namespace
+
+LinearFit fitLinear(const std::vector<BenchPoint> &points) {
+  if (points.empty()) throw std::runtime_error("fitLinear: no points");
+  double s = 0, sx = 0, sxx = 0, st = 0, sxt = 0;
+  std::vector<double> times;
+  for (const BenchPoint &p : points) {
+    if (!(p.seconds > 0) || !std::isfinite(p.seconds) || !std::isfinite(p.x))
+      throw std::runtime_error("fitLinear: a time is not a positive number");
+    double w = 1.0 / (p.seconds * p.seconds);
+    s += w, sx += w * p.x, sxx += w * p.x * p.x, st += w * p.seconds, sxt += w * p.x * p.seconds;
+    times.push_back(p.seconds);
+  }
+  LinearFit fit;
+  double det = s * sxx - sx * sx;
+  if (det > 1e-12 * s * sxx) {
+    fit.slope = (s * sxt - sx * st) / det;
+    fit.intercept = (st - fit.slope * sx) / s;
+    if (fit.intercept < 0 && sxx > 0) { // through the origin
+      fit.intercept = 0;
+      fit.slope = sxt / sxx;
+    }
+  }
+  if (!(fit.slope > 0)) { // no size effect (or one size): a constant
+    fit.slope = 0;
+    fit.intercept = median(times);
+  }
+  fillErrors(fit, points);
+  return fit;
+}
+
+GemmCurve fitGemmCurve(const std::vector<BenchPoint> &points, double fixedSeconds) {
+  LinearFit line = fitLinear(points);
+  GemmCurve curve;
+  if (line.slope <= 0) throw std::runtime_error("GEMM times do not grow with size: cannot fit a rate");
+  curve.rate = 1.0 / line.slope;
+  curve.halfFlops = std::max(0.0, line.intercept - std::max(0.0, fixedSeconds)) * curve.rate;
+  curve.medianRelError = line.medianRelError;
+  curve.maxRelError = line.maxRelError;
+  return curve;
+}
+
+FittedHost fitMicrobench(const MicrobenchResult &r) {
+  FittedHost f;
+  if (!r.dispatch.empty()) {
+    f.dispatch = fitLinear(r.dispatch);
+    f.kernelSeconds = f.dispatch.slope;
+    f.runSeconds = std::max(0.0, f.dispatch.intercept);
+  }
+  std::vector<BenchPoint> g32, g16;
+  for (const GemmPoint &g : r.gemm) (g.dtype == "fp16" ? g16 : g32).push_back({g.flops(), g.seconds});
+  if (g32.empty()) throw std::runtime_error("no fp32 GEMM was measured");
+  f.gemm32 = fitGemmCurve(g32, f.runSeconds + f.kernelSeconds);
+  if (!g16.empty()) {
+    LinearFit l16 = fitLinear(g16);
+    f.gemm16Rate = l16.slope > 0 ? 1.0 / l16.slope : 0;
+  }
+  if (!r.stream.empty()) {
+    f.stream = fitLinear(r.stream);
+    f.streamBandwidth = f.stream.slope > 0 ? 1.0 / f.stream.slope : 0;
+  }
+  if (!r.copy.empty()) {
+    LinearFit c = fitLinear(r.copy);
+    f.copyBandwidth = c.slope > 0 ? 1.0 / c.slope : 0;
+  }
+  if (!r.send.empty()) {
+    f.send = fitLinear(r.send);
+    f.linkBandwidth = f.send.slope > 0 ? 1.0 / f.send.slope : 0;
+    f.linkLatency = f.send.intercept;
+  }
+  if (!r.allReduce.empty()) f.allReduce = fitLinear(r.allReduce);
+  return f;
+}
+
+} // namespace hetplan::runtime
