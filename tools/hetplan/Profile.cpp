@@ -160,8 +160,10 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
      << num(h.load[2], 3) << " at start, " << num(loadEnd[0], 3) << " " << num(loadEnd[1], 3) << " "
      << num(loadEnd[2], 3) << " at end (above " << h.cores << ": other work shared the cores)\n"
      << "# ranks: " << ranks << (r.mpi ? " MPI processes" : " threads of one process") << ", " << r.threads
-     << " kernel thread(s) each; every rank ran the compute benchmarks at once, times are rank 0's medians\n"
-     << "# measured (median per call):\n";
+     << " kernel thread(s) each; every rank ran the compute benchmarks at once; rank 0's times\n"
+     << "# cpu share: " << num(r.cpuShare, 3) << " of a core per kernel thread (process CPU time / (wall x ranks x threads)\n"
+     << "#   while the compute benchmarks ran); the fits divide the call times below by it\n"
+     << "# measured (lower quartile of the call times: calls not preempted):\n";
   for (const auto &g : r.gemm)
     os << "#   MatMul " << g.dtype << " " << (g.batch > 1 ? std::to_string(g.batch) + " x " : "") << g.m << "x" << g.k << "x" << g.n << ": " << num(g.seconds * 1e3)
        << " ms, " << num(g.flops() / g.seconds / 1e9) << " GFLOP/s\n";

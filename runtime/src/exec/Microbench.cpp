@@ -4,8 +4,9 @@
 // `hetplan run` runs a plan's nodes: the MatMul's weight is an initializer
 // viewed in memory (the cached, packed oneDNN path of a model's weights), the
 // outputs are allocated per run. Each case is timed for a time budget and the
-// median time per call is kept; with several ranks every rank runs the same
-// case at once (a barrier before each) and rank 0's median is the result.
+// lower quartile of the call times is kept; with several ranks every rank runs
+// the same case at once (a barrier before each) and rank 0's time is the
+// result, with the CPU share the process got meanwhile.
 // See Microbench.h; the fits are in ProfileFit.cpp.
 //
 //===----------------------------------------------------------------------===//
@@ -18,7 +19,9 @@
 
 #include "../cpu/kernels/KernelUtil.h"
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -48,9 +51,19 @@ struct KernelThreads {
   }
 };
 
+/// CPU seconds this process has used (every thread).
+double processCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 /// One call after a warm-up, repeated until `budget` seconds have passed and
-/// at least `minReps` calls were timed (at most `maxReps`); the median.
-double timeMedian(const std::function<void()> &call, double budget, int minReps, int maxReps) {
+/// at least `minReps` calls were timed (at most `maxReps`); the lower
+/// quartile of the call times: the time of a call that ran without being
+/// preempted (the share of the cores this process gets is measured apart,
+/// MicrobenchResult::cpuShare).
+double timeCall(const std::function<void()> &call, double budget, int minReps, int maxReps) {
   call(); // warm-up: primitive creation, weight packing, first touch
   std::vector<double> times;
   auto start = Clock::now();
@@ -59,7 +72,8 @@ double timeMedian(const std::function<void()> &call, double budget, int minReps,
     call();
     times.push_back(since(t0));
   }
-  return median(times);
+  std::sort(times.begin(), times.end());
+  return times[(times.size() - 1) / 4];
 }
 
 /// A model of nodes over float inputs; weights are views of `storage`.
@@ -161,7 +175,8 @@ std::shared_ptr<Runner> batchedGemmRunner(int64_t b, int64_t h, int64_t s, int64
 /// The memory-bound ops of a transformer block on [rows, cols] floats:
 /// "transpose" ([rows/64, 4, 16, cols/4] -> perm 0,2,1,3, as heads are
 /// split), "softmax" (last axis), "split" (three equal parts of the last
-/// axis, as Q|K|V).
+/// axis, as Q|K|V), "bias-add" (a row of `cols` added to every row),
+/// "scale-div" (divided by a scalar, as attention scores are).
 std::shared_ptr<Runner> streamOpRunner(const std::string &op, int64_t rows, int64_t cols) {
   ModelBuilder m;
   Attribute ints;
@@ -177,6 +192,30 @@ std::shared_ptr<Runner> streamOpRunner(const std::string &op, int64_t rows, int6
     m.input("X", DType::Float32, shape);
     m.node("Softmax", {"X"}, "Y", DType::Float32);
     m.output("Y", DType::Float32);
+  } else if (op == "bias-add" || op == "scale-div") {
+    // Broadcast forms: a bias row over every row, a scalar over everything.
+    m.input("X", DType::Float32, shape);
+    bool bias = op == "bias-add";
+    m.weight("b", DType::Float32, bias ? std::vector<int64_t>{cols} : std::vector<int64_t>{});
+    m.node(bias ? "Add" : "Div", {"X", "b"}, "Y", DType::Float32);
+    m.output("Y", DType::Float32);
+  } else if (op == "block") {
+    // A block's elementwise tail, as a model runs it: every intermediate a
+    // fresh tensor, freed after its last use (the allocator's reuse, trims
+    // and page faults included): bias, scale, Relu, residual, twice.
+    m.input("X", DType::Float32, shape);
+    m.weight("b", DType::Float32, {cols});
+    m.weight("s", DType::Float32, {});
+    std::string x = "X";
+    for (int i = 0; i < 2; ++i) {
+      std::string p = "t" + std::to_string(i) + "_";
+      m.node("Add", {x, "b"}, p + "a", DType::Float32);
+      m.node("Div", {p + "a", "s"}, p + "d", DType::Float32);
+      m.node("Relu", {p + "d"}, p + "r", DType::Float32);
+      m.node("Add", {p + "r", x}, p + "y", DType::Float32);
+      x = p + "y";
+    }
+    m.output(x, DType::Float32);
   } else { // split
     m.input("X", DType::Float32, shape);
     Attribute axis;
@@ -241,17 +280,19 @@ std::vector<Case> computeCases(bool quick) {
     };
     cases.push_back(c);
   };
-  std::vector<int64_t> squares = quick ? std::vector<int64_t>{32, 128, 256, 512}
-                                       : std::vector<int64_t>{32, 64, 128, 256, 384, 512, 768, 1024};
+  // Calls short enough (a few ms) to run mostly between two preemptions
+  // on a shared machine.
+  std::vector<int64_t> squares = quick ? std::vector<int64_t>{32, 128, 256, 384}
+                                       : std::vector<int64_t>{32, 64, 96, 128, 192, 256, 384, 512};
   for (int64_t s : squares) gemm(s, s, s, DType::Float32);
   // Transformer-like shapes: tokens x hidden x 4*hidden, and skinny ones.
   gemm(64, 512, 2048, DType::Float32);
-  gemm(256, 2048, 512, DType::Float32);
+  gemm(256, 1024, 256, DType::Float32);
   if (!quick) {
     gemm(8, 1024, 1024, DType::Float32);
     gemm(1024, 64, 1024, DType::Float32);
-    gemm(512, 768, 3072, DType::Float32);
-    gemm(2048, 256, 256, DType::Float32);
+    gemm(256, 768, 1024, DType::Float32);
+    gemm(1024, 256, 256, DType::Float32);
   }
   for (int64_t s : quick ? std::vector<int64_t>{32, 128} : std::vector<int64_t>{32, 64, 128, 256}) {
     int64_t b = 8, h = 4, d = 64;
@@ -269,12 +310,15 @@ std::vector<Case> computeCases(bool quick) {
   }
   for (int64_t s : quick ? std::vector<int64_t>{128, 256} : std::vector<int64_t>{128, 256, 512})
     gemm(s, s, s, DType::Float16);
-  for (const char *op : {"transpose", "softmax", "split"})
+  for (const char *op : {"transpose", "softmax", "split", "bias-add", "scale-div", "block"})
     for (int64_t rows : quick ? std::vector<int64_t>{256} : std::vector<int64_t>{64, 256, 1024}) {
       int64_t cols = 768;
       std::string name = op;
-      Case c{name + " " + std::to_string(rows) + "x" + std::to_string(cols) + " floats", "stream",
-             8.0 * double(rows * cols), {}, nullptr};
+      // Bytes read + written, as the cost model counts them (block: per element and pass,
+      // 8 + 8 + 8 + 12 for the bias, scale, Relu and residual ops).
+      double bytes = (name == "block" ? 2 * 36.0 : 8.0) * double(rows * cols);
+      Case c{name + " " + std::to_string(rows) + "x" + std::to_string(cols) + " floats", "stream", bytes, {},
+             nullptr};
       c.prepare = [name, rows, cols] {
         auto r = streamOpRunner(name, rows, cols);
         return std::function<void()>([r] { (*r)(); });
@@ -336,16 +380,27 @@ std::string formatSeconds(double s) {
 void runComputeCases(const MicrobenchOptions &o, int rank, const std::function<void()> &sync,
                      MicrobenchResult &out) {
   double budget = o.quick ? 0.03 : 0.25;
-  int minReps = o.quick ? 3 : 5, maxReps = o.quick ? 200 : 2000;
+  int minReps = o.quick ? 4 : 8, maxReps = o.quick ? 200 : 2000;
+  double cpu0 = processCpuSeconds();
+  auto wall0 = Clock::now();
   for (const Case &c : computeCases(o.quick)) {
     auto call = c.prepare();
     sync();
-    double s = timeMedian(call, budget, minReps, maxReps);
+    double s = timeCall(call, budget, minReps, maxReps);
     if (rank != 0) continue;
     record(out, c, s);
     if (o.progress) o.progress(c.what + ": " + formatSeconds(s));
   }
   sync();
+  if (rank == 0) {
+    // Every rank of this process and its kernel threads could use a core
+    // each: the share of that they got while the benchmarks ran.
+    double wall = since(wall0), cpu = processCpuSeconds() - cpu0;
+    int perProcess = out.mpi ? 1 : out.ranks;
+    out.cpuShare = std::min(1.0, cpu / (wall * perProcess * std::max(1, out.threads)));
+    if (o.progress)
+      o.progress("cpu share: " + std::to_string(out.cpuShare) + " (process CPU time / (wall x ranks x threads))");
+  }
 }
 
 /// Ping-pong between ranks 0 and 1 and the all-reduce over every rank, on
@@ -421,7 +476,7 @@ void onThreads(int n, int threads, const std::function<void(int)> &f) {
 /// What a plan step pays to start its rank threads: a comm group, `n`
 /// threads that meet at a barrier, joined.
 double threadStartSeconds(int n, bool quick) {
-  return timeMedian(
+  return timeCall(
       [n] {
         ThreadCommGroup group(n);
         onThreads(n, 0, [&](int r) { group.communicator(r).barrier(); });

@@ -75,8 +75,14 @@ GemmCurve fitGemmCurve(const std::vector<BenchPoint> &points, double fixedSecond
   return curve;
 }
 
-FittedHost fitMicrobench(const MicrobenchResult &r) {
+FittedHost fitMicrobench(const MicrobenchResult &measured) {
   FittedHost f;
+  // Compute times as a long step sees them: unpreempted call time / CPU share.
+  MicrobenchResult r = measured;
+  double share = measured.cpuShare > 0 && measured.cpuShare <= 1 ? measured.cpuShare : 1;
+  for (GemmPoint &g : r.gemm) g.seconds /= share;
+  for (auto *v : {&r.stream, &r.copy, &r.dispatch})
+    for (BenchPoint &p : *v) p.seconds /= share;
   if (!r.dispatch.empty()) {
     f.dispatch = fitLinear(r.dispatch);
     f.kernelSeconds = f.dispatch.slope;

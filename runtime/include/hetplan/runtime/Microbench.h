@@ -18,7 +18,9 @@
 //
 // With several ranks, every rank runs the compute benchmarks at the same time
 // (as the ranks of a plan run their stages at once), and rank 0's times are
-// the result. The fits (ProfileFit) are plain least squares on relative
+// the result: the lower quartile of each case's call times (calls that ran
+// unpreempted), and the share of the cores the process got over the whole
+// run (cpuShare), by which the fits divide them. The fits (ProfileFit) are plain least squares on relative
 // error; tests give them synthetic timings. No MLIR, no LLVM.
 //
 //===----------------------------------------------------------------------===//
@@ -34,7 +36,7 @@ namespace hetplan::runtime {
 
 class Communicator;
 
-/// One measurement: `x` (FLOPs, bytes or nodes) took `seconds` (median per call).
+/// One measurement: `x` (FLOPs, bytes or nodes) took `seconds` per call.
 struct BenchPoint {
   double x = 0;
   double seconds = 0;
@@ -110,6 +112,12 @@ struct MicrobenchResult {
   std::vector<BenchPoint> send;      // rank 0 -> 1: bytes, seconds (empty with 1 rank... see below)
   std::vector<BenchPoint> allReduce; // all ranks: bytes per rank, seconds
   double threadStartSeconds = 0;     // start and join `ranks` threads with a comm group
+  /// The share of a core per kernel thread this process got while the
+  /// compute benchmarks ran: CPU time / (wall x ranks here x threads), at
+  /// most 1. Call times are of calls that ran unpreempted; a step of many
+  /// calls also waits for the cores, so fitMicrobench divides them by this.
+  /// Below 1 when ranks x threads exceed the cores or other work shares them.
+  double cpuShare = 1;
 };
 
 /// Runs the benchmarks. `comm` (MPI) when an MPI launcher started the
