@@ -135,6 +135,13 @@ void writeHostOverheads(std::ostream &os, const runtime::FittedHost &f, double t
      << "   # per executor run (a stage's micro-batch) + starting the step's rank threads\n";
 }
 
+/// The share of a memory-bound op's bytes that it writes as a fresh output
+/// (one of the three operands of a binary elementwise op), priced at the
+/// first-touch rate: the CPU runtime allocates every output anew, and the
+/// allocator returns large freed blocks to the kernel (page faults and
+/// zeroing were a third of the CPU time of a bert-tiny step, `perf`).
+constexpr double kFreshOutputShare = 1.0 / 3.0;
+
 /// The cluster file: comments (what, when, where, how), one device type, one node.
 std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::MicrobenchResult &r,
                         const runtime::FittedHost &f, const std::string &name) {
@@ -145,7 +152,12 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
   double peak = hostPeak / ranks;
   double matrix = std::min(1.0, f.gemm32.rate / peak);
   double bandwidth = std::max(f.copyBandwidth, f.streamBandwidth);
-  double memoryShare = bandwidth > 0 ? std::min(1.0, f.streamBandwidth / bandwidth) : 1.0;
+  // What a memory-bound op of a model reaches: the streaming ops' rate, with
+  // its output (a third of a binary op's bytes) written to fresh pages.
+  double effective = f.streamBandwidth;
+  if (f.freshBandwidth > 0 && effective > 0)
+    effective = 1.0 / (1.0 / f.streamBandwidth + kFreshOutputShare / f.freshBandwidth);
+  double memoryShare = bandwidth > 0 ? std::min(1.0, effective / bandwidth) : 1.0;
   double fp16Peak = f.gemm16Rate > 0 ? f.gemm16Rate / matrix : 0;
   std::string link = r.mpi ? "mpi" : "threads";
   double linkGBs = f.linkBandwidth > 0 ? f.linkBandwidth / 1e9 : bandwidth / 1e9;
@@ -163,7 +175,7 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
      << " kernel thread(s) each; every rank ran the compute benchmarks at once; rank 0's times\n"
      << "# cpu share: " << num(r.cpuShare, 3) << " of a core per kernel thread (process CPU time / (wall x ranks x threads)\n"
      << "#   while the compute benchmarks ran); the fits divide the call times below by it\n"
-     << "# measured (lower quartile of the call times: calls not preempted):\n";
+     << "# measured: time of a call not preempted (" << (r.threads == 1 ? "median thread CPU time per call" : "lower quartile of the wall times") << "):\n";
   for (const auto &g : r.gemm)
     os << "#   MatMul " << g.dtype << " " << (g.batch > 1 ? std::to_string(g.batch) + " x " : "") << g.m << "x" << g.k << "x" << g.n << ": " << num(g.seconds * 1e3)
        << " ms, " << num(g.flops() / g.seconds / 1e9) << " GFLOP/s\n";
@@ -171,8 +183,11 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
     os << "#   " << p.what << ": " << num(p.seconds * 1e3) << " ms, " << num(p.x / p.seconds / 1e9)
        << " GB/s (bytes read + written)\n";
   for (const auto &p : r.copy)
-    os << "#   memcpy " << num(p.x / 2 / 1048576, 6) << " MiB: " << num(p.seconds * 1e3) << " ms, "
-       << num(p.x / p.seconds / 1e9) << " GB/s (read + write)\n";
+    os << "#   " << p.what << ": " << num(p.seconds * 1e3) << " ms, " << num(p.x / p.seconds / 1e9)
+       << " GB/s (read + write)\n";
+  for (const auto &p : r.fresh)
+    os << "#   " << p.what << " (map, write, unmap): " << num(p.seconds * 1e3) << " ms, "
+       << num(p.x / p.seconds / 1e9) << " GB/s\n";
   for (const auto &p : r.dispatch)
     os << "#   Relu chain of " << num(p.x, 6) << " tiny nodes: " << num(p.seconds * 1e6) << " us per run\n";
   for (const auto &p : r.send)
@@ -192,8 +207,10 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
   if (f.gemm16Rate > 0)
     os << "#   MatMul fp16 (the runtime converts to fp32): " << num(f.gemm16Rate / 1e9)
        << " GFLOP/s; peak_tflops.fp16 = that / matrix\n";
-  os << "#   Add: " << num(f.streamBandwidth / 1e9) << " GB/s; memcpy " << num(f.copyBandwidth / 1e9)
-     << " GB/s; memory = Add / the faster of the two\n"
+  os << "#   memory-bound ops: " << num(f.streamBandwidth / 1e9) << " GB/s; memcpy " << num(f.copyBandwidth / 1e9)
+     << " GB/s; fresh pages " << num(f.freshBandwidth / 1e9) << " GB/s; effective = 1 / (1 / ops + "
+     << num(kFreshOutputShare, 3) << " / fresh) = " << num(effective / 1e9)
+     << " GB/s; memory = effective / the faster of ops and memcpy\n"
      << "#   dispatch: " << num(f.kernelSeconds * 1e6) << " us per node (slope), " << num(f.runSeconds * 1e6)
      << " us per run (intercept); median |error| " << num(100 * f.dispatch.medianRelError, 3) << "%\n";
   if (f.linkBandwidth > 0)

@@ -4,7 +4,7 @@
 // `hetplan run` runs a plan's nodes: the MatMul's weight is an initializer
 // viewed in memory (the cached, packed oneDNN path of a model's weights), the
 // outputs are allocated per run. Each case is timed for a time budget and the
-// lower quartile of the call times is kept; with several ranks every rank runs
+// time of an unpreempted call is kept (timeCall); with several ranks every rank runs
 // the same case at once (a barrier before each) and rank 0's time is the
 // result, with the CPU share the process got meanwhile.
 // See Microbench.h; the fits are in ProfileFit.cpp.
@@ -28,6 +28,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+
+#include <sys/mman.h>
 
 #ifdef HETPLAN_HAVE_OPENMP
 #include <omp.h>
@@ -58,20 +60,32 @@ double processCpuSeconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
+/// CPU seconds the calling thread has used.
+double threadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 /// One call after a warm-up, repeated until `budget` seconds have passed and
-/// at least `minReps` calls were timed (at most `maxReps`); the lower
-/// quartile of the call times: the time of a call that ran without being
-/// preempted (the share of the cores this process gets is measured apart,
-/// MicrobenchResult::cpuShare).
-double timeCall(const std::function<void()> &call, double budget, int minReps, int maxReps) {
+/// at least `minReps` calls were timed (at most `maxReps`): the time of a
+/// call that ran without being preempted (the share of the cores this
+/// process gets is measured apart, MicrobenchResult::cpuShare). With one
+/// kernel thread that is the median of the calling thread's CPU time per
+/// call (exact: preemption is not CPU time; page faults are); with more
+/// (other threads compute part of a call) the lower quartile of the wall
+/// times, which calls longer than a scheduler slice on a busy machine exceed.
+double timeCall(const std::function<void()> &call, double budget, int minReps, int maxReps, bool cpuClock) {
   call(); // warm-up: primitive creation, weight packing, first touch
   std::vector<double> times;
   auto start = Clock::now();
   while (int(times.size()) < maxReps && (int(times.size()) < minReps || since(start) < budget)) {
     auto t0 = Clock::now();
+    double c0 = cpuClock ? threadCpuSeconds() : 0;
     call();
-    times.push_back(since(t0));
+    times.push_back(cpuClock ? threadCpuSeconds() - c0 : since(t0));
   }
+  if (cpuClock) return median(times);
   std::sort(times.begin(), times.end());
   return times[(times.size() - 1) / 4];
 }
@@ -343,6 +357,22 @@ std::vector<Case> computeCases(bool quick) {
     };
     cases.push_back(c);
   }
+  // First touch of fresh memory: what an output costs when the allocator
+  // hands out pages the kernel must map and zero (a model's outputs above
+  // the allocator's mmap/trim thresholds): map, write, unmap.
+  for (int64_t mb : quick ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{1, 2, 4, 8}) {
+    size_t bytes = size_t(mb) << 20;
+    Case c{"fresh " + std::to_string(mb) + " MiB", "fresh", double(bytes), {}, nullptr};
+    c.prepare = [bytes] {
+      return std::function<void()>([bytes] {
+        void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) throw std::runtime_error("profile: mmap failed");
+        std::memset(p, 1, bytes);
+        munmap(p, bytes);
+      });
+    };
+    cases.push_back(c);
+  }
   for (int nodes : quick ? std::vector<int>{1, 16, 64} : std::vector<int>{1, 4, 16, 64, 128}) {
     Case c{"relu chain of " + std::to_string(nodes), "dispatch", double(nodes), {}, nullptr};
     c.prepare = [nodes] {
@@ -362,7 +392,9 @@ void record(MicrobenchResult &out, const Case &c, double seconds) {
   } else if (c.kind == "stream") {
     out.stream.push_back({c.x, seconds, c.what});
   } else if (c.kind == "copy") {
-    out.copy.push_back({c.x, seconds});
+    out.copy.push_back({c.x, seconds, c.what});
+  } else if (c.kind == "fresh") {
+    out.fresh.push_back({c.x, seconds, c.what});
   } else {
     out.dispatch.push_back({c.x, seconds});
   }
@@ -386,7 +418,7 @@ void runComputeCases(const MicrobenchOptions &o, int rank, const std::function<v
   for (const Case &c : computeCases(o.quick)) {
     auto call = c.prepare();
     sync();
-    double s = timeCall(call, budget, minReps, maxReps);
+    double s = timeCall(call, budget, minReps, maxReps, out.threads == 1);
     if (rank != 0) continue;
     record(out, c, s);
     if (o.progress) o.progress(c.what + ": " + formatSeconds(s));
@@ -481,7 +513,7 @@ double threadStartSeconds(int n, bool quick) {
         ThreadCommGroup group(n);
         onThreads(n, 0, [&](int r) { group.communicator(r).barrier(); });
       },
-      quick ? 0.02 : 0.1, 5, 200);
+      quick ? 0.02 : 0.1, 5, 200, false);
 }
 
 } // namespace

@@ -81,7 +81,7 @@ FittedHost fitMicrobench(const MicrobenchResult &measured) {
   MicrobenchResult r = measured;
   double share = measured.cpuShare > 0 && measured.cpuShare <= 1 ? measured.cpuShare : 1;
   for (GemmPoint &g : r.gemm) g.seconds /= share;
-  for (auto *v : {&r.stream, &r.copy, &r.dispatch})
+  for (auto *v : {&r.stream, &r.copy, &r.fresh, &r.dispatch})
     for (BenchPoint &p : *v) p.seconds /= share;
   if (!r.dispatch.empty()) {
     f.dispatch = fitLinear(r.dispatch);
@@ -103,6 +103,10 @@ FittedHost fitMicrobench(const MicrobenchResult &measured) {
   if (!r.copy.empty()) {
     LinearFit c = fitLinear(r.copy);
     f.copyBandwidth = c.slope > 0 ? 1.0 / c.slope : 0;
+  }
+  if (!r.fresh.empty()) {
+    LinearFit c = fitLinear(r.fresh);
+    f.freshBandwidth = c.slope > 0 ? 1.0 / c.slope : 0;
   }
   if (!r.send.empty()) {
     f.send = fitLinear(r.send);

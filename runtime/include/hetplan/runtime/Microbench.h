@@ -18,8 +18,9 @@
 //
 // With several ranks, every rank runs the compute benchmarks at the same time
 // (as the ranks of a plan run their stages at once), and rank 0's times are
-// the result: the lower quartile of each case's call times (calls that ran
-// unpreempted), and the share of the cores the process got over the whole
+// the result: each case's time of a call that ran unpreempted (the median
+// thread CPU time per call with one kernel thread, else the lower quartile of
+// the wall times), and the share of the cores the process got over the whole
 // run (cpuShare), by which the fits divide them. The fits (ProfileFit) are plain least squares on relative
 // error; tests give them synthetic timings. No MLIR, no LLVM.
 //
@@ -108,6 +109,7 @@ struct MicrobenchResult {
   std::vector<GemmPoint> gemm;
   std::vector<BenchPoint> stream;    // Add, Transpose, Softmax, Split: bytes read + written, seconds per run
   std::vector<BenchPoint> copy;      // memcpy: bytes read + written, seconds
+  std::vector<BenchPoint> fresh;     // map, write, unmap fresh pages: bytes, seconds
   std::vector<BenchPoint> dispatch;  // Relu chain: nodes, seconds per run
   std::vector<BenchPoint> send;      // rank 0 -> 1: bytes, seconds (empty with 1 rank... see below)
   std::vector<BenchPoint> allReduce; // all ranks: bytes per rank, seconds
@@ -133,6 +135,7 @@ struct FittedHost {
   LinearFit stream;              // Add: intercept = per-run + per-node cost, slope = 1/bandwidth
   double streamBandwidth = 0;    // bytes/s
   double copyBandwidth = 0;      // bytes/s (memcpy)
+  double freshBandwidth = 0;     // bytes/s of first-touched memory (0: not measured)
   LinearFit dispatch;            // Relu chain: slope = per node, intercept = per run
   double kernelSeconds = 0;      // per node
   double runSeconds = 0;         // per run (executor entry, value maps), >= 0
