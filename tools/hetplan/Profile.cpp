@@ -197,7 +197,7 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
   if (r.threadStartSeconds > 0)
     os << "#   start and join " << ranks << " rank thread(s) with a comm group: " << num(r.threadStartSeconds * 1e6)
        << " us\n";
-  os << "# fits (least squares on relative error):\n"
+  os << "# fits (least squares on relative error) of the compute times above divided by the cpu share:\n"
      << "#   MatMul fp32: time = fixed + (FLOPs + " << num(f.gemm32.halfFlops / 1e9) << " GFLOP) / "
      << num(f.gemm32.rate / 1e9) << " GFLOP/s; median |error| " << num(100 * f.gemm32.medianRelError, 3)
      << "%, worst " << num(100 * f.gemm32.maxRelError, 3) << "%\n"
@@ -223,7 +223,7 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
      << "    vendor: \"" << (h.cpuModel.empty() ? "unknown" : h.cpuModel) << "\"\n"
      << "    kind: cpu\n"
      << "    memory_gib: " << num(std::max(0.001, h.memoryGiB / ranks)) << "      # this host's memory / ranks\n"
-     << "    memory_bandwidth_gbs: " << num(bandwidth / 1e9) << "      # measured (memcpy or Add, the faster), per rank\n"
+     << "    memory_bandwidth_gbs: " << num(bandwidth / 1e9) << "      # measured: memcpy or the memory-bound ops, the faster; per rank\n"
      << "    peak_tflops: {fp32: " << num(peak / 1e12);
   if (fp16Peak > 0) os << ", fp16: " << num(fp16Peak / 1e12);
   os << "}\n"
