@@ -174,7 +174,7 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
      << "# ranks: " << ranks << (r.mpi ? " MPI processes" : " threads of one process") << ", " << r.threads
      << " kernel thread(s) each; every rank ran the compute benchmarks at once; rank 0's times\n"
      << "# cpu share: " << num(r.cpuShare, 3) << " of a core per kernel thread (process CPU time / (wall x ranks x threads)\n"
-     << "#   while the compute benchmarks ran); the fits divide the call times below by it\n"
+     << "#   while every rank ran MatMuls for " << (profQuick ? "0.2" : "1") << " s); the fits divide the call times below by it\n"
      << "# measured: time of a call not preempted (" << (r.threads == 1 ? "median thread CPU time per call" : "lower quartile of the wall times") << "):\n";
   for (const auto &g : r.gemm)
     os << "#   MatMul " << g.dtype << " " << (g.batch > 1 ? std::to_string(g.batch) + " x " : "") << g.m << "x" << g.k << "x" << g.n << ": " << num(g.seconds * 1e3)

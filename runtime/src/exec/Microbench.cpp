@@ -407,14 +407,30 @@ std::string formatSeconds(double s) {
   return buf;
 }
 
+/// The share of a core each kernel thread of this process gets while every
+/// rank computes: all ranks run MatMuls for `window` seconds of wall time
+/// (no barrier inside, so none waits for another); rank 0 divides the
+/// process's CPU time over its window by wall x ranks here x threads.
+double measureCpuShare(const MicrobenchResult &out, int rank, double window) {
+  auto gemm = gemmRunner(192, 192, 192, DType::Float32);
+  (*gemm)();
+  double cpu0 = processCpuSeconds();
+  auto start = Clock::now();
+  double last = 0;
+  // The others run a little longer, so that rank 0's window is all busy.
+  double until = rank == 0 ? window : window * 1.1;
+  while ((last = since(start)) < until) (*gemm)();
+  double cpu = processCpuSeconds() - cpu0;
+  int perProcess = out.mpi ? 1 : out.ranks;
+  return std::min(1.0, cpu / (last * perProcess * std::max(1, out.threads)));
+}
+
 /// The compute cases on this rank; `sync` before each (all ranks run it at
-/// once). Rank 0 records into `out`.
+/// once), then the CPU share. Rank 0 records into `out`.
 void runComputeCases(const MicrobenchOptions &o, int rank, const std::function<void()> &sync,
                      MicrobenchResult &out) {
   double budget = o.quick ? 0.03 : 0.25;
   int minReps = o.quick ? 4 : 8, maxReps = o.quick ? 200 : 2000;
-  double cpu0 = processCpuSeconds();
-  auto wall0 = Clock::now();
   for (const Case &c : computeCases(o.quick)) {
     auto call = c.prepare();
     sync();
@@ -424,14 +440,12 @@ void runComputeCases(const MicrobenchOptions &o, int rank, const std::function<v
     if (o.progress) o.progress(c.what + ": " + formatSeconds(s));
   }
   sync();
+  double share = measureCpuShare(out, rank, o.quick ? 0.2 : 1.0);
+  sync();
   if (rank == 0) {
-    // Every rank of this process and its kernel threads could use a core
-    // each: the share of that they got while the benchmarks ran.
-    double wall = since(wall0), cpu = processCpuSeconds() - cpu0;
-    int perProcess = out.mpi ? 1 : out.ranks;
-    out.cpuShare = std::min(1.0, cpu / (wall * perProcess * std::max(1, out.threads)));
+    out.cpuShare = share;
     if (o.progress)
-      o.progress("cpu share: " + std::to_string(out.cpuShare) + " (process CPU time / (wall x ranks x threads))");
+      o.progress("cpu share: " + std::to_string(share) + " (process CPU time / (wall x ranks x threads))");
   }
 }
 

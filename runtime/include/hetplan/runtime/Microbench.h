@@ -20,9 +20,10 @@
 // (as the ranks of a plan run their stages at once), and rank 0's times are
 // the result: each case's time of a call that ran unpreempted (the median
 // thread CPU time per call with one kernel thread, else the lower quartile of
-// the wall times), and the share of the cores the process got over the whole
-// run (cpuShare), by which the fits divide them. The fits (ProfileFit) are plain least squares on relative
-// error; tests give them synthetic timings. No MLIR, no LLVM.
+// the wall times), and the share of the cores the process got while every
+// rank computed (cpuShare), by which the fits divide them. The fits
+// (ProfileFit) are least squares on relative error; tests give them
+// synthetic timings. No MLIR, no LLVM.
 //
 //===----------------------------------------------------------------------===//
 #ifndef HETPLAN_RUNTIME_MICROBENCH_H
@@ -114,9 +115,9 @@ struct MicrobenchResult {
   std::vector<BenchPoint> send;      // rank 0 -> 1: bytes, seconds (empty with 1 rank... see below)
   std::vector<BenchPoint> allReduce; // all ranks: bytes per rank, seconds
   double threadStartSeconds = 0;     // start and join `ranks` threads with a comm group
-  /// The share of a core per kernel thread this process got while the
-  /// compute benchmarks ran: CPU time / (wall x ranks here x threads), at
-  /// most 1. Call times are of calls that ran unpreempted; a step of many
+  /// The share of a core per kernel thread this process got while every
+  /// rank ran MatMuls for a second (--quick: 0.2 s): CPU time / (wall x
+  /// ranks here x threads), at most 1. Call times are of calls that ran unpreempted; a step of many
   /// calls also waits for the cores, so fitMicrobench divides them by this.
   /// Below 1 when ranks x threads exceed the cores or other work shares them.
   double cpuShare = 1;
