@@ -57,23 +57,31 @@ TEST(ProfileFit, ConstantTimesGiveNoSlope) {
 }
 
 TEST(ProfileFit, GemmCurveRecoversRateAndHalfSize) {
-  // t = fixed + (W + W_half) / rate: 40 GFLOP/s, half the rate at 2 MFLOP, 7 us fixed.
+  // One product: t = fixed + (W + W_half) / rate; 40 GFLOP/s, half the rate at 2 MFLOP, 7 us fixed.
+  // Batched calls of P products: t = fixed + (W + P W_half) / rate.
   const double rate = 40e9, half = 2e6, fixed = 7e-6;
-  std::vector<BenchPoint> pts;
-  for (double n : {32.0, 64.0, 128.0, 256.0, 512.0, 1024.0}) {
-    double w = 2 * n * n * n;
-    pts.push_back({w, fixed + (w + half) / rate});
-  }
+  std::vector<GemmPoint> pts;
+  for (int64_t n : {32, 64, 128, 256, 512, 1024}) pts.push_back({n, n, n, "fp32", 0, 1});
+  for (int64_t s : {32, 64, 128}) pts.push_back({s, 64, s, "fp32", 0, 32});
+  for (GemmPoint &g : pts) g.seconds = fixed + (g.flops() + double(g.batch) * half) / rate;
   GemmCurve c = fitGemmCurve(pts, fixed);
   EXPECT_NEAR(c.rate, rate, rate * 1e-6);
   EXPECT_NEAR(c.halfFlops, half, half * 1e-4);
-  // The cost model's form: W / (rate * W / (W + half)) + fixed reproduces each point.
-  for (const BenchPoint &p : pts)
-    EXPECT_NEAR(fixed + p.x / (c.rate * p.x / (p.x + c.halfFlops)), p.seconds, p.seconds * 1e-6);
-  // A fixed cost above the intercept: no size effect left (0, never negative).
-  EXPECT_EQ(fitGemmCurve(pts, 1.0).halfFlops, 0);
-  std::vector<BenchPoint> flat = {{1e6, 1e-3}, {1e9, 1e-3}};
-  EXPECT_THROW(fitGemmCurve(flat, 0), std::runtime_error);
+  EXPECT_LT(c.maxRelError, 1e-6);
+  // The cost model's form for one product: fixed + W / (rate * W / (W + half)).
+  for (const GemmPoint &g : pts)
+    if (g.batch == 1)
+      EXPECT_NEAR(fixed + g.flops() / (c.rate * g.flops() / (g.flops() + c.halfFlops)), g.seconds, g.seconds * 1e-6);
+  // A fixed cost above the calls' own leaves less per product (never negative).
+  double less = fitGemmCurve(pts, fixed + 2 * half / rate).halfFlops;
+  EXPECT_GE(less, 0);
+  EXPECT_LT(less, half);
+  std::vector<GemmPoint> single(pts.begin(), pts.begin() + 6); // one product per call
+  EXPECT_EQ(fitGemmCurve(single, fixed + 2 * half / rate).halfFlops, 0);
+  EXPECT_THROW(fitGemmCurve(pts, 1.0), std::runtime_error); // every call faster than the fixed cost
+  std::vector<GemmPoint> flat = {{100, 100, 100, "fp32", 1e-3, 1}, {1000, 1000, 1000, "fp32", 1e-3, 1}};
+  EXPECT_THROW(fitGemmCurve(flat, 2e-3), std::runtime_error);
+  EXPECT_THROW(fitGemmCurve({}, 0), std::runtime_error);
 }
 
 TEST(ProfileFit, WholeHostFromSyntheticBenchmarks) {

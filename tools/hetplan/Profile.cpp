@@ -198,7 +198,7 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
     os << "#   start and join " << ranks << " rank thread(s) with a comm group: " << num(r.threadStartSeconds * 1e6)
        << " us\n";
   os << "# fits (least squares on relative error) of the compute times above divided by the cpu share:\n"
-     << "#   MatMul fp32: time = fixed + (FLOPs + " << num(f.gemm32.halfFlops / 1e9) << " GFLOP) / "
+     << "#   MatMul fp32: time = fixed + (FLOPs + products x " << num(f.gemm32.halfFlops / 1e9) << " GFLOP) / "
      << num(f.gemm32.rate / 1e9) << " GFLOP/s; median |error| " << num(100 * f.gemm32.medianRelError, 3)
      << "%, worst " << num(100 * f.gemm32.maxRelError, 3) << "%\n"
      << "#   nominal fp32 peak per rank: " << h.cores << " cores x " << h.lanes << " lanes x 2 FMA units x 2 FLOP x "

@@ -64,14 +64,37 @@ LinearFit fitLinear(const std::vector<BenchPoint> &points) {
   return fit;
 }
 
-GemmCurve fitGemmCurve(const std::vector<BenchPoint> &points, double fixedSeconds) {
-  LinearFit line = fitLinear(points);
+GemmCurve fitGemmCurve(const std::vector<GemmPoint> &points, double fixedSeconds) {
+  if (points.empty()) throw std::runtime_error("fitGemmCurve: no points");
+  // t - fixed = W b + P c, weighted by 1 / t^2: b = 1 / rate, c = halfFlops / rate.
+  double fixed = std::max(0.0, fixedSeconds);
+  double sww = 0, swp = 0, spp = 0, swy = 0, spy = 0;
+  for (const GemmPoint &g : points) {
+    if (!(g.seconds > 0) || !std::isfinite(g.seconds))
+      throw std::runtime_error("fitGemmCurve: a time is not a positive number");
+    double w = 1.0 / (g.seconds * g.seconds), W = g.flops(), P = double(std::max<int64_t>(1, g.batch));
+    double y = g.seconds - fixed;
+    sww += w * W * W, swp += w * W * P, spp += w * P * P, swy += w * W * y, spy += w * P * y;
+  }
+  double b = 0, c = 0, det = sww * spp - swp * swp;
+  if (det > 1e-12 * sww * spp) {
+    b = (spp * swy - swp * spy) / det;
+    c = (sww * spy - swp * swy) / det;
+  }
+  if (c < 0 || !(b > 0)) { // no per-product cost: through the origin
+    c = 0;
+    b = sww > 0 ? swy / sww : 0;
+  }
+  if (!(b > 0)) throw std::runtime_error("GEMM times do not grow with size: cannot fit a rate");
   GemmCurve curve;
-  if (line.slope <= 0) throw std::runtime_error("GEMM times do not grow with size: cannot fit a rate");
-  curve.rate = 1.0 / line.slope;
-  curve.halfFlops = std::max(0.0, line.intercept - std::max(0.0, fixedSeconds)) * curve.rate;
-  curve.medianRelError = line.medianRelError;
-  curve.maxRelError = line.maxRelError;
+  curve.rate = 1.0 / b;
+  curve.halfFlops = c / b;
+  std::vector<double> errors;
+  for (const GemmPoint &g : points)
+    errors.push_back(std::fabs(fixed + b * g.flops() + c * double(std::max<int64_t>(1, g.batch)) - g.seconds) /
+                     g.seconds);
+  curve.medianRelError = median(errors);
+  curve.maxRelError = *std::max_element(errors.begin(), errors.end());
   return curve;
 }
 
@@ -88,8 +111,12 @@ FittedHost fitMicrobench(const MicrobenchResult &measured) {
     f.kernelSeconds = f.dispatch.slope;
     f.runSeconds = std::max(0.0, f.dispatch.intercept);
   }
-  std::vector<BenchPoint> g32, g16;
-  for (const GemmPoint &g : r.gemm) (g.dtype == "fp16" ? g16 : g32).push_back({g.flops(), g.seconds});
+  std::vector<GemmPoint> g32;
+  std::vector<BenchPoint> g16;
+  for (const GemmPoint &g : r.gemm) {
+    if (g.dtype == "fp16") g16.push_back({g.flops(), g.seconds});
+    else g32.push_back(g);
+  }
   if (g32.empty()) throw std::runtime_error("no fp32 GEMM was measured");
   f.gemm32 = fitGemmCurve(g32, f.runSeconds + f.kernelSeconds);
   if (!g16.empty()) {

@@ -62,19 +62,21 @@ struct LinearFit {
 /// the median time as the intercept. Needs at least one point.
 LinearFit fitLinear(const std::vector<BenchPoint> &points);
 
-/// The cost model's GEMM curve (docs/cost-model.md, "Calibration"): a call of
-/// W FLOPs takes fixedSeconds + (W + halfFlops) / rate, i.e. it runs at
-/// rate * W / (W + halfFlops) after a fixed dispatch cost.
+/// The cost model's GEMM curve (docs/cost-model.md, "Calibration"): one
+/// product of W FLOPs runs at rate * W / (W + halfFlops) after a fixed
+/// dispatch cost; a batched call of P products of W / P FLOPs each takes
+/// fixed + (W + P * halfFlops) / rate.
 struct GemmCurve {
   double rate = 0;       // FLOP/s reached by large GEMMs
-  double halfFlops = 0;  // W at which half of `rate` is reached (0: none)
+  double halfFlops = 0;  // product size at which half of `rate` is reached (0: none)
   double medianRelError = 0, maxRelError = 0;
 };
-/// Fits the curve to (FLOPs per call, seconds) points, given the per-call
-/// fixed cost measured apart (the dispatch of a tiny node and of a run):
-/// the linear fit's slope is 1 / rate and its intercept, less the fixed
-/// cost, is halfFlops / rate (0 when the intercept is below the fixed cost).
-GemmCurve fitGemmCurve(const std::vector<BenchPoint> &points, double fixedSeconds);
+struct GemmPoint;
+/// Fits the curve to measured calls, given the per-call fixed cost measured
+/// apart (the dispatch of a tiny node and of a run): least squares on
+/// relative error of t - fixed = W / rate + P * halfFlops / rate (P the
+/// call's products); halfFlops is 0 when that term comes out negative.
+GemmCurve fitGemmCurve(const std::vector<GemmPoint> &points, double fixedSeconds);
 
 /// Median of `v` (0 when empty).
 double median(std::vector<double> v);
