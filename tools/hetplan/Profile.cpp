@@ -119,6 +119,24 @@ std::string safeName(const std::string &s) {
   return out;
 }
 
+/// A double-quoted YAML string (backslashes and quotes escaped, control
+/// characters dropped).
+std::string quoted(const std::string &s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + "\"";
+}
+
+/// `s` on one line (a comment must not end early): control characters become spaces.
+std::string oneLine(std::string s) {
+  for (char &c : s)
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  return s;
+}
+
 std::string num(double v, int digits = 4) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*g", digits, v);
@@ -164,10 +182,10 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
   std::ostringstream os;
   os << "# hetplan profile: this host measured with the CPU runtime's own kernels (docs/cost-model.md,\n"
      << "# \"Profiling your cluster\").\n"
-     << "# host: " << h.hostname << "; cpu: " << (h.cpuModel.empty() ? "unknown" : h.cpuModel) << ", " << h.cores
+     << "# host: " << oneLine(h.hostname) << "; cpu: " << oneLine(h.cpuModel.empty() ? "unknown" : h.cpuModel) << ", " << h.cores
      << " logical cores, " << num(h.mhz, 5) << " MHz, " << h.simd << "; " << num(h.memoryGiB, 4) << " GiB\n"
      << "# date: " << h.date << "\n"
-     << "# command: " << commandLine << "\n"
+     << "# command: " << oneLine(commandLine) << "\n"
      << "# load average (1, 5, 15 min): " << num(h.load[0], 3) << " " << num(h.load[1], 3) << " "
      << num(h.load[2], 3) << " at start, " << num(loadEnd[0], 3) << " " << num(loadEnd[1], 3) << " "
      << num(loadEnd[2], 3) << " at end (above " << h.cores << ": other work shared the cores)\n"
@@ -220,7 +238,7 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
   os << "name: profiled-" << safeName(h.hostname) << "\n"
      << "devices:\n"
      << "  - name: " << name << "\n"
-     << "    vendor: \"" << (h.cpuModel.empty() ? "unknown" : h.cpuModel) << "\"\n"
+     << "    vendor: " << quoted(h.cpuModel.empty() ? "unknown" : h.cpuModel) << "\n"
      << "    kind: cpu\n"
      << "    memory_gib: " << num(std::max(0.001, h.memoryGiB / ranks)) << "      # this host's memory / ranks\n"
      << "    memory_bandwidth_gbs: " << num(bandwidth / 1e9) << "      # measured: memcpy or the memory-bound ops, the faster; per rank\n"
@@ -230,13 +248,13 @@ std::string clusterYaml(const HostInfo &h, double loadEnd[3], const runtime::Mic
      << "    intra_node_link: {kind: " << link << ", bandwidth_gbs: " << num(linkGBs) << "}\n"
      << "    pcie: {generation: 5, bandwidth_gbs: " << num(bandwidth / 1e9)
      << "}   # no PCIe link of its own: the format needs one; host copy rate\n"
-     << "    sources: [\"" << source << "\"]\n"
+     << "    sources: [" << quoted(source) << "]\n"
      << "    achieved:\n"
      << "      matrix: " << num(matrix) << "\n"
      << "      matrix_half_gflop: " << num(f.gemm32.halfFlops / 1e9) << "\n"
      << "      memory: " << num(memoryShare) << "\n";
   writeHostOverheads(os, f, r.threadStartSeconds, "      ");
-  os << "      source: \"" << source << "\"\n"
+  os << "      source: " << quoted(source) << "\n"
      << "nodes:\n"
      << "  - name: " << safeName(h.hostname) << "\n"
      << "    devices: [{type: " << name << ", count: " << ranks << "}]\n";

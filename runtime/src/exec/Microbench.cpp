@@ -85,7 +85,7 @@ double timeCall(const std::function<void()> &call, double budget, int minReps, i
     call();
     times.push_back(cpuClock ? threadCpuSeconds() - c0 : since(t0));
   }
-  if (cpuClock) return median(times);
+  if (cpuClock) return std::max(1e-9, median(times)); // a clock tick at least
   std::sort(times.begin(), times.end());
   return times[(times.size() - 1) / 4];
 }

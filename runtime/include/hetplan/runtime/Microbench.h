@@ -114,7 +114,7 @@ struct MicrobenchResult {
   std::vector<BenchPoint> copy;      // memcpy: bytes read + written, seconds
   std::vector<BenchPoint> fresh;     // map, write, unmap fresh pages: bytes, seconds
   std::vector<BenchPoint> dispatch;  // Relu chain: nodes, seconds per run
-  std::vector<BenchPoint> send;      // rank 0 -> 1: bytes, seconds (empty with 1 rank... see below)
+  std::vector<BenchPoint> send;      // rank 0 -> 1, one way: bytes, seconds (threads: measured with 1 rank too)
   std::vector<BenchPoint> allReduce; // all ranks: bytes per rank, seconds
   double threadStartSeconds = 0;     // start and join `ranks` threads with a comm group
   /// The share of a core per kernel thread this process got while every
