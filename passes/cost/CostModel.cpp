@@ -224,8 +224,10 @@ double opTime(const OpCost &op, double samples, const cluster::DeviceType &devic
   double bytes = op.bytes(samples);
   double compute = 0, memory = 0;
   if (flops > 0) {
+    // The size curve prices one product: the call's, or one of a batch's.
+    double products = op.productsPerSample > 0 ? std::max(1.0, op.productsPerSample * samples) : 1.0;
     double rate = peakFlopsFor(op, device, dtype) *
-                  (op.matrixEngine ? eff.matrixAt(flops) : eff.vector);
+                  (op.matrixEngine ? eff.matrixAt(flops / products) : eff.vector);
     compute = rate > 0 ? flops / rate : 0;
   }
   if (bytes > 0) {
@@ -285,6 +287,7 @@ double layerForwardTime(const LayerCost &layer, double samples,
     }
     OpCost part = op;
     part.flopsPerSample /= tp;
+    part.productsPerSample /= tp; // heads split across the group
     part.bytesPerSample /= tp;
     part.weightBytes /= tp;
     total += opTime(part, samples, device, dtype, eff);

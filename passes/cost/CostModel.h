@@ -38,6 +38,11 @@ struct OpCost {
   double bytesPerSample = 0;    // activations read + written
   double weightBytes = 0;       // parameters read (once per call)
   bool matrixEngine = false;    // runs on tensor cores (MatMul/Gemm/Conv/attention)
+  /// A batched MatMul of two activations (attention's scores and context)
+  /// runs this many separate products per sample, each its own small GEMM:
+  /// the size curve (Efficiency::matrixHalfFlops) applies to one product.
+  /// 0: the call is one product (a weight MatMul, Gemm, Conv).
+  double productsPerSample = 0;
   /// Split across a tensor-parallel group (Megatron: the large weight
   /// MatMuls and the attention products); every rank runs 1/tp of it as its
   /// own, smaller kernel. The other ops run whole on every rank.
@@ -190,7 +195,7 @@ struct Efficiency {
   /// and to its backward. 0 by default; the catalog's achieved.micro_batch_us.
   double microBatchSeconds = 0;
 
-  /// The matrix-engine share of peak reached by one call of `flops` FLOPs.
+  /// The matrix-engine share of peak reached by one product of `flops` FLOPs.
   double matrixAt(double flops) const {
     if (matrixHalfFlops <= 0 || flops <= 0)
       return matrix;

@@ -671,6 +671,25 @@ DType graphDType(const GraphInfo &info) {
 // Op costs
 //===----------------------------------------------------------------------===//
 
+/// A MatMul of two activations with batch dims (attention's products) runs
+/// one GEMM per batch element: their count; 0 otherwise (one product per call:
+/// a weight operand is broadcast, and the runtime folds the batch into rows).
+static double batchedProducts(NodeOp node, const GraphInfo &info) {
+  if (!node.getDomain().empty() || node.getOpType() != "MatMul" || node.getInputs().size() != 2 ||
+      node.getNumResults() != 1)
+    return 0;
+  for (Value v : node.getInputs())
+    if (info.kind(v) != ValueKind::Activation)
+      return 0;
+  auto out = dyn_cast<RankedTensorType>(node.getResult(0).getType());
+  if (!out || out.getRank() < 3 || !out.hasStaticShape())
+    return 0;
+  double products = 1;
+  for (int64_t d : out.getShape().drop_back(2))
+    products *= double(d);
+  return products;
+}
+
 OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
   OpCost cost;
   auto name = node.getName();
@@ -752,6 +771,7 @@ OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
     activationBytes += valueBytes(r.getType(), dtype);
 
   double samples = double(std::max<int64_t>(info.samples, 1));
+  cost.productsPerSample = batchedProducts(node, info) / samples;
   cost.flopsPerSample = flops / samples;
   cost.bytesPerSample = activationBytes / samples;
   cost.weightBytes = weightBytes;

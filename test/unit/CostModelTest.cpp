@@ -683,6 +683,28 @@ TEST(CostModel, SmallMatMulsReachLessOfThePeak) {
   EXPECT_NEAR(rate(1), rate(16), 1.0);
 }
 
+TEST(CostModel, BatchedProductsPayTheSizeCurvePerProduct) {
+  // Attention's batched MatMul: P products of W / P FLOPs each; the size
+  // curve prices one product, so the call takes (W + P * W_half) / rate.
+  const cluster::DeviceType &a100 = device("A100-80GB");
+  cost::Efficiency eff = cost::defaultEfficiency(a100);
+  eff.matrixHalfFlops = 1e6;
+  cost::OpCost mm;
+  mm.matrixEngine = true;
+  mm.flopsPerSample = 32e6;
+  double rate = 312e12 * eff.matrix;
+  double one = cost::opTime(mm, 2, a100, cost::DType::FP16, eff) - eff.launchSeconds;
+  EXPECT_NEAR(one, (64e6 + 1e6) / rate, 1e-12);
+  mm.productsPerSample = 16; // 32 products of 2 MFLOP for 2 samples
+  double batched = cost::opTime(mm, 2, a100, cost::DType::FP16, eff) - eff.launchSeconds;
+  EXPECT_NEAR(batched, (64e6 + 32 * 1e6) / rate, 1e-12);
+  // Without a size curve the split does not matter.
+  eff.matrixHalfFlops = 0;
+  EXPECT_DOUBLE_EQ(cost::opTime(mm, 2, a100, cost::DType::FP16, eff),
+                   cost::opTime(cost::OpCost{mm.name, mm.opType, mm.flopsPerSample, 0, 0, true}, 2, a100,
+                                cost::DType::FP16, eff));
+}
+
 TEST(CostModel, CatalogCalibrationReplacesTheDefaults) {
   // V100 and T4 carry figures fitted to AMP's measured per-layer times.
   const cluster::DeviceType &v100 = device("V100-SXM2-16GB");

@@ -7,6 +7,7 @@
 //   hetplan compile MODEL --cluster SPEC --mode train|infer --batch N -o PLAN
 //   hetplan explain PLAN [--timeline OUT.svg] [--html OUT.html]
 //   hetplan run PLAN --input NAME=FILE.npy ... --output DIR [--ranks N]
+//   hetplan profile [--ranks R] [--threads N] [--out FILE] [--quick]
 //
 // MODEL is an ONNX model (.onnx / .onnxtext) or het IR (.mlir). SPEC is an
 // inline cluster (`4xA100-80G,12xT4`), FILE a YAML/JSON cluster file; see
@@ -177,6 +178,8 @@ int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   hetplan::tools::installCrashReport();
   hideLlvmOptions();
+  for (int i = 0; i < argc; ++i)
+    hetplan::tools::commandLine += (i ? " " : "") + std::string(argv[i]);
   cl::SetVersionPrinter(printVersion);
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -195,6 +198,8 @@ int main(int argc, char **argv) {
     return hetplan::tools::runRun();
   if (hetplan::tools::serveCmd)
     return hetplan::tools::runServe();
+  if (hetplan::tools::profileCmd)
+    return hetplan::tools::runProfileCommand();
   cl::PrintHelpMessage();
   return 1;
 }
