@@ -138,6 +138,34 @@ Type overrideSymbolicDims(Type inferred, Type original, Type declared, std::stri
   return RankedTensorType::get(shape, a.getElementType());
 }
 
+/// Whether `inferred` contradicts a size the user bound: a dim of `original`
+/// (the type before binding) named by a bound symbol whose bound size differs
+/// from the rule's.
+bool contradictsBinding(Type inferred, Type original, const llvm::StringMap<int64_t> &bound) {
+  auto a = dyn_cast<RankedTensorType>(inferred);
+  auto o = dyn_cast<RankedTensorType>(original);
+  if (!a || !o || a.getRank() != o.getRank())
+    return false;
+  auto names = dyn_cast_or_null<DimsAttr>(o.getEncoding());
+  if (!names || names.getNames().size() != size_t(a.getRank()))
+    return false;
+  for (auto [i, name] : llvm::enumerate(names.getNames())) {
+    auto it = name.empty() ? bound.end() : bound.find(name.getValue());
+    if (it != bound.end() && !ShapedType::isDynamic(a.getShape()[i]) &&
+        a.getShape()[i] != it->second)
+      return true;
+  }
+  return false;
+}
+
+/// Whether the declared type differs from the rule's in rank or sizes only
+/// (a hint onnxruntime also overrides), not in its element type.
+bool sameElements(Type inferred, Type declared) {
+  auto a = dyn_cast<TensorType>(inferred);
+  auto b = dyn_cast<TensorType>(declared);
+  return a && b && a.getElementType() == b.getElementType();
+}
+
 bool isFullyStatic(Type type) {
   auto ranked = dyn_cast<RankedTensorType>(type);
   return ranked && ranked.hasStaticShape();
@@ -199,6 +227,32 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
 
   using Facts = llvm::DenseMap<Value, ValueFacts>;
 
+  /// Outputs whose declared shape the graph contradicts (warned once per
+  /// graph, at the first of them).
+  struct DeclaredShapes {
+    Operation *first = nullptr;
+    std::string text;
+    int count = 0;
+  } declaredShapes;
+
+  void noteDeclaredShape(NodeOp node, size_t i, Type computed, Type declared) {
+    if (declaredShapes.count++ > 0)
+      return;
+    declaredShapes.first = node;
+    llvm::raw_string_ostream os(declaredShapes.text);
+    os << node.getOpType() << " output #" << i << " is " << computed << " by the graph but the model declares " << declared;
+  }
+
+  void warnDeclaredShapes() {
+    if (!declaredShapes.first)
+      return;
+    InFlightDiagnostic d = declaredShapes.first->emitWarning() << declaredShapes.text;
+    if (declaredShapes.count > 1)
+      d << " (and " << declaredShapes.count - 1 << " more outputs declared with other shapes)";
+    d << "; declared shapes are hints, as in onnxruntime: the graph's shapes are used";
+    declaredShapes = {};
+  }
+
   static ValueFacts factsOf(const Facts &facts, Value v) {
     auto it = facts.find(v);
     return it != facts.end() ? it->second
@@ -252,6 +306,13 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
               node.emitWarning() << node.getOpType() << " output #" << i << ": " << note
                                  << " by het's shape rules; the model's name for that dim "
                                     "does not hold here";
+          }
+          if (!type && sameElements(out[i].type, declared) &&
+              !contradictsBinding(out[i].type, result.getType(), bound)) {
+            // A declared shape (value_info, graph outputs) is a hint, as in
+            // onnxruntime: the graph's shape wins, with one warning per graph.
+            noteDeclaredShape(node, i, out[i].type, declared);
+            type = out[i].type;
           }
           if (!type)
             return node.emitError()
@@ -506,8 +567,10 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
     for (BlockArgument arg : body.getArguments())
       facts[arg] = ValueFacts{arg.getType(), std::nullopt, std::nullopt};
     llvm::StringMap<int> noRule;
+    declaredShapes = {};
     if (failed(bindBlock(body, facts, bound, noRule)))
       return failure();
+    warnDeclaredShapes();
 
     auto ret = cast<ReturnOp>(body.getTerminator());
     graph.setFunctionTypeAttr(TypeAttr::get(FunctionType::get(

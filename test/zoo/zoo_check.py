@@ -142,7 +142,11 @@ def looks_like_batch(name):
 def compile_args(row):
     """--batch and --dim for `hetplan compile`, as a user would give them:
     the batch dims (named like a batch, else the first input's leading named
-    dim) take --batch; every other symbolic dim is named with --dim."""
+    dim) take --batch; every other symbolic dim is named with --dim. A row's
+    `compile_args` (models/shipped: dims without a name, bound by --shape)
+    replace them."""
+    if row.get("compile_args"):
+        return list(row["compile_args"])
     args = ["--batch", str(row["batch"])]
     named = [d for spec in row["inputs"].values() for d in spec["dims"] if isinstance(d, str)]
     batch = {d for d in named if looks_like_batch(d)}
