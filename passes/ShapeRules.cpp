@@ -100,6 +100,11 @@ using ops::upperBoundNote;
 /// place the compiler's types meet the table's plain dims.
 LogicalResult runTableRule(const ops::OpDef *def, NodeOp n, ArrayRef<ValueFacts> in,
                            SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  // The table's rules read their required inputs without counting them.
+  if (int64_t(in.size()) < def->minInputs)
+    return (why = "needs at least " + std::to_string(def->minInputs) + " input" +
+                  (def->minInputs > 1 ? "s" : "") + ", not " + std::to_string(in.size()),
+            failure());
   std::vector<ops::ValueShape> shapes(in.size());
   for (auto [i, facts] : llvm::enumerate(in)) {
     ops::ValueShape &v = shapes[i];
@@ -411,6 +416,8 @@ Type onnxElementType(MLIRContext *c, int64_t dt) {
 
 LogicalResult constantOfShapeOp(NodeOp n, ArrayRef<ValueFacts> in,
                                 SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  if (in.size() != 1)
+    return (why = "needs 1 input (the shape), not " + std::to_string(in.size()), failure());
   auto shape = intsFrom(n, in, 0);
   Type element = Float32Type::get(n.getContext());
   std::optional<int64_t> fill;

@@ -471,7 +471,7 @@ struct Binder {
         }
     }
     if (unbound.empty())
-      return llvm::Error::success();
+      return checkUnnamedBound();
     std::string hint;
     if (o.sequence <= 0 && sequenceLike)
       hint = "give --seq L for the sequence dim, --dim NAME=VALUE for others";
@@ -484,6 +484,24 @@ struct Binder {
     if (!sequenceName.empty())
       hint += "; --seq bound only '" + sequenceName + "' (of input '" + sequenceInput + "')";
     return fail(o.path + ": symbolic dims " + llvm::join(unbound, ", ") + " need sizes: " + hint);
+  }
+
+  /// Dims without a name (`?`, empty) take their sizes from --shape only.
+  llvm::Error checkUnnamedBound() const {
+    for (const InputInfo &in : inputs) {
+      if (shaped.count(in.name) || !in.type)
+        continue;
+      std::vector<std::string> open;
+      for (int64_t k = 0; k < in.type.getRank(); ++k)
+        if (ShapedType::isDynamic(in.type.getDimSize(k)) && in.dimNames[k].empty())
+          open.push_back(std::to_string(k));
+      if (!open.empty())
+        return fail(o.path + ": input '" + in.name + "' " + shapeText(in) + " has dim" +
+                    (open.size() > 1 ? "s " : " ") + llvm::join(open, ", ") +
+                    " without a name: give its shape with --shape " + in.name +
+                    "=D0xD1x... (its batch axis holds --batch)");
+    }
+    return llvm::Error::success();
   }
 
   /// All of the above, in the order their errors are reported.
