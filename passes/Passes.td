@@ -30,7 +30,11 @@ def HetBindShapes : Pass<"het-bind-shapes", "::mlir::ModuleOp"> {
     unlike libonnx's inference (opset <= 17). A rule that finds the model
     inconsistent (a Reshape of 12 elements into 10, a matrix product whose
     contraction sizes differ) is an error at that node. Ops without a rule keep
-    the types the model declared.
+    the types the model declared. Where a rule's rank or sizes contradict the
+    model's declaration (value_info, graph outputs), the declaration is a
+    hint, as in onnxruntime: the rule's type is used, with one warning per
+    graph naming the first such output; a contradicted element type, or a
+    contradicted size the user bound in `dims`, is an error.
 
     Subgraphs are bound too: If branches, Loop and Scan bodies get their
     argument types from the node's inputs, and the node's outputs follow from
