@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import zipfile
+import zlib
 
 import numpy as np
 import onnx
@@ -177,10 +178,58 @@ def shape_pad(rng):
     return m, feeds, meta
 
 
+# ---------------------------------------------------------------------------
+# 5. If with branch-dependent shapes: an audio front end that branches on its
+# sample rate (a scalar input). At 16 kHz (320 samples) it frames the audio
+# into 2 x 160 and averages the frames; at 8 kHz (160 samples) it takes its
+# one frame by Squeeze. The else branch cannot bind for 320 samples
+# (Squeeze of a dim of 2) and the branches' `frames` differ in shape.
+
+
+def if_rate(rng):
+    audio = helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["batch", "samples"])
+    rate = helper.make_tensor_value_info("rate", TensorProto.INT64, [])
+    feat = helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 8])
+    frames = helper.make_tensor_value_info("frames", TensorProto.FLOAT, ["batch", "n", 160])
+
+    def branch(name, nodes, outs):
+        return helper.make_graph(nodes, name, [], [
+            helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs])
+
+    then_g = branch("wideband", [
+        const("shape_wb", i64(0, 2, 160)),
+        helper.make_node("Reshape", ["audio", "shape_wb"], ["frames_wb"], name="frame_wb"),
+        helper.make_node("ReduceMean", ["frames_wb"], ["mean_wb"], name="mean_wb", axes=[1],
+                         keepdims=0),
+    ], ["mean_wb", "frames_wb"])
+    else_g = branch("narrowband", [
+        const("shape_nb", i64(0, -1, 160)),
+        const("axis_nb", i64(1)),
+        helper.make_node("Reshape", ["audio", "shape_nb"], ["frames_nb"], name="frame_nb"),
+        helper.make_node("Squeeze", ["frames_nb", "axis_nb"], ["one_nb"], name="squeeze_nb"),
+    ], ["one_nb", "frames_nb"])
+    inits = [numpy_helper.from_array(f32(rng, 160, 8, scale=0.1), "proj.w"),
+             numpy_helper.from_array(np.array(16000, np.int64), "wideband_rate")]
+    nodes = [
+        helper.make_node("Equal", ["rate", "wideband_rate"], ["is_wide"], name="is_wide"),
+        helper.make_node("If", ["is_wide"], ["signal", "frames"], name="by_rate",
+                         then_branch=then_g, else_branch=else_g),
+        helper.make_node("MatMul", ["signal", "proj.w"], ["features"], name="proj"),
+    ]
+    g = helper.make_graph(nodes, "if_rate", [audio, rate], [feat, frames], inits)
+    m = model_of(g, 17)
+    feeds = {"audio": f32(rng, BATCH, 320, scale=1.0), "rate": np.array(16000, np.int64)}
+    meta = dict(kind="control-flow", source="If on a sample-rate input whose branches differ "
+                "in shape", compile_args=["--batch", str(BATCH), "--dim", "samples=320",
+                                          "--value", "rate=16000"])
+    return m, feeds, meta
+
+
 MODELS = {
     "unnamed-dims": (unnamed_dims, "unnamed dims"),
     "declared-shapes": (declared_shapes, "wrong declared shapes"),
     "shape-pad": (shape_pad, "shape subgraph"),
+    "if-rate": (if_rate, "If with branch-dependent shapes"),
 }
 
 
@@ -199,7 +248,9 @@ def write_npz(path, arrays):
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for key, arr in arrays.items():
             buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+            arr = np.asarray(arr)  # (ascontiguousarray would make a scalar 1-D)
+            np.lib.format.write_array(buf, arr if arr.ndim == 0 else np.ascontiguousarray(arr),
+                                      allow_pickle=False)
             info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, buf.getvalue())
@@ -213,7 +264,7 @@ def declared_dims(m):
 
 def make(name, out_dir):
     build, klass = MODELS[name]
-    rng = np.random.default_rng(sorted(MODELS).index(name))
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
     m, feeds, meta = build(rng)
     onnx.checker.check_model(m)
     path = os.path.join(out_dir, name + ".onnx")
