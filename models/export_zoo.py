@@ -22,16 +22,16 @@ models/zoo/README.md for the versions.
 """
 
 import argparse
-import io
 import json
 import os
 import sys
 import warnings
-import zipfile
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from zoo_io import reference, write_npz  # models/zoo_io.py
 
 import torch
 import transformers
@@ -659,27 +659,6 @@ def strip_metadata(m):
                     walk(sg)
     walk(m.graph)
     del m.metadata_props[:]
-
-
-def reference(path, feeds):
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(None, feeds)))
-
-
-def write_npz(path, arrays):
-    """np.savez with a fixed zip date, so that the bytes are reproducible."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for key, arr in arrays.items():
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
-            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, buf.getvalue())
 
 
 def interface_dims(m):

@@ -14,16 +14,16 @@ the format of models/zoo/manifest.json, plus `compile_args` where the model
 is bound the way a user would (`--shape` for dims without a name).
 """
 import argparse
-import io
 import json
 import os
 import sys
-import zipfile
 import zlib
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from zoo_io import reference, write_npz  # models/zoo_io.py
 
 BATCH = 3
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -231,29 +231,6 @@ MODELS = {
     "shape-pad": (shape_pad, "shape subgraph"),
     "if-rate": (if_rate, "If with branch-dependent shapes"),
 }
-
-
-def reference(path, feeds):
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(None, feeds)))
-
-
-def write_npz(path, arrays):
-    """np.savez with a fixed zip date, so that the bytes are reproducible."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for key, arr in arrays.items():
-            buf = io.BytesIO()
-            arr = np.asarray(arr)  # (ascontiguousarray would make a scalar 1-D)
-            np.lib.format.write_array(buf, arr if arr.ndim == 0 else np.ascontiguousarray(arr),
-                                      allow_pickle=False)
-            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, buf.getvalue())
 
 
 def declared_dims(m):
