@@ -225,11 +225,44 @@ def if_rate(rng):
     return m, feeds, meta
 
 
+# ---------------------------------------------------------------------------
+# 6. Fixed-batch model with state outputs: every dim fixed at 1, a
+# bidirectional GRU whose state output [2, 1, 8] has no batch axis first
+# (a streaming recognizer's carried state).
+
+
+def fixed_state(rng):
+    hidden = 8
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 8])
+    h0 = helper.make_tensor_value_info("h0", TensorProto.FLOAT, [2, 1, hidden])
+    logits = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4])
+    state = helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, 1, hidden])
+    inits = [numpy_helper.from_array(f32(rng, 2, 3 * hidden, 8, scale=0.3), "gru.W"),
+             numpy_helper.from_array(f32(rng, 2, 3 * hidden, hidden, scale=0.3), "gru.R"),
+             numpy_helper.from_array(f32(rng, 2, 6 * hidden, scale=0.1), "gru.B"),
+             numpy_helper.from_array(f32(rng, 2 * hidden, 4, scale=0.3), "head.w"),
+             numpy_helper.from_array(i64(1, 2 * hidden), "flat")]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], name="time_major", perm=[1, 0, 2]),
+        helper.make_node("GRU", ["xt", "gru.W", "gru.R", "gru.B", "", "h0"], ["y", "state"],
+                         name="gru", hidden_size=hidden, direction="bidirectional"),
+        helper.make_node("Reshape", ["state", "flat"], ["sflat"], name="flatten"),
+        helper.make_node("MatMul", ["sflat", "head.w"], ["logits"], name="head"),
+    ]
+    g = helper.make_graph(nodes, "fixed_state", [x, h0], [logits, state], inits)
+    m = model_of(g, 14)
+    feeds = {"x": f32(rng, 1, 5, 8, scale=1.0), "h0": f32(rng, 2, 1, hidden, scale=0.5)}
+    meta = dict(kind="recurrent", source="bidirectional GRU, every dim fixed at 1, state "
+                "output [2, 1, 8]", batch=1, compile_args=["--batch", "1"])
+    return m, feeds, meta
+
+
 MODELS = {
     "unnamed-dims": (unnamed_dims, "unnamed dims"),
     "declared-shapes": (declared_shapes, "wrong declared shapes"),
     "shape-pad": (shape_pad, "shape subgraph"),
     "if-rate": (if_rate, "If with branch-dependent shapes"),
+    "fixed-state": (fixed_state, "fixed-batch model with state outputs"),
 }
 
 

@@ -209,6 +209,12 @@ void checkSamples(ModuleOp probe, het::GraphOp bound, const std::vector<std::str
     bool anyBatched = false;
     for (const IoShape &io : result.inputs)
       anyBatched |= io.batchAxis == 0;
+    // Every input dim fixed (a streaming model exported at batch 1 with its
+    // state [2, 1, 128]): nothing to split; it runs whole.
+    if (!anyBatched) {
+      result.wholeBatchReason = "no input has a batch dim (the model's dims are fixed)";
+      return;
+    }
     for (const IoShape &io : result.outputs)
       if (anyBatched && io.batchAxis < 0) {
         result.wholeBatchReason = "output '" + io.name + "' has no batch dim";
