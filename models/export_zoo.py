@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from zoo_io import reference, write_npz  # models/zoo_io.py
+from zoo_io import bound_dims, op_counts, reference, write_refs  # models/zoo_io.py
 
 import torch
 import transformers
@@ -673,26 +673,16 @@ def finish(name, path, ref, feeds, meta, out_dir):
     assert size < MAX_BYTES, f"{path} is {size} bytes"
     m = onnx.load(path)
     onnx.checker.check_model(m)
-    dims = {}
     declared = dict(interface_dims(m))
-    for n, shape in interface_dims(m):
-        for d, v in zip(shape, feeds[n].shape):
-            if isinstance(d, str):
-                assert dims.get(d, v) == v, (name, d, dims[d], v)
-                dims[d] = v
-    arrays = {"in:" + k: v for k, v in feeds.items()}
-    arrays.update({"out:" + k: v for k, v in ref.items()})
-    write_npz(os.path.join(out_dir, name + ".npz"), arrays)
-    ops = {}
-    for node in m.graph.node:
-        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    dims = bound_dims(name, declared, feeds)
+    write_refs(os.path.join(out_dir, name + ".npz"), feeds, ref)
     row = dict(file=name + ".onnx", ref=name + ".npz", **meta,
                bytes=size, nodes=len(m.graph.node),
                batch=BATCH, dims=dims,
                inputs={k: dict(shape=list(v.shape), dtype=str(v.dtype), dims=declared[k])
                        for k, v in feeds.items()},
                outputs={k: dict(shape=list(v.shape), dtype=str(v.dtype)) for k, v in ref.items()},
-               ops=dict(sorted(ops.items())))
+               ops=op_counts(m))
     if row.get("labels") is None:
         row.pop("labels", None)
     else:

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from zoo_io import reference, write_npz  # models/zoo_io.py
+from zoo_io import bound_dims, op_counts, reference, write_refs  # models/zoo_io.py
 
 BATCH = 3
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -281,25 +281,15 @@ def make(name, out_dir):
     onnx.save(m, path)
     ref = reference(path, feeds)
     declared = declared_dims(m)
-    dims = {}
-    for n, shape in declared.items():
-        for d, v in zip(shape, feeds[n].shape):
-            if isinstance(d, str) and d != "?":
-                assert dims.get(d, v) == v, (name, d, dims[d], v)
-                dims[d] = v
-    arrays = {"in:" + k: v for k, v in feeds.items()}
-    arrays.update({"out:" + k: v for k, v in ref.items()})
-    write_npz(os.path.join(out_dir, name + ".npz"), arrays)
-    ops = {}
-    for node in m.graph.node:
-        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    dims = bound_dims(name, declared, feeds, unnamed=("?",))
+    write_refs(os.path.join(out_dir, name + ".npz"), feeds, ref)
     row = dict(name=name, file=name + ".onnx", ref=name + ".npz", exporter="onnx.helper",
                opset=m.opset_import[0].version, family=name, klass=klass,
                bytes=os.path.getsize(path), nodes=len(m.graph.node), batch=BATCH, dims=dims,
                inputs={k: dict(shape=list(v.shape), dtype=str(v.dtype), dims=declared[k])
                        for k, v in feeds.items()},
                outputs={k: dict(shape=list(v.shape), dtype=str(v.dtype)) for k, v in ref.items()},
-               ops=dict(sorted(ops.items())))
+               ops=op_counts(m))
     row.update(meta)
     print(f"{name}: {row['bytes']:,} B, {row['nodes']} nodes, outputs "
           f"{ {k: v['shape'] for k, v in row['outputs'].items()} }", file=sys.stderr)

@@ -29,3 +29,30 @@ def write_npz(path, arrays):
             info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, buf.getvalue())
+
+
+def bound_dims(name, declared, feeds, unnamed=()):
+    """Each named dim of the inputs (`declared`: input -> dims, a name or a
+    size each) with its size in the reference inputs; names in `unnamed`
+    (the `?` placeholder) are no dims of their own."""
+    dims = {}
+    for n, shape in declared.items():
+        for d, v in zip(shape, feeds[n].shape):
+            if isinstance(d, str) and d not in unnamed:
+                assert dims.get(d, v) == v, (name, d, dims[d], v)
+                dims[d] = v
+    return dims
+
+
+def write_refs(path, feeds, ref):
+    """The .npz of a zoo model: `in:NAME` inputs, `out:NAME` outputs."""
+    arrays = {"in:" + k: v for k, v in feeds.items()}
+    arrays.update({"out:" + k: v for k, v in ref.items()})
+    write_npz(path, arrays)
+
+
+def op_counts(m):
+    ops = {}
+    for node in m.graph.node:
+        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    return dict(sorted(ops.items()))
