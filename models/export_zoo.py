@@ -22,16 +22,16 @@ models/zoo/README.md for the versions.
 """
 
 import argparse
-import io
 import json
 import os
 import sys
 import warnings
-import zipfile
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from zoo_io import bound_dims, op_counts, reference, write_refs  # models/zoo_io.py
 
 import torch
 import transformers
@@ -661,27 +661,6 @@ def strip_metadata(m):
     del m.metadata_props[:]
 
 
-def reference(path, feeds):
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(None, feeds)))
-
-
-def write_npz(path, arrays):
-    """np.savez with a fixed zip date, so that the bytes are reproducible."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for key, arr in arrays.items():
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
-            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, buf.getvalue())
-
-
 def interface_dims(m):
     """dim name -> value, from the graph inputs' declared symbolic dims and the
     reference inputs' shapes."""
@@ -694,26 +673,16 @@ def finish(name, path, ref, feeds, meta, out_dir):
     assert size < MAX_BYTES, f"{path} is {size} bytes"
     m = onnx.load(path)
     onnx.checker.check_model(m)
-    dims = {}
     declared = dict(interface_dims(m))
-    for n, shape in interface_dims(m):
-        for d, v in zip(shape, feeds[n].shape):
-            if isinstance(d, str):
-                assert dims.get(d, v) == v, (name, d, dims[d], v)
-                dims[d] = v
-    arrays = {"in:" + k: v for k, v in feeds.items()}
-    arrays.update({"out:" + k: v for k, v in ref.items()})
-    write_npz(os.path.join(out_dir, name + ".npz"), arrays)
-    ops = {}
-    for node in m.graph.node:
-        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    dims = bound_dims(name, declared, feeds)
+    write_refs(os.path.join(out_dir, name + ".npz"), feeds, ref)
     row = dict(file=name + ".onnx", ref=name + ".npz", **meta,
                bytes=size, nodes=len(m.graph.node),
                batch=BATCH, dims=dims,
                inputs={k: dict(shape=list(v.shape), dtype=str(v.dtype), dims=declared[k])
                        for k, v in feeds.items()},
                outputs={k: dict(shape=list(v.shape), dtype=str(v.dtype)) for k, v in ref.items()},
-               ops=dict(sorted(ops.items())))
+               ops=op_counts(m))
     if row.get("labels") is None:
         row.pop("labels", None)
     else:

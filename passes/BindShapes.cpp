@@ -3,6 +3,7 @@
 #include "passes/Passes.h"
 #include "passes/ShapeRules.h"
 
+#include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -138,6 +139,34 @@ Type overrideSymbolicDims(Type inferred, Type original, Type declared, std::stri
   return RankedTensorType::get(shape, a.getElementType());
 }
 
+/// Whether `inferred` contradicts a size the user bound: a dim of `original`
+/// (the type before binding) named by a bound symbol whose bound size differs
+/// from the rule's.
+bool contradictsBinding(Type inferred, Type original, const llvm::StringMap<int64_t> &bound) {
+  auto a = dyn_cast<RankedTensorType>(inferred);
+  auto o = dyn_cast<RankedTensorType>(original);
+  if (!a || !o || a.getRank() != o.getRank())
+    return false;
+  auto names = dyn_cast_or_null<DimsAttr>(o.getEncoding());
+  if (!names || names.getNames().size() != size_t(a.getRank()))
+    return false;
+  for (auto [i, name] : llvm::enumerate(names.getNames())) {
+    auto it = name.empty() ? bound.end() : bound.find(name.getValue());
+    if (it != bound.end() && !ShapedType::isDynamic(a.getShape()[i]) &&
+        a.getShape()[i] != it->second)
+      return true;
+  }
+  return false;
+}
+
+/// Whether the declared type differs from the rule's in rank or sizes only
+/// (a hint onnxruntime also overrides), not in its element type.
+bool sameElements(Type inferred, Type declared) {
+  auto a = dyn_cast<TensorType>(inferred);
+  auto b = dyn_cast<TensorType>(declared);
+  return a && b && a.getElementType() == b.getElementType();
+}
+
 bool isFullyStatic(Type type) {
   auto ranked = dyn_cast<RankedTensorType>(type);
   return ranked && ranked.hasStaticShape();
@@ -184,8 +213,19 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
       }
       shapes[name] = *parsed;
     }
+    llvm::StringMap<int64_t> values;
+    for (const std::string &entry : inputValues) {
+      auto [name, value] = StringRef(entry).split('=');
+      int64_t v;
+      if (name.empty() || value.getAsInteger(10, v)) {
+        module.emitError() << "bad input-values entry '" << entry
+                           << "': expected NAME=VALUE with an integer VALUE (e.g. rate=16000)";
+        return signalPassFailure();
+      }
+      values[name] = v;
+    }
     for (auto graph : module.getOps<GraphOp>())
-      if (failed(bindGraph(graph, bound, shapes)))
+      if (failed(bindGraph(graph, bound, shapes, values)))
         return signalPassFailure();
     if (!bound.empty()) {
       SmallVector<NamedAttribute> attrs;
@@ -198,6 +238,32 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
   }
 
   using Facts = llvm::DenseMap<Value, ValueFacts>;
+
+  /// Outputs whose declared shape the graph contradicts (warned once per
+  /// graph, at the first of them).
+  struct DeclaredShapes {
+    Operation *first = nullptr;
+    std::string text;
+    int count = 0;
+  } declaredShapes;
+
+  void noteDeclaredShape(NodeOp node, size_t i, Type computed, Type declared) {
+    if (declaredShapes.count++ > 0)
+      return;
+    declaredShapes.first = node;
+    llvm::raw_string_ostream os(declaredShapes.text);
+    os << node.getOpType() << " output #" << i << " is " << computed << " by the graph but the model declares " << declared;
+  }
+
+  void warnDeclaredShapes() {
+    if (!declaredShapes.first)
+      return;
+    InFlightDiagnostic d = declaredShapes.first->emitWarning() << declaredShapes.text;
+    if (declaredShapes.count > 1)
+      d << " (and " << declaredShapes.count - 1 << " more outputs declared with other shapes)";
+    d << "; declared shapes are hints, as in onnxruntime: the graph's shapes are used";
+    declaredShapes = {};
+  }
 
   static ValueFacts factsOf(const Facts &facts, Value v) {
     auto it = facts.find(v);
@@ -252,6 +318,13 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
               node.emitWarning() << node.getOpType() << " output #" << i << ": " << note
                                  << " by het's shape rules; the model's name for that dim "
                                     "does not hold here";
+          }
+          if (!type && sameElements(out[i].type, declared) &&
+              !contradictsBinding(out[i].type, result.getType(), bound)) {
+            // A declared shape (value_info, graph outputs) is a hint, as in
+            // onnxruntime: the graph's shape wins, with one warning per graph.
+            noteDeclaredShape(node, i, out[i].type, declared);
+            type = out[i].type;
           }
           if (!type)
             return node.emitError()
@@ -325,29 +398,64 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
     return success();
   }
 
-  /// If(cond): both branches bound; a constant condition picks the branch's
-  /// results, otherwise each output joins the two branches' types.
+  /// If(cond): when the condition folds (constants, input-values), only the
+  /// branch taken is bound (the other may not bind at these sizes at all: a
+  /// Squeeze of the frames of another sample rate) and the node records its
+  /// region index as `het.taken_branch`; otherwise both are, and each output joins the
+  /// two branches' types. A branch that does not bind then is one error at
+  /// the If node.
   LogicalResult bindIf(NodeOp node, ArrayRef<ValueFacts> in, SmallVectorImpl<ValueFacts> &out,
                        Facts &facts, const llvm::StringMap<int64_t> &bound,
                        llvm::StringMap<int> &noRule) {
+    MLIRContext *ctx = node.getContext();
     std::optional<int64_t> cond = in.empty() ? std::nullopt : intScalar(in[0]);
-    SmallVector<SmallVector<ValueFacts>> branches;
-    for (Region &region : node->getRegions()) {
+    // Regions are in the node's attribute order (onnx.helper sorts them:
+    // else_branch first); region_names says which is which.
+    unsigned thenAt = 0;
+    if (auto names = node->getAttrOfType<ArrayAttr>("region_names"))
+      for (auto [k, name] : llvm::enumerate(names))
+        if (auto s = dyn_cast<StringAttr>(name); s && s.getValue() == "then_branch")
+          thenAt = unsigned(k);
+    if (cond) {
+      unsigned taken = *cond ? thenAt : 1 - thenAt;
+      node->setAttr("het.taken_branch", IntegerAttr::get(IntegerType::get(ctx, 64), taken));
+      Region &region = node->getRegion(taken);
       if (!region.empty() && failed(bindBlock(region.front(), facts, bound, noRule)))
         return failure();
+      auto b = returnedFacts(facts, region);
+      for (size_t i = 0; i < out.size() && i < b.size(); ++i)
+        out[i] = b[i];
+      return success();
+    }
+    node->removeAttr("het.taken_branch");
+    SmallVector<SmallVector<ValueFacts>> branches;
+    for (auto [k, region] : llvm::enumerate(node->getRegions())) {
+      std::string inner;
+      LogicalResult bound1 = success();
+      if (!region.empty()) {
+        ScopedDiagnosticHandler handler(ctx, [&](Diagnostic &d) {
+          if (d.getSeverity() != DiagnosticSeverity::Error)
+            return failure(); // warnings go on to the caller's handler
+          if (inner.empty()) {
+            if (auto name = dyn_cast<NameLoc>(d.getLocation()))
+              inner = "node '" + name.getName().str() + "': ";
+            inner += d.str();
+          }
+          return success();
+        });
+        bound1 = bindBlock(region.front(), facts, bound, noRule);
+      }
+      if (failed(bound1))
+        return node.emitError()
+               << "If: its " << (k == thenAt ? "then" : "else")
+               << " branch does not bind at these sizes (" << inner
+               << ") and its condition is known only at run time; bind the scalar inputs "
+                  "the condition depends on (hetplan compile --value NAME=VALUE)";
       branches.push_back(returnedFacts(facts, region));
     }
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (cond) { // a constant condition: the branch taken
-        auto &b = branches[*cond ? 0 : 1];
-        if (i < b.size())
-          out[i] = b[i];
-        continue;
-      }
-      if (i >= branches[0].size() || i >= branches[1].size())
-        continue;
-      out[i].type = joinTypes(branches[0][i].type, branches[1][i].type);
-    }
+    for (size_t i = 0; i < out.size(); ++i)
+      if (i < branches[0].size() && i < branches[1].size())
+        out[i].type = joinTypes(branches[0][i].type, branches[1][i].type);
     return success();
   }
 
@@ -466,8 +574,44 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
     return success();
   }
 
+  /// The name of input `i` of `graph` (`#i` without a het.name).
+  static std::string inputName(GraphOp graph, size_t i) {
+    if (auto attrs = graph.getArgAttrsAttr())
+      if (auto dict = dyn_cast<DictionaryAttr>(attrs[i]))
+        if (auto n = dict.getAs<StringAttr>("het.name"))
+          return n.str();
+    return "#" + std::to_string(i);
+  }
+
+  /// `input-values`: an integer or bool input of one element folds like a
+  /// constant holding the value given.
+  LogicalResult bindInputValues(GraphOp graph, const llvm::StringMap<int64_t> &values,
+                                Facts &facts) {
+    llvm::StringSet<> used;
+    Block &body = graph.getBody().front();
+    for (auto [i, arg] : llvm::enumerate(body.getArguments())) {
+      std::string name = inputName(graph, i);
+      auto it = values.find(name);
+      if (it == values.end())
+        continue;
+      used.insert(name);
+      auto ranked = dyn_cast<RankedTensorType>(arg.getType());
+      if (!ranked || !ranked.hasStaticShape() || ranked.getNumElements() != 1 ||
+          !ranked.getElementType().isInteger())
+        return graph.emitError() << "input-values gives input '" << name << "' a value, but it is "
+                                 << arg.getType() << ", not an integer or bool scalar";
+      facts[arg].ints = SmallVector<int64_t>{it->second};
+    }
+    for (auto &entry : values)
+      if (!used.contains(entry.getKey()))
+        return graph.emitError() << "input-values names '" << entry.getKey()
+                                 << "', which is not an input of @" << graph.getSymName();
+    return success();
+  }
+
   LogicalResult bindGraph(GraphOp graph, const llvm::StringMap<int64_t> &bound,
-                          const llvm::StringMap<SmallVector<int64_t>> &shapes) {
+                          const llvm::StringMap<SmallVector<int64_t>> &shapes,
+                          const llvm::StringMap<int64_t> &values) {
     Block &body = graph.getBody().front();
     llvm::StringSet<> usedShapes;
     SmallVector<Type> inputs;
@@ -505,9 +649,13 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
     Facts facts;
     for (BlockArgument arg : body.getArguments())
       facts[arg] = ValueFacts{arg.getType(), std::nullopt, std::nullopt};
+    if (failed(bindInputValues(graph, values, facts)))
+      return failure();
     llvm::StringMap<int> noRule;
+    declaredShapes = {};
     if (failed(bindBlock(body, facts, bound, noRule)))
       return failure();
+    warnDeclaredShapes();
 
     auto ret = cast<ReturnOp>(body.getTerminator());
     graph.setFunctionTypeAttr(TypeAttr::get(FunctionType::get(
@@ -519,6 +667,11 @@ struct BindShapesPass : impl::HetBindShapesBase<BindShapesPass> {
           if (isa<TensorType, UnknownType>(r.getType()) && !isFullyStatic(r.getType())) {
             InFlightDiagnostic d = op.emitError() << "shape of this value is still not known: "
                                                   << r.getType();
+            auto node = dyn_cast<NodeOp>(op);
+            if (node && node.getOpType() == "If" && node.getDomain().empty())
+              d << " (If: its branches give different shapes and its condition is known "
+                   "only at run time; bind the scalar inputs the condition depends on: "
+                   "hetplan compile --value NAME=VALUE)";
             if (!noRule.empty()) {
               d << " (ops without a shape rule:";
               for (auto &e : noRule)

@@ -30,12 +30,18 @@ def HetBindShapes : Pass<"het-bind-shapes", "::mlir::ModuleOp"> {
     unlike libonnx's inference (opset <= 17). A rule that finds the model
     inconsistent (a Reshape of 12 elements into 10, a matrix product whose
     contraction sizes differ) is an error at that node. Ops without a rule keep
-    the types the model declared.
+    the types the model declared. Where a rule's rank or sizes contradict the
+    model's declaration (value_info, graph outputs), the declaration is a
+    hint, as in onnxruntime: the rule's type is used, with one warning per
+    graph naming the first such output; a contradicted element type, or a
+    contradicted size the user bound in `dims`, is an error.
 
     Subgraphs are bound too: If branches, Loop and Scan bodies get their
     argument types from the node's inputs, and the node's outputs follow from
-    what the bodies return (If: the taken branch when the condition is a
-    constant, else the dims both branches agree on; Loop: scan outputs
+    what the bodies return (If: when the condition folds, from constants or
+    the `input-values` the user gives, only the taken branch is bound, and
+    the node gets `het.taken_branch` (that branch's region index), which the
+    cost model prices alone; else both branches, and the dims both agree on; Loop: scan outputs
     stacked on the trip count; Scan: on the sequence length). A Loop whose
     trip count folds (a constant or a Shape chain) and a Scan whose sequence
     length is known get `het.trip_count`, which the cost model multiplies
@@ -58,7 +64,10 @@ def HetBindShapes : Pass<"het-bind-shapes", "::mlir::ModuleOp"> {
     ListOption<"inputShapes", "input-shapes", "std::string",
                "Whole input shapes, NAME=D0xD1x... (e.g. x=8x3x640x640)">,
     Option<"requireStatic", "require-static", "bool", /*default=*/"false",
-           "Fail unless every tensor's shape ends up fully known">
+           "Fail unless every tensor's shape ends up fully known">,
+    ListOption<"inputValues", "input-values", "std::string",
+               "Values of integer scalar inputs, NAME=VALUE (e.g. rate=16000): "
+               "they fold like constants (an If on them takes one branch)">
   ];
 }
 

@@ -16,6 +16,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -99,6 +100,11 @@ using ops::upperBoundNote;
 /// place the compiler's types meet the table's plain dims.
 LogicalResult runTableRule(const ops::OpDef *def, NodeOp n, ArrayRef<ValueFacts> in,
                            SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  // The table's rules read their required inputs without counting them.
+  if (int64_t(in.size()) < def->minInputs)
+    return (why = "needs at least " + std::to_string(def->minInputs) + " input" +
+                  (def->minInputs > 1 ? "s" : "") + ", not " + std::to_string(in.size()),
+            failure());
   std::vector<ops::ValueShape> shapes(in.size());
   for (auto [i, facts] : llvm::enumerate(in)) {
     ops::ValueShape &v = shapes[i];
@@ -136,13 +142,43 @@ LogicalResult runTableRule(const ops::OpDef *def, NodeOp n, ArrayRef<ValueFacts>
   return success();
 }
 
+std::optional<SmallVector<double>> foldFloatUnary(StringRef op, const ValueFacts &x);
+
 LogicalResult tableRule(NodeOp n, ArrayRef<ValueFacts> in,
                         SmallVectorImpl<ValueFacts> &out, std::string &why) {
-  return runTableRule(opDefOf(n), n, in, out, why);
+  if (failed(runTableRule(opDefOf(n), n, in, out, why)))
+    return failure();
+  // The table carries integer values only; float ones of Floor/Ceil/Round.
+  if (!in.empty() && !out.empty() && out[0].type && n.getDomain().empty())
+    out[0].floats = foldFloatUnary(n.getOpType(), in[0]);
+  return success();
 }
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
+
+/// The values of a unary op on a small float tensor whose values are known
+/// (sizes computed in floats: Sqrt, Floor, Ceil, Round, Neg, Abs,
+/// Reciprocal, Identity).
+std::optional<SmallVector<double>> foldFloatUnary(StringRef op, const ValueFacts &x) {
+  if (!x.floats)
+    return std::nullopt;
+  double (*f)(double) = nullptr;
+  if (op == "Identity") f = [](double v) { return v; };
+  else if (op == "Sqrt") f = [](double v) { return std::sqrt(v); };
+  else if (op == "Floor") f = [](double v) { return std::floor(v); };
+  else if (op == "Ceil") f = [](double v) { return std::ceil(v); };
+  else if (op == "Round") f = [](double v) { return std::nearbyint(v); }; // half to even
+  else if (op == "Neg") f = [](double v) { return -v; };
+  else if (op == "Abs") f = [](double v) { return std::fabs(v); };
+  else if (op == "Reciprocal") f = [](double v) { return 1.0 / v; };
+  if (!f)
+    return std::nullopt;
+  SmallVector<double> r;
+  for (double v : *x.floats)
+    r.push_back(f(v));
+  return r;
+}
 
 LogicalResult sameAsInput(NodeOp n, ArrayRef<ValueFacts> in,
                           SmallVectorImpl<ValueFacts> &out, std::string &why) {
@@ -150,6 +186,7 @@ LogicalResult sameAsInput(NodeOp n, ArrayRef<ValueFacts> in,
   Type element = in[0].elementType();
   StringRef op = n.getOpType();
   out[0] = tensor(x, element);
+  out[0].floats = foldFloatUnary(op, in[0]);
   if (op == "Identity" || op == "Neg" || op == "Abs")
     if (in[0].ints) {
       Shape v = *in[0].ints;
@@ -183,11 +220,99 @@ std::optional<Shape> foldInts(ArrayRef<ValueFacts> in, int64_t total,
   return result;
 }
 
+/// The values of an integer broadcast op (shape arithmetic: Add, Sub, Mul,
+/// Div, Mod, Min, Max, Sum, comparisons, logic, Where), when every operand's
+/// values are known; nullopt where ONNX leaves the result undefined (a
+/// division by zero).
+std::optional<Shape> foldIntOp(NodeOp n, ArrayRef<ValueFacts> in, int64_t total) {
+  StringRef op = n.getOpType();
+  using Fn = int64_t (*)(ArrayRef<int64_t>);
+  // ONNX integer arithmetic wraps as two's complement (as onnxruntime's
+  // does); computed unsigned, where wrapping is defined.
+  static const llvm::StringMap<Fn> fns = {
+      {"Add", [](ArrayRef<int64_t> a) { return int64_t(uint64_t(a[0]) + uint64_t(a[1])); }},
+      {"Sub", [](ArrayRef<int64_t> a) { return int64_t(uint64_t(a[0]) - uint64_t(a[1])); }},
+      {"Mul", [](ArrayRef<int64_t> a) { return int64_t(uint64_t(a[0]) * uint64_t(a[1])); }},
+      {"Sum",
+       [](ArrayRef<int64_t> a) {
+         uint64_t r = 0;
+         for (int64_t v : a)
+           r += uint64_t(v);
+         return int64_t(r);
+       }},
+      // Truncated toward zero, as onnxruntime's integer Div.
+      {"Div", [](ArrayRef<int64_t> a) { return a[0] / a[1]; }},
+      // fmod = 0: the remainder takes the divisor's sign (numpy's mod).
+      {"Mod",
+       [](ArrayRef<int64_t> a) {
+         int64_t r = a[0] % a[1];
+         return r != 0 && ((r < 0) != (a[1] < 0)) ? r + a[1] : r;
+       }},
+      {"Equal", [](ArrayRef<int64_t> a) -> int64_t { return a[0] == a[1]; }},
+      {"Less", [](ArrayRef<int64_t> a) -> int64_t { return a[0] < a[1]; }},
+      {"Greater", [](ArrayRef<int64_t> a) -> int64_t { return a[0] > a[1]; }},
+      {"LessOrEqual", [](ArrayRef<int64_t> a) -> int64_t { return a[0] <= a[1]; }},
+      {"GreaterOrEqual", [](ArrayRef<int64_t> a) -> int64_t { return a[0] >= a[1]; }},
+      {"And", [](ArrayRef<int64_t> a) -> int64_t { return a[0] && a[1]; }},
+      {"Or", [](ArrayRef<int64_t> a) -> int64_t { return a[0] || a[1]; }},
+      {"Xor", [](ArrayRef<int64_t> a) -> int64_t { return bool(a[0]) != bool(a[1]); }},
+      {"Max", [](ArrayRef<int64_t> a) { return *llvm::max_element(a); }},
+      {"Min", [](ArrayRef<int64_t> a) { return *llvm::min_element(a); }},
+      {"Where", [](ArrayRef<int64_t> a) { return a[0] ? a[1] : a[2]; }},
+  };
+  auto it = fns.find(op);
+  if (it == fns.end())
+    return std::nullopt;
+  bool binary = op != "Sum" && op != "Max" && op != "Min" && op != "Where";
+  if ((binary && in.size() != 2) || (op == "Mod" && attrInt(n, "fmod", 0) != 0))
+    return std::nullopt;
+  if ((op == "Div" || op == "Mod") && in[1].ints &&
+      llvm::any_of(*in[1].ints, [](int64_t d) { return d == 0; }))
+    return std::nullopt;
+  // INT64_MIN / -1 overflows; no shape computation divides so.
+  if ((op == "Div" || op == "Mod") && in[0].ints && in[1].ints &&
+      llvm::is_contained(*in[0].ints, std::numeric_limits<int64_t>::min()) &&
+      llvm::is_contained(*in[1].ints, int64_t(-1)))
+    return std::nullopt;
+  return foldInts(in, total, it->second);
+}
+
+/// The values of a float broadcast op (Add, Sub, Mul, Div, Pow, Min, Max)
+/// when every operand's are known (a scale computed from sizes).
+std::optional<SmallVector<double>> foldFloatOp(StringRef op, ArrayRef<ValueFacts> in,
+                                               int64_t total) {
+  static const llvm::StringSet<> ops = {"Add", "Sub", "Mul", "Div", "Pow", "Min", "Max"};
+  if (!ops.contains(op) || in.empty() || isDyn(total) ||
+      total > int64_t(kMaxFoldedElements) || (op != "Min" && op != "Max" && in.size() != 2))
+    return std::nullopt;
+  for (const auto &v : in)
+    if (!v.floats || (int64_t(v.floats->size()) != total && v.floats->size() != 1))
+      return std::nullopt;
+  SmallVector<double> result;
+  for (int64_t i = 0; i < total; ++i) {
+    SmallVector<double> a;
+    for (const auto &v : in)
+      a.push_back((*v.floats)[v.floats->size() == 1 ? 0 : i]);
+    double r = op == "Add"   ? a[0] + a[1]
+               : op == "Sub" ? a[0] - a[1]
+               : op == "Mul" ? a[0] * a[1]
+               : op == "Div" ? a[0] / a[1]
+               : op == "Pow" ? std::pow(a[0], a[1])
+               : op == "Min" ? *llvm::min_element(a)
+                             : *llvm::max_element(a);
+    result.push_back(r);
+  }
+  return result;
+}
+
 LogicalResult broadcastOp(NodeOp n, ArrayRef<ValueFacts> in,
                           SmallVectorImpl<ValueFacts> &out, std::string &why) {
   if (in.empty())
     return success();
   StringRef op = n.getOpType();
+  if (op == "Where" && in.size() != 3)
+    return (why = "needs 3 inputs (condition, X, Y), not " + std::to_string(in.size()),
+            failure());
   Shape shape;
   bool first = true;
   for (const auto &v : in) {
@@ -214,28 +339,11 @@ LogicalResult broadcastOp(NodeOp n, ArrayRef<ValueFacts> in,
     element = IntegerType::get(n.getContext(), 1);
   out[0] = tensor(shape, element);
 
-  std::optional<Shape> folded;
   int64_t total = numElements(shape);
-  if (op == "Add")
-    // ONNX integer arithmetic wraps as two's complement (as onnxruntime's
-    // does); computed unsigned, where wrapping is defined.
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return int64_t(uint64_t(a[0]) + uint64_t(a[1])); });
-  else if (op == "Sub")
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return int64_t(uint64_t(a[0]) - uint64_t(a[1])); });
-  else if (op == "Mul")
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return int64_t(uint64_t(a[0]) * uint64_t(a[1])); });
-  else if (op == "Div")
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[1] ? a[0] / a[1] : 0; });
-  else if (op == "Equal")
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) -> int64_t { return a[0] == a[1]; });
-  else if (op == "Max")
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return *llvm::max_element(a); });
-  else if (op == "Min")
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return *llvm::min_element(a); });
-  else if (op == "Where")
-    folded = foldInts(in, total, [](ArrayRef<int64_t> a) { return a[0] ? a[1] : a[2]; });
-  if (folded)
+  if (std::optional<Shape> folded = foldIntOp(n, in, total))
     out[0].ints = folded;
+  else if (std::optional<SmallVector<double>> f = foldFloatOp(op, in, total))
+    out[0].floats = f;
   return success();
 }
 
@@ -308,6 +416,8 @@ Type onnxElementType(MLIRContext *c, int64_t dt) {
 
 LogicalResult constantOfShapeOp(NodeOp n, ArrayRef<ValueFacts> in,
                                 SmallVectorImpl<ValueFacts> &out, std::string &why) {
+  if (in.size() != 1)
+    return (why = "needs 1 input (the shape), not " + std::to_string(in.size()), failure());
   auto shape = intsFrom(n, in, 0);
   Type element = Float32Type::get(n.getContext());
   std::optional<int64_t> fill;

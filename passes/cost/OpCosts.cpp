@@ -210,6 +210,13 @@ Raw rawRule(NodeOp n);
 /// constant M input.
 std::optional<int64_t> tripCount(NodeOp node);
 
+/// Whether `region` of `node` runs: an If whose condition folded
+/// (het.taken_branch, set by het-bind-shapes) runs only that branch.
+bool runsRegion(NodeOp node, Region &region) {
+  auto taken = node->getAttrOfType<IntegerAttr>("het.taken_branch");
+  return !taken || region.getRegionNumber() == unsigned(taken.getInt());
+}
+
 /// FLOPs and bytes of the nodes of a region (a subgraph), run once.
 /// `unpriced` counts the nodes left out because their shapes are not static.
 std::pair<double, double> regionCost(Region &region, DType dtype, bool &estimated,
@@ -240,6 +247,8 @@ std::pair<double, double> regionCost(Region &region, DType dtype, bool &estimate
     // body times the trip count when it is known, else once.
     double best = 0, bestBytes = 0, sumF = 0, sumB = 0;
     for (Region &inner : node->getRegions()) {
+      if (!runsRegion(node, inner))
+        continue;
       auto [f, b] = regionCost(inner, dtype, estimated, matrix, unpriced);
       sumF += f;
       sumB += b;
@@ -717,6 +726,8 @@ OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
     bool estimated = false, matrix = false;
     int unpriced = 0, bodyNodes = 0;
     for (Region &region : node->getRegions()) {
+      if (!runsRegion(node, region))
+        continue;
       auto [f, b] = regionCost(region, dtype, estimated, matrix, unpriced);
       region.walk([&](NodeOp) { ++bodyNodes; });
       sumFlops += f;

@@ -162,11 +162,13 @@ std::vector<IoShape> ioShapes(TypeRange types, ArrayAttr attrs, DenseI64ArrayAtt
 /// het-check-samples and records the inputs' and outputs' batch axes and
 /// whether the batch may be split. `bound` is the graph bound at one sample.
 void checkSamples(ModuleOp probe, het::GraphOp bound, const std::vector<std::string> &probeDims,
-                  const std::vector<std::string> &probeShapes, CostedModel &result) {
+                  const std::vector<std::string> &probeShapes,
+                  const std::vector<std::string> &inputValues, CostedModel &result) {
   PassManager pm(probe.getContext());
   het::HetBindShapesOptions bindOptions;
   bindOptions.dims.assign(probeDims.begin(), probeDims.end());
   bindOptions.inputShapes.assign(probeShapes.begin(), probeShapes.end());
+  bindOptions.inputValues.assign(inputValues.begin(), inputValues.end());
   pm.addPass(het::createHetBindShapes(bindOptions));
   het::HetCheckSamplesOptions checkOptions;
   checkOptions.batch = kProbeBatch;
@@ -207,6 +209,12 @@ void checkSamples(ModuleOp probe, het::GraphOp bound, const std::vector<std::str
     bool anyBatched = false;
     for (const IoShape &io : result.inputs)
       anyBatched |= io.batchAxis == 0;
+    // Every input dim fixed (a streaming model exported at batch 1 with its
+    // state [2, 1, 128]): nothing to split; it runs whole.
+    if (!anyBatched) {
+      result.wholeBatchReason = "no input has a batch dim (the model's dims are fixed)";
+      return;
+    }
     for (const IoShape &io : result.outputs)
       if (anyBatched && io.batchAxis < 0) {
         result.wholeBatchReason = "output '" + io.name + "' has no batch dim";
@@ -231,6 +239,8 @@ struct Binder {
   std::map<std::string, int64_t> &bound;  // as the plan records them
   std::map<std::string, int64_t> bindTo;  // what het-bind-shapes gets
   std::vector<std::string> inputShapes, probeShapes; // probe: the batch at kProbeBatch
+  std::vector<std::string> inputValues;              // --value, as het-bind-shapes takes them
+  std::map<std::string, int64_t> values;
   std::set<std::string> shaped;
   std::string sequenceName, sequenceInput;
   std::vector<std::string> &warnings;
@@ -404,6 +414,29 @@ struct Binder {
     return llvm::Error::success();
   }
 
+  /// --value INPUT=V: an integer scalar input's value (an If on it folds).
+  llvm::Error bindValues() {
+    for (const std::string &entry : o.values) {
+      auto [name, value] = llvm::StringRef(entry).split('=');
+      int64_t v;
+      if (name.empty() || value.trim().getAsInteger(10, v))
+        return fail("--value '" + entry + "': expected INPUT=VALUE with an integer VALUE "
+                    "(e.g. rate=16000)");
+      const InputInfo *in = findInput(name);
+      if (!in)
+        return fail("--value '" + entry + "': the model has no input '" + name.str() +
+                    "' (its inputs: " + inputList() + ")");
+      if (!in->type || !in->type.hasStaticShape() || in->type.getNumElements() != 1 ||
+          !in->type.getElementType().isInteger())
+        return fail("--value '" + entry + "': input '" + name.str() +
+                    "' is not an integer or bool scalar" +
+                    (in->type ? " (it is " + shapeText(*in) + ")" : std::string()));
+      values[name.str()] = v;
+      inputValues.push_back(name.str() + "=" + std::to_string(v));
+    }
+    return llvm::Error::success();
+  }
+
   /// --seq L: the sequence dim (see ModelPipeline.h for the rule).
   void bindSequence() {
     if (o.sequence <= 0)
@@ -471,7 +504,7 @@ struct Binder {
         }
     }
     if (unbound.empty())
-      return llvm::Error::success();
+      return checkUnnamedBound();
     std::string hint;
     if (o.sequence <= 0 && sequenceLike)
       hint = "give --seq L for the sequence dim, --dim NAME=VALUE for others";
@@ -486,6 +519,24 @@ struct Binder {
     return fail(o.path + ": symbolic dims " + llvm::join(unbound, ", ") + " need sizes: " + hint);
   }
 
+  /// Dims without a name (`?`, empty) take their sizes from --shape only.
+  llvm::Error checkUnnamedBound() const {
+    for (const InputInfo &in : inputs) {
+      if (shaped.count(in.name) || !in.type)
+        continue;
+      std::vector<std::string> open;
+      for (int64_t k = 0; k < in.type.getRank(); ++k)
+        if (ShapedType::isDynamic(in.type.getDimSize(k)) && in.dimNames[k].empty())
+          open.push_back(std::to_string(k));
+      if (!open.empty())
+        return fail(o.path + ": input '" + in.name + "' " + shapeText(in) + " has dim" +
+                    (open.size() > 1 ? "s " : " ") + llvm::join(open, ", ") +
+                    " without a name: give its shape with --shape " + in.name +
+                    "=D0xD1x... (its batch axis holds --batch)");
+    }
+    return llvm::Error::success();
+  }
+
   /// All of the above, in the order their errors are reported.
   llvm::Error bindAll() {
     if (llvm::Error e = declareBatchAxes())
@@ -494,6 +545,8 @@ struct Binder {
     if (llvm::Error e = bindDims())
       return e;
     if (llvm::Error e = bindShapes())
+      return e;
+    if (llvm::Error e = bindValues())
       return e;
     bindSequence();
     bindCache();
@@ -529,6 +582,7 @@ llvm::Error bindAndGroup(ModuleOp module, const Binder &binder, CostedModel &res
   het::HetBindShapesOptions bindOptions;
   bindOptions.dims.assign(dims.begin(), dims.end());
   bindOptions.inputShapes.assign(binder.inputShapes.begin(), binder.inputShapes.end());
+  bindOptions.inputValues.assign(binder.inputValues.begin(), binder.inputValues.end());
   bindOptions.requireStatic = true;
   pm.addPass(het::createHetBindShapes(bindOptions));
   pm.addPass(het::createHetGroupLayers());
@@ -579,7 +633,10 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
   OwningOpRef<ModuleOp> probe = module->clone();
   if (llvm::Error e = bindAndGroup(*module, binder, result))
     return std::move(e);
-  checkSamples(*probe, graph, probeDims, binder.probeShapes, result);
+  checkSamples(*probe, graph, probeDims, binder.probeShapes, binder.inputValues, result);
+  for (IoShape &io : result.inputs)
+    if (auto it = binder.values.find(io.name); it != binder.values.end())
+      io.values = {it->second};
 
   cost::ExtractOptions extract;
   extract.dtype = o.dtype;

@@ -49,6 +49,9 @@ struct PipelineOptions {
   std::vector<std::string> shapes;     // INPUT=D0xD1x..., batch axis = batch
   std::vector<std::string> dims;       // NAME=VALUE
   std::vector<std::string> batchAxes;  // INPUT=AXIS or INPUT=none
+  /// INPUT=VALUE: an integer scalar input's value, folded like a constant
+  /// (an If on it takes one branch); the plan records it and run checks it.
+  std::vector<std::string> values;
   bool allowMissingWeights = false;
   /// >= 0: a KV-cache length. Unbound input dims named like a past/cache
   /// length take it, and those named like a total take it plus `sequence`

@@ -107,6 +107,8 @@ void exportSettings(plan::Settings *settings, const Plan &result, const Options 
         o->add_dims(int64_t(d) == io.batchAxis ? options.globalBatch
                                                : size < 0 ? -1 : size);
       o->set_batch_axis(int32_t(io.batchAxis));
+      for (int64_t v : io.values)
+        o->add_values(v);
     }
   settings->set_strategy(strategyName(result.strategy));
   for (const auto &[k, v] : info.boundDims)

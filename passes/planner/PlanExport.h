@@ -25,6 +25,7 @@ struct IoShape {
   std::string name;
   std::vector<int64_t> dims;
   int64_t batchAxis = -1;
+  std::vector<int64_t> values; // inputs: the values compiled for (--value), else empty
 };
 
 struct ExportInfo {

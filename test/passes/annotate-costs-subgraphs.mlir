@@ -36,3 +36,20 @@ het.graph @subgraphs(%c: tensor<i1>, %x: tensor<4x8xf32>, %seq: tensor<4x16x8xf3
   }
   het.return %y, %h, %fin : !het.unknown, !het.unknown, !het.unknown
 }
+
+// An If whose condition folds (het-bind-shapes sets het.taken_branch) costs
+// only the branch taken: the Relu's 32, not the MatMul's 512.
+// CHECK-LABEL: het.graph @folded_if
+het.graph @folded_if(%x: tensor<4x8xf32>) -> (!het.unknown) {
+  %w = het.weight @w2 at <file = "", offset = 0, length = 256, encoding = "raw"> : tensor<8x8xf32>
+  %false = het.constant(dense<false> : tensor<i1>) : tensor<i1>
+  // CHECK: het.node "If" {{.*}}flops = 3.200000e+01
+  %y = het.node "If" opset 17 (%false) {region_names = ["then_branch", "else_branch"]} : (tensor<i1>) -> !het.unknown {
+    %a = het.node "MatMul" opset 13 (%x, %w) : (tensor<4x8xf32>, tensor<8x8xf32>) -> !het.unknown
+    het.return %a : !het.unknown
+  }, {
+    %b = het.node "Relu" opset 14 (%x) : (tensor<4x8xf32>) -> !het.unknown
+    het.return %b : !het.unknown
+  }
+  het.return %y : !het.unknown
+}

@@ -18,9 +18,30 @@ het.graph @bad_matmul(%x: tensor<?x3xf32, #het.dims<"batch", "">>) -> () {
 
 // -----
 
+// A declared element type that the graph contradicts is an error (onnxruntime
+// refuses it too); declared sizes and ranks are hints (bind-shapes-declared.mlir).
 het.graph @declared_differently(%x: tensor<?x3xf32, #het.dims<"batch", "">>) -> () {
-  // expected-error @+1 {{Relu output #0 is 'tensor<4x3xf32>' by het's shape rules but the model declares 'tensor<4x5xf32>'}}
-  %r = het.node "Relu" opset 17 (%x) : (tensor<?x3xf32, #het.dims<"batch", "">>) -> tensor<?x5xf32, #het.dims<"batch", "">>
+  // expected-error @+1 {{Relu output #0 is 'tensor<4x3xf32>' by het's shape rules but the model declares 'tensor<4x3xi64>'}}
+  %r = het.node "Relu" opset 17 (%x) : (tensor<?x3xf32, #het.dims<"batch", "">>) -> tensor<?x3xi64, #het.dims<"batch", "">>
+  het.return
+}
+
+// -----
+
+// A size the user bound (batch = 4) that the graph contradicts stays an error.
+het.graph @binding_contradicted(%x: tensor<?x3xf32, #het.dims<"batch", "">>) -> () {
+  %s = het.constant(dense<[2, 6]> : tensor<2xi64>) : tensor<2xi64>
+  // expected-error @+1 {{Reshape output #0 is 'tensor<2x6xf32>' by het's shape rules but the model declares 'tensor<4x6xf32>'}}
+  %r = het.node "Reshape" opset 17 (%x, %s) : (tensor<?x3xf32, #het.dims<"batch", "">>, tensor<2xi64>) -> tensor<?x6xf32, #het.dims<"batch", "">>
+  het.return
+}
+
+// -----
+
+// Where needs its three inputs (a mutated model once crashed the binder here).
+het.graph @where_short(%c: tensor<4xi1>, %x: tensor<4xf32>) -> () {
+  // expected-error @+1 {{Where: needs 3 inputs (condition, X, Y), not 2}}
+  %w = het.node "Where" opset 16 (%c, %x) : (tensor<4xi1>, tensor<4xf32>) -> !het.unknown
   het.return
 }
 
@@ -30,5 +51,22 @@ het.graph @bad_conv(%x: tensor<?x3x8x8xf32, #het.dims<"batch", "", "", "">>) -> 
   %w = het.weight @w at <file = "", offset = 0, length = 1152, encoding = "raw"> : tensor<8x4x3x3xf32>
   // expected-error @+1 {{Conv: input has 3 channels but the weight expects 4}}
   %c = het.node "Conv" opset 17 (%x, %w) : (tensor<?x3x8x8xf32, #het.dims<"batch", "", "", "">>, tensor<8x4x3x3xf32>) -> !het.unknown
+  het.return
+}
+
+// -----
+
+// The op table's rules read their required inputs: too few is an error.
+het.graph @too_few_inputs(%x: tensor<?x3xf32, #het.dims<"batch", "">>) -> () {
+  // expected-error @+1 {{MatMul: needs at least 2 inputs, not 1}}
+  %m = het.node "MatMul" opset 17 (%x) : (tensor<?x3xf32, #het.dims<"batch", "">>) -> !het.unknown
+  het.return
+}
+
+// -----
+
+het.graph @constant_of_no_shape() -> () {
+  // expected-error @+1 {{ConstantOfShape: needs 1 input (the shape), not 0}}
+  %c = het.node "ConstantOfShape" opset 17 () : () -> !het.unknown
   het.return
 }

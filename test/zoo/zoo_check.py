@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """hetplan over the model zoo (models/zoo, written by models/export_zoo.py).
 
-For each model of models/zoo/manifest.json and models/hf/manifest.json, six
-stages:
+For each model of the manifest.json of models/zoo, models/hf and
+models/shipped (models/gen_shipped.py), six stages:
 
   import       hetplan-translate --import-onnx M -o M.mlir
   compile-gpu  hetplan compile M --cluster 2xA100-80G,2xT4 --mode infer
@@ -142,7 +142,11 @@ def looks_like_batch(name):
 def compile_args(row):
     """--batch and --dim for `hetplan compile`, as a user would give them:
     the batch dims (named like a batch, else the first input's leading named
-    dim) take --batch; every other symbolic dim is named with --dim."""
+    dim) take --batch; every other symbolic dim is named with --dim. A row's
+    `compile_args` (models/shipped: dims without a name, bound by --shape)
+    replace them."""
+    if row.get("compile_args"):
+        return list(row["compile_args"])
     args = ["--batch", str(row["batch"])]
     named = [d for spec in row["inputs"].values() for d in spec["dims"] if isinstance(d, str)]
     batch = {d for d in named if looks_like_batch(d)}
@@ -319,7 +323,8 @@ def main():
     ap.add_argument("--hetplan", default=os.path.join(ROOT, "build", "bin", "hetplan"))
     ap.add_argument("--translate", default=os.path.join(ROOT, "build", "bin", "hetplan-translate"))
     ap.add_argument("--zoo", action="append",
-                    help="a folder with manifest.json (repeatable; default models/zoo and models/hf)")
+                    help="a folder with manifest.json (repeatable; default models/zoo, models/hf "
+                         "and models/shipped)")
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "test", "zoo"))
     ap.add_argument("--expected", default=os.path.join(HERE, "expected.txt"))
     ap.add_argument("--update-expected", action="store_true")
@@ -333,7 +338,7 @@ def main():
     if a.verbose:
         LIMIT[0] = 400
     manifest = {"models": []}
-    for z in a.zoo or [os.path.join(ROOT, "models", "zoo"), os.path.join(ROOT, "models", "hf")]:
+    for z in a.zoo or [os.path.join(ROOT, "models", d) for d in ("zoo", "hf", "shipped")]:
         for r in json.load(open(os.path.join(z, "manifest.json")))["models"]:
             r["dir"] = z
             manifest["models"].append(r)

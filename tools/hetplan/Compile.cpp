@@ -106,6 +106,13 @@ cl::list<std::string> dimArgs("dim",
                                        "(e.g. past_sequence_length=0); repeatable"),
                               cl::value_desc("NAME=VALUE"), cl::CommaSeparated,
                               cl::sub(compileCmd));
+cl::list<std::string> valueArgs("value",
+                                cl::desc("Fix an integer scalar input's value, "
+                                         "INPUT=VALUE[,INPUT=VALUE] (e.g. rate=16000): an If on "
+                                         "it takes one branch; the plan records it and run "
+                                         "refuses other values"),
+                                cl::value_desc("INPUT=VALUE"), cl::CommaSeparated,
+                                cl::sub(compileCmd));
 cl::list<std::string> batchAxisArgs("batch-axis",
                                     cl::desc("Which axis of an input is the batch, "
                                              "INPUT=AXIS[,INPUT=AXIS] (e.g. h0=1), or "
@@ -481,6 +488,7 @@ planner::PipelineOptions pipelineOptions(int64_t batch, int64_t sequence, cluste
   po.shapes.assign(shapeArgs.begin(), shapeArgs.end());
   po.dims.assign(dimArgs.begin(), dimArgs.end());
   po.batchAxes.assign(batchAxisArgs.begin(), batchAxisArgs.end());
+  po.values.assign(valueArgs.begin(), valueArgs.end());
   po.allowMissingWeights = missingWeights;
   po.dtype = dtype;
   return po;

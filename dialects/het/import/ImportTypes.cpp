@@ -71,9 +71,14 @@ Type Importer::convertType(const onnx::TypeProto &type, llvm::StringRef what) {
         shape.push_back(dim.dim_value());
         names.push_back(builder.getStringAttr(""));
       } else {
+        // An empty name, a negative size or the placeholder `?` (converters
+        // write `?` for every unknown dim, batch and height alike) is a dim
+        // of its own, named by nothing: never one symbol shared by all.
+        const std::string &param = dim.dim_param();
+        bool anonymous = param.empty() || param == "?";
         shape.push_back(ShapedType::kDynamic);
-        names.push_back(builder.getStringAttr(dim.dim_param()));
-        named |= !dim.dim_param().empty();
+        names.push_back(builder.getStringAttr(anonymous ? "" : param));
+        named |= !anonymous;
       }
     }
     Attribute encoding = named ? DimsAttr::get(context, names) : Attribute();

@@ -433,6 +433,17 @@ void PlanExecutor::checkInputs(const std::map<std::string, Tensor> &inputs) cons
                                             std::to_string(compiled->batch_axis()) + ")"
                                       : std::string()) +
              "; recompile the plan for other shapes");
+      // The values it was compiled for (--value: an If on it took one branch).
+      if (compiled->values_size() > 0) {
+        std::vector<int64_t> want(compiled->values().begin(), compiled->values().end());
+        if (t.toInt64Vector() != want) {
+          std::string got, w;
+          for (int64_t v : t.toInt64Vector()) got += (got.empty() ? "" : ",") + std::to_string(v);
+          for (int64_t v : want) w += (w.empty() ? "" : ",") + std::to_string(v);
+          fail("input '" + in.name + "' is " + got + ", the plan was compiled for --value " + in.name + "=" + w +
+               "; recompile the plan for other values");
+        }
+      }
       continue;
     }
     if (isScalarInput(in)) {

@@ -247,8 +247,11 @@ void explainSettings(const plan::Plan &p, std::ostream &os) {
   for (const auto &io : s.inputs()) {
     std::string dims;
     for (int64_t d : io.dims()) dims += (dims.empty() ? "" : "x") + (d < 0 ? std::string("?") : std::to_string(d));
+    std::string values;
+    for (int64_t v : io.values()) values += (values.empty() ? "" : ",") + std::to_string(v);
     field(os, "input", io.name() + " [" + dims + "]" +
-                           (io.batch_axis() >= 0 ? ", batch on axis " + std::to_string(io.batch_axis()) : ""));
+                           (io.batch_axis() >= 0 ? ", batch on axis " + std::to_string(io.batch_axis()) : "") +
+                           (values.empty() ? "" : ", value " + values + " (--value: run takes no other)"));
   }
   field(os, "sequence", s.sequence() > 0 ? std::to_string(s.sequence()) : "-");
   field(os, "dtype", s.dtype().empty() ? "?" : s.dtype());

@@ -58,3 +58,19 @@ values = numpy_helper.from_array(np.ones(2, dtype=np.float32), "s")
 indices = numpy_helper.from_array(np.array([0, 5], dtype=np.int64), "s_idx")
 sp = helper.make_sparse_tensor(values, indices, [128])
 onnx.save(add_model(w, sparse=[sp]), "sparse.onnx")
+
+# Unknown dims without a name of their own (issue 22): the placeholder `?`
+# (converters write it for every unknown dim), an empty name and a negative
+# size, next to a real name.
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["?", 3, "?", "?"])
+m = helper.make_tensor_value_info("m", TensorProto.FLOAT, ["batch", -1, ""])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["?", 4, "?", "?"])
+r = helper.make_tensor_value_info("r", TensorProto.FLOAT, ["batch", "?", -1])
+conv = numpy_helper.from_array(np.full((4, 3, 3, 3), 0.1, dtype=np.float32), "w")
+graph = helper.make_graph(
+    [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+     helper.make_node("Relu", ["m"], ["r"], name="relu")],
+    "unnamed", [x, m], [y, r], [conv])
+unnamed = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+unnamed.ir_version = 7
+onnx.save(unnamed, "unnamed_dims.onnx")
