@@ -38,6 +38,22 @@ static Error makeError(const Twine &message) {
 
 Cluster::Cluster(DeviceCatalog catalog) : ownCatalog(std::move(catalog)) {}
 
+const Stack &Cluster::stack() const {
+  if (const Stack *s = ownCatalog.findStack(stackName.empty() ? ownCatalog.defaultStack()
+                                                              : StringRef(stackName)))
+    return *s;
+  static const Stack fallback{std::string(kDefaultStack)};
+  return fallback;
+}
+
+Error Cluster::selectStack(StringRef name) {
+  auto found = ownCatalog.lookupStack(name);
+  if (!found)
+    return found.takeError();
+  stackName = (*found)->name;
+  return Error::success();
+}
+
 /// The link a device type brings to its node, with the default latency.
 static Link typeLink(const DeviceType &type) {
   return {type.intraNodeLink.bandwidthGBs, kDefaultIntraNodeLatencyUs,
@@ -646,25 +662,29 @@ Expected<Cluster> Cluster::fromYaml(StringRef text, StringRef bufferName,
   if (!root)
     return r.takeError();
   static constexpr StringRef topFields[] = {"name", "devices", "nodes",
-                                            "inter_node"};
+                                            "inter_node", "stack"};
   if (root->kind != YamlValue::Mapping) {
     r.error(*root, "expected a cluster description (a mapping with 'nodes')");
     return r.takeError();
   }
   DeviceCatalog types = catalog;
-  std::string clusterName;
+  std::string clusterName, stackName;
   if (r.checkMapping(*root, topFields, "the cluster", "in cluster") &&
       r.require(*root, "nodes", "in cluster")) {
     if (const YamlValue *n = root->get("name"))
       r.readString(*n, "name", clusterName);
     if (const YamlValue *devs = root->get("devices"); devs && !r.failed())
       readDeviceTypes(r, *devs, types);
+    if (const YamlValue *st = root->get("stack"); st && !r.failed())
+      detail::readStackSelection(r, *st, types, stackName);
   }
   if (r.failed())
     return r.takeError();
   // Nodes refer to the catalog with this file's own types and overrides.
   Cluster cluster(std::move(types));
   cluster.name = clusterName;
+  if (!stackName.empty())
+    cluster.stackName = stackName;
   if (const YamlValue *net = root->get("inter_node"))
     readLink(r, *net, "inter_node", "in cluster", cluster.interNode);
   if (!r.failed())
