@@ -152,9 +152,9 @@ TEST(Stack, ClusterFileErrorsNameLineAndField) {
             "c.yaml:1:8: missing field 'micro_batch_us' in stack 'my-jax' (not a known stack, "
             "so a new one; known: hetplan, deepspeed-2021, megatron-lm)");
   EXPECT_EQ(fileError("stack: {name: hetplan, tf32: yes}\nnodes:\n  - devices: [T4]\n"),
-            "c.yaml:1:31: 'tf32' must be true or false in stack 'hetplan'");
+            "c.yaml:1:30: 'tf32' must be true or false in stack 'hetplan'");
   EXPECT_EQ(fileError("stack: {name: hetplan, kernel_us: -1}\nnodes:\n  - devices: [T4]\n"),
-            "c.yaml:1:35: 'kernel_us' must be a number >= 0, not '-1'");
+            "c.yaml:1:35: 'kernel_us' must be >= 0, not -1");
   EXPECT_NE(fileError("stack: {name: hetplan, flash: true}\nnodes:\n  - devices: [T4]\n")
                 .find("unknown field 'flash' in stack 'hetplan'"),
             std::string::npos);
