@@ -834,14 +834,9 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
     std::vector<bool> splitOps;
     std::vector<size_t> attentionOps;
     std::vector<AttentionChain> chains;
-    llvm::DenseSet<int> fusedAway;  // nodes whose outputs a fused kernel never writes
-    if (options.fusedAttention) {
+    if (options.fusedAttention)
       chains = findAttentionChains(info, r.first, r.last);
-      for (const AttentionChain &c : chains) {
-        fusedAway.insert(c.scores);
-        fusedAway.insert(c.inside.begin(), c.inside.end());
-      }
-    }
+    llvm::DenseSet<int> fusedAway = fusedAwayNodes(chains);
     for (int i = r.first; i <= r.last; ++i) {
       NodeOp node = info.nodes[i];
       const OpCost &cost = costs[i];

@@ -83,6 +83,15 @@ llvm::DenseSet<Value> fusedAwayValues(const GraphInfo &info,
   return away;
 }
 
+llvm::DenseSet<int> fusedAwayNodes(const std::vector<AttentionChain> &chains) {
+  llvm::DenseSet<int> nodes;
+  for (const AttentionChain &c : chains) {
+    nodes.insert(c.scores);
+    nodes.insert(c.inside.begin(), c.inside.end());
+  }
+  return nodes;
+}
+
 void fuseAttentionCosts(const GraphInfo &info, const std::vector<AttentionChain> &chains,
                         int layerFirst, std::vector<OpCost> &layerOps, DType dtype) {
   double samples = double(std::max<int64_t>(info.samples, 1));

@@ -39,6 +39,10 @@ std::vector<AttentionChain> findAttentionChains(const GraphInfo &info, int first
 llvm::DenseSet<mlir::Value> fusedAwayValues(const GraphInfo &info,
                                             const std::vector<AttentionChain> &chains);
 
+/// The nodes whose outputs a fused kernel never writes (Q·Kᵀ and the nodes
+/// between it and P·V).
+llvm::DenseSet<int> fusedAwayNodes(const std::vector<AttentionChain> &chains);
+
 /// Prices each chain as one kernel in `layerOps` (the layer's ops, node
 /// `layerFirst` first): P·V's entry gets the chain's FLOPs on the matrix
 /// engine, Q, K, V and O read or written once plus the statistics, and one
