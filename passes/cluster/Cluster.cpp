@@ -231,6 +231,11 @@ std::string Cluster::describe() const {
     os << formatv("${0:F2}/h", price)
        << (unpriced ? formatv(" + {0} without a price", unpriced).str() : "");
   os << "\n";
+  const Stack &st = stack();
+  os << "software stack: " << st.name << " (" << num(st.kernelUs) << " us per GPU kernel, "
+     << num(st.microBatchUs) << " us per micro-batch and pass, attention "
+     << (st.fusedAttention ? "fused" : "unfused") << ", fp32 products "
+     << (st.tf32 ? "as TF32" : "in FP32") << ")\n";
   return out;
 }
 
@@ -276,6 +281,7 @@ json::Value Cluster::toJSON() const {
       {"nodes", std::move(nodeArray)},
       {"inter_node_link", linkJSON(interNode)},
       {"device_types", std::move(types)},
+      {"stack", hetplan::cluster::toJSON(stack())},
       {"totals",
        json::Object{
            {"nodes", int64_t(nodes.size())},

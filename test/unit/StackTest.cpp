@@ -120,6 +120,15 @@ TEST(Stack, ClusterDefinedAndCatalogGpusPayTheSameHostOverhead) {
     EXPECT_DOUBLE_EQ(a100.launchSeconds, mine.launchSeconds) << name.str();
     EXPECT_DOUBLE_EQ(a100.microBatchSeconds, mine.microBatchSeconds) << name.str();
   }
+  // `hetplan cluster` says which stack prices the plan.
+  auto meg = Cluster::fromYaml(std::string("stack: megatron-lm\n") + kTwoTypes, "c.yaml", builtin());
+  ASSERT_TRUE(bool(meg));
+  EXPECT_NE(meg->describe().find("software stack: megatron-lm (10 us per GPU kernel, 0 us per "
+                                 "micro-batch and pass, attention fused, fp32 products as TF32)"),
+            std::string::npos);
+  const llvm::json::Object *js = meg->toJSON().getAsObject()->getObject("stack");
+  ASSERT_TRUE(js);
+  EXPECT_EQ(js->getString("name"), "megatron-lm");
   // Without `stack:` the default stack, hetplan.
   auto plain = Cluster::fromYaml(kTwoTypes, "c.yaml", builtin());
   ASSERT_TRUE(bool(plain));
