@@ -39,7 +39,8 @@ import accuracy_sources as sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Which step times were used for fitting (bench/fit_overheads.py fits the
-# catalog's host terms kernel_us and micro_batch_us on amp-t4) and which are
+# host terms kernel_us and micro_batch_us of the catalog's deepspeed-2021
+# stack on amp-t4) and which are
 # only checked against.
 ROLE = {"amp-t4": "fit set (host terms)", "amp-het": "check set"}
 
@@ -133,9 +134,14 @@ def main():
         layouts = [amp_layout(t, m["layers"], data["global_batch"]) for t in trials]
         cfile = os.path.join(ROOT, "bench/clusters", cluster + ".yaml")
         common = (data["global_batch"], m["seq"], data["dtype"])
-        after = price(args.hetplan, model, cfile, layouts, ["--grad-dtype", "fp32"], *common)
+        # The measured runs' software stack: PyTorch 1.7 + DeepSpeed + Megatron-LM
+        # 1.1.5 (the catalog's deepspeed-2021: the fitted host figures, attention
+        # unfused), also for the uncalibrated baseline (its host figures dropped).
+        stack = ["--stack", "deepspeed-2021"]
+        after = price(args.hetplan, model, cfile, layouts, ["--grad-dtype", "fp32"] + stack,
+                      *common)
         before = ([{}] * len(layouts) if args.fit_only else
-                  price(args.hetplan, model, cfile, layouts, ["--uncalibrated"], *common))
+                  price(args.hetplan, model, cfile, layouts, ["--uncalibrated"] + stack, *common))
         for t, lay, a, b in zip(trials, layouts, after, before):
             rows.append(dict(t, layout=lay, after=a, before=b))
 

@@ -81,7 +81,8 @@ def main():
                 f.write(yaml)
             try:
                 out = A.price(os.path.join(ROOT, "build/bin/hetplan"), model, f.name, layouts,
-                              ["--grad-dtype", "fp32"], data["global_batch"], m["seq"],
+                              ["--grad-dtype", "fp32", "--stack", "deepspeed-2021"],
+                              data["global_batch"], m["seq"],
                               data["dtype"])
             finally:
                 os.unlink(f.name)

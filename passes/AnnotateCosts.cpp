@@ -27,6 +27,7 @@ using cost::DType;
 
 struct AnnotateCostsPass : impl::HetAnnotateCostsBase<AnnotateCostsPass> {
   using HetAnnotateCostsBase::HetAnnotateCostsBase;
+  const cluster::Stack *softwareStack = nullptr;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -57,6 +58,12 @@ struct AnnotateCostsPass : impl::HetAnnotateCostsBase<AnnotateCostsPass> {
       }
       types.push_back(*type);
     }
+    auto stackFound = catalog.lookupStack(stack);
+    if (!stackFound) {
+      anchor->emitError() << "het-annotate-costs: " << llvm::toString(stackFound.takeError());
+      return signalPassFailure();
+    }
+    softwareStack = *stackFound;
 
     std::vector<cost::Profile> loaded;
     std::vector<std::string> loadedFrom;
@@ -132,7 +139,7 @@ struct AnnotateCostsPass : impl::HetAnnotateCostsBase<AnnotateCostsPass> {
         continue;
       SmallVector<NamedAttribute> times;
       for (auto [k, device] : llvm::enumerate(types)) {
-        double t = cost::opTime(c, n, *device, type, cost::defaultEfficiency(*device),
+        double t = cost::opTime(c, n, *device, type, cost::efficiency(*device, *softwareStack),
                                 applicable);
         totalTime[k] += t;
         times.push_back({StringAttr::get(ctx, device->name), f64(t)});

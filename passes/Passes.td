@@ -130,7 +130,11 @@ def HetAnnotateCosts : Pass<"het-annotate-costs", "::mlir::ModuleOp"> {
                "roofline">,
     Option<"samples", "samples", "int64_t", /*default=*/"0",
            "Samples per call the shapes describe (0: the size bound to "
-           "batch, else the leading dim of the first input)">
+           "batch, else the leading dim of the first input)">,
+    Option<"stack", "stack", "std::string", /*default=*/"\"hetplan\"",
+           "Software stack the times are for (the catalog's stacks: hetplan, "
+           "deepspeed-2021, megatron-lm): its per-kernel host time and "
+           "whether fp32 products run as TF32">
   ];
 }
 

@@ -67,6 +67,7 @@ struct PlanPass : impl::HetPlanBase<PlanPass> {
       cost::ExtractOptions extract;
       extract.dtype = options.dtype;
       extract.training = options.mode == cost::Mode::Train;
+      extract.fusedAttention = cl->stack().fusedAttention;
       auto model = cost::extractModelCost(graph, extract);
       if (!model) {
         graph.emitError(llvm::toString(model.takeError()));

@@ -38,6 +38,22 @@ static Error makeError(const Twine &message) {
 
 Cluster::Cluster(DeviceCatalog catalog) : ownCatalog(std::move(catalog)) {}
 
+const Stack &Cluster::stack() const {
+  if (const Stack *s = ownCatalog.findStack(stackName.empty() ? ownCatalog.defaultStack()
+                                                              : StringRef(stackName)))
+    return *s;
+  static const Stack fallback{std::string(kDefaultStack)};
+  return fallback;
+}
+
+Error Cluster::selectStack(StringRef name) {
+  auto found = ownCatalog.lookupStack(name);
+  if (!found)
+    return found.takeError();
+  stackName = (*found)->name;
+  return Error::success();
+}
+
 /// The link a device type brings to its node, with the default latency.
 static Link typeLink(const DeviceType &type) {
   return {type.intraNodeLink.bandwidthGBs, kDefaultIntraNodeLatencyUs,
@@ -220,6 +236,11 @@ std::string Cluster::describe() const {
     os << formatv("${0:F2}/h", price)
        << (unpriced ? formatv(" + {0} without a price", unpriced).str() : "");
   os << "\n";
+  const Stack &st = stack();
+  os << "software stack: " << st.name << " (" << num(st.kernelUs) << " us per GPU kernel, "
+     << num(st.microBatchUs) << " us per micro-batch and pass, attention "
+     << (st.fusedAttention ? "fused" : "unfused") << ", fp32 products "
+     << (st.tf32 ? "as TF32" : "in FP32") << ")\n";
   return out;
 }
 
@@ -268,6 +289,7 @@ json::Value Cluster::toJSON() const {
       {"nodes", std::move(nodeArray)},
       {"inter_node_link", linkJSON(interNode)},
       {"device_types", std::move(types)},
+      {"stack", hetplan::cluster::toJSON(stack())},
       {"totals",
        json::Object{
            {"nodes", int64_t(nodes.size())},
@@ -662,25 +684,29 @@ Expected<Cluster> Cluster::fromYaml(StringRef text, StringRef bufferName,
   if (!root)
     return r.takeError();
   static constexpr StringRef topFields[] = {"name", "devices", "nodes",
-                                            "inter_node"};
+                                            "inter_node", "stack"};
   if (root->kind != YamlValue::Mapping) {
     r.error(*root, "expected a cluster description (a mapping with 'nodes')");
     return r.takeError();
   }
   DeviceCatalog types = catalog;
-  std::string clusterName;
+  std::string clusterName, stackName;
   if (r.checkMapping(*root, topFields, "the cluster", "in cluster") &&
       r.require(*root, "nodes", "in cluster")) {
     if (const YamlValue *n = root->get("name"))
       r.readString(*n, "name", clusterName);
     if (const YamlValue *devs = root->get("devices"); devs && !r.failed())
       readDeviceTypes(r, *devs, types);
+    if (const YamlValue *st = root->get("stack"); st && !r.failed())
+      detail::readStackSelection(r, *st, types, stackName);
   }
   if (r.failed())
     return r.takeError();
   // Nodes refer to the catalog with this file's own types and overrides.
   Cluster cluster(std::move(types));
   cluster.name = clusterName;
+  if (!stackName.empty())
+    cluster.stackName = stackName;
   if (const YamlValue *net = root->get("inter_node"))
     readLink(r, *net, "inter_node", "in cluster", cluster.interNode);
   if (!r.failed())

@@ -95,6 +95,13 @@ public:
 
   const DeviceCatalog &catalog() const { return ownCatalog; }
 
+  /// The software stack the plan is priced for (a cluster file's `stack:`,
+  /// else the catalog's default stack); a catalog without that stack gives
+  /// Stack's defaults.
+  const Stack &stack() const;
+  /// Selects a stack the catalog knows; the error names the closest ones.
+  llvm::Error selectStack(llvm::StringRef name);
+
   /// The link between two ranks. Same rank: unbounded. Same node: the node's
   /// override, else the intra-node link of the slower endpoint's type.
   /// Different nodes: the slower of the two nodes' networks (a node's own
@@ -131,6 +138,7 @@ public:
 
 private:
   DeviceCatalog ownCatalog;
+  std::string stackName;  // empty: the catalog's default
 };
 
 /// A file when `specOrPath` names one, contains '/', or ends in .yaml, .yml

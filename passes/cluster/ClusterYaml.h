@@ -103,6 +103,17 @@ bool requireComplete(YamlReader &reader, const YamlValue &map,
                      const llvm::StringSet<> &given, llvm::StringRef where,
                      bool strict);
 
+/// The catalog's `stacks:` list: each entry a new stack with every field
+/// (strict: the shipped catalog, `source` included) or, in a cluster file,
+/// an override of the named stack's given fields.
+bool readStacks(YamlReader &reader, const YamlValue &list, DeviceCatalog &catalog,
+                bool strict);
+/// A cluster file's `stack:`: a name the catalog knows, or a mapping that
+/// overrides fields of a known stack or defines a new one (then every field
+/// but `source` is required). `selected` gets the stack's name.
+bool readStackSelection(YamlReader &reader, const YamlValue &value, DeviceCatalog &catalog,
+                        std::string &selected);
+
 } // namespace hetplan::cluster::detail
 
 #endif

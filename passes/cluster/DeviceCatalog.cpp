@@ -87,7 +87,7 @@ Expected<DeviceCatalog> DeviceCatalog::parse(StringRef yaml,
   detail::YamlReader r(yaml, bufferName);
   const detail::YamlValue *root = r.root();
   DeviceCatalog catalog;
-  static constexpr StringRef topFields[] = {"version", "devices"};
+  static constexpr StringRef topFields[] = {"version", "stacks", "devices"};
   if (root && r.checkMapping(*root, topFields, "the catalog", "in catalog") &&
       r.require(*root, "version", "in catalog") &&
       r.require(*root, "devices", "in catalog")) {
@@ -112,6 +112,8 @@ Expected<DeviceCatalog> DeviceCatalog::parse(StringRef yaml,
       if (Error err = catalog.add(std::move(type)))
         r.error(entry, toString(std::move(err)));
     }
+    if (const detail::YamlValue *stacks = root->get("stacks"); stacks && !r.failed())
+      detail::readStacks(r, *stacks, catalog, /*strict=*/true);
   }
   if (r.failed())
     return r.takeError();
@@ -248,6 +250,56 @@ Error DeviceCatalog::override(DeviceType type) {
   }
   entries[entry] = std::make_shared<const DeviceType>(std::move(type));
   return index(entry, *entries[entry]);
+}
+
+const Stack *DeviceCatalog::findStack(StringRef name) const {
+  std::string key = normalizeDeviceName(name);
+  for (const Stack &s : stackList)
+    if (normalizeDeviceName(s.name) == key)
+      return &s;
+  return nullptr;
+}
+
+Expected<const Stack *> DeviceCatalog::lookupStack(StringRef name) const {
+  if (const Stack *s = findStack(name))
+    return s;
+  std::string key = normalizeDeviceName(name);
+  std::vector<std::pair<unsigned, std::string>> near;
+  for (const Stack &s : stackList)
+    near.push_back({StringRef(key).edit_distance(normalizeDeviceName(s.name)), s.name});
+  std::stable_sort(near.begin(), near.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::string message = ("unknown software stack '" + name + "'").str();
+  for (size_t i = 0; i < near.size() && i < 3; ++i)
+    message += (i ? ", " : "; closest: ") + near[i].second;
+  return createStringError(inconvertibleErrorCode(), message);
+}
+
+void DeviceCatalog::setStack(Stack stack) {
+  for (Stack &s : stackList)
+    if (normalizeDeviceName(s.name) == normalizeDeviceName(stack.name)) {
+      s = std::move(stack);
+      return;
+    }
+  stackList.push_back(std::move(stack));
+}
+
+Error DeviceCatalog::setDefaultStack(StringRef name) {
+  auto found = lookupStack(name);
+  if (!found)
+    return found.takeError();
+  defaultStackName = (*found)->name;
+  return Error::success();
+}
+
+json::Value toJSON(const Stack &stack) {
+  return json::Object{{"name", stack.name},
+                      {"kernel_us", stack.kernelUs},
+                      {"micro_batch_us", stack.microBatchUs},
+                      {"tf32", stack.tf32},
+                      {"fused_attention", stack.fusedAttention},
+                      {"scatter_gather_sends", stack.scatterGatherSends},
+                      {"source", stack.source}};
 }
 
 std::vector<const DeviceType *> DeviceCatalog::types() const {

@@ -9,6 +9,8 @@
 #ifndef HETPLAN_PASSES_CLUSTER_DEVICECATALOG_H
 #define HETPLAN_PASSES_CLUSTER_DEVICECATALOG_H
 
+#include "passes/cluster/Stack.h"
+
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -50,7 +52,9 @@ struct PcieLink {
 
 /// What kernels reach on a device type, measured (the catalog's optional
 /// `achieved` block; docs/cost-model.md, "Calibration"). Absent fields keep
-/// the cost model's defaults.
+/// the cost model's defaults. The host figures (kernel_us, micro_batch_us)
+/// belong to the software stack (Stack); a device's own figure, when a
+/// cluster file gives one, overrides the stack's for that device.
 struct Achieved {
   std::optional<double> matrix;          // share of the dtype peak large GEMMs reach
   std::optional<double> matrixHalfGflop; // GEMM size (GFLOP per call) reaching half of it
@@ -136,6 +140,18 @@ public:
   /// another type.
   llvm::Error override(DeviceType type);
 
+  /// Software stacks (the catalog's `stacks:`): name lookup ignores case,
+  /// '-', '_' and spaces. lookupStack's error names the closest stacks.
+  const Stack *findStack(llvm::StringRef name) const;
+  llvm::Expected<const Stack *> lookupStack(llvm::StringRef name) const;
+  /// Adds `stack`, or replaces the known stack of that name.
+  void setStack(Stack stack);
+  /// The stack a cluster without its own `stack:` is priced for
+  /// (kDefaultStack unless set; `hetplan compile --stack` sets it).
+  llvm::StringRef defaultStack() const { return defaultStackName; }
+  llvm::Error setDefaultStack(llvm::StringRef name);
+  const std::vector<Stack> &stacks() const { return stackList; }
+
   size_t size() const { return entries.size(); }
   const DeviceType &operator[](size_t i) const { return *entries[i]; }
   std::vector<const DeviceType *> types() const;
@@ -145,6 +161,8 @@ private:
 
   std::vector<std::shared_ptr<const DeviceType>> entries;
   llvm::StringMap<size_t> byName;  // normalized name or alias -> entry
+  std::vector<Stack> stackList;
+  std::string defaultStackName{kDefaultStack};
 };
 
 /// A device type as JSON, with the catalog's field names (absent peak rates

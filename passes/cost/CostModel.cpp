@@ -65,8 +65,13 @@ Efficiency defaultEfficiency(cluster::DeviceKind kind) {
   return eff;
 }
 
-Efficiency defaultEfficiency(const cluster::DeviceType &device) {
+Efficiency efficiency(const cluster::DeviceType &device, const cluster::Stack &stack) {
   Efficiency eff = defaultEfficiency(device.kind);
+  if (device.kind == cluster::DeviceKind::GPU) {
+    eff.launchSeconds = stack.kernelUs * 1e-6;
+    eff.microBatchSeconds = stack.microBatchUs * 1e-6;
+    eff.tf32 = stack.tf32;
+  }
   const cluster::Achieved &a = device.achieved;
   if (a.matrix)
     eff.matrix = *a.matrix;
@@ -79,6 +84,11 @@ Efficiency defaultEfficiency(const cluster::DeviceType &device) {
   if (a.microBatchUs)
     eff.microBatchSeconds = *a.microBatchUs * 1e-6;
   return eff;
+}
+
+Efficiency defaultEfficiency(const cluster::DeviceType &device) {
+  const cluster::Stack *stack = cluster::DeviceCatalog::builtin().findStack(cluster::kDefaultStack);
+  return efficiency(device, stack ? *stack : cluster::Stack{});
 }
 
 double peakFlopsFor(const OpCost &op, const cluster::DeviceType &device, DType dtype) {
@@ -224,9 +234,14 @@ double opTime(const OpCost &op, double samples, const cluster::DeviceType &devic
   double bytes = op.bytes(samples);
   double compute = 0, memory = 0;
   if (flops > 0) {
+    // A TF32 stack runs fp32 products on the tensor cores' TF32 path.
+    DType math = eff.tf32 && dtype == DType::FP32 && op.matrixEngine &&
+                         device.supports(DType::TF32)
+                     ? DType::TF32
+                     : dtype;
     // The size curve prices one product: the call's, or one of a batch's.
     double products = op.productsPerSample > 0 ? std::max(1.0, op.productsPerSample * samples) : 1.0;
-    double rate = peakFlopsFor(op, device, dtype) *
+    double rate = peakFlopsFor(op, device, math) *
                   (op.matrixEngine ? eff.matrixAt(flops / products) : eff.vector);
     compute = rate > 0 ? flops / rate : 0;
   }

@@ -185,6 +185,9 @@ struct Efficiency {
   double vector = 0.3;     // elementwise/reductions: of peak FLOP/s
   double memory = 0.8;     // of peak memory bandwidth
   double launchSeconds = 5e-6;  // fixed cost per op (kernel launch + dispatch)
+  /// fp32 matrix-engine ops run as TF32 where the device has a tf32 peak
+  /// (the software stack's choice: cluster::Stack::tf32).
+  bool tf32 = false;
   /// Size dependence of matrix efficiency: a matrix op of W FLOPs per call
   /// reaches matrix * W / (W + matrixHalfFlops) of the peak (small GEMMs
   /// leave SMs idle: too few tiles, wave quantization). 0: no dependence.
@@ -206,8 +209,12 @@ struct Efficiency {
 /// The documented defaults for a kind of device: a default-constructed
 /// Efficiency is the GPU one; CPUs get {0.5, 0.2, 0.6, 2e-6}.
 Efficiency defaultEfficiency(cluster::DeviceKind kind);
-/// The defaults for the device's kind, with the catalog's measured
-/// `achieved` figures (DeviceType::achieved) in place of the ones it gives.
+/// What `device` reaches under the software stack `stack`: the kind's
+/// defaults, the stack's host figures on a GPU (kernel_us, micro_batch_us,
+/// tf32), then the device's measured `achieved` figures in place of the
+/// ones it gives. One rule for catalog and cluster-defined types.
+Efficiency efficiency(const cluster::DeviceType &device, const cluster::Stack &stack);
+/// As above under the built-in catalog's default stack (`hetplan`).
 Efficiency defaultEfficiency(const cluster::DeviceType &device);
 
 /// Peak FLOP/s an op of this kind can use on `device` in `dtype`: the

@@ -1,6 +1,7 @@
 //===- ExtractModelCost.cpp - the planner's view of a graph ---------------===//
 
 #include "passes/cost/ExtractModelCost.h"
+#include "passes/cost/FusedAttention.h"
 #include "passes/cost/LayerGrouping.h"
 #include "passes/cost/OpCosts.h"
 #include "passes/cost/OpTableAdapter.h"
@@ -685,7 +686,11 @@ struct Kept {
   double bytes = 0, splitBytes = 0;
 };
 Kept keptBytes(const GraphInfo &info, int first, int last, DType dtype,
-               const std::vector<bool> &split) {
+               const std::vector<bool> &split,
+               const std::vector<AttentionChain> &fused = {}) {
+  // Values a fused attention kernel never writes are never kept; it keeps
+  // its softmax statistics instead (fp32, one per row of the scores).
+  llvm::DenseSet<Value> away = fusedAwayValues(info, fused);
   llvm::DenseMap<Operation *, int> index;
   for (int i = first; i <= last; ++i)
     index[info.nodes[i]] = i;
@@ -732,7 +737,7 @@ Kept keptBytes(const GraphInfo &info, int first, int last, DType dtype,
   llvm::DenseSet<Value> kept;
   double maskBytes = 0, maskSplit = 0;
   auto keep = [&](Value v) {
-    if (info.kind(v) == ValueKind::Activation)
+    if (info.kind(v) == ValueKind::Activation && !away.contains(v))
       kept.insert(v);
   };
   for (int i = first; i <= last; ++i) {
@@ -764,7 +769,7 @@ Kept keptBytes(const GraphInfo &info, int first, int last, DType dtype,
       break;
     case Keeps::Mask:
       for (Value out : node.getResults())
-        if (info.kind(out) == ValueKind::Activation)
+        if (info.kind(out) == ValueKind::Activation && !away.contains(out))
           if (auto t = dyn_cast<ShapedType>(out.getType()); t && t.hasStaticShape()) {
             maskBytes += double(t.getNumElements());
             if (sharded.contains(out))
@@ -774,6 +779,11 @@ Kept keptBytes(const GraphInfo &info, int first, int last, DType dtype,
     }
   }
   Kept result{maskBytes, maskSplit};
+  for (const AttentionChain &c : fused) {
+    result.bytes += 4 * c.statisticsElements;
+    if (sharded.contains(c.scoresValue))
+      result.splitBytes += 4 * c.statisticsElements;
+  }
   for (Value v : kept) {
     double b = valueBytes(v.getType(), dtype);
     result.bytes += b;
@@ -823,11 +833,15 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
     // and the attention products when those are split).
     std::vector<bool> splitOps;
     std::vector<size_t> attentionOps;
+    std::vector<AttentionChain> chains;
+    if (options.fusedAttention)
+      chains = findAttentionChains(info, r.first, r.last);
+    llvm::DenseSet<int> fusedAway = fusedAwayNodes(chains);
     for (int i = r.first; i <= r.last; ++i) {
       NodeOp node = info.nodes[i];
       const OpCost &cost = costs[i];
       layer.ops.push_back(cost);
-      if (cost.launches > 0)
+      if (cost.launches > 0 && !fusedAway.contains(i))
         layer.largestActivationBytesPerSample =
             std::max(layer.largestActivationBytesPerSample,
                      activationBytes(node.getResults(), info, dtype) / samples);
@@ -860,6 +874,7 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
             2 * valueBytes(node.getInputs()[1].getType(), dtype) / samples;
       }
     }
+    fuseAttentionCosts(info, chains, r.first, layer.ops, dtype);
     double flops = layer.flopsPerSample();
     layer.outputBytesPerSample = activationBytes(liveAcross(info, r.last), info, dtype) / samples;
     // Tensor parallelism as the runtime runs it: what runs split is exactly
@@ -885,7 +900,7 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
     if (bigFlops > 0)
       for (size_t k : attentionOps)
         splitOps[k] = true;
-    Kept kept = keptBytes(info, r.first, r.last, dtype, splitOps);
+    Kept kept = keptBytes(info, r.first, r.last, dtype, splitOps, chains);
     layer.stashBytesPerSample = kept.bytes / samples;
     layer.stashSplitBytesPerSample = kept.splitBytes / samples;
     model.layers.push_back(std::move(layer));

@@ -33,6 +33,10 @@ struct ExtractOptions {
   /// graph's first output, the one the loss is computed on) splits by
   /// vocabulary with the loss (Megatron's vocab-parallel cross entropy).
   bool training = false;
+  /// Attention written out in ops runs as one fused kernel (the software
+  /// stack's cluster::Stack::fusedAttention): priced as one kernel moving Q,
+  /// K, V and O, and no S x S value is kept for backward (FusedAttention.h).
+  bool fusedAttention = false;
 };
 
 /// The graph's costs, layer by layer. Fails (one line naming the graph or

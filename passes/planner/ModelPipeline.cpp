@@ -642,6 +642,7 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
   extract.dtype = o.dtype;
   extract.samples = 1;  // the batch dim was bound to one sample
   extract.training = o.training;
+  extract.fusedAttention = o.fusedAttention;
   auto modelCost = cost::extractModelCost(graph, extract);
   if (!modelCost)
     return err(path + ": " + llvm::toString(modelCost.takeError()));

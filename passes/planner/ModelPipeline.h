@@ -62,6 +62,8 @@ struct PipelineOptions {
   /// Costs for training (an LM head splits by vocabulary with the loss:
   /// cost::ExtractOptions::training).
   bool training = false;
+  /// The software stack fuses attention (cost::ExtractOptions::fusedAttention).
+  bool fusedAttention = false;
 };
 
 struct CostedModel {

@@ -36,6 +36,7 @@ plan::Plan exportPlanHeader(const cost::ModelCost &model, const cluster::Cluster
   plan::Plan out;
   out.set_schema_version(runtime::kPlanSchemaVersion);
   out.set_producer("hetplan 0.1.0");
+  out.mutable_settings()->set_stack(cluster.stack().name);
 
   auto *ref = out.mutable_model();
   ref->set_path(info.modelPath);

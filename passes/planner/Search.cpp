@@ -62,9 +62,9 @@ void Search::buildClasses() {
     auto it = index.find(key);
     if (it == index.end()) {
       it = index.emplace(key, int(classes.size())).first;
+      cost::Efficiency eff = cost::efficiency(*d.type, cluster.stack());
       classes.push_back({d.type, d.speedFactor, {}, d.effectiveFlops(opt.dtype),
-                         double(d.type->memoryBytes()),
-                         cost::defaultEfficiency(*d.type).microBatchSeconds});
+                         double(d.type->memoryBytes()), eff.microBatchSeconds, eff});
     }
     classes[it->second].ranks.push_back(d.rank);
     if (classOfRank.size() <= size_t(d.rank))

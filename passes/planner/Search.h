@@ -38,6 +38,7 @@ struct DeviceClass {
   double peak;             // FLOP/s at the plan dtype, speed factor applied
   double capacity;         // bytes
   double microBatchSeconds = 0;  // host time per micro-batch and pass
+  cost::Efficiency eff;          // the class under the cluster's software stack
 };
 
 /// A worker kind inside a stage: `count` workers of `tp` devices of a class.

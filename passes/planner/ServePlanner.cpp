@@ -83,7 +83,7 @@ public:
   /// The device's efficiencies with the serving engine's per-kernel host
   /// cost (decode replays CUDA graphs: docs/serving.md).
   cost::Efficiency efficiency(const cluster::DeviceType &type) const {
-    cost::Efficiency eff = cost::defaultEfficiency(type);
+    cost::Efficiency eff = cost::efficiency(type, cluster.stack());
     if (opt.kernelSeconds >= 0)
       eff.launchSeconds = opt.kernelSeconds;
     return eff;

@@ -29,7 +29,7 @@ const Table &Search::table(int c, int tp, int64_t samples) {
       const auto &layer = model.layers[i];
       double t = samples ? cost::layerForwardTime(layer, double(samples), *cls.type,
                                                   opt.dtype,
-                                                  cost::defaultEfficiency(*cls.type),
+                                                  cls.eff,
                                                   opt.profiles, tp) /
                                cls.speedFactor
                          : 0;
@@ -115,6 +115,7 @@ double Search::optimizerTime(const StageDevices &sd, int l, int r, const Savers 
   double slowest = 0;
   for (const auto &g : sd.groups) {
     const cluster::DeviceType &type = *classes[g.cls].type;
+    const cost::Efficiency &eff = classes[g.cls].eff;
     double t;
     if (sv.offload) {
       // ZeRO-Offload: gradients down and parameters up over the device's
@@ -124,7 +125,7 @@ double Search::optimizerTime(const StageDevices &sd, int l, int r, const Savers 
       t = 2.0 * shard * elementBytes / (pcie * 1e9) +
           shard * sd.ranksPerNode / opt.hostAdamParamsPerSecond * streamed / cost::kAdamBytesPerParam;
     } else {
-      double bw = type.memoryBandwidthBytesPerSec() * cost::defaultEfficiency(type).memory;
+      double bw = type.memoryBandwidthBytesPerSec() * eff.memory;
       t = shard * streamed * 2 / bw;  // read and write
     }
     slowest = std::max(slowest, t);

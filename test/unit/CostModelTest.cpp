@@ -356,6 +356,29 @@ TEST(CostModel, TransformerBlockKeepsWhatKorthikantiCounts) {
   EXPECT_EQ(vocab.forwardCollectives, 2);
   EXPECT_DOUBLE_EQ(vocab.backwardElementsPerSample, s * h);
   EXPECT_DOUBLE_EQ(vocab.stepAllReduceElements, 50257 * h);
+  // A stack that fuses attention (cuDNN SDPA, FlashAttention) keeps no S x S
+  // value: Korthikanti's 5 a s^2 term becomes the softmax statistics, one
+  // fp32 per row of every head (4 a s bytes), split like the heads.
+  cost::ExtractOptions fused = fp16;
+  fused.fusedAttention = true;
+  auto flash = cost::extractModelCost(firstGraph(*module), fused);
+  ASSERT_TRUE(bool(flash)) << llvm::toString(flash.takeError());
+  for (int i = 1; i <= 12; ++i) {
+    const cost::LayerCost &block = flash->layers[i];
+    EXPECT_DOUBLE_EQ(block.stashBytesPerSample, 34 * s * h + 4 * a * s) << block.name;
+    EXPECT_DOUBLE_EQ(block.stashSplitBytesPerSample, 24 * s * h + 4 * a * s) << block.name;
+    // The largest activation is no longer the scores (a s^2), and the
+    // block's FLOPs are the unfused block's, in one kernel per attention.
+    EXPECT_LT(block.largestActivationBytesPerSample, 2 * a * s * s) << block.name;
+    EXPECT_NEAR(block.flopsPerSample(), cost->layers[i].flopsPerSample(),
+                1e-12 * block.flopsPerSample()) << block.name;
+    double launches = 0, unfused = 0;
+    for (const cost::OpCost &op : block.ops)
+      launches += op.launches;
+    for (const cost::OpCost &op : cost->layers[i].ops)
+      unfused += op.launches;
+    EXPECT_LT(launches, unfused) << block.name;
+  }
   // For inference the head is not split (the outputs are whole logits).
   fp16.training = false;
   auto infer = cost::extractModelCost(firstGraph(*module), fp16);
@@ -706,29 +729,35 @@ TEST(CostModel, BatchedProductsPayTheSizeCurvePerProduct) {
 }
 
 TEST(CostModel, CatalogCalibrationReplacesTheDefaults) {
-  // V100 and T4 carry figures fitted to AMP's measured per-layer times.
+  // V100 and T4 carry a matrix share fitted to AMP's measured per-layer
+  // times; their host overheads are the deepspeed-2021 stack's, not theirs.
   const cluster::DeviceType &v100 = device("V100-SXM2-16GB");
   const cluster::DeviceType &t4 = device("T4");
-  ASSERT_TRUE(v100.achieved.matrix && v100.achieved.kernelUs);
-  ASSERT_TRUE(t4.achieved.matrix && t4.achieved.kernelUs);
+  ASSERT_TRUE(v100.achieved.matrix && t4.achieved.matrix);
+  EXPECT_FALSE(v100.achieved.kernelUs || t4.achieved.kernelUs);
   EXPECT_FALSE(v100.achieved.source.empty());
-  cost::Efficiency ev = cost::defaultEfficiency(v100);
+  const cluster::Stack *ds = cluster::DeviceCatalog::builtin().findStack("deepspeed-2021");
+  ASSERT_TRUE(ds);
+  cost::Efficiency ev = cost::efficiency(v100, *ds);
   EXPECT_DOUBLE_EQ(ev.matrix, *v100.achieved.matrix);
-  EXPECT_DOUBLE_EQ(ev.launchSeconds, *v100.achieved.kernelUs * 1e-6);
+  EXPECT_DOUBLE_EQ(ev.launchSeconds, 61e-6);
+  EXPECT_DOUBLE_EQ(ev.microBatchSeconds, 5e-3);
   EXPECT_DOUBLE_EQ(ev.memory, 0.8);  // not calibrated: the default stays
-  // Other GPUs carry the same host overhead (a cost of the software stack)
-  // and keep the documented defaults for what was not measured on them.
-  cost::Efficiency ea = cost::defaultEfficiency(device("A100-80GB"));
+  // Every GPU pays the stack's host overhead and keeps the documented
+  // defaults for what was not measured on it.
+  cost::Efficiency ea = cost::efficiency(device("A100-80GB"), *ds);
   EXPECT_EQ(ea.matrix, 0.6);
   EXPECT_DOUBLE_EQ(ea.launchSeconds, 61e-6);
-  EXPECT_DOUBLE_EQ(ea.launchSeconds, *t4.achieved.kernelUs * 1e-6);
+  // The default stack is hetplan's runtime: 4 us per kernel, no engine.
+  EXPECT_DOUBLE_EQ(cost::defaultEfficiency(t4).launchSeconds, 4e-6);
+  EXPECT_DOUBLE_EQ(cost::defaultEfficiency(t4).microBatchSeconds, 0);
   // The overhead term is per kernel call: it is paid at every call and does
   // not grow with the samples.
   cost::OpCost add;
   add.bytesPerSample = 1e3;
   double one = cost::opTime(add, 1, t4, cost::DType::FP16);
   double two = cost::opTime(add, 2, t4, cost::DType::FP16);
-  EXPECT_NEAR(one, *t4.achieved.kernelUs * 1e-6 + 1e3 / (320e9 * 0.8), 1e-12);
+  EXPECT_NEAR(one, 4e-6 + 1e3 / (320e9 * 0.8), 1e-12);
   EXPECT_NEAR(two - one, 1e3 / (320e9 * 0.8), 1e-12);
   // What the fit says about the two cards: a T4 is slower than a V100 on
   // the same large product, by less than their peaks' ratio (125 / 65).
@@ -767,13 +796,17 @@ TEST(CostModel, CatalogAchievedBlockIsChecked) {
 }
 
 TEST(CostModel, CatalogMicroBatchOverheadIsRead) {
+  // A device's own host figures (a measured override) win over the stack's.
   auto cat = catalogWithAchieved("{kernel_us: 40, micro_batch_us: 3000}");
   ASSERT_TRUE(bool(cat)) << llvm::toString(cat.takeError());
   const cluster::DeviceType *x = cat->find("X1");
   ASSERT_TRUE(x);
-  cost::Efficiency eff = cost::defaultEfficiency(*x);
-  EXPECT_DOUBLE_EQ(eff.launchSeconds, 40e-6);
-  EXPECT_DOUBLE_EQ(eff.microBatchSeconds, 3e-3);
+  const cluster::Stack *ds = cluster::DeviceCatalog::builtin().findStack("deepspeed-2021");
+  ASSERT_TRUE(ds);
+  for (cost::Efficiency eff : {cost::defaultEfficiency(*x), cost::efficiency(*x, *ds)}) {
+    EXPECT_DOUBLE_EQ(eff.launchSeconds, 40e-6);
+    EXPECT_DOUBLE_EQ(eff.microBatchSeconds, 3e-3);
+  }
   EXPECT_EQ(cost::defaultEfficiency(device("A100-80GB")).microBatchSeconds, 0);
 }
 

@@ -165,6 +165,11 @@ cl::opt<bool> uncalibratedArg(
     cl::desc("Ignore the catalog's measured 'achieved' figures (the plain roofline "
              "defaults; for comparisons)"),
     cl::sub(compileCmd));
+cl::opt<std::string> stackArg(
+    "stack",
+    cl::desc("Software stack to price for: hetplan (default), deepspeed-2021, megatron-lm, or "
+             "one a cluster file defines; overrides the cluster file's 'stack:'"),
+    cl::value_desc("name"), cl::sub(compileCmd));
 cl::opt<std::string> scheduleArg("schedule", cl::desc("1f1b or gpipe"), cl::init("1f1b"),
                                  cl::sub(compileCmd));
 cl::opt<bool> jsonArg("json", cl::desc("Print the summary as JSON"), cl::sub(compileCmd));
@@ -469,13 +474,23 @@ llvm::Expected<CommonFlags> readCommonFlags() {
       return profile.takeError();
     f.profiles.push_back(std::move(*profile));
   }
-  if (uncalibratedArg)
+  if (uncalibratedArg) {
     for (const cluster::DeviceType *type : cluster::DeviceCatalog::builtin().types()) {
       cluster::DeviceType plain = *type;
       plain.achieved = {};
       if (llvm::Error e = f.catalog.override(std::move(plain)))
         return std::move(e);
     }
+    // The stacks keep what they run (fusion, TF32), not their host figures.
+    for (cluster::Stack s : cluster::DeviceCatalog::builtin().stacks()) {
+      s.kernelUs = cost::Efficiency().launchSeconds * 1e6;
+      s.microBatchUs = 0;
+      f.catalog.setStack(std::move(s));
+    }
+  }
+  if (!stackArg.empty())
+    if (llvm::Error e = f.catalog.setDefaultStack(stackArg))
+      return err("--stack: " + llvm::toString(std::move(e)));
   return f;
 }
 
@@ -589,6 +604,8 @@ int runCompileServe() {
   auto cl = cluster::parseClusterSpec(spec, flags->catalog);
   if (!cl)
     return fail(llvm::toString(cl.takeError()));
+  if (llvm::Error e = stackArg.empty() ? llvm::Error::success() : cl->selectStack(stackArg))
+    return fail("--stack: " + llvm::toString(std::move(e)));
   for (const std::string &name : optionalNames) {
     auto type = cl->catalog().lookup(name);
     if (!type)
@@ -600,6 +617,7 @@ int runCompileServe() {
 
   // Prefill costs at the prompt length, decode costs at one token.
   planner::PipelineOptions po = pipelineOptions(1, promptLenArg, so.dtype);
+  po.fusedAttention = cl->stack().fusedAttention;
   po.cacheLength = 0; // a decoder exported with its KV cache: priced without it (see below)
   auto prefill = planner::costModelFile(po);
   if (!prefill)
@@ -878,9 +896,13 @@ int runCompile() {
                                       flags->catalog);
   if (!cl)
     return fail(llvm::toString(cl.takeError()));
+  if (llvm::Error e = stackArg.empty() ? llvm::Error::success() : cl->selectStack(stackArg))
+    return fail("--stack: " + llvm::toString(std::move(e)));
 
   planner::PipelineOptions po = pipelineOptions(batchArg, seqArg, options.dtype);
   po.training = options.mode == cost::Mode::Train;
+  po.fusedAttention = cl->stack().fusedAttention;
+  options.scatterGatherSends = cl->stack().scatterGatherSends;
   auto costed = planner::costModelFile(po);
   if (!costed)
     return fail(llvm::toString(costed.takeError()));

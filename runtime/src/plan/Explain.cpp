@@ -255,6 +255,8 @@ void explainSettings(const plan::Plan &p, std::ostream &os) {
   }
   field(os, "sequence", s.sequence() > 0 ? std::to_string(s.sequence()) : "-");
   field(os, "dtype", s.dtype().empty() ? "?" : s.dtype());
+  if (!s.stack().empty())  // plans written before hetplan recorded it have none
+    field(os, "software stack", s.stack());
   if (!serve) {
     field(os, "micro-batches", std::to_string(s.micro_batches()));
     field(os, "schedule", s.schedule().empty() ? "?" : s.schedule());

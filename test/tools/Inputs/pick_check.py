@@ -66,6 +66,8 @@ if step_t or samples_t:
         if not any(counts) or price >= usd_h - 1e-6:
             continue
         mix = ",".join(f"{c}x{t}" for c, (_, t) in zip(counts, groups) if c)
+        if mix == spec:  # the pick itself ($/h printed rounded to the cent)
+            continue
         s, out = compile_mix(mix)
         checked += 1
         if s is None:

@@ -1,0 +1,53 @@
+//===- Stack.h - the software stack that runs a plan ------------*- C++ -*-===//
+//
+// Host overheads and kernel fusion belong to the software that runs a plan,
+// not to the GPU: the same A100 pays 61 us per op under 2021's PyTorch +
+// DeepSpeed and a few us under a C++ runtime that launches cuBLASLt and
+// cuDNN kernels directly. A Stack holds those figures; the catalog's
+// `stacks:` list names the known ones (hetplan, deepspeed-2021,
+// megatron-lm), a cluster file selects or defines one with `stack:`, and
+// `hetplan compile --stack NAME` picks one. Figures and their sources:
+// docs/cost-model.md, "Software stacks".
+//
+//===----------------------------------------------------------------------===//
+#ifndef HETPLAN_PASSES_CLUSTER_STACK_H
+#define HETPLAN_PASSES_CLUSTER_STACK_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/JSON.h"
+
+#include <string>
+
+namespace hetplan::cluster {
+
+/// The stack a plan is priced for when nothing selects one.
+constexpr llvm::StringLiteral kDefaultStack = "hetplan";
+
+struct Stack {
+  std::string name;
+  /// Host time per launched kernel on a GPU (launch + framework dispatch),
+  /// microseconds. CPU devices keep their own per-op figure.
+  double kernelUs = 5;
+  /// Host time per micro-batch and pass of a stage (the training engine's
+  /// schedule instructions, loss scaling, buffers), microseconds.
+  double microBatchUs = 0;
+  /// fp32 matrix products run as TF32 on GPUs with a tf32 peak.
+  bool tf32 = false;
+  /// Attention runs as one fused kernel (FlashAttention / cuDNN SDPA):
+  /// reads Q, K, V, writes O and the softmax statistics; no S x S scores
+  /// are written to memory or kept for the backward pass.
+  bool fusedAttention = false;
+  /// A tensor-parallel worker sends its activation to the next stage as
+  /// 1/tp slices from every rank, all-gathered by the receivers (Megatron-LM's
+  /// scatter/gather, Narayanan et al. SC'21 section 4.1); false: its first
+  /// rank sends the whole activation to each receiving rank (hetplan's
+  /// runtime). Optional in files (default false).
+  bool scatterGatherSends = false;
+  std::string source;  // where every figure comes from
+};
+
+llvm::json::Value toJSON(const Stack &stack);
+
+} // namespace hetplan::cluster
+
+#endif
