@@ -34,6 +34,10 @@ def load_sources(names=None, folder=None):
                 if not isinstance(c["model"].get(key), int):
                     raise SystemExit(f"error: {path}: configs[{i}] ({c['id']}): model.{key} "
                                      f"must be an integer")
+            # The catalog stack profile that prices this source's software
+            # (docs/cost-model.md, "Software stacks"), chosen from what the
+            # source ran, never from its errors.
+            c["_stack"] = data.get("stack_profile")
             lay = c["layout"]
             for key in ("pp", "tp", "dp", "global_batch"):
                 if not isinstance(lay.get(key), int) or lay[key] < 1:
@@ -112,8 +116,9 @@ def layout(c):
 def flags(c):
     lay = c["layout"]
     rec = {True: "always", False: "never", None: "auto"}[lay.get("recompute")]
+    stack = ["--stack", c["_stack"]] if c.get("_stack") else []
     return ["--dtype", lay.get("dtype", "fp16"), "--recompute", rec,
-            "--zero", str(lay.get("zero", 0)), "--offload", "never"]
+            "--zero", str(lay.get("zero", 0)), "--offload", "never"] + stack
 
 
 def run(cmd, timeout):
@@ -420,6 +425,8 @@ def search_groups(hetplan, work, rows, timeout):
             continue
         c = rs[0]["config"]
         extra = ["--dtype", c["layout"].get("dtype", "fp16"), "--offload", "never"]
+        if c.get("_stack"):
+            extra += ["--stack", c["_stack"]]
         pick, pred = own_pick(hetplan, work, model_file(work, c["model"]), cluster_file(work, c),
                               c["layout"]["global_batch"], c["model"]["seq"], extra, timeout)
         name = f"{key[0]}: {key[3]} on {key[2]} x {key[1]}, batch {key[5]}"
