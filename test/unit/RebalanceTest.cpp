@@ -1,7 +1,12 @@
 //===- RebalanceTest.cpp - shares from measured speeds (Rebalance.h) ------===//
 #include "hetplan/runtime/Rebalance.h"
+#include "hetplan/runtime/Session.h"
+#include "PlanFixtures.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
 
 using namespace hetplan::runtime;
 
@@ -85,4 +90,103 @@ TEST(Rebalance, ParsesTheTestSlowdown) {
   EXPECT_THROW(parseSlowRank("3:0.5", 3), std::runtime_error);
   EXPECT_THROW(parseSlowRank("1:-1", 3), std::runtime_error);
   EXPECT_THROW(parseSlowRank("1", 3), std::runtime_error);
+}
+
+namespace {
+std::string gpt2() { return std::string(HETPLAN_EXAMPLES) + "/gpt2-tiny.onnx"; }
+
+std::map<std::string, Tensor> gpt2Inputs(int64_t batch) {
+  Tensor ids(DType::Int64, {batch, 8});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 37 + 11) % 512;
+  return {{"input_ids", ids}};
+}
+
+/// gpt2-tiny cut after block h.0: `shares` per stage, 2 micro-batches.
+hetplan::plan::Plan gpt2Plan(const std::vector<std::vector<int64_t>> &shares, const std::string &mode) {
+  hetplan::test::TwoStageLayout l;
+  l.firstNodeOfStage1 = "h.1.ln_1";
+  l.shares = shares;
+  return hetplan::test::twoStagePlan(gpt2(), l, mode);
+}
+
+double maxRelDiff(const Tensor &a, const Tensor &b) {
+  double diff = 0, scale = 1e-12;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff = std::max(diff, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+    scale = std::max(scale, double(std::fabs(b.data<float>()[i])));
+  }
+  return diff / scale;
+}
+} // namespace
+
+TEST(Rebalance, SetSharesMovesRangesAndKeepsOutputs) {
+  PlanExecutor exec(gpt2Plan({{4, 4, 4}, {12}}, "infer"));
+  auto inputs = gpt2Inputs(24);
+  Tensor before = exec.run(inputs).at("logits");
+  EXPECT_EQ(exec.setShares(0, {6, 4, 2}), "");
+  const auto &st = exec.plan().stages(0);
+  EXPECT_EQ(st.workers(0).samples(), 6);
+  EXPECT_EQ(st.workers(1).sample_offset(), 6);
+  EXPECT_EQ(st.workers(2).sample_offset(), 10);
+  for (const auto &ins : exec.plan().ranks(2).program())
+    if (ins.kind() == hetplan::plan::Instruction::FORWARD) EXPECT_EQ(ins.samples(), 2);
+  EXPECT_LT(maxRelDiff(exec.run(inputs).at("logits"), before), 1e-5);
+  // Bad shares: one line, nothing changes.
+  EXPECT_EQ(exec.setShares(0, {6, 6, 1}), "the shares sum to 13, the micro-batch is 12");
+  EXPECT_EQ(exec.setShares(0, {12, 0, 0}), "every worker keeps at least one sample");
+  EXPECT_EQ(exec.plan().stages(0).workers(0).samples(), 6);
+}
+
+TEST(Rebalance, SetSharesRefusesMovesThatNeedNewPeers) {
+  // Stage 1's workers take samples 0-5 and 6-11: giving stage 0's first
+  // worker 9 samples would make it send to both.
+  PlanExecutor exec(gpt2Plan({{6, 6}, {6, 6}}, "infer"));
+  std::string why = exec.setShares(0, {9, 3});
+  EXPECT_NE(why.find("the programs would not match the new shares"), std::string::npos) << why;
+  EXPECT_EQ(exec.plan().stages(0).workers(0).samples(), 6);
+  EXPECT_EQ(exec.plan().stages(0).workers(1).sample_offset(), 6);
+}
+
+TEST(Rebalance, TrainingWithMovedSharesEqualsFixedShares) {
+  auto plan = gpt2Plan({{4, 4, 4}, {12}}, "train");
+  PlanExecutor fixed(plan), moved(plan);
+  auto inputs = gpt2Inputs(24);
+  Tensor labels = hetplan::test::cyclicLabels(fixed.model(), inputs);
+  PlanExecutor::TrainOptions opts;
+  opts.eps = 1e-4;
+  std::vector<PlanExecutor::RankTrainState> a, b;
+  for (int step = 1; step <= 3; ++step) {
+    if (step == 2) ASSERT_EQ(moved.setShares(0, {7, 4, 1}), "");
+    double la = fixed.train(inputs, labels, a, opts), lb = moved.train(inputs, labels, b, opts);
+    EXPECT_NEAR(lb, la, 1e-6 * std::fabs(la)) << "step " << step;
+  }
+  auto pa = fixed.collectParameters(a), pb = moved.collectParameters(b);
+  for (const auto &[name, t] : pa) EXPECT_LT(maxRelDiff(pb.at(name), t), 1e-4) << name;
+}
+
+TEST(Rebalance, SessionMovesSharesOfASlowedRank) {
+  std::string path = ::testing::TempDir() + "/hetplan_rebalance_session.hpl";
+  std::string error;
+  ASSERT_TRUE(writePlan(path, gpt2Plan({{4, 4, 4}, {12}}, "infer"), error)) << error;
+  auto inputs = gpt2Inputs(24);
+  std::unique_ptr<hetplan::Session> plain, rebalancing;
+  ASSERT_TRUE(hetplan::Session::fromPlan(path, &plain).ok());
+  hetplan::SessionOptions o;
+  o.rebalanceThreshold = 0.1;
+  ::setenv("HETPLAN_TEST_SLOW_RANK", "2:4", 1); // test only: rank 2 five times slower
+  auto st = hetplan::Session::fromPlan(path, &rebalancing, o);
+  ::unsetenv("HETPLAN_TEST_SLOW_RANK");
+  ASSERT_TRUE(st.ok()) << st.toString();
+  std::map<std::string, Tensor> want, got;
+  ASSERT_TRUE(plain->run(inputs, &want).ok());
+  for (int run = 0; run < 4; ++run) ASSERT_TRUE(rebalancing->run(inputs, &got).ok());
+  auto lines = rebalancing->rebalances();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0].rfind("rebalance: after step 2, stage 0 shares 4,4,4 -> ", 0), 0u) << lines[0];
+  EXPECT_TRUE(plain->rebalances().empty());
+  EXPECT_LT(maxRelDiff(got.at("logits"), want.at("logits")), 1e-5);
+  // Refused where it cannot run.
+  o.rebalanceSteps = 0;
+  EXPECT_EQ(hetplan::Session::fromPlan(path, &rebalancing, o).code(), hetplan::StatusCode::InvalidArgument);
+  std::remove(path.c_str());
 }
