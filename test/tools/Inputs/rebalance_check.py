@@ -1,6 +1,6 @@
 """`hetplan run --rebalance` with a straggler (docs/runtime.md, "Stragglers").
 
-  rebalance_check.py HETPLAN MODEL WORK
+  rebalance_check.py HETPLAN MODEL WORK [MPIRUN]
 
 Compiles gpt2-tiny's training plan for three equal CPU ranks (one stage,
 three data-parallel workers of 4 samples per micro-batch, 2 micro-batches),
@@ -10,14 +10,23 @@ sleeps twice what each FORWARD/BACKWARD took, 3x slower) without and with
 first 3 step boundaries (the default needs 2 slow steps), that the move is
 printed on stderr and listed in --json, and that the losses (1e-5 relative)
 and trained weights (1e-4 max-norm relative) equal the run without it.
+With MPIRUN, the --rebalance run is `MPIRUN -np 3 hetplan run ...` (the
+ranks all-reduce their times); exit 77 (skipped) when it is not found.
 """
-import json, os, subprocess, sys
+import json, os, shutil, subprocess, sys
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 HETPLAN, MODEL, WORK = sys.argv[1:4]
+MPI = []
+if len(sys.argv) > 4:
+    mpirun = shutil.which(sys.argv[4])
+    if not mpirun:
+        print("skipped: no %s" % sys.argv[4])
+        sys.exit(77)
+    MPI = [mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader", "-np", "3"]
 CPU3 = "nodes:\n  - name: a\n    devices: [{type: CPU, count: 3}]\n"
 
 
@@ -46,7 +55,7 @@ run([HETPLAN, "compile", MODEL, "--mode", "train", "--cluster", os.path.join(WOR
 results = {}
 for mode, extra in (("plain", []), ("rebalance", ["--rebalance"])):
     out = os.path.join(WORK, mode)
-    stdout, stderr = run([HETPLAN, "run", plan, "--input", "input_ids=" + os.path.join(WORK, "ids.npy"),
+    stdout, stderr = run((MPI if extra else []) + [HETPLAN, "run", plan, "--input", "input_ids=" + os.path.join(WORK, "ids.npy"),
                           "--labels", os.path.join(WORK, "labels.npy"), "--steps", "5", "--lr", "0.003",
                           "--adam-eps", "1e-4", "--test-slow-rank", "2:2", "--output", out,
                           "--save-model", out + ".onnx", "--json"] + extra)
