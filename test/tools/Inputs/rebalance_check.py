@@ -10,7 +10,10 @@ sleeps twice what each FORWARD/BACKWARD took, 3x slower) without and with
 first 3 step boundaries (the default needs 2 slow steps), that the move is
 printed on stderr and listed in --json, and that the losses (1e-5 relative)
 and trained weights (1e-4 max-norm relative) equal the run without it.
-With MPIRUN, the --rebalance run is `MPIRUN -np 3 hetplan run ...` (the
+Then the same for a 2-stage pipeline (--pin pp=2: stage 0 one worker,
+stage 1 two workers of 6 samples), rank 2 (a stage-1 worker) slowed: stage
+1's shares move, the losses equal the run without --rebalance.
+With MPIRUN, the --rebalance runs is `MPIRUN -np 3 hetplan run ...` (the
 ranks all-reduce their times); exit 77 (skipped) when it is not found.
 """
 import json, os, shutil, subprocess, sys
@@ -78,7 +81,31 @@ loss_err = float(np.max(np.abs(l1 - l0) / np.abs(l0)))
 weight_err = max(float(np.max(np.abs(w1[k] - w0[k])) / max(np.max(np.abs(w0[k])), 1e-12)) for k in w0)
 assert loss_err < 1e-5, (l0, l1)
 assert weight_err < 1e-4, weight_err
+
+# A pipeline: stage 1's two workers rebalance (stage 0 has one worker, so
+# no program gains a peer).
+pp2 = os.path.join(WORK, "pp2.plan")
+run([HETPLAN, "compile", MODEL, "--mode", "train", "--cluster", os.path.join(WORK, "cpu3.yaml"),
+     "--batch", "24", "--seq", "8", "--dtype", "fp32", "--pin", "pp=2,mb=2", "--quiet", "-o", pp2])
+pp = {}
+for mode, extra in (("pp-plain", []), ("pp-rebalance", ["--rebalance"])):
+    stdout, _ = run((MPI if extra else []) + [HETPLAN, "run", pp2, "--input", "input_ids=" + os.path.join(WORK, "ids.npy"),
+                    "--labels", os.path.join(WORK, "labels.npy"), "--steps", "5", "--lr", "0.003",
+                    "--adam-eps", "1e-4", "--test-slow-rank", "2:3", "--output", os.path.join(WORK, mode),
+                    "--json"] + extra)
+    pp[mode] = json.loads(stdout)
+pmoves = [e for e in pp["pp-rebalance"]["rebalances"] if e["moved"]]
+assert pmoves and pmoves[0]["stage"] == 1, pp["pp-rebalance"]
+pslow = min(range(2), key=lambda w: pmoves[0]["samples_per_s"][w])
+assert pmoves[0]["new_shares"][pslow] < pmoves[0]["old_shares"][pslow], pmoves[0]
+p0, p1 = np.array(pp["pp-plain"]["losses"]), np.array(pp["pp-rebalance"]["losses"])
+pp_err = float(np.max(np.abs(p1 - p0) / np.abs(p0)))
+assert pp_err < 1e-5, (p0, p1)
+
 print(lines[0])
+print("pipeline: stage 1 shares %s -> %s after step %d; losses vs no rebalance %.1e" %
+      (",".join(map(str, pmoves[0]["old_shares"])), ",".join(map(str, pmoves[0]["new_shares"])),
+       pmoves[0]["after_step"], pp_err))
 print("slow worker %d: share %d -> %d after step %d; losses %s; vs no rebalance: loss %.1e, weights %.1e" %
       (slow, first["old_shares"][slow], first["new_shares"][slow], first["after_step"],
        " ".join("%.4f" % x for x in l1), loss_err, weight_err))
