@@ -43,6 +43,33 @@ TEST(Rebalance, ProportionalSharesAreIntegersSummingToTheTotal) {
   EXPECT_EQ(proportionalShares(12, {10, 1, 1}, {6, 24, 24}), (std::vector<int64_t>{6, 3, 3}));
 }
 
+TEST(Rebalance, BalancedSharesMinimiseTheSlowestWorker) {
+  // Worker 1 has a fixed cost of 2 s: 12 + 4 samples finish together (3 s).
+  EXPECT_EQ(balancedShares(16, {{0, 0.25}, {2, 0.25}}, {32, 32}), (std::vector<int64_t>{12, 4}));
+  EXPECT_EQ(balancedShares(16, {{0, 0.25}, {0, 0.25}}, {32, 32}), (std::vector<int64_t>{8, 8}));
+  EXPECT_THROW(balancedShares(2, {{0, 1}, {0, 1}, {0, 1}}, {2, 2, 2}), std::runtime_error);
+}
+
+TEST(Rebalance, FitsAFixedCostOnceTwoSharesWereMeasured) {
+  RebalanceOptions opts;
+  opts.steps = 1;
+  opts.threshold = 0.05;
+  auto plan = dataParallel({8, 8});
+  Rebalancer rb(plan, opts);
+  // Worker 1 takes 2 + 0.25 n s, worker 0 0.25 n s. At 8 + 8 its speed
+  // looks half of worker 0's: proportional shares 11 + 5.
+  auto events = rb.observe(plan, {2, 4}, 1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].newShares, (std::vector<int64_t>{11, 5}));
+  // At 11 + 5 (2.75 s, 3.25 s) the two points give its fixed cost: 12 + 4.
+  plan = dataParallel({11, 5});
+  events = rb.observe(plan, {2.75, 3.25}, 2);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].newShares, (std::vector<int64_t>{12, 4}));
+  plan = dataParallel({12, 4});
+  EXPECT_TRUE(rb.observe(plan, {3, 3}, 3).empty());
+}
+
 TEST(Rebalance, MovesAfterConsecutiveSlowSteps) {
   auto plan = dataParallel({4, 4, 4});
   Rebalancer rb(plan, {});

@@ -54,59 +54,35 @@ std::vector<double> rankComputeSeconds(const plan::Plan &plan, const PlanExecuto
   return out;
 }
 
-std::vector<int64_t> proportionalShares(int64_t total, const std::vector<double> &speeds,
-                                        const std::vector<int64_t> &caps) {
-  size_t n = speeds.size();
-  // Water-filling: the ideal real shares, those above their cap (or below
-  // 1) pinned there and the rest spread again.
-  std::vector<double> x(n, 0.0);
-  std::vector<bool> pinned(n, false);
-  for (size_t round = 0; round <= n; ++round) {
-    double left = double(total), sum = 0;
-    for (size_t w = 0; w < n; ++w) {
-      if (pinned[w]) left -= x[w];
-      else sum += std::max(speeds[w], 1e-300);
-    }
-    bool changed = false;
-    for (size_t w = 0; w < n; ++w)
-      if (!pinned[w]) x[w] = sum > 0 ? left * std::max(speeds[w], 1e-300) / sum : 0;
-    for (size_t w = 0; w < n; ++w) {
-      if (pinned[w]) continue;
-      if (x[w] > double(caps[w])) x[w] = double(caps[w]), pinned[w] = changed = true;
-      else if (x[w] < 1) x[w] = 1, pinned[w] = changed = true;
-    }
-    if (!changed) break;
-  }
-  std::vector<int64_t> out(n);
-  int64_t sum = 0;
-  for (size_t w = 0; w < n; ++w) {
-    out[w] = std::clamp<int64_t>(int64_t(std::floor(x[w] + 1e-9)), 1, std::max<int64_t>(caps[w], 1));
-    sum += out[w];
-  }
-  // Largest remainder: the samples left go to the largest fractional parts
-  // (ties to the lower index); too many come off the smallest.
-  while (sum < total) {
+std::vector<int64_t> balancedShares(int64_t total, const std::vector<WorkerCost> &costs,
+                                    const std::vector<int64_t> &caps) {
+  size_t n = costs.size();
+  if (int64_t(n) > total) throw std::runtime_error("rebalance: more workers than samples in a micro-batch");
+  std::vector<int64_t> out(n, 1);
+  for (int64_t left = total - int64_t(n); left > 0; --left) {
     size_t best = n;
     for (size_t w = 0; w < n; ++w)
-      if (out[w] < caps[w] && (best == n || x[w] - double(out[w]) > x[best] - double(out[best]))) best = w;
+      if (out[w] < caps[w] && (best == n || costs[w].seconds(out[w] + 1) < costs[best].seconds(out[best] + 1)))
+        best = w;
     if (best == n) throw std::runtime_error("rebalance: the workers' caps hold fewer samples than the micro-batch");
-    out[best]++, sum++;
-  }
-  while (sum > total) {
-    size_t best = n;
-    for (size_t w = 0; w < n; ++w)
-      if (out[w] > 1 && (best == n || x[w] - double(out[w]) < x[best] - double(out[best]))) best = w;
-    if (best == n) throw std::runtime_error("rebalance: more workers than samples in a micro-batch");
-    out[best]--, sum--;
+    out[best]++;
   }
   return out;
+}
+
+std::vector<int64_t> proportionalShares(int64_t total, const std::vector<double> &speeds,
+                                        const std::vector<int64_t> &caps) {
+  std::vector<WorkerCost> costs;
+  for (double v : speeds) costs.push_back({0.0, 1.0 / std::max(v, 1e-300)});
+  return balancedShares(total, costs, caps);
 }
 
 Rebalancer::Rebalancer(const plan::Plan &plan, RebalanceOptions options) : options_(options) {
   size_t S = size_t(plan.stages_size());
   caps_.resize(S);
   slowSteps_.assign(S, 0);
-  speedHistory_.resize(S);
+  secondsHistory_.resize(S);
+  before_.resize(S);
   for (size_t s = 0; s < S; ++s) {
     const auto &st = plan.stages(int(s));
     int64_t largest = 0;
@@ -125,8 +101,24 @@ Rebalancer::Rebalancer(const plan::Plan &plan, RebalanceOptions options) : optio
         cap = std::min(cap, std::max(memCap, w.samples()));
       }
       caps_[s].push_back(cap);
+      before_[s].push_back({0, 0.0});
     }
   }
+}
+
+std::vector<WorkerCost> Rebalancer::costs(size_t stage, const std::vector<int64_t> &shares,
+                                          const std::vector<double> &seconds) const {
+  std::vector<WorkerCost> out;
+  for (size_t w = 0; w < shares.size(); ++w) {
+    WorkerCost c{0.0, seconds[w] / double(shares[w])}; // proportional: no fixed part
+    auto [n0, t0] = before_[stage][w];
+    if (n0 > 0 && n0 != shares[w]) { // two shares measured: fixed + perSample * n
+      double p = (seconds[w] - t0) / double(shares[w] - n0), f = seconds[w] - p * double(shares[w]);
+      if (p > 0 && f >= 0) c = {f, p};
+    }
+    out.push_back(c);
+  }
+  return out;
 }
 
 std::vector<RebalanceEvent> Rebalancer::observe(const plan::Plan &current,
@@ -135,10 +127,10 @@ std::vector<RebalanceEvent> Rebalancer::observe(const plan::Plan &current,
   for (size_t s = 0; s < size_t(current.stages_size()); ++s) {
     const auto &st = current.stages(int(s));
     if (st.workers_size() < 2 || current.settings().whole_batch()) continue;
-    std::vector<double> seconds, speeds;
+    std::vector<double> seconds;
     std::vector<int64_t> shares;
     int64_t total = 0;
-    double speedSum = 0, slowest = 0;
+    double slowest = 0;
     bool timed = true;
     for (const auto &w : st.workers()) {
       double t = 0; // a tensor-parallel worker is as fast as its slowest rank
@@ -147,27 +139,29 @@ std::vector<RebalanceEvent> Rebalancer::observe(const plan::Plan &current,
       timed = timed && t > 0;
       seconds.push_back(t);
       shares.push_back(w.samples());
-      speeds.push_back(t > 0 ? double(w.samples()) / t : 0);
       total += w.samples();
-      speedSum += speeds.back();
       slowest = std::max(slowest, t);
     }
-    if (!timed || speedSum <= 0) continue;
-    double optimum = double(total) / speedSum; // every worker done at once
+    if (!timed) continue;
+    // The best the measured costs allow (whole samples, within the caps).
+    std::vector<WorkerCost> cost = costs(s, shares, seconds);
+    std::vector<int64_t> best = balancedShares(total, cost, caps_[s]);
+    double optimum = 0;
+    for (size_t w = 0; w < best.size(); ++w) optimum = std::max(optimum, cost[w].seconds(best[w]));
     if (slowest <= (1 + options_.threshold) * optimum) {
       slowSteps_[s] = 0;
-      speedHistory_[s].clear();
+      secondsHistory_[s].clear();
       continue;
     }
-    speedHistory_[s].push_back(speeds);
+    secondsHistory_[s].push_back(seconds);
     if (++slowSteps_[s] < options_.steps) continue;
-    // Speeds averaged over the slow steps (per micro-batch of samples).
-    std::vector<double> mean(speeds.size(), 0.0);
-    for (const auto &h : speedHistory_[s])
-      for (size_t w = 0; w < h.size(); ++w) mean[w] += h[w] / double(speedHistory_[s].size());
+    // Seconds averaged over the slow steps.
+    std::vector<double> mean(seconds.size(), 0.0);
+    for (const auto &h : secondsHistory_[s])
+      for (size_t w = 0; w < h.size(); ++w) mean[w] += h[w] / double(secondsHistory_[s].size());
     slowSteps_[s] = 0;
-    speedHistory_[s].clear();
-    std::vector<int64_t> next = proportionalShares(total, mean, caps_[s]);
+    secondsHistory_[s].clear();
+    std::vector<int64_t> next = balancedShares(total, costs(s, shares, mean), caps_[s]);
     if (next == shares) continue;
     RebalanceEvent e;
     e.step = step;
@@ -175,9 +169,11 @@ std::vector<RebalanceEvent> Rebalancer::observe(const plan::Plan &current,
     e.oldShares = shares;
     e.newShares = next;
     uint32_t mbs = std::max<uint32_t>(current.settings().micro_batches(), 1);
-    for (double &v : mean) v *= double(mbs); // samples per second over the step
-    e.speeds = mean;
-    e.seconds = seconds;
+    for (size_t w = 0; w < shares.size(); ++w) {
+      e.speeds.push_back(double(shares[w]) * double(mbs) / mean[w]); // samples per second over the step
+      before_[s][w] = {shares[w], mean[w]};
+    }
+    e.seconds = mean;
     events.push_back(std::move(e));
   }
   return events;

@@ -59,9 +59,21 @@ struct RebalanceEvent {
 /// idle or untimed rank.
 std::vector<double> rankComputeSeconds(const plan::Plan &plan, const PlanExecutor::StepTiming &timing);
 
-/// Integer shares >= 1 summing to `total`, proportional to `speeds` (the
-/// largest remainder method, ties to the lower index), none above its
-/// `caps` entry (caps must allow the total). Deterministic.
+/// A worker's measured cost model: a step's compute seconds for `n` samples
+/// per micro-batch, fixed + perSample * n.
+struct WorkerCost {
+  double fixed = 0, perSample = 0;
+  double seconds(int64_t n) const { return fixed + perSample * double(n); }
+};
+/// Integer shares >= 1 summing to `total`, none above its `caps` entry
+/// (caps must allow the total), that minimise the slowest worker's
+/// predicted seconds: one sample at a time to the worker that would then
+/// finish first (ties to the lower index); optimal for costs that grow with
+/// the share. Deterministic.
+std::vector<int64_t> balancedShares(int64_t total, const std::vector<WorkerCost> &costs,
+                                    const std::vector<int64_t> &caps);
+/// balancedShares for costs 1 / speed per sample: shares proportional to
+/// `speeds` up to whole samples.
 std::vector<int64_t> proportionalShares(int64_t total, const std::vector<double> &speeds,
                                         const std::vector<int64_t> &caps);
 
@@ -82,7 +94,13 @@ private:
   RebalanceOptions options_;
   std::vector<std::vector<int64_t>> caps_;            // per stage, per worker
   std::vector<int> slowSteps_;                        // per stage
-  std::vector<std::vector<std::vector<double>>> speedHistory_; // per stage: steps x workers
+  std::vector<std::vector<std::vector<double>>> secondsHistory_; // per stage: slow steps x workers
+  /// Per stage, per worker: (share, mean seconds) before the last move, for
+  /// the fixed part of its cost; share 0 when none.
+  std::vector<std::vector<std::pair<int64_t, double>>> before_;
+  /// The cost models of a stage's workers from their seconds at `shares`.
+  std::vector<WorkerCost> costs(size_t stage, const std::vector<int64_t> &shares,
+                                const std::vector<double> &seconds) const;
 };
 
 /// After step `step`: observes `computeSeconds` (per rank, the same on
