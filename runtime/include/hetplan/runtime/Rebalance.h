@@ -6,9 +6,11 @@
 // when a stage's slowest worker takes more than (1 + threshold) times what
 // the stage would take with shares proportional to the measured speeds, for
 // `steps` consecutive steps, moves samples between the stage's workers at
-// the step boundary: new shares proportional to the measured speeds
-// (samples per compute second, averaged over those steps), integers of at
-// least 1 summing to the micro-batch, within memory caps. Every rank
+// the step boundary: the whole shares (at least 1, summing to the
+// micro-batch, within memory caps) that minimise the slowest worker's
+// predicted time, from its measured seconds averaged over those steps
+// (proportional to its speed; with a fixed cost fitted once it has been
+// measured at two shares). Every rank
 // computes the same shares from the same times (on threads they are shared;
 // over MPI the ranks all-reduce them first), so no further agreement is
 // needed. Gradients stay exact: the loss is normalised over the global
@@ -29,7 +31,7 @@ namespace hetplan::runtime {
 
 struct RebalanceOptions {
   /// A stage is out of balance when its slowest worker's compute time
-  /// exceeds the measured-speed optimum by more than this fraction.
+  /// exceeds the measured optimum by more than this fraction.
   double threshold = 0.10;
   /// ... for this many consecutive steps.
   int steps = 2;
