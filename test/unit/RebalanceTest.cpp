@@ -1,5 +1,6 @@
 //===- RebalanceTest.cpp - shares from measured speeds (Rebalance.h) ------===//
 #include "hetplan/runtime/Rebalance.h"
+#include "hetplan/hetplan.h"
 #include "hetplan/runtime/Session.h"
 #include "PlanFixtures.h"
 
@@ -216,4 +217,14 @@ TEST(Rebalance, SessionMovesSharesOfASlowedRank) {
   o.rebalanceSteps = 0;
   EXPECT_EQ(hetplan::Session::fromPlan(path, &rebalancing, o).code(), hetplan::StatusCode::InvalidArgument);
   std::remove(path.c_str());
+}
+
+TEST(Rebalance, CApiOption) {
+  hetplan_session_options *o = nullptr;
+  ASSERT_EQ(hetplan_session_options_create(&o), HETPLAN_OK);
+  EXPECT_EQ(hetplan_session_options_set_rebalance(o, 0.1, 2), HETPLAN_OK);
+  EXPECT_EQ(hetplan_session_options_set_rebalance(o, -1, 2), HETPLAN_INVALID_ARGUMENT);
+  EXPECT_EQ(hetplan_session_options_set_rebalance(o, 0.1, 0), HETPLAN_INVALID_ARGUMENT);
+  EXPECT_EQ(hetplan_session_options_set_rebalance(nullptr, 0.1, 2), HETPLAN_INVALID_ARGUMENT);
+  hetplan_session_options_free(o);
 }
