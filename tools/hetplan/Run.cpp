@@ -123,6 +123,21 @@ cl::list<std::string> runFreeze("freeze",
                                 cl::desc("Training plans: do not update parameters whose name matches "
                                          "this regular expression (e.g. rotary_emb); repeatable"),
                                 cl::value_desc("REGEX"), cl::sub(runCmd));
+cl::opt<std::string> runRebalance(
+    "rebalance", cl::ValueOptional,
+    cl::desc("Training plans: measure each data-parallel worker's compute time per step and move "
+             "samples between a stage's workers, to shares proportional to the measured speeds, when "
+             "its slowest worker is more than THRESHOLD (default 0.1) slower than that optimum for "
+             "--rebalance-steps steps (stragglers; docs/runtime.md)"),
+    cl::value_desc("THRESHOLD"), cl::sub(runCmd));
+cl::opt<int> runRebalanceSteps("rebalance-steps",
+                               cl::desc("Training plans with --rebalance: consecutive slow steps before "
+                                        "shares move (default 2)"),
+                               cl::init(2), cl::sub(runCmd));
+cl::opt<std::string> runTestSlowRank("test-slow-rank", cl::Hidden,
+                                     cl::desc("Test only: rank R sleeps FRACTION times what each of its "
+                                              "FORWARD and BACKWARD instructions took (a straggler)"),
+                                     cl::value_desc("R:FRACTION"), cl::sub(runCmd));
 cl::opt<std::string> runSaveModel("save-model",
                                   cl::desc("Training plans: write the trained model (ONNX, weights inline)"),
                                   cl::value_desc("OUT.onnx"), cl::sub(runCmd));
@@ -141,6 +156,45 @@ using StepTiming = hetplan::runtime::PlanExecutor::StepTiming;
 /// The timing record of this run when --profile is given (every rank's in
 /// threads mode; under MPI rank 0 gathers them), else null: without it
 /// PlanExecutor reads no clock.
+/// What a training run measured for --json: each step's wall seconds and
+/// every move of shares (--rebalance).
+struct TrainRecord {
+  std::vector<double> stepSeconds;
+  std::vector<hetplan::runtime::RebalanceEvent> rebalances;
+};
+TrainRecord &trainRecord() {
+  static TrainRecord record;
+  return record;
+}
+
+/// --rebalance's threshold; throws one line on a bad value.
+double rebalanceThreshold() {
+  if (runRebalance.getValue().empty()) return 0.1;
+  char *end = nullptr;
+  double v = std::strtod(runRebalance.c_str(), &end);
+  if (*end || !std::isfinite(v) || v <= 0 || v > 10)
+    throw std::runtime_error("--rebalance=" + runRebalance + ": the threshold must be a number in (0, 10]");
+  return v;
+}
+
+llvm::json::Value rebalancesJson() {
+  llvm::json::Array out;
+  for (const auto &e : trainRecord().rebalances) {
+    llvm::json::Array oldS, newS, speeds, seconds;
+    for (int64_t v : e.oldShares) oldS.push_back(v);
+    for (int64_t v : e.newShares) newS.push_back(v);
+    for (double v : e.speeds) speeds.push_back(v);
+    for (double v : e.seconds) seconds.push_back(v);
+    llvm::json::Object o{{"after_step", e.step},         {"stage", int64_t(e.stage)},
+                         {"old_shares", std::move(oldS)}, {"new_shares", std::move(newS)},
+                         {"samples_per_s", std::move(speeds)}, {"compute_s", std::move(seconds)},
+                         {"moved", e.refused.empty()}};
+    if (!e.refused.empty()) o["refused"] = e.refused;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
 StepTiming *profileTiming() {
   static StepTiming timing;
   return runProfile.empty() && runTrace.empty() ? nullptr : &timing;
@@ -358,6 +412,13 @@ int trainSteps(hetplan::runtime::PlanExecutor &exec,
   train.train.freeze.assign(runFreeze.begin(), runFreeze.end());
   train.train.lossOutput = runLossOutput;
   train.timing = profileTiming();
+  train.rebalance = runRebalance.getNumOccurrences() > 0;
+  train.rebalanceOptions.threshold = rebalanceThreshold();
+  train.rebalanceOptions.steps = runRebalanceSteps;
+  train.onRebalance = [](const RebalanceEvent &e) {
+    llvm::errs() << e.describe() << "\n";
+    llvm::errs().flush();
+  };
   train.onStep = [&](int step, double loss) {
     if (!runQuiet && !runJson)
       llvm::outs() << llvm::format("step %d/%d: loss %.6f\n", step, int(runSteps), loss);
@@ -365,6 +426,7 @@ int trainSteps(hetplan::runtime::PlanExecutor &exec,
   };
   if (!launchedByMpi()) {
     TrainPlanResult result = trainPlanSteps(exec, inputs, labels, train);
+    trainRecord() = {result.stepSeconds, result.rebalances};
     losses = std::move(result.losses);
     params = std::move(result.parameters);
     // --profile: what the training memory options measured in the last
@@ -397,6 +459,7 @@ int trainSteps(hetplan::runtime::PlanExecutor &exec,
     train.gatherParameters = !runSaveModel.empty();
     train.placing = mpiPlacing();
     TrainPlanResult result = trainPlanSteps(exec, comm, inputs, labels, train);
+    trainRecord() = {result.stepSeconds, result.rebalances};
     losses = std::move(result.losses);
     params = std::move(result.parameters);
     comm.flush();
@@ -427,6 +490,15 @@ int runRun() {
       placeCudaRanks(*exec, placement, -1, true, cudaRefused);
       reportPlacement(placement);
     }
+    if (!runTestSlowRank.empty()) {
+      auto [rank, fraction] = parseSlowRank(runTestSlowRank, exec->ranks());
+      exec->setTestSlowdown(rank, fraction);
+    }
+    if (runRebalance.getNumOccurrences() && !exec->training())
+      return fail("--rebalance is for training plans (shares move between steps); " + runPlan +
+                  " is an inference plan");
+    if (runRebalanceSteps < 1) return fail("--rebalance-steps must be at least 1");
+    rebalanceThreshold(); // a bad value fails before anything runs
     std::map<std::string, Tensor> inputs;
     for (const std::string &arg : runInputs) {
       size_t eq = arg.find('=');
@@ -531,6 +603,10 @@ int runRun() {
           for (int64_t i = 0; i < it->second.numel(); ++i) losses.push_back(it->second.data<double>()[i]);
         result["losses"] = std::move(losses);
         if (!runSaveModel.empty()) result["trained_model"] = std::string(runSaveModel);
+        llvm::json::Array stepSeconds;
+        for (double v : trainRecord().stepSeconds) stepSeconds.push_back(v);
+        result["step_seconds"] = std::move(stepSeconds);
+        if (runRebalance.getNumOccurrences()) result["rebalances"] = rebalancesJson();
       }
       llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(result))) << "\n";
     } else if (!runQuiet) {

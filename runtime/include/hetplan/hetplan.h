@@ -144,6 +144,12 @@ HETPLAN_API hetplan_status hetplan_session_options_set_model_path(hetplan_sessio
  * "hetplan_profile". */
 HETPLAN_API hetplan_status hetplan_session_options_set_profiling(hetplan_session_options *options,
                                                                  int enable, const char *file_prefix);
+/* Plan sessions with in-process ranks: threshold > 0 moves data-parallel
+ * shares to the measured speeds between runs when a stage's slowest worker is
+ * more than threshold (e.g. 0.1) slower than that optimum for `steps` runs in
+ * a row (stragglers; docs/runtime.md). 0: off (the default). */
+HETPLAN_API hetplan_status hetplan_session_options_set_rebalance(hetplan_session_options *options,
+                                                                 double threshold, int steps);
 
 /* A model or a plan (told apart by the plan file's header) with options
  * (NULL: the defaults). */

@@ -405,6 +405,46 @@ void PlanExecutor::checkPrograms() {
   }
 }
 
+std::string PlanExecutor::setShares(uint32_t stage, const std::vector<int64_t> &samples) {
+  if (stage >= uint32_t(plan_.stages_size())) return "no stage " + std::to_string(stage);
+  plan::Stage &st = *plan_.mutable_stages(int(stage));
+  if (samples.size() != size_t(st.workers_size()))
+    return "stage " + std::to_string(stage) + " has " + std::to_string(st.workers_size()) + " workers, not " +
+           std::to_string(samples.size());
+  int64_t sum = 0;
+  for (int64_t n : samples) {
+    if (n < 1) return "every worker keeps at least one sample";
+    sum += n;
+  }
+  if (sum != microBatch_)
+    return "the shares sum to " + std::to_string(sum) + ", the micro-batch is " + std::to_string(microBatch_);
+  plan::Plan saved = plan_;
+  std::vector<int> order(size_t(st.workers_size()));
+  for (size_t w = 0; w < order.size(); ++w) order[w] = int(w);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return st.workers(a).sample_offset() < st.workers(b).sample_offset();
+  });
+  int64_t offset = 0;
+  for (int w : order) {
+    st.mutable_workers(w)->set_samples(samples[size_t(w)]);
+    st.mutable_workers(w)->set_sample_offset(offset);
+    offset += samples[size_t(w)];
+  }
+  for (auto &r : *plan_.mutable_ranks()) {
+    if (r.stage() != stage || isIdleRank(plan_, r.rank())) continue;
+    for (auto &ins : *r.mutable_program())
+      if (ins.kind() == plan::Instruction::FORWARD || ins.kind() == plan::Instruction::BACKWARD)
+        ins.set_samples(samples[r.worker()]);
+  }
+  try {
+    checkPrograms();
+  } catch (const std::exception &e) {
+    plan_ = std::move(saved);
+    return std::string("the programs would not match the new shares (") + e.what() + ")";
+  }
+  return "";
+}
+
 void PlanExecutor::checkInputs(const std::map<std::string, Tensor> &inputs) const {
   int64_t B = plan_.settings().global_batch();
   for (const auto &in : model_->inputs) {

@@ -1,6 +1,8 @@
 //===- RunPlan.cpp - running a plan's step on its ranks -------------------===//
 #include "hetplan/runtime/RunPlan.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <mutex>
 #include <thread>
@@ -116,10 +118,21 @@ void gatherRankTiming(Communicator &comm, const PlanExecutor::RankTiming &mine, 
 TrainPlanResult trainPlanSteps(PlanExecutor &exec, const std::map<std::string, Tensor> &inputs,
                                const Tensor &labels, const TrainPlanOptions &options) {
   TrainPlanResult result;
+  std::unique_ptr<Rebalancer> rebalancer;
+  if (options.rebalance) rebalancer = std::make_unique<Rebalancer>(exec.plan(), options.rebalanceOptions);
   for (int s = 1; s <= options.steps; ++s) {
-    result.losses.push_back(
-        exec.train(inputs, labels, result.states, options.train, s == options.steps ? options.timing : nullptr));
+    PlanExecutor::StepTiming own;
+    PlanExecutor::StepTiming *timing = s == options.steps ? options.timing : nullptr;
+    if (rebalancer && !timing) timing = &own;
+    auto t0 = std::chrono::steady_clock::now();
+    result.losses.push_back(exec.train(inputs, labels, result.states, options.train, timing));
+    result.stepSeconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (options.onStep) options.onStep(s, result.losses.back());
+    if (!rebalancer || s == options.steps) continue;
+    for (auto &e : rebalanceStep(exec, *rebalancer, rankComputeSeconds(exec.plan(), *timing), s)) {
+      if (options.onRebalance) options.onRebalance(e);
+      result.rebalances.push_back(std::move(e));
+    }
   }
   result.parameters = exec.collectParameters(result.states);
   return result;

@@ -226,6 +226,14 @@ hetplan_status hetplan_session_options_set_profiling(hetplan_session_options *op
   return HETPLAN_OK;
 }
 
+hetplan_status hetplan_session_options_set_rebalance(hetplan_session_options *options, double threshold,
+                                                     int steps) {
+  if (!options || !(threshold >= 0) || !(threshold <= 10) || steps < 1) return HETPLAN_INVALID_ARGUMENT;
+  options->options.rebalanceThreshold = threshold;
+  options->options.rebalanceSteps = steps;
+  return HETPLAN_OK;
+}
+
 int hetplan_session_is_plan(const hetplan_session *session) {
   return session && session->session->isPlan() ? 1 : 0;
 }

@@ -41,12 +41,30 @@ TrainPlanResult trainPlanSteps(PlanExecutor &exec, Communicator &mpi, const std:
   PlanExecutor::RankTrainState state;
   PlanExecutor::RankTiming timing; // the last step's
   double wall = 0;
+  std::unique_ptr<Rebalancer> rebalancer;
+  if (options.rebalance) rebalancer = std::make_unique<Rebalancer>(exec.plan(), options.rebalanceOptions);
   for (int s = 1; s <= options.steps; ++s) {
     auto t0 = std::chrono::steady_clock::now();
-    result.losses.push_back(exec.trainRank(program, inputs, labels, state, options.train,
-                                           options.timing && s == options.steps ? &timing : nullptr));
+    bool timed = (options.timing && s == options.steps) || rebalancer;
+    result.losses.push_back(exec.trainRank(program, inputs, labels, state, options.train, timed ? &timing : nullptr));
     wall = secondsSince(t0);
+    result.stepSeconds.push_back(wall);
     if (mpi.rank() == 0 && options.onStep) options.onStep(s, result.losses.back());
+    if (!rebalancer || s == options.steps) continue;
+    // Every rank learns every rank's compute seconds (its own entry, zeros
+    // elsewhere, summed: exact), then all compute the same shares.
+    PlanExecutor::StepTiming mine;
+    mine.ranks.resize(size_t(exec.ranks()));
+    mine.ranks[size_t(mpi.rank())] = timing;
+    std::vector<double> seconds = rankComputeSeconds(exec.plan(), mine);
+    Tensor all(DType::Float64, {int64_t(seconds.size())});
+    std::copy(seconds.begin(), seconds.end(), all.data<double>());
+    mpi.allReduceSum(all);
+    seconds.assign(all.data<double>(), all.data<double>() + all.numel());
+    for (auto &e : rebalanceStep(exec, *rebalancer, seconds, s)) {
+      if (mpi.rank() == 0 && options.onRebalance) options.onRebalance(e);
+      result.rebalances.push_back(std::move(e));
+    }
   }
   if (options.gatherParameters) result.parameters = exec.gatherParameters(program, state);
   nccl.reset();

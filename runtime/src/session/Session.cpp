@@ -7,6 +7,7 @@
 #include "hetplan/runtime/PlanExecutor.h"
 #include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/RankBackend.h"
+#include "hetplan/runtime/Rebalance.h"
 #include "hetplan/runtime/RunPlan.h"
 #if defined(HETPLAN_HAVE_CUDA_BACKEND) && HETPLAN_HAVE_CUDA_BACKEND
 #include "hetplan/runtime/CudaBackend.h"
@@ -18,9 +19,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <iterator>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 #include <utility>
 #include <fstream>
@@ -133,6 +136,8 @@ public:
   virtual bool sharesModelMemory(const Tensor &t) const = 0;
   virtual int ranks() const { return 1; }
   virtual int processRank() const { return -1; }
+  /// The rebalancing lines so far (SessionOptions::rebalanceThreshold).
+  virtual std::vector<std::string> rebalances() const { return {}; }
 };
 
 /// A graph input or output as the public API describes it (also used by
@@ -319,14 +324,18 @@ public:
     if (comm_) return runMpi(inputs, trace);
 #endif
     const int R = exec_->ranks();
+    // A move of shares waits for the runs in flight (they read the plan).
+    std::shared_lock<std::shared_mutex> shares(sharesMutex_);
+    uint64_t version = version_;
+    bool timed = trace || rebalancer_;
     std::vector<runtime::PlanExecutor::OutputPieces> pieces(static_cast<size_t>(R));
-    std::vector<runtime::PlanExecutor::RankTiming> timing(trace ? static_cast<size_t>(R) : 0);
+    std::vector<runtime::PlanExecutor::RankTiming> timing(timed ? static_cast<size_t>(R) : 0);
     std::vector<Clock::time_point> began(static_cast<size_t>(R)), ended(static_cast<size_t>(R));
     runtime::RankThreadsOutcome outcome = runtime::runRankThreads(R, [&](runtime::Communicator &comm) {
       size_t r = size_t(comm.rank());
       ThreadSetting setting(threads_);
       began[r] = Clock::now();
-      pieces[r] = exec_->runRank(comm, inputs, trace ? &timing[r] : nullptr);
+      pieces[r] = exec_->runRank(comm, inputs, timed ? &timing[r] : nullptr);
       ended[r] = Clock::now();
     });
     // The rank that failed first, not the ranks it aborted.
@@ -335,7 +344,19 @@ public:
     if (outcome.aborted) throw std::runtime_error(path_ + ": a rank was aborted");
     if (trace)
       for (int r = 0; r < R; ++r) record(*trace, r, began[size_t(r)], ended[size_t(r)], timing[size_t(r)]);
-    return exec_->gatherOutputs(pieces);
+    auto outputs = exec_->gatherOutputs(pieces);
+    shares.unlock();
+    if (rebalancer_) rebalanceAfter(std::move(timing), version);
+    return outputs;
+  }
+
+  /// SessionOptions::rebalanceThreshold > 0 (in-process ranks only).
+  void enableRebalance(const runtime::RebalanceOptions &options) {
+    rebalancer_ = std::make_unique<runtime::Rebalancer>(exec_->plan(), options);
+  }
+  std::vector<std::string> rebalances() const override {
+    std::lock_guard<std::mutex> lock(rebalanceMutex_);
+    return log_;
   }
 
 private:
@@ -373,6 +394,30 @@ private:
       if (t.nodeSamples[i] > 0)
         trace.nodes.push_back({nodeNames_[i], exec_->model().nodes[i].opType, t.nodeSeconds[i], 1});
   }
+
+  /// Stragglers (docs/runtime.md): a run's measured compute times, unless
+  /// the shares moved since it started; moves take the shares exclusively.
+  void rebalanceAfter(std::vector<runtime::PlanExecutor::RankTiming> timing, uint64_t version) const {
+    runtime::PlanExecutor::StepTiming step;
+    step.ranks = std::move(timing);
+    std::lock_guard<std::mutex> lock(rebalanceMutex_);
+    if (version != version_) return;
+    auto events = rebalancer_->observe(exec_->plan(), runtime::rankComputeSeconds(exec_->plan(), step), ++runs_);
+    if (events.empty()) return;
+    std::unique_lock<std::shared_mutex> exclusive(sharesMutex_);
+    for (auto &e : events) {
+      e.refused = exec_->setShares(e.stage, e.newShares);
+      log_.push_back(e.describe());
+      std::fprintf(stderr, "hetplan: %s: %s\n", path_.c_str(), log_.back().c_str());
+    }
+    ++version_;
+  }
+  std::unique_ptr<runtime::Rebalancer> rebalancer_;
+  mutable std::shared_mutex sharesMutex_;
+  mutable std::mutex rebalanceMutex_;
+  mutable uint64_t version_ = 0;
+  mutable int runs_ = 0;
+  mutable std::vector<std::string> log_;
 
   std::unique_ptr<runtime::PlanExecutor> exec_;
   std::string path_;
@@ -440,6 +485,7 @@ const std::vector<TensorInfo> &Session::inputs() const { return backend_->inputs
 const std::vector<TensorInfo> &Session::outputs() const { return backend_->outputs(); }
 bool Session::isPlan() const { return dynamic_cast<const detail::PlanBackend *>(backend_.get()) != nullptr; }
 int Session::ranks() const { return backend_->ranks(); }
+std::vector<std::string> Session::rebalances() const { return backend_->rebalances(); }
 int Session::processRank() const { return backend_->processRank(); }
 
 Status Session::endProfiling(std::string *path) {
@@ -605,7 +651,22 @@ Status Session::fromPlan(const std::string &path, std::unique_ptr<Session> *sess
 #endif
     }
     try {
+      if (const char *slow = std::getenv("HETPLAN_TEST_SLOW_RANK"); slow && *slow) { // test only
+        auto [rank, fraction] = runtime::parseSlowRank(slow, exec->ranks());
+        exec->setTestSlowdown(rank, fraction);
+      }
+      if (options.rebalanceThreshold < 0 || options.rebalanceSteps < 1)
+        throw std::invalid_argument(path + ": rebalanceThreshold must be >= 0 and rebalanceSteps >= 1");
+      if (options.rebalanceThreshold > 0 && mpi)
+        throw std::invalid_argument(path + ": rebalancing shares runs on in-process ranks only, not MPI "
+                                           "sessions (hetplan run --rebalance does both for training)");
       auto backend = std::make_unique<detail::PlanBackend>(std::move(exec), path, options.threads, mpi);
+      if (options.rebalanceThreshold > 0) {
+        runtime::RebalanceOptions ro;
+        ro.threshold = options.rebalanceThreshold;
+        ro.steps = options.rebalanceSteps;
+        backend->enableRebalance(ro);
+      }
       session->reset(new Session(std::move(backend), options));
     } catch (const std::invalid_argument &e) {
       return {StatusCode::InvalidArgument, e.what()};

@@ -125,6 +125,19 @@ public:
   void setCompute(int rank, std::shared_ptr<RankCompute> compute);
   const RankCompute *compute(int rank) const;
 
+  /// Moves stage `stage`'s data-parallel shares between steps (Rebalance.h):
+  /// worker w gets `samples[w]` samples of every micro-batch (each >= 1,
+  /// summing to the micro-batch), the workers' ranges laid out in the order
+  /// of their current offsets, and the FORWARD/BACKWARD instructions say so.
+  /// The programs must still match the new ranges (a worker of a
+  /// neighbouring stage may not gain or lose a peer); otherwise nothing
+  /// changes and the reason comes back (empty on success). Not during a step.
+  std::string setShares(uint32_t stage, const std::vector<int64_t> &samples);
+  /// Test only (hetplan run --test-slow-rank): after each FORWARD and
+  /// BACKWARD, rank `rank` sleeps `fraction` times what the instruction
+  /// took, a straggler on purpose. rank < 0: none.
+  void setTestSlowdown(int rank, double fraction) { slowRank_ = rank, slowFraction_ = fraction; }
+
   /// Checks the step's inputs: every graph input given (and nothing else),
   /// its declared element type and non-batch dims, and dim 0 equal to the
   /// plan's global batch. Throws one line.
@@ -330,6 +343,8 @@ private:
   void checkPrograms();
   void checkTraining();
   std::map<int, std::shared_ptr<RankCompute>> computes_;
+  int slowRank_ = -1;
+  double slowFraction_ = 0;
   plan::Plan plan_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Executor> executor_;

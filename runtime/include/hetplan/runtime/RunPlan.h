@@ -17,6 +17,7 @@
 #include "hetplan/runtime/Communicator.h"
 #include "hetplan/runtime/PlanExecutor.h"
 #include "hetplan/runtime/RankBackend.h"
+#include "hetplan/runtime/Rebalance.h"
 
 #include <cstdint>
 #include <functional>
@@ -125,12 +126,22 @@ struct TrainPlanOptions {
   std::function<void(int step, double loss)> onStep;
   /// Under MPI: how this process places its rank.
   MpiRankPlacing placing;
+  /// Stragglers (Rebalance.h): with this on, every step is timed and the
+  /// data-parallel shares move to the measured speeds at step boundaries.
+  bool rebalance = false;
+  RebalanceOptions rebalanceOptions;
+  /// Each time shares move (or could not), on the process that reports.
+  std::function<void(const RebalanceEvent &)> onRebalance;
 };
 struct TrainPlanResult {
   std::vector<double> losses;              ///< one per step
   std::map<std::string, Tensor> parameters; ///< the trained ones (see gatherParameters)
   /// On threads: every rank's state after the last step (its memory stats).
   std::vector<PlanExecutor::RankTrainState> states;
+  /// Wall seconds of each step (under MPI: this process's).
+  std::vector<double> stepSeconds;
+  /// Every move of shares (rebalance on), in order.
+  std::vector<RebalanceEvent> rebalances;
 };
 
 /// Runs `options.steps` steps of a training plan with one thread per rank.

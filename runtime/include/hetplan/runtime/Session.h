@@ -119,6 +119,14 @@ struct SessionOptions {
   bool profiling = false;
   /// endProfiling() writes PREFIX_<pid>_<YYYY-MM-DD_HH-MM-SS>.json.
   std::string profilePrefix = "hetplan_profile";
+  /// Plan sessions with in-process ranks: > 0 times every run and moves a
+  /// stage's data-parallel shares to the measured speeds between runs when
+  /// its slowest worker is more than this fraction slower than that optimum
+  /// for `rebalanceSteps` runs in a row (stragglers; docs/runtime.md,
+  /// "Stragglers"). Outputs are unchanged. 0: off. The environment variable
+  /// HETPLAN_TEST_SLOW_RANK=R:FRACTION (test only) slows rank R on purpose.
+  double rebalanceThreshold = 0;
+  int rebalanceSteps = 2;
 };
 
 namespace detail {
@@ -154,6 +162,9 @@ public:
   int ranks() const;
   /// This process's rank in an MPI plan session, else -1.
   int processRank() const;
+  /// Each move of shares so far (SessionOptions::rebalanceThreshold), one
+  /// line each as printed on stderr.
+  std::vector<std::string> rebalances() const;
 
   /// With SessionOptions::profiling: writes what was timed since creation
   /// (or the last endProfiling) as a Chrome/Perfetto trace (JSON object

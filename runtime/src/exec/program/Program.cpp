@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 namespace hetplan::runtime {
 
@@ -97,7 +98,9 @@ PlanExecutor::OutputPieces PlanExecutor::RankProgram::run() {
   const auto &program = rank.program();
   for (int pc = 0; pc < program.size(); ++pc) {
     const auto &ins = program[pc];
-    double started = timing ? clock() : 0;
+    bool slowed = int(me) == exec_.slowRank_ && (ins.kind() == plan::Instruction::FORWARD ||
+                                                  ins.kind() == plan::Instruction::BACKWARD);
+    double started = timing || slowed ? clock() : 0;
     bool transfer = isTransfer(ins.kind());
     if (transfer && (pc == 0 || !isTransfer(program[pc - 1].kind()))) comm.groupStart();
     switch (ins.kind()) {
@@ -114,6 +117,8 @@ PlanExecutor::OutputPieces PlanExecutor::RankProgram::run() {
     }
     // The group's wait counts in its last instruction's span.
     if (transfer && (pc + 1 == program.size() || !isTransfer(program[pc + 1].kind()))) comm.groupEnd();
+    if (slowed) // test only: a straggler (PlanExecutor::setTestSlowdown)
+      std::this_thread::sleep_for(std::chrono::duration<double>((clock() - started) * exec_.slowFraction_));
     if (timing) timing->instructionSpans.push_back({started, clock()});
   }
   return std::move(pieces);
