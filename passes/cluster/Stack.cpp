@@ -13,7 +13,7 @@ namespace {
 
 constexpr StringRef kStackFields[] = {"name",    "kernel_us",       "micro_batch_us",
                                       "tf32",    "fused_attention", "source",
-                                      "scatter_gather_sends"};
+                                      "scatter_gather_sends", "matrix"};
 
 bool readBool(YamlReader &r, const YamlValue &v, StringRef field, StringRef where,
               bool &out) {
@@ -49,7 +49,14 @@ bool readStackFields(YamlReader &r, const YamlValue &map, Stack &stack,
       ok = readBool(r, f.value, f.key, where, stack.tf32);
     else if (f.key == "fused_attention")
       ok = readBool(r, f.value, f.key, where, stack.fusedAttention);
-    else if (f.key == "scatter_gather_sends")
+    else if (f.key == "matrix") {
+      double share = 0;
+      ok = r.readPositive(f.value, f.key, share);
+      if (ok && share > 1)
+        ok = r.error(f.value, "'matrix' is a share of the peak, at most 1, not " + f.value.scalar +
+                                  " " + where);
+      stack.matrix = share;
+    } else if (f.key == "scatter_gather_sends")
       ok = readBool(r, f.value, f.key, where, stack.scatterGatherSends);
     else if (f.key == "source")
       ok = r.readString(f.value, f.key, stack.source);
@@ -73,7 +80,7 @@ bool readStackEntry(YamlReader &r, const YamlValue &entry, DeviceCatalog &catalo
     return false;
   if (!existing)
     for (StringRef key : kStackFields)
-      if (!given.contains(key) && key != "scatter_gather_sends" && (strict || key != "source")) {
+      if (!given.contains(key) && key != "scatter_gather_sends" && key != "matrix" && (strict || key != "source")) {
         std::string known;
         for (const Stack &s : catalog.stacks())
           known += (known.empty() ? "" : ", ") + s.name;

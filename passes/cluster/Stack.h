@@ -16,6 +16,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"
 
+#include <optional>
 #include <string>
 
 namespace hetplan::cluster {
@@ -43,6 +44,10 @@ struct Stack {
   /// rank sends the whole activation to each receiving rank (hetplan's
   /// runtime). Optional in files (default false).
   bool scatterGatherSends = false;
+  /// The share of a GPU's dtype peak this stack's large GEMMs reach, for GPU
+  /// types without their own measured `achieved.matrix` (a fitted figure;
+  /// unset: the roofline default). Optional in files.
+  std::optional<double> matrix;
   std::string source;  // where every figure comes from
 };
 

@@ -71,6 +71,8 @@ Efficiency efficiency(const cluster::DeviceType &device, const cluster::Stack &s
     eff.launchSeconds = stack.kernelUs * 1e-6;
     eff.microBatchSeconds = stack.microBatchUs * 1e-6;
     eff.tf32 = stack.tf32;
+    if (stack.matrix)
+      eff.matrix = *stack.matrix;
   }
   const cluster::Achieved &a = device.achieved;
   if (a.matrix)

@@ -94,17 +94,34 @@ TEST(Stack, Fp32ProductsRunAsTf32OnlyUnderATf32Stack) {
     cost::Efficiency eff = cost::efficiency(d, s);
     return cost::opTime(op, 1, d, DType::FP32, eff) - eff.launchSeconds;
   };
-  // 156 TFLOP/s TF32 against 19.5 FP32 on an A100.
-  EXPECT_NEAR(compute(a100, mm, stack("deepspeed-2021")) / compute(a100, mm, stack("megatron-lm")),
+  // 156 TFLOP/s TF32 against 19.5 FP32 on an A100 (the TF32 path alone:
+  // megatron-lm's fitted GEMM share left out).
+  Stack tf32Only = stack("megatron-lm");
+  tf32Only.matrix.reset();
+  EXPECT_NEAR(compute(a100, mm, stack("deepspeed-2021")) / compute(a100, mm, tf32Only),
               156 / 19.5, 1e-9);
   EXPECT_DOUBLE_EQ(compute(a100, mm, stack("hetplan")), compute(a100, mm, stack("deepspeed-2021")));
   // No TF32 path on a V100; vector ops never use it; fp16 is unchanged.
   EXPECT_DOUBLE_EQ(compute(v100, mm, stack("megatron-lm")), compute(v100, mm, stack("hetplan")));
   EXPECT_DOUBLE_EQ(compute(a100, add, stack("megatron-lm")), compute(a100, add, stack("hetplan")));
-  cost::Efficiency m = cost::efficiency(a100, stack("megatron-lm"));
+  cost::Efficiency m = cost::efficiency(a100, tf32Only);
   cost::Efficiency h = cost::efficiency(a100, stack("hetplan"));
   EXPECT_DOUBLE_EQ(cost::opTime(mm, 1, a100, DType::FP16, m) - m.launchSeconds,
                    cost::opTime(mm, 1, a100, DType::FP16, h) - h.launchSeconds);
+}
+
+// A stack's fitted GEMM share (megatron-lm's `matrix`, bench/fit_stack.py)
+// prices GPUs without their own measured share; a device's own wins.
+TEST(Stack, FittedMatrixShareAppliesToGpusWithoutTheirOwn) {
+  const DeviceType &a100 = *builtin().find("A100-80GB");
+  const DeviceType &v100 = *builtin().find("V100");
+  ASSERT_TRUE(stack("megatron-lm").matrix.has_value());
+  EXPECT_FALSE(stack("hetplan").matrix.has_value());
+  EXPECT_DOUBLE_EQ(cost::efficiency(a100, stack("megatron-lm")).matrix,
+                   *stack("megatron-lm").matrix);
+  EXPECT_DOUBLE_EQ(cost::efficiency(a100, stack("hetplan")).matrix, cost::Efficiency().matrix);
+  ASSERT_TRUE(v100.achieved.matrix.has_value());
+  EXPECT_DOUBLE_EQ(cost::efficiency(v100, stack("megatron-lm")).matrix, *v100.achieved.matrix);
 }
 
 TEST(Stack, ClusterDefinedAndCatalogGpusPayTheSameHostOverhead) {

@@ -481,10 +481,11 @@ llvm::Expected<CommonFlags> readCommonFlags() {
       if (llvm::Error e = f.catalog.override(std::move(plain)))
         return std::move(e);
     }
-    // The stacks keep what they run (fusion, TF32), not their host figures.
+    // The stacks keep what they run (fusion, TF32), not their fitted figures.
     for (cluster::Stack s : cluster::DeviceCatalog::builtin().stacks()) {
       s.kernelUs = cost::Efficiency().launchSeconds * 1e6;
       s.microBatchUs = 0;
+      s.matrix.reset();
       f.catalog.setStack(std::move(s));
     }
   }
