@@ -125,6 +125,11 @@ struct Cost {
   bool view = false;        // aliases its input: no kernel, no traffic (launches 0)
   bool readsOutput = false; // reads only what it outputs from input 0 (Gather, Slice)
   bool estimated = false;
+  /// Separate products per call when both operands carry batch dims
+  /// (attention's batched MatMuls: the CPU runtime runs one GEMM per batch
+  /// element; the cost model prices the size curve per product when both
+  /// operands are activations). 0: one product per call.
+  double batchedProducts = 0;
 };
 using CostFn = Cost (*)(const CostIn &in);
 

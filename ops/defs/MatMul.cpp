@@ -59,6 +59,18 @@ Cost matMulCost(const CostIn &in) {
   if (!a || a->empty())
     return r;
   r.flops = 2 * in.totalOutputElems() * double(a->back());
+  // Both operands batched (rank >= 3): one GEMM per batch element; with a
+  // 2-D operand the runtime folds the batch into the rows of one GEMM.
+  const auto &b = in.inputs.size() > 1 ? in.inputs[1] : std::nullopt;
+  if (b && a->size() >= 3 && b->size() >= 3) {
+    double products = 1;
+    for (size_t d = 0; d + 2 < std::max(a->size(), b->size()); ++d) {
+      int64_t da = d + a->size() >= b->size() ? (*a)[d + a->size() - std::max(a->size(), b->size())] : 1;
+      int64_t db = d + b->size() >= a->size() ? (*b)[d + b->size() - std::max(a->size(), b->size())] : 1;
+      products *= double(std::max(da, db));
+    }
+    r.batchedProducts = products;
+  }
   return r;
 }
 

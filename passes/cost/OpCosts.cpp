@@ -67,6 +67,7 @@ struct Raw {
   bool view = false;         // aliases its input: no kernel, no traffic
   bool readsOutput = false;  // Gather/Slice: reads only what it outputs from input 0
   bool estimated = false;
+  double batchedProducts = 0;  // ops::Cost::batchedProducts
 };
 
 // Elementwise functions: FLOPs per output element.
@@ -139,6 +140,7 @@ Raw tableCost(NodeOp n, llvm::function_ref<ops::Cost(const ops::CostIn &)> rule)
   r.view = c.view;
   r.readsOutput = c.readsOutput;
   r.estimated = c.estimated;
+  r.batchedProducts = c.batchedProducts;
   return r;
 }
 Raw tableRule(NodeOp n, const ops::OpDef &def) { return tableCost(n, def.cost); }
@@ -680,23 +682,16 @@ DType graphDType(const GraphInfo &info) {
 // Op costs
 //===----------------------------------------------------------------------===//
 
-/// A MatMul of two activations with batch dims (attention's products) runs
-/// one GEMM per batch element: their count; 0 otherwise (one product per call:
-/// a weight operand is broadcast, and the runtime folds the batch into rows).
-static double batchedProducts(NodeOp node, const GraphInfo &info) {
-  if (!node.getDomain().empty() || node.getOpType() != "MatMul" || node.getInputs().size() != 2 ||
-      node.getNumResults() != 1)
+/// Products per call priced separately (ops::Cost::batchedProducts): only
+/// when every input is an activation (a weight operand is broadcast, and the
+/// runtime folds the batch into rows); 0 otherwise.
+static double batchedProducts(NodeOp node, const GraphInfo &info, const Raw &raw) {
+  if (raw.batchedProducts <= 0)
     return 0;
   for (Value v : node.getInputs())
     if (info.kind(v) != ValueKind::Activation)
       return 0;
-  auto out = dyn_cast<RankedTensorType>(node.getResult(0).getType());
-  if (!out || out.getRank() < 3 || !out.hasStaticShape())
-    return 0;
-  double products = 1;
-  for (int64_t d : out.getShape().drop_back(2))
-    products *= double(d);
-  return products;
+  return raw.batchedProducts;
 }
 
 OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
@@ -782,7 +777,7 @@ OpCost computeOpCost(NodeOp node, const GraphInfo &info, DType dtype) {
     activationBytes += valueBytes(r.getType(), dtype);
 
   double samples = double(std::max<int64_t>(info.samples, 1));
-  cost.productsPerSample = batchedProducts(node, info) / samples;
+  cost.productsPerSample = batchedProducts(node, info, raw) / samples;
   cost.flopsPerSample = flops / samples;
   cost.bytesPerSample = activationBytes / samples;
   cost.weightBytes = weightBytes;
