@@ -19,6 +19,9 @@ reason names something this machine truly lacks:
                     and that python3 lacks them
   no Chromium       "no chromium on PATH" (the HTML report's browser test)
                     while neither chromium nor chromium-browser is on PATH
+  no netns          "cannot create network namespaces" (the two-host MPI
+                    test) where `ip netns add` really fails here (not root,
+                    no CAP_SYS_ADMIN/CAP_NET_ADMIN, iproute2 missing)
 
 Any other skip (a reason this machine does not explain, or one it
 contradicts: ../shared/models present yet a test says it is absent) is
@@ -43,6 +46,22 @@ def gpu_count():
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def can_make_netns():
+    """Whether this machine lets us create (and delete) a network namespace."""
+    if not (shutil.which("ip") and shutil.which("unshare")):
+        return False
+    name = f"hetplan-probe-{os.getpid()}"
+    try:
+        ok = subprocess.run(["ip", "netns", "add", name], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+        if ok:
+            subprocess.run(["ip", "netns", "delete", name], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=60)
+        return ok
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def python_has_onnx():
@@ -87,6 +106,8 @@ def classify(name, reason, machine):
         return not machine["mpi"], "no MPI"
     if re.search(r"no chromium on PATH", reason):
         return not machine["chromium"], "no Chromium"
+    if re.search(r"cannot create network namespaces", reason):
+        return not machine["netns"], "no network namespaces"
     if re.search(r"python3 with onnx|python3-onnx is missing", reason):
         return not machine["python_onnx"], "no onnx for /usr/bin/python3"
     for rx in ABSENT:
@@ -124,7 +145,8 @@ def main():
     root = ET.parse(a.junit).getroot()
     build = a.build or os.path.dirname(os.path.abspath(a.junit))
     machine = {"gpus": gpu_count(), "mpi": have_mpi(build), "python_onnx": None,
-               "chromium": bool(shutil.which("chromium") or shutil.which("chromium-browser"))}
+               "chromium": bool(shutil.which("chromium") or shutil.which("chromium-browser")),
+               "netns": None}
     passed, failed, skipped = [], [], []
     for tc in root.iter("testcase"):
         name, status = tc.get("name"), tc.get("status")
@@ -141,6 +163,8 @@ def main():
             failed.append(f"{name} ({why or 'failed'})")
     expected, unexpected = {}, []
     for name, reason in skipped:
+        if machine["netns"] is None and "network namespaces" in reason:
+            machine["netns"] = can_make_netns()
         if machine["python_onnx"] is None and "python3" in reason:
             machine["python_onnx"] = python_has_onnx()
         ok, label = classify(name, reason, machine)

@@ -76,6 +76,21 @@ def main():
     else:
         checks.append(("the browser test skipping with Chromium there", [passed, browser_skip], 1,
                        ["1 passed, 0 failed, 1 skipped", "UNEXPECTED SKIP explain-html-chromium"]))
+    # The two-host MPI test's skip: expected only where namespaces cannot be made.
+    sys.path.insert(0, os.path.join(src, "scripts"))
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("test_summary", script)
+    summary_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary_module)
+    netns_skip = case("runtime-mpi-cross-host", "notrun",
+                      "SKIP: cannot create network namespaces: ip netns add: Operation not permitted",
+                      "SKIP_RETURN_CODE=77")
+    if summary_module.can_make_netns():
+        checks.append(("the two-host test skipping where namespaces work", [passed, netns_skip], 1,
+                       ["1 passed, 0 failed, 1 skipped", "UNEXPECTED SKIP runtime-mpi-cross-host"]))
+    else:
+        checks.append(("the two-host test without namespaces", [passed, netns_skip], 0,
+                       ["1 passed, 0 failed, 1 skipped", "no network namespaces: 1", "unexpected: 0"]))
     failures = 0
     for what, cases, want_rc, lines in checks:
         rc, out = summary(script, work, cases)

@@ -11,12 +11,14 @@ many steps, then in turn:
   mpi_fault_check.py --hetplan BIN --mpi MPIRUN --model MODEL --work DIR
 Exit 77 (ctest SKIP) without mpirun or without MPI support in hetplan.
 """
-import argparse, os, shutil, signal, subprocess, sys, time
+import os, signal, subprocess, sys, time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import cpu_clusters  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mpi_args  # noqa: E402
 
 BOUND_S = 60  # the job must be over this long after the fault
 
@@ -67,18 +69,9 @@ def finish(p, what):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--hetplan", required=True)
-    ap.add_argument("--mpi", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--work", required=True)
-    a = ap.parse_args()
-    if not shutil.which(a.mpi):
-        print(f"SKIP: {a.mpi} not found")
+    a = mpi_args.parse()
+    if a is None:
         return 77
-    a.mpi = shutil.which(a.mpi)
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
     cluster = os.path.join(a.work, "cpus.yaml")
     with open(cluster, "w") as f:
         f.write(cpu_clusters.CPU3)
