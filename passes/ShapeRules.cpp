@@ -313,6 +313,12 @@ LogicalResult broadcastOp(NodeOp n, ArrayRef<ValueFacts> in,
   if (op == "Where" && in.size() != 3)
     return (why = "needs 3 inputs (condition, X, Y), not " + std::to_string(in.size()),
             failure());
+  // The binary ops take exactly two (the variadic Max, Min, Sum and Mean one
+  // or more); one input would pass for an identity here and break the cost
+  // rules that read the second.
+  static const llvm::StringSet<> variadic = {"Max", "Min", "Sum", "Mean"};
+  if (op != "Where" && !variadic.contains(op) && in.size() != 2)
+    return (why = "needs 2 inputs, not " + std::to_string(in.size()), failure());
   Shape shape;
   bool first = true;
   for (const auto &v : in) {

@@ -19,15 +19,25 @@ int64_t windowOutputSize(int64_t in, int64_t kernel, int64_t s, int64_t d, int64
                          const std::string &autoPad, bool ceilMode) {
   if (isUnknown(in) || isUnknown(kernel) || s <= 0)
     return kUnknownDim;
-  int64_t window = (kernel - 1) * d + 1;
-  if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER")
-    return (in + s - 1) / s;
-  if (autoPad == "VALID")
-    return (in - window) / s + 1;
-  int64_t padded = in + padBegin + padEnd - window;
-  int64_t size = ceilMode ? (padded + s - 1) / s + 1 : padded / s + 1;
+  // Checked arithmetic throughout (an unknown on overflow): the attributes
+  // are the model's, checked for range by checkWindowed after this runs.
+  int64_t window = addDims(mulDims(subDims(kernel, 1), d), 1);
+  if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+    int64_t up = addDims(in, s - 1);
+    return isUnknown(up) ? up : up / s;
+  }
+  int64_t padded = autoPad == "VALID" ? subDims(in, window) : subDims(addDims(addDims(in, padBegin), padEnd), window);
+  if (isUnknown(padded))
+    return padded;
+  if (!ceilMode || autoPad == "VALID")
+    return addDims(padded / s, 1);
+  int64_t up = addDims(padded, s - 1);
+  if (isUnknown(up))
+    return up;
+  int64_t size = up / s + 1;
   // ONNX drops a last window that would start inside the end padding.
-  if (ceilMode && (size - 1) * s >= in + padBegin)
+  int64_t start = mulDims(size - 1, s), limit = addDims(in, padBegin);
+  if (!isUnknown(start) && !isUnknown(limit) && start >= limit)
     --size;
   return size;
 }

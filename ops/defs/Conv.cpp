@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "ops/defs/Defs.h"
 
+#include <tuple>
+
 namespace hetplan::ops {
 
 namespace defs {
@@ -30,6 +32,10 @@ bool convShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why) 
   std::vector<int64_t> dilations = a.getInts("dilations").value_or(std::vector<int64_t>(k, 1));
   std::vector<int64_t> pads = a.getInts("pads").value_or(std::vector<int64_t>(2 * k, 0));
   std::string autoPad = a.stringOr("auto_pad", "NOTSET");
+  if (kernel.size() != k)
+    return (why = "kernel_shape has " + std::to_string(kernel.size()) + " entries for " + std::to_string(k) +
+                  " spatial dims",
+            false);
   std::vector<int64_t> result{x[0], w[0]};
   for (size_t i = 0; i < k; ++i)
     result.push_back(windowOutputSize(x[i + 2], kernel[i], i < strides.size() ? strides[i] : 1,
@@ -59,6 +65,13 @@ bool convTransposeShape(const ShapeIn &in, std::vector<OutShape> &out, std::stri
     std::vector<int64_t> pads = a.getInts("pads").value_or(std::vector<int64_t>(2 * k, 0));
     std::vector<int64_t> outPad = a.getInts("output_padding").value_or(std::vector<int64_t>(k, 0));
     std::string autoPad = a.stringOr("auto_pad", "NOTSET");
+    for (auto [name, v, want] : {std::tuple{"kernel_shape", &kernel, k}, {"strides", &strides, k},
+                                 {"dilations", &dilations, k}, {"output_padding", &outPad, k},
+                                 {"pads", &pads, 2 * k}})
+      if (v->size() != want)
+        return (why = std::string(name) + " has " + std::to_string(v->size()) + " entries, not " +
+                      std::to_string(want) + " (" + std::to_string(k) + " spatial dims)",
+                false);
     for (size_t i = 0; i < k; ++i) {
       int64_t n = x[i + 2];
       if (isUnknown(n)) {

@@ -269,15 +269,22 @@ bool squeezeLike(const ShapeIn &in, std::vector<OutShape> &out, std::string &why
       return (why = "Unsqueeze needs axes", false);
     int64_t rank = int64_t(x.size() + axes->size());
     std::set<int64_t> at;
-    for (int64_t a : *axes)
-      at.insert(normAxis(a, rank));
+    for (int64_t a : *axes) {
+      int64_t n = normAxis(a, rank);
+      if (n < 0 || n >= rank || !at.insert(n).second)
+        return (why = "Unsqueeze axis " + std::to_string(a) + (n < 0 || n >= rank ? " is out of range for output rank " + std::to_string(rank) : " is repeated"), false);
+    }
     for (int64_t i = 0, j = 0; i < rank; ++i)
       result.push_back(at.count(i) ? 1 : x[size_t(j++)]);
   } else {
     std::set<int64_t> at;
     if (axes)
-      for (int64_t a : *axes)
-        at.insert(normAxis(a, int64_t(x.size())));
+      for (int64_t a : *axes) {
+        int64_t n = normAxis(a, int64_t(x.size()));
+        if (n < 0 || n >= int64_t(x.size()))
+          return (why = "Squeeze axis " + std::to_string(a) + " is out of range for rank " + std::to_string(x.size()), false);
+        at.insert(n);
+      }
     for (int64_t i = 0; i < int64_t(x.size()); ++i) {
       int64_t d = x[size_t(i)];
       bool drop = axes ? at.count(i) != 0 : d == 1;

@@ -643,17 +643,19 @@ Keeps backwardKeeps(NodeOp node, const GraphInfo &info) {
   if (nothing.contains(op))
     return Keeps::Nothing;
   // A product or quotient by a constant is linear: no data kept.
-  if (op == "Mul" || op == "Div") {
+  // (A node with fewer inputs than its op takes keeps its inputs: the
+  // shape rules refuse it before a cost is asked for, but nothing here may
+  // index past them.)
+  auto inputs = node.getInputs();
+  if ((op == "Mul" || op == "Div") && inputs.size() >= 2) {
     int activations = 0;
-    for (Value in : node.getInputs())
+    for (Value in : inputs)
       activations += info.kind(in) == ValueKind::Activation;
-    if (activations < 2 && (op == "Mul" ||
-                            info.kind(node.getInputs()[1]) != ValueKind::Activation))
+    if (activations < 2 && (op == "Mul" || info.kind(inputs[1]) != ValueKind::Activation))
       return Keeps::Nothing;
   }
-  if (op == "Where")
-    return info.kind(node.getInputs()[0]) == ValueKind::Activation ? Keeps::Inputs
-                                                                    : Keeps::Nothing;
+  if (op == "Where" && !inputs.empty())
+    return info.kind(inputs[0]) == ValueKind::Activation ? Keeps::Inputs : Keeps::Nothing;
   return Keeps::Inputs;
 }
 

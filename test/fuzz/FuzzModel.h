@@ -16,11 +16,12 @@
 
 #include <cstdint>
 
-// Both model targets: caps tensor allocations (kMaxTensorBytes) and kernel
-// threads once, before the first input.
-extern "C" int LLVMFuzzerInitialize(int *argc, char ***argv);
-
 namespace hetplan::fuzz {
+
+/// What the model targets' LLVMFuzzerInitialize does: caps tensor
+/// allocations (kMaxTensorBytes) and kernel threads once, before the first
+/// input, and silences protobuf's per-parse logging.
+void initModelTarget();
 
 /// External data resolves below a folder that does not exist.
 inline constexpr const char *kModelPath = "/nonexistent-hetplan-fuzz/model.onnx";
@@ -43,5 +44,9 @@ bool withinBudget(const runtime::Model &model);
 /// ones 2 (nothing above kMaxDeclaredElements elements); false when an
 /// input has a type the runtime has no values for.
 bool makeInputs(const runtime::Model &model, std::map<std::string, runtime::Tensor> &inputs);
+/// A tensor of `shape` holding small deterministic values (integers
+/// 0..levels-1, floats -0.5 up in steps of 0.25): valid as indices into most
+/// dims. makeInputs' values (levels 5).
+runtime::Tensor smallTensor(runtime::DType dtype, const std::vector<int64_t> &shape, int levels = 5);
 
 } // namespace hetplan::fuzz

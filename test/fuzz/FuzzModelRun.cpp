@@ -16,6 +16,11 @@
 
 using namespace hetplan::runtime;
 
+extern "C" int LLVMFuzzerInitialize(int *, char ***) {
+  hetplan::fuzz::initModelTarget();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   try {
     Model model;

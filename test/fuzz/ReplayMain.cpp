@@ -8,6 +8,7 @@
 // Exits 1 when no file was found (an empty corpus is a mistake).
 //
 //===----------------------------------------------------------------------===//
+#include "CorpusFiles.h"
 #include "FuzzTarget.h"
 
 #include <algorithm>
@@ -27,29 +28,20 @@ int main(int argc, char **argv) {
   if (LLVMFuzzerInitialize)
     LLVMFuzzerInitialize(&argc, &argv);
   bool verbose = false;
-  std::vector<fs::path> files;
+  std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--verbose") == 0) { verbose = true; continue; }
-    fs::path p(argv[i]);
-    std::error_code ec;
-    if (fs::is_directory(p, ec)) {
-      for (const auto &e : fs::recursive_directory_iterator(p))
-        if (e.is_regular_file()) files.push_back(e.path());
-    } else if (fs::is_regular_file(p, ec)) {
-      files.push_back(p);
-    } else {
-      std::fprintf(stderr, "%s: not a file or folder\n", argv[i]);
-      return 1;
-    }
+    args.push_back(argv[i]);
   }
-  std::sort(files.begin(), files.end());
+  std::vector<fs::path> files;
+  if (!hetplan::fuzz::corpusFiles(args, files))
+    return 1;
   if (files.empty()) {
     std::fprintf(stderr, "usage: %s [--verbose] FILE_OR_DIR... (no corpus files found)\n", argv[0]);
     return 1;
   }
   for (const auto &f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string bytes = hetplan::fuzz::readBytes(f);
     if (verbose) std::fprintf(stderr, "%s (%zu bytes)\n", f.c_str(), bytes.size());
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size());
   }

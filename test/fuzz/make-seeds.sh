@@ -8,7 +8,7 @@ set -euo pipefail
 src="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$(cd "$1" && pwd)"
 out="$2"
-mkdir -p "$out"/{npy,plan,model-load,model-run,cluster,onnx-import,prompts}
+mkdir -p "$out"/{npy,plan,model-load,model-run,cluster,onnx-import,prompts,compile}
 cp "$src"/models/ort-genai/prompts.jsonl "$out/prompts/requests.jsonl"
 small() { find "$@" -type f -size -64k 2>/dev/null; }
 
@@ -16,7 +16,12 @@ small() { find "$@" -type f -size -64k 2>/dev/null; }
 # test (each exercises one op: attributes, shapes, types).
 for f in $(small "$src/test" "$src/examples" "$src/models" -name '*.onnx'); do
   n="$(echo "${f#$src/}" | tr / _)"
-  for t in model-load model-run onnx-import; do cp "$f" "$out/$t/$n"; done
+  for t in model-load model-run onnx-import compile; do cp "$f" "$out/$t/$n"; done
+done
+# compile: whole real models are its best seeds (the mutations are
+# semantic); the node tests add one op each.
+for f in $(small "$src/models/zoo" "$src/models/shipped" -name '*.onnx'); do
+  cp "$f" "$out/compile/$(echo "${f#$src/}" | tr / _)"
 done
 for f in $(small "$src/test" -name '*.onnxtext'); do
   cp "$f" "$out/onnx-import/$(echo "${f#$src/}" | tr / _)"
@@ -27,7 +32,7 @@ if [ -d "$node" ]; then
     f="$d/model.onnx"
     [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 65536 ] || continue
     n="node_$(basename "$d").onnx"
-    for t in model-load model-run onnx-import; do cp "$f" "$out/$t/$n"; done
+    for t in model-load model-run onnx-import compile; do cp "$f" "$out/$t/$n"; done
   done
 fi
 
@@ -65,6 +70,6 @@ np.save(f'{out}/empty.npy', np.zeros((0, 3), np.float32))
 b = io.BytesIO(); np.lib.format.write_array(b, np.ones((2, 2), np.float32), version=(2, 0))
 open(f'{out}/v2.npy', 'wb').write(b.getvalue())
 PY
-for t in npy plan model-load model-run cluster onnx-import; do
+for t in npy plan model-load model-run cluster onnx-import compile; do
   echo "$t: $(ls "$out/$t" | wc -l) seeds"
 done

@@ -70,3 +70,42 @@ het.graph @constant_of_no_shape() -> () {
   %c = het.node "ConstantOfShape" opset 17 () : () -> !het.unknown
   het.return
 }
+
+// -----
+
+// Found by the compile fuzzer (test/fuzz/corpus/compile/finding-*): a
+// repeated Unsqueeze axis read past the input's dims; a Squeeze axis out of
+// range was dropped silently; a one-input Div passed for an identity and the
+// cost rules read its missing second input.
+het.graph @unsqueeze_repeated_axis(%x: tensor<?x3xf32, #het.dims<"batch", "">>) -> () {
+  %a = het.constant(dense<[1, 1]> : tensor<2xi64>) : tensor<2xi64>
+  // expected-error @+1 {{Unsqueeze axis 1 is repeated}}
+  %r = het.node "Unsqueeze" opset 17 (%x, %a) : (tensor<?x3xf32, #het.dims<"batch", "">>, tensor<2xi64>) -> !het.unknown
+  het.return
+}
+
+// -----
+
+het.graph @unsqueeze_axis_out_of_range(%x: tensor<?x3xf32, #het.dims<"batch", "">>) -> () {
+  %a = het.constant(dense<[5]> : tensor<1xi64>) : tensor<1xi64>
+  // expected-error @+1 {{Unsqueeze axis 5 is out of range for output rank 3}}
+  %r = het.node "Unsqueeze" opset 17 (%x, %a) : (tensor<?x3xf32, #het.dims<"batch", "">>, tensor<1xi64>) -> !het.unknown
+  het.return
+}
+
+// -----
+
+het.graph @squeeze_axis_out_of_range(%x: tensor<?x1xf32, #het.dims<"batch", "">>) -> () {
+  %a = het.constant(dense<[-3]> : tensor<1xi64>) : tensor<1xi64>
+  // expected-error @+1 {{Squeeze axis -3 is out of range for rank 2}}
+  %r = het.node "Squeeze" opset 17 (%x, %a) : (tensor<?x1xf32, #het.dims<"batch", "">>, tensor<1xi64>) -> !het.unknown
+  het.return
+}
+
+// -----
+
+het.graph @div_one_input(%x: tensor<?x3xf32, #het.dims<"batch", "">>) -> () {
+  // expected-error @+1 {{Div: needs 2 inputs, not 1}}
+  %r = het.node "Div" opset 17 (%x) : (tensor<?x3xf32, #het.dims<"batch", "">>) -> !het.unknown
+  het.return
+}

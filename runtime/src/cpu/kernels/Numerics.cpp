@@ -134,7 +134,19 @@ void meanVarianceNorm(KernelContext &c) {
   const Tensor &x = c.in(0);
   const int64_t R = x.rank();
   std::set<int64_t> axes;
-  for (int64_t a : c.node.getInts("axes", {0, 2, 3})) axes.insert(normAxis(a, R));
+  for (int64_t a : c.node.getInts("axes", {0, 2, 3})) {
+    int64_t n = normAxis(a, R);
+    if (n < 0 || n >= R)
+      throw std::runtime_error("MeanVarianceNormalization: axis " + std::to_string(a) + " is out of range for " +
+                               x.describe());
+    axes.insert(n);
+  }
+  // An empty input: an empty output (its other dims may be huge; nothing
+  // below may size a table by them).
+  if (x.numel() == 0) {
+    c.outputs[0] = Tensor(x.dtype(), x.shape());
+    return;
+  }
   // Offsets of the reduced positions within a group and of the groups.
   std::vector<int64_t> st(R, 1);
   for (int64_t d = R - 1; d > 0; --d) st[d - 1] = st[d] * x.dim(d);

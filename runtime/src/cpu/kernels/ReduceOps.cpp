@@ -12,9 +12,26 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 namespace hetplan::runtime::cpu {
 namespace {
+
+/// A double accumulator as an element of T. Integer types saturate (an
+/// empty ReduceMax is -inf, a product can overflow; converting either is
+/// undefined behaviour) and NaN becomes 0.
+template <typename T> T toElement(double a) {
+  if constexpr (std::is_integral_v<T>) {
+    if (std::isnan(a))
+      return T(0);
+    if (a <= double(std::numeric_limits<T>::lowest()))
+      return std::numeric_limits<T>::lowest();
+    if (a >= double(std::numeric_limits<T>::max()))
+      return std::numeric_limits<T>::max();
+  }
+  return static_cast<T>(a);
+}
+
 
 /// Reductions: kind selects the combine rule.
 enum class Red { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare };
@@ -66,7 +83,7 @@ void reduce(KernelContext &c, Red kind) {
       if (kind == Red::Mean) a /= count;
       else if (kind == Red::L2) a = std::sqrt(a);
       else if (kind == Red::LogSum || kind == Red::LogSumExp) a = std::log(a);
-      out.data<T>()[i] = static_cast<T>(a);
+      out.data<T>()[i] = toElement<T>(a);
     }
     c.outputs[0] = std::move(out);
   });
@@ -155,9 +172,19 @@ void cumsum(KernelContext &c) {
 
 void trilu(KernelContext &c) {
   const Tensor &x = c.in(0);
-  int64_t k = c.hasInput(1) ? c.in(1).toInt64Vector()[0] : 0;
+  int64_t k = 0;
+  if (c.hasInput(1)) {
+    std::vector<int64_t> kv = c.in(1).toInt64Vector();
+    if (kv.size() != 1)
+      throw std::runtime_error("Trilu: k must be one value, not " + c.in(1).describe());
+    k = kv[0];
+  }
   bool upper = c.node.getInt("upper", 1);
   Tensor out = x.clone();
+  if (x.numel() == 0) { // (its other dims may be huge: R * C below would overflow)
+    c.outputs[0] = std::move(out);
+    return;
+  }
   int64_t R = x.dim(-2), C = x.dim(-1), B = R * C ? x.numel() / (R * C) : 0;
   size_t es = dtypeSize(x.dtype());
   for (int64_t b = 0; b < B; ++b)
