@@ -397,6 +397,9 @@ bool depthSpaceShape(const ShapeIn &in, std::vector<OutShape> &out, std::string 
   if (x.size() != 4)
     return (why = "needs a rank-4 input", false);
   int64_t b = in.attrs.intOr("blocksize", 1);
+  // The runtime's range (DepthToSpace's kernel): b * b cannot overflow.
+  if (b < 1 || b > (int64_t(1) << 20))
+    return (why = "blocksize " + std::to_string(b) + " is out of range (1 .. 2^20)", false);
   auto div = [](int64_t a, int64_t d) { return isUnknown(a) ? a : a / d; };
   out[0] = like(toSpace ? Dims{x[0], div(x[1], b * b), mulDims(x[2], b), mulDims(x[3], b)}
                         : Dims{x[0], mulDims(x[1], b * b), div(x[2], b), div(x[3], b)});

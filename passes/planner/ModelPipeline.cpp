@@ -161,7 +161,8 @@ std::vector<IoShape> ioShapes(TypeRange types, ArrayAttr attrs, DenseI64ArrayAtt
 /// Binds `probe` (the unbound module) with the batch at kProbeBatch, runs
 /// het-check-samples and records the inputs' and outputs' batch axes and
 /// whether the batch may be split. `bound` is the graph bound at one sample.
-void checkSamples(ModuleOp probe, het::GraphOp bound, const std::vector<std::string> &probeDims,
+/// Returns why the model cannot be planned ("" when it can).
+std::string checkSamples(ModuleOp probe, het::GraphOp bound, const std::vector<std::string> &probeDims,
                   const std::vector<std::string> &probeShapes,
                   const std::vector<std::string> &inputValues, CostedModel &result) {
   PassManager pm(probe.getContext());
@@ -197,6 +198,15 @@ void checkSamples(ModuleOp probe, het::GraphOp bound, const std::vector<std::str
   }
   result.inputs = ioShapes(bound.getArgumentTypes(), bound.getArgAttrsAttr(), inAxes);
   result.outputs = ioShapes(bound.getResultTypes(), bound.getResAttrsAttr(), outAxes);
+  // A value whose rank changes with the batch (a Squeeze without axes of
+  // the batch dim: found by the compile fuzzer) has no shape per sample.
+  for (const auto *list : {&result.inputs, &result.outputs})
+    for (const IoShape &io : *list)
+      if (io.batchAxis >= 0 && size_t(io.batchAxis) >= io.dims.size())
+        return "'" + io.name + "' carries the batch on axis " + std::to_string(io.batchAxis) +
+               " at other batch sizes but has rank " + std::to_string(io.dims.size()) +
+               " at one sample (its rank changes with the batch, e.g. a Squeeze without axes of the batch "
+               "dim); give the Squeeze its axes";
   if (result.wholeBatchReason.empty())
     for (const auto *list : {&result.inputs, &result.outputs})
       for (const IoShape &io : *list)
@@ -213,7 +223,7 @@ void checkSamples(ModuleOp probe, het::GraphOp bound, const std::vector<std::str
     // state [2, 1, 128]): nothing to split; it runs whole.
     if (!anyBatched) {
       result.wholeBatchReason = "no input has a batch dim (the model's dims are fixed)";
-      return;
+      return "";
     }
     for (const IoShape &io : result.outputs)
       if (anyBatched && io.batchAxis < 0) {
@@ -221,6 +231,7 @@ void checkSamples(ModuleOp probe, het::GraphOp bound, const std::vector<std::str
         break;
       }
   }
+  return "";
 }
 
 /// The sizes `costModelFile` gives the graph's symbolic dims, gathered flag
@@ -633,7 +644,9 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
   OwningOpRef<ModuleOp> probe = module->clone();
   if (llvm::Error e = bindAndGroup(*module, binder, result))
     return std::move(e);
-  checkSamples(*probe, graph, probeDims, binder.probeShapes, binder.inputValues, result);
+  if (std::string why = checkSamples(*probe, graph, probeDims, binder.probeShapes, binder.inputValues, result);
+      !why.empty())
+    return err(path + ": " + why);
   for (IoShape &io : result.inputs)
     if (auto it = binder.values.find(io.name); it != binder.values.end())
       io.values = {it->second};
