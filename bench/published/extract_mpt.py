@@ -84,6 +84,13 @@ def main():
         "commit": commit,
         "stack": "Composer + PyTorch FSDP (FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2), "
                  "FlashAttention (attn_impl: flash), bf16 autocast",
+        "stack_profile": "llm-foundry",
+        "stack_profile_reason": "the catalog's llm-foundry profile (since 2026-12-07; megatron-lm "
+                                "before): megatron-lm's host figures and GEMM share, plus the loss "
+                                "kernel llm-foundry runs by default (flash-attn's fused cross entropy, "
+                                "which keeps no fp32 softmax); changed after this source's errors under "
+                                "megatron-lm had been seen, from what llm-foundry's code says it runs "
+                                "(docs/cost-model.md, 'Fit and check sources')",
         "step_time_formula": "GlobalBatchSize (T) / Throughput (T/s), both columns of the row",
         "mfu_formula": "collect_results.py: (3 * 2 * n_params * seq + 3 * 4 * n_layers * d_model"
                        " * seq^2) * sequences/s / (gpus * peak), peak 312e12 (A100), 989e12 (H100)",

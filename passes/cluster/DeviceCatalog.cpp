@@ -299,6 +299,7 @@ json::Value toJSON(const Stack &stack) {
                       {"tf32", stack.tf32},
                       {"fused_attention", stack.fusedAttention},
                       {"scatter_gather_sends", stack.scatterGatherSends},
+                      {"fused_cross_entropy", stack.fusedCrossEntropy},
                       {"matrix", stack.matrix ? json::Value(*stack.matrix) : json::Value(nullptr)},
                       {"source", stack.source}};
 }

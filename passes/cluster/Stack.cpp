@@ -13,7 +13,7 @@ namespace {
 
 constexpr StringRef kStackFields[] = {"name",    "kernel_us",       "micro_batch_us",
                                       "tf32",    "fused_attention", "source",
-                                      "scatter_gather_sends", "matrix"};
+                                      "scatter_gather_sends", "matrix", "fused_cross_entropy"};
 
 bool readBool(YamlReader &r, const YamlValue &v, StringRef field, StringRef where,
               bool &out) {
@@ -58,6 +58,8 @@ bool readStackFields(YamlReader &r, const YamlValue &map, Stack &stack,
       stack.matrix = share;
     } else if (f.key == "scatter_gather_sends")
       ok = readBool(r, f.value, f.key, where, stack.scatterGatherSends);
+    else if (f.key == "fused_cross_entropy")
+      ok = readBool(r, f.value, f.key, where, stack.fusedCrossEntropy);
     else if (f.key == "source")
       ok = r.readString(f.value, f.key, stack.source);
     if (!ok)
@@ -80,7 +82,8 @@ bool readStackEntry(YamlReader &r, const YamlValue &entry, DeviceCatalog &catalo
     return false;
   if (!existing)
     for (StringRef key : kStackFields)
-      if (!given.contains(key) && key != "scatter_gather_sends" && key != "matrix" && (strict || key != "source")) {
+      if (!given.contains(key) && key != "scatter_gather_sends" && key != "matrix" &&
+          key != "fused_cross_entropy" && (strict || key != "source")) {
         std::string known;
         for (const Stack &s : catalog.stacks())
           known += (known.empty() ? "" : ", ") + s.name;

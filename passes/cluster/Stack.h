@@ -44,6 +44,16 @@ struct Stack {
   /// rank sends the whole activation to each receiving rank (hetplan's
   /// runtime). Optional in files (default false).
   bool scatterGatherSends = false;
+  /// The loss runs as one kernel over the logits that writes the loss and
+  /// the logits' gradient (flash-attn's Triton CrossEntropyLoss, which
+  /// llm-foundry uses by default; Megatron-Core's --cross-entropy-loss-fusion):
+  /// the backward keeps the logits in the run format and one log-sum-exp
+  /// per row, never an fp32 softmax, and the gradient it writes is the LM
+  /// head's output gradient. false: the loss keeps its softmax in fp32
+  /// (Megatron-LM's cross entropy, PyTorch's under autocast) and the
+  /// model output's gradient is one more buffer. Optional in files
+  /// (default false).
+  bool fusedCrossEntropy = false;
   /// The share of a GPU's dtype peak this stack's large GEMMs reach, for GPU
   /// types without their own measured `achieved.matrix` (a fitted figure;
   /// unset: the roofline default). Optional in files.

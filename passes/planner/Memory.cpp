@@ -79,15 +79,22 @@ Need Search::need(int c, int l, int r, int tp, int workers, int inflight, int mi
     n.keptPerSample = stash * inflight;
   }
   if (r == L - 1) {
-    // The loss: its softmax kept in fp32 for the backward pass (Megatron
-    // computes the cross entropy in fp32), and the gradient of the
-    // model's output in the run format while the backward starts.
     const cost::LayerCost &last = model.layers[L - 1];
     double elements = last.outputBytesPerSample / elementBytes;
     if (last.tensorParallelLossBytesPerSample > 0 || vocabHeadElements(L - 1, L - 1, tp) > 0)
       elements /= tp;  // vocab-parallel: each rank holds its columns
-    n.keptPerSample += 4.0 * elements * inflight;
-    n.transientPerSample += elementBytes * elements;
+    if (opt.fusedCrossEntropy) {
+      // One loss kernel: it keeps the logits in the run format (and a
+      // log-sum-exp per row) and writes their gradient, which is the head's
+      // output gradient that the transient term above already holds.
+      n.keptPerSample += elementBytes * elements * inflight;
+    } else {
+      // The loss: its softmax kept in fp32 for the backward pass (Megatron
+      // computes the cross entropy in fp32), and the gradient of the
+      // model's output in the run format while the backward starts.
+      n.keptPerSample += 4.0 * elements * inflight;
+      n.transientPerSample += elementBytes * elements;
+    }
   }
   return n;
 }

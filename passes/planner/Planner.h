@@ -120,6 +120,11 @@ struct Options {
   /// scatter/gather, Narayanan et al. SC'21 section 4.1): each rank sends its
   /// 1/tp slice, the receivers all-gather it over their intra-node link.
   bool scatterGatherSends = false;
+  /// The stack's loss is one fused kernel (cluster::Stack::fusedCrossEntropy):
+  /// the last stage keeps the logits in the run format for it, not an fp32
+  /// softmax, and no separate output-gradient buffer (docs/cost-model.md,
+  /// "Training and memory").
+  bool fusedCrossEntropy = false;
   /// Measured op times that replace the roofline on their device type.
   std::vector<cost::Profile> profiles;
   /// Called now and then with the share of the search done (0..1).

@@ -120,6 +120,7 @@ void compileAndRun(const std::string &modelPath, const std::string &bytes, bool 
   options.dtype = po.dtype;
   options.splitBatch = costed->wholeBatchReason.empty();
   options.scatterGatherSends = cl->stack().scatterGatherSends;
+  options.fusedCrossEntropy = cl->stack().fusedCrossEntropy;
   auto result = planner::makePlan(costed->cost, *cl, options);
   if (!result) {
     ++fuzz::compileStats().refusedByPlanner;

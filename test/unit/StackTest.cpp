@@ -45,8 +45,8 @@ nodes:
 
 } // namespace
 
-TEST(Stack, CatalogNamesThreeStacksWithSources) {
-  ASSERT_EQ(builtin().stacks().size(), 3u);
+TEST(Stack, CatalogNamesFourStacksWithSources) {
+  ASSERT_EQ(builtin().stacks().size(), 4u);
   for (const Stack &s : builtin().stacks())
     EXPECT_FALSE(s.source.empty()) << s.name;
   // deepspeed-2021 is today's fitted behaviour (AMP's accuracy numbers).
@@ -62,6 +62,9 @@ TEST(Stack, CatalogNamesThreeStacksWithSources) {
   EXPECT_LT(own.kernelUs, 10);
   EXPECT_TRUE(stack("Megatron_LM").tf32);  // names ignore case, '-' and '_'
   EXPECT_TRUE(stack("megatron-lm").fusedAttention);
+  // Only llm-foundry runs the loss as one kernel (flash-attn's cross entropy).
+  for (const Stack &s : builtin().stacks())
+    EXPECT_EQ(s.fusedCrossEntropy, s.name == "llm-foundry") << s.name;
   // Catalog devices carry no host figures of their own any more.
   for (const DeviceType *t : builtin().types())
     EXPECT_FALSE(t->achieved.kernelUs || t->achieved.microBatchUs) << t->name;
@@ -71,7 +74,7 @@ TEST(Stack, UnknownNameSaysTheClosest) {
   auto s = builtin().lookupStack("megatron");
   ASSERT_FALSE(bool(s));
   EXPECT_EQ(llvm::toString(s.takeError()),
-            "unknown software stack 'megatron'; closest: megatron-lm, hetplan, deepspeed-2021");
+            "unknown software stack 'megatron'; closest: megatron-lm, hetplan, llm-foundry");
   EXPECT_EQ(fileError("stack: deepspeed\nnodes:\n  - devices: [T4]\n"),
             "c.yaml:1:8: unknown software stack 'deepspeed'; closest: deepspeed-2021, hetplan, "
             "megatron-lm");
@@ -176,7 +179,7 @@ TEST(Stack, ClusterFileOverridesOrDefinesAStack) {
 TEST(Stack, ClusterFileErrorsNameLineAndField) {
   EXPECT_EQ(fileError("stack: {name: my-jax, kernel_us: 3}\nnodes:\n  - devices: [T4]\n"),
             "c.yaml:1:8: missing field 'micro_batch_us' in stack 'my-jax' (not a known stack, "
-            "so a new one; known: hetplan, deepspeed-2021, megatron-lm)");
+            "so a new one; known: hetplan, deepspeed-2021, megatron-lm, llm-foundry)");
   EXPECT_EQ(fileError("stack: {name: hetplan, tf32: yes}\nnodes:\n  - devices: [T4]\n"),
             "c.yaml:1:30: 'tf32' must be true or false in stack 'hetplan'");
   EXPECT_EQ(fileError("stack: {name: hetplan, kernel_us: -1}\nnodes:\n  - devices: [T4]\n"),

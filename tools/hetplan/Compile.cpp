@@ -904,6 +904,7 @@ int runCompile() {
   po.training = options.mode == cost::Mode::Train;
   po.fusedAttention = cl->stack().fusedAttention;
   options.scatterGatherSends = cl->stack().scatterGatherSends;
+  options.fusedCrossEntropy = cl->stack().fusedCrossEntropy;
   auto costed = planner::costModelFile(po);
   if (!costed)
     return fail(llvm::toString(costed.takeError()));
