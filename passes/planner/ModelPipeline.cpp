@@ -615,7 +615,38 @@ llvm::Error bindAndGroup(ModuleOp module, const Binder &binder, CostedModel &res
 
 } // namespace
 
+std::string oneLineMessage(llvm::StringRef message) {
+  std::string out;
+  out.reserve(message.size());
+  for (char c : message) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      static const char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+llvm::Expected<CostedModel> costModelFileImpl(const PipelineOptions &o);
+} // namespace
+
 llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
+  // Names in the model are the model's: a newline in one must not split the
+  // error the user (or a script) reads as one line.
+  auto result = costModelFileImpl(o);
+  if (!result)
+    return llvm::createStringError(oneLineMessage(llvm::toString(result.takeError())));
+  return result;
+}
+
+namespace {
+llvm::Expected<CostedModel> costModelFileImpl(const PipelineOptions &o) {
   const std::string &path = o.path;
   auto err = [](const llvm::Twine &message) -> llvm::Expected<CostedModel> {
     return llvm::createStringError(message.str());
@@ -670,5 +701,6 @@ llvm::Expected<CostedModel> costModelFile(const PipelineOptions &o) {
   result.cost = std::move(*modelCost);
   return result;
 }
+} // namespace
 
 } // namespace hetplan::planner

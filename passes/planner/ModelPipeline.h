@@ -82,6 +82,11 @@ struct CostedModel {
 /// One-line errors name the file (and node, for shape errors).
 llvm::Expected<CostedModel> costModelFile(const PipelineOptions &options);
 
+/// `message` on one line: control characters (a newline in a node or value
+/// name the model chose, say) written as \xNN. Bytes of 0x80 and above stay
+/// (UTF-8 names print as they are).
+std::string oneLineMessage(llvm::StringRef message);
+
 } // namespace hetplan::planner
 
 #endif

@@ -19,6 +19,7 @@
 #include "dialects/het/import/OnnxImporter.h"
 #include "passes/GraphSummary.h"
 #include "passes/cluster/Cluster.h"
+#include "passes/planner/ModelPipeline.h"
 #include "tools/hetplan/Commands.h"
 #include "hetplan/runtime/Plan.h"
 
@@ -66,7 +67,7 @@ static cl::opt<bool> devicesJson("json", cl::desc("Print JSON"),
                                  cl::sub(devicesCmd));
 
 int hetplan::tools::fail(const llvm::Twine &message) {
-  llvm::WithColor::error(llvm::errs(), "hetplan") << message << "\n";
+  llvm::WithColor::error(llvm::errs(), "hetplan") << hetplan::planner::oneLineMessage(message.str()) << "\n";
   return 1;
 }
 using hetplan::tools::fail;
