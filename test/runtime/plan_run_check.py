@@ -15,7 +15,8 @@ process) and with `hetplan run` on .npy files (compared here with numpy).
   trained weights (read back from the saved ONNX file).
   --generate gpt2-small: write models/gen_transformer.py's GPT-2 small
   (124M parameters, random weights, external data) into DIR and check it;
-  --generate small-cnn: models/gen_cnn.py's residual convnet.
+  --generate small-cnn: models/gen_cnn.py's residual convnet;
+  --generate dlrm-tiny: models/gen_dlrm.py's tiny DLRM (embedding lookups).
   --memory "ARGS": training memory options set on the compiled plan by the
   equivalence check (e.g. "--zero 3 --recompute all --offload"), which
   writes the changed plan for `hetplan run` (docs/runtime.md, "Training
@@ -184,6 +185,9 @@ def main():
         out = os.path.join(a.work, config + ".onnx")
         if config == "small-cnn":  # models/gen_cnn.py: a residual convnet
             rc, log = run([a.python, os.path.join(os.path.dirname(gen), "gen_cnn.py"), "-o", out])
+        elif config == "dlrm-tiny":  # models/gen_dlrm.py: embedding tables, MLPs, dot interaction
+            rc, log = run([a.python, os.path.join(os.path.dirname(gen), "gen_dlrm.py"), "--config", "tiny",
+                           "-o", out])
         else:
             rc, log = run([a.python, gen, "--family", family, "--config", config,
                            "--weights", "external", "--no-check", "-o", out])
