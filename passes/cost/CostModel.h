@@ -122,9 +122,14 @@ struct LayerCost {
   int64_t parameters = 0;       // elements of the weights the layer owns
   double parameterBytes = 0;    // at the model dtype
   double stashBytesPerSample = 0;   // activations kept for backward
-  /// The largest activation one op of the layer writes (per sample): the
-  /// backward pass holds its gradient and its input's at once.
+  /// The largest activation one op of the layer writes (per sample).
   double largestActivationBytesPerSample = 0;
+  /// The largest activation inputs plus outputs of one op of the layer (per
+  /// sample): its backward holds its output's gradient and writes its
+  /// inputs' at once (at inference it reads the one and writes the other).
+  /// A fused attention core counts Q, K, V and O, never its scores. An LM
+  /// head holds a logits-sized and a hidden-sized gradient, not two logits.
+  double largestInOutBytesPerSample = 0;
   /// The part of stashBytesPerSample that Megatron-style tensor
   /// parallelism splits across the group (values between a column-parallel
   /// product and its row-parallel partner, attention heads).

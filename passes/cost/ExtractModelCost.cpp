@@ -839,14 +839,26 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
     if (options.fusedAttention)
       chains = findAttentionChains(info, r.first, r.last);
     llvm::DenseSet<int> fusedAway = fusedAwayNodes(chains);
+    llvm::DenseSet<Value> neverWritten = fusedAwayValues(info, chains);
+    llvm::DenseMap<int, int> chainOfOutput;  // P·V node -> its Q·Kᵀ node
+    for (const AttentionChain &c : chains)
+      chainOfOutput[c.output] = c.scores;
     for (int i = r.first; i <= r.last; ++i) {
       NodeOp node = info.nodes[i];
       const OpCost &cost = costs[i];
       layer.ops.push_back(cost);
-      if (cost.launches > 0 && !fusedAway.contains(i))
+      if (cost.launches > 0 && !fusedAway.contains(i)) {
+        double out = activationBytes(node.getResults(), info, dtype);
         layer.largestActivationBytesPerSample =
-            std::max(layer.largestActivationBytesPerSample,
-                     activationBytes(node.getResults(), info, dtype) / samples);
+            std::max(layer.largestActivationBytesPerSample, out / samples);
+        double in = 0;
+        for (Value v : node.getInputs())
+          if (info.kind(v) == ValueKind::Activation && !neverWritten.contains(v))
+            in += valueBytes(v.getType(), dtype);
+        if (auto it = chainOfOutput.find(i); it != chainOfOutput.end())
+          in += activationBytes(info.nodes[it->second].getInputs(), info, dtype);  // Q and K
+        layer.largestInOutBytesPerSample = std::max(layer.largestInOutBytesPerSample, (in + out) / samples);
+      }
       auto w = matmulWeightBytes(node, info, dtype);
       bool big = w && *w >= options.tensorParallelMinWeightBytes;
       if (big)

@@ -44,8 +44,8 @@ Need Search::need(int c, int l, int r, int tp, int workers, int inflight, int mi
   double largestStash = training && recompute ? stashMax(tp).max(l, r) : 0;
   double largestLayer = training && sv.zero >= 3 ? largestParameters.max(l, r) : 0;
   // The backward pass of the largest op holds the gradients of its output
-  // and of its input at once; at inference its input and output.
-  n.transientPerSample = 2 * largest / tp;
+  // and of its inputs at once; at inference its inputs and output.
+  n.transientPerSample = largest / tp;
   if (!training) {
     n.weights = params * elementBytes;
     n.kvPerSample = (kvPrefix[r + 1] - kvPrefix[l]) / tp * microBatches;

@@ -48,7 +48,7 @@ Search::Search(const cost::ModelCost &model, const cluster::Cluster &cluster,
   elementBytes = cost::dtypeBytes(opt.dtype);
   std::vector<double> activation, parameters;
   for (const auto &l : model.layers) {
-    activation.push_back(l.largestActivationBytesPerSample);
+    activation.push_back(l.largestInOutBytesPerSample);
     parameters.push_back(double(l.parameters));
   }
   largestActivation = RangeMax(std::move(activation));

@@ -342,6 +342,8 @@ private:
   std::vector<double> stashSplitPrefix, layerInputPrefix;
   std::vector<int> tiedLayers;  // layers that read tied parameters
   std::vector<int> classOfRank;
+  // largestActivation: the largest inputs + outputs of one op
+  // (cost::LayerCost::largestInOutBytesPerSample).
   RangeMax largestActivation, largestParameters;
   std::map<int, RangeMax> stashMaxByTp;
   /// evaluateLayout's report of a layout that does not fit: shares are not
