@@ -432,14 +432,26 @@ LogicalResult constantOfShapeOp(NodeOp n, ArrayRef<ValueFacts> in,
     if (element.isInteger() && value.getNumElements() == 1)
       fill = value.getSplatValue<APInt>().getSExtValue();
   }
+  // (Found by the compile fuzzer: a negative dim made the folded fill a
+  // vector of 2^64 - 1 elements, and a shape input of 2^40 entries a rank
+  // of 2^40.)
+  constexpr int64_t kMaxRank = 64;
   if (!shape) {
-    if (auto s = in[0].shape(); s && s->size() == 1 && !isDyn((*s)[0]))
+    if (auto s = in[0].shape(); s && s->size() == 1 && !isDyn((*s)[0])) {
+      if ((*s)[0] < 0 || (*s)[0] > kMaxRank)
+        return (why = "a shape of " + std::to_string((*s)[0]) + " dims", failure());
       out[0] = tensor(Shape((*s)[0], kDyn), element);
+    }
     return success();
   }
+  if (int64_t(shape->size()) > kMaxRank)
+    return (why = "a shape of " + std::to_string(shape->size()) + " dims", failure());
+  for (int64_t d : *shape)
+    if (d < 0 && !isDyn(d))
+      return (why = "shape has a negative dim (" + std::to_string(d) + ")", failure());
   out[0] = tensor(*shape, element);
   int64_t total = numElements(*shape);
-  if (fill && total <= int64_t(kMaxFoldedElements))
+  if (fill && total >= 0 && total <= int64_t(kMaxFoldedElements))
     out[0].ints = Shape(total, *fill);
   return success();
 }

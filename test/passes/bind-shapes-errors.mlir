@@ -109,3 +109,14 @@ het.graph @div_one_input(%x: tensor<?x3xf32, #het.dims<"batch", "">>) -> () {
   %r = het.node "Div" opset 17 (%x) : (tensor<?x3xf32, #het.dims<"batch", "">>) -> !het.unknown
   het.return
 }
+
+// -----
+
+// ConstantOfShape with a negative dim (the compile fuzzer: its folded fill
+// was sized 2^64 - 1 and LLVM aborted).
+het.graph @constant_of_shape_negative(%x: tensor<?x3xf32, #het.dims<"batch", "">>) -> () {
+  %s = het.constant(dense<[2, -1]> : tensor<2xi64>) : tensor<2xi64>
+  // expected-error @+1 {{ConstantOfShape: shape has a negative dim (-1)}}
+  %r = het.node "ConstantOfShape" opset 17 (%s) {value = dense<1> : tensor<1xi64>} : (tensor<2xi64>) -> !het.unknown
+  het.return
+}
