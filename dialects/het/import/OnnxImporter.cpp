@@ -20,6 +20,7 @@
 
 #include "onnx/defs/parser.h"
 
+#include <map>
 #include <stdexcept>
 
 using namespace mlir;
@@ -40,6 +41,46 @@ bool looksLikeText(llvm::StringRef path, llvm::StringRef bytes) {
     return true;
   llvm::StringRef head = bytes.ltrim();
   return head.starts_with("<");
+}
+
+/// The rank a shape operand of `length` entries gives: no tensor has more
+/// than this many dims. (libonnx's shape inference builds the output shape
+/// dim by dim: a ConstantOfShape of a declared [2^40] shape input ran for
+/// a minute and most of the memory before anything refused it: the compile
+/// fuzzer.)
+constexpr int64_t kMaxShapeOperandLength = 64;
+
+/// The first node of `g` (or of its subgraphs) whose shape operand
+/// (ConstantOfShape's input, Expand's and Reshape's second) is declared
+/// 1-D with more entries than any tensor has dims; "" when none is.
+std::string oversizedShapeOperand(const onnx::GraphProto &g) {
+  std::map<std::string, int64_t> length;  // declared 1-D values: their length
+  auto note = [&](const std::string &name, const onnx::TypeProto &t) {
+    if (t.has_tensor_type() && t.tensor_type().has_shape() && t.tensor_type().shape().dim_size() == 1 &&
+        t.tensor_type().shape().dim(0).has_dim_value())
+      length[name] = t.tensor_type().shape().dim(0).dim_value();
+  };
+  for (const auto &v : g.input()) note(v.name(), v.type());
+  for (const auto &v : g.value_info()) note(v.name(), v.type());
+  for (const auto &t : g.initializer())
+    if (t.dims_size() == 1) length[t.name()] = t.dims(0);
+  for (const auto &n : g.node()) {
+    int operand = n.op_type() == "ConstantOfShape" ? 0 : (n.op_type() == "Expand" || n.op_type() == "Reshape") ? 1 : -1;
+    if (n.domain().empty() && operand >= 0 && operand < n.input_size()) {
+      auto it = length.find(n.input(operand));
+      if (it != length.end() && it->second > kMaxShapeOperandLength)
+        return "node '" + (n.name().empty() ? n.output_size() ? n.output(0) : std::string("?") : n.name()) + "' (" +
+               n.op_type() + "): its shape operand '" + n.input(operand) + "' has " + std::to_string(it->second) +
+               " entries, a tensor of that many dims (at most " + std::to_string(kMaxShapeOperandLength) + ")";
+    }
+    for (const auto &a : n.attribute()) {
+      if (a.has_g())
+        if (std::string why = oversizedShapeOperand(a.g()); !why.empty()) return why;
+      for (const auto &sub : a.graphs())
+        if (std::string why = oversizedShapeOperand(sub); !why.empty()) return why;
+    }
+  }
+  return "";
 }
 
 } // namespace
@@ -104,6 +145,8 @@ OwningOpRef<ModuleOp> importOnnxBytes(llvm::StringRef bytes, llvm::StringRef pat
            std::to_string(kMinIrVersion) + " to " +
            std::to_string(maxSupportedIrVersion()) + ")");
 
+    if (std::string why = oversizedShapeOperand(model.graph()); !why.empty())
+      fail(file + ": " + why);
     std::string note = options.shapeInference ? inferShapes(model)
                                               : std::string("skipped: disabled");
     Importer importer(context, path, model, options.allowMissingWeights);
