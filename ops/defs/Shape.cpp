@@ -210,8 +210,12 @@ bool sliceShape(const ShapeIn &in, std::vector<OutShape> &out, std::string &why)
   if (!starts || !ends || !axes || !steps) {
     // Which axes are sliced is unknown or their bounds are: those dims are dynamic.
     if (axes && !axes->empty())
-      for (int64_t a : *axes)
-        result[size_t(normAxis(a, rank))] = kUnknownDim;
+      for (int64_t a : *axes) {
+        int64_t axis = normAxis(a, rank);
+        if (axis < 0 || axis >= rank)
+          return (why = "axis out of range", false);
+        result[size_t(axis)] = kUnknownDim;
+      }
     else
       for (auto &d : result)
         d = kUnknownDim;

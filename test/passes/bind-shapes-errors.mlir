@@ -120,3 +120,14 @@ het.graph @constant_of_shape_negative(%x: tensor<?x3xf32, #het.dims<"batch", "">
   %r = het.node "ConstantOfShape" opset 17 (%s) {value = dense<1> : tensor<1xi64>} : (tensor<2xi64>) -> !het.unknown
   het.return
 }
+
+// -----
+
+// A Slice whose bounds are known only at run time, with an axis the input
+// does not have (the compile fuzzer: the rule indexed past the dims).
+het.graph @slice_unknown_bounds_bad_axis(%x: tensor<?x3xf32, #het.dims<"batch", "">>, %s: tensor<1xi64>) -> () {
+  %a = het.constant(dense<[5]> : tensor<1xi64>) : tensor<1xi64>
+  // expected-error @+1 {{Slice: axis out of range}}
+  %r = het.node "Slice" opset 17 (%x, %s, %s, %a) : (tensor<?x3xf32, #het.dims<"batch", "">>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> !het.unknown
+  het.return
+}
