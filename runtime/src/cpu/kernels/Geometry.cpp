@@ -46,7 +46,9 @@ Window makeWindow(const Node &n, const std::vector<int64_t> &inSpatial, std::vec
     if (pads[i] < 0 || pads[i + r] < 0) throw std::runtime_error("pads must not be negative");
     if (w.in[i] < 0) throw std::runtime_error("negative spatial dim");
     // Every size below is computed from these: refuse what would overflow.
-    checkedAdd(checkedMul(w.kernel[i] - 1, w.dil[i], "the dilated kernel size"), w.in[i] + pads[i] + pads[i + r] + 1,
+    checkedAdd(checkedMul(w.kernel[i] - 1, w.dil[i], "the dilated kernel size"),
+               checkedAdd(checkedAdd(checkedAdd(w.in[i], pads[i], "the padded input"), pads[i + r], "the padded input"),
+                          1, "the padded input"),
                "the padded window");
   }
   w.padBegin.assign(pads.begin(), pads.begin() + r);
