@@ -12,6 +12,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <optional>
 
@@ -115,6 +116,78 @@ BaselineResult serveResult(llvm::Expected<serve::ServePlan> p, Strategy strategy
   return b;
 }
 
+/// Even pipelines: per device type, one replica pipelined over all of its
+/// devices (one stage each, up to one per layer) with the layers split
+/// evenly, the replicas routed by capacity. A type whose pipeline does not
+/// fit is left out (and named); none fits: the first type's reason.
+BaselineResult evenPipelineServing(const cost::ModelCost &prefill, const cost::ModelCost &decode,
+                                   const cluster::Cluster &cluster, const serve::Options &options) {
+  std::vector<const cluster::DeviceType *> types;
+  for (const cluster::Device &d : cluster.devices)
+    if (std::find(types.begin(), types.end(), d.type) == types.end())
+      types.push_back(d.type);
+  const int L = int(decode.layers.size());
+  // The replicas' simulator reads its cluster and options: both live here
+  // until the simulation below is done.
+  std::deque<cluster::Cluster> subs;
+  std::deque<serve::Options> subOptions;
+  std::vector<serve::Replica> replicas;
+  std::string note, left;
+  double capacity = 0;
+  for (const cluster::DeviceType *type : types) {
+    subs.push_back(onlyType(cluster, type));
+    const cluster::Cluster &sub = subs.back();
+    serve::Options o = options;
+    o.pickDevices = false;
+    o.optionalTypes.clear();
+    o.pinPipelineStages = std::min(int(sub.devices.size()), L);
+    o.pinTensorParallel = 1;
+    // Shape and capacity only: the rate is the whole cluster's, checked
+    // against the replicas' sum below.
+    o.rate = std::min(options.rate, 1e-3);
+    subOptions.push_back(o);
+    auto p = serve::planServing(prefill, decode, sub, subOptions.back());
+    std::string what = std::to_string(sub.devices.size()) + "x " + type->name;
+    if (!p) {
+      std::string why = shortReason(llvm::toString(p.takeError()));
+      left += (left.empty() ? "" : "; ") + what + " left out: " + why;
+      continue;
+    }
+    for (serve::Replica &r : p->replicas) {
+      note += (note.empty() ? "" : ", ") + what + " in " + std::to_string(r.stages.size()) +
+              " stage(s)";
+      capacity += r.capacity;
+      replicas.push_back(std::move(r));
+    }
+  }
+  BaselineResult b;
+  b.strategy = Strategy::EvenPipeline;
+  if (replicas.empty()) {
+    b.note = left;
+    return b;
+  }
+  if (capacity < options.rate) {
+    b.note = llvm::formatv("{0}: capacity {1:F2} req/s, below the rate {2:F2} req/s", note, capacity,
+                           options.rate)
+                 .str();
+    return b;
+  }
+  std::vector<serve::SimReplica> sims;
+  for (const serve::Replica &r : replicas) {
+    sims.push_back(r.sim);
+    sims.back().share = r.capacity / capacity;
+  }
+  serve::SimResult predicted = serve::simulate(sims, options.rate, options.promptTokens,
+                                               options.outputTokens, kServeBaselineRequests,
+                                               options.seed);
+  b.fits = true;
+  b.capacityRps = capacity;
+  b.tpotP90 = predicted.tpotP90;
+  b.note = note + ": one pipeline per type, layers split evenly, routed by capacity" +
+           (left.empty() ? "" : "; " + left);
+  return b;
+}
+
 } // namespace
 
 std::vector<BaselineResult> planServeBaselines(const cost::ModelCost &prefill,
@@ -178,6 +251,7 @@ std::vector<BaselineResult> planServeBaselines(const cost::ModelCost &prefill,
                               " one-stage replica(s), requests routed evenly"
                         : "";
   out.push_back(serveResult(std::move(dp), Strategy::DataParallel, note));
+  out.push_back(evenPipelineServing(prefill, decode, cluster, options));
   return out;
 }
 

@@ -188,6 +188,8 @@ void exportMemory(plan::MemoryUse *mem, const RankMemory &m) {
   // The plan's workspace: the CUDA context and the transient buffers.
   mem->set_workspace(runtime::saturatedCount(m.workspace + m.framework));
   mem->set_peak(runtime::saturatedCount(m.peak()));
+  mem->set_recompute_saved(runtime::saturatedCount(m.recomputeSaved));
+  mem->set_offload_saved(runtime::saturatedCount(m.offloadSaved));
 }
 
 /// The program of rank `self` (a worker of stage `j`, `tpIndex` within its

@@ -147,6 +147,10 @@ struct RankMemory {
   /// Held only during the optimizer step, when no activations are: the fp32
   /// gradient copy of a mixed-precision optimizer.
   double optimizerStep = 0;
+  /// What recomputation and optimizer offload took off peak() (0 where the
+  /// rank's stage does not use them): the same stage and schedule priced
+  /// without each.
+  double recomputeSaved = 0, offloadSaved = 0;
   double peak() const {
     return parameters + gradients + optimizerState + kvCache + framework +
            std::max(activations + workspace, optimizerStep);

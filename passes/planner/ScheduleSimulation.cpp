@@ -236,19 +236,34 @@ void Search::rankMemory(const Candidate &c, const std::vector<int> &peakStash, P
     for (const Worker &w : st.workers)
       for (int rank : w.ranks) {
         RankMemory &mem = plan.memory[rank];
-        Need n = need(classOfRank[rank], st.firstLayer, st.lastLayer, st.tensorParallel,
-                      int(c.stagesRef()[j].workers()), depth, M, st.recompute, c.savers);
-        double samples = double(w.samples);
-        mem.parameters = n.weights;
-        mem.gradients = n.gradients;
-        mem.optimizerState = n.optimizer;
-        mem.framework = n.framework;
-        mem.optimizerStep = n.step;
-        mem.kvCache = n.kvPerSample * samples;
-        mem.activations = n.keptPerSample * samples;
-        mem.workspace = n.gather + n.transientPerSample * samples +
+        const double capacity = mem.capacity;
+        auto priced = [&](bool recompute, const Savers &sv) {
+          Need n = need(classOfRank[rank], st.firstLayer, st.lastLayer, st.tensorParallel,
+                        int(c.stagesRef()[j].workers()), depth, M, recompute, sv);
+          double samples = double(w.samples);
+          RankMemory m;
+          m.capacity = capacity;
+          m.parameters = n.weights;
+          m.gradients = n.gradients;
+          m.optimizerState = n.optimizer;
+          m.framework = n.framework;
+          m.optimizerStep = n.step;
+          m.kvCache = n.kvPerSample * samples;
+          m.activations = n.keptPerSample * samples;
+          m.workspace = n.gather + n.transientPerSample * samples +
                         (n.keptPerSample + n.transientPerSample) * samples *
                             opt.allocatorFragmentation;
+          return m;
+        };
+        mem = priced(st.recompute, c.savers);
+        // What each saver bought, for the report (explain, --html).
+        if (training && st.recompute)
+          mem.recomputeSaved = std::max(0.0, priced(false, c.savers).peak() - mem.peak());
+        if (training && c.savers.offload) {
+          Savers kept = c.savers;
+          kept.offload = false;
+          mem.offloadSaved = std::max(0.0, priced(st.recompute, kept).peak() - mem.peak());
+        }
         if (mem.peak() > mem.capacity)
           plan.fitsMemory = false;
       }

@@ -281,14 +281,26 @@ std::string memorySaversText(const plan::Plan &p) {
   for (const auto &stage : p.stages())
     if (stage.recompute())
       recomputed += (recomputed.empty() ? "" : ", ") + std::to_string(stage.index());
+  // The most a rank saved (Rank.memory; 0 in plans written before the
+  // savings were recorded).
+  double recomputeSaved = 0, offloadSaved = 0;
+  for (const auto &rank : p.ranks()) {
+    recomputeSaved = std::max(recomputeSaved, double(rank.memory().recompute_saved()));
+    offloadSaved = std::max(offloadSaved, double(rank.memory().offload_saved()));
+  }
+  auto upTo = [](double bytes) {
+    return bytes > 0 ? " (up to " + bytesText(bytes) + " per rank)" : std::string();
+  };
   if (!recomputed.empty())
     savers = std::string("recomputation on stage") +
-             (recomputed.find(',') == std::string::npos ? " " : "s ") + recomputed;
+             (recomputed.find(',') == std::string::npos ? " " : "s ") + recomputed +
+             upTo(recomputeSaved);
   const auto &s = p.settings();
   if (s.zero_stage() > 0)
     savers += (savers.empty() ? "" : "; ") + ("ZeRO-" + std::to_string(s.zero_stage()));
   if (s.offload_optimizer())
-    savers += (savers.empty() ? "" : "; ") + std::string("optimizer state in host memory");
+    savers += (savers.empty() ? "" : "; ") + std::string("optimizer state in host memory") +
+              upTo(offloadSaved);
   return savers.empty() ? "none" : savers;
 }
 

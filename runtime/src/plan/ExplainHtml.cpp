@@ -523,9 +523,32 @@ void writeMemoryLegend(std::ostream &os, size_t kinds) {
   os << "<span>bar: device capacity; dashed line: predicted peak</span></div>\n";
 }
 
-/// What each memory saver does to the plan's own figures. ZeRO's saving is
-/// derived from the sharded state and the stage's workers; recomputation's
-/// and offload's are not recorded in the plan.
+/// "ranks 0-7 1.2 GiB, rank 9 0.8 GiB": runs of consecutive ranks that
+/// saved the same, from `saved` per rank (0: left out).
+template <typename SavedFn> std::string savedPerRankText(const plan::Plan &p, SavedFn saved) {
+  std::vector<std::pair<std::vector<uint32_t>, std::string>> runs;
+  for (const auto &rank : p.ranks()) {
+    if (rank.stage() >= uint32_t(p.stages_size()))
+      continue;
+    double bytes = saved(rank);
+    if (!(bytes > 0))
+      continue;
+    std::string text = sizeText(bytes);
+    if (runs.empty() || runs.back().second != text || runs.back().first.back() + 1 != rank.rank())
+      runs.push_back({{}, text});
+    runs.back().first.push_back(rank.rank());
+  }
+  std::string out;
+  for (const auto &[ranks, text] : runs)
+    out += (out.empty() ? "" : ", ") + std::string(ranks.size() > 1 ? "ranks " : "rank ") +
+           runsText(ranks) + " " + text;
+  return out;
+}
+
+/// What each memory saver does to the plan's own figures: recomputation's
+/// and offload's savings as the planner priced them (the same stage and
+/// schedule without the saver; Rank.memory), ZeRO's derived from the
+/// sharded state and the stage's workers.
 void writeSavers(std::ostream &os, const plan::Plan &p) {
   const auto &s = p.settings();
   os << "<h3>Memory savers</h3><ul id=\"savers\">";
@@ -534,10 +557,16 @@ void writeSavers(std::ostream &os, const plan::Plan &p) {
     if (stage.recompute())
       recomputed.push_back(stage.index());
   bool any = !recomputed.empty();
-  if (any)
+  if (any) {
+    std::string saved = savedPerRankText(
+        p, [](const plan::Rank &r) { return double(r.memory().recompute_saved()); });
     os << "<li>recomputation on stage" << (recomputed.size() > 1 ? "s " : " ")
        << runsText(recomputed) << ": keeps each layer's input and recomputes the rest in the "
-       << "backward pass (its saving is not recorded in the plan)</li>";
+       << "backward pass"
+       << (saved.empty() ? " (its saving is not recorded in this plan)"
+                         : "; saved per rank: " + saved)
+       << "</li>";
+  }
   if (s.zero_stage() > 0) {
     any = true;
     const char *what = s.zero_stage() == 1   ? "optimizer state"
@@ -545,33 +574,22 @@ void writeSavers(std::ostream &os, const plan::Plan &p) {
                                              : "optimizer state, gradients and weights";
     os << "<li>ZeRO-" << s.zero_stage() << ": " << what
        << " sharded over each stage's data-parallel workers";
-    // Runs of consecutive ranks that saved the same: "ranks 0-7 1.2 GiB".
-    std::vector<std::pair<std::vector<uint32_t>, std::string>> runs;
-    for (const auto &rank : p.ranks()) {
-      if (rank.stage() >= uint32_t(p.stages_size()))
-        continue;
+    std::string saved = savedPerRankText(p, [&](const plan::Rank &rank) {
       int workers = p.stages(int(rank.stage())).workers_size();
       const auto &m = rank.memory();
       double sharded = double(m.optimizer_state()) +
                        (s.zero_stage() >= 2 ? double(m.gradients()) : 0) +
                        (s.zero_stage() >= 3 ? double(m.parameters()) : 0);
-      if (!(workers > 1 && sharded > 0))
-        continue;
-      std::string text = sizeText(sharded * (workers - 1));
-      if (runs.empty() || runs.back().second != text || runs.back().first.back() + 1 != rank.rank())
-        runs.push_back({{}, text});
-      runs.back().first.push_back(rank.rank());
-    }
-    std::string saved;
-    for (const auto &[ranks, text] : runs)
-      saved += (saved.empty() ? "" : ", ") + std::string(ranks.size() > 1 ? "ranks " : "rank ") +
-               runsText(ranks) + " " + text;
+      return workers > 1 ? sharded * (workers - 1) : 0.0;
+    });
     os << (saved.empty() ? "" : "; saved per rank: " + saved) << "</li>";
   }
   if (s.offload_optimizer()) {
     any = true;
+    std::string saved = savedPerRankText(
+        p, [](const plan::Rank &r) { return double(r.memory().offload_saved()); });
     os << "<li>optimizer offload: optimizer state and step in host memory (not counted on the "
-       << "devices above)</li>";
+       << "devices above)" << (saved.empty() ? "" : "; saved per rank: " + saved) << "</li>";
   }
   if (!any)
     os << "<li>none</li>";

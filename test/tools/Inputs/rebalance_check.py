@@ -4,10 +4,12 @@
 
 Compiles gpt2-tiny's training plan for three equal CPU ranks (one stage,
 three data-parallel workers of 4 samples per micro-batch, 2 micro-batches),
-then runs 5 steps with rank 2 slowed on purpose (--test-slow-rank 2:2: it
-sleeps twice what each FORWARD/BACKWARD took, 3x slower) without and with
---rebalance. Checks that with it the slow worker's share shrinks within the
-first 3 step boundaries (the default needs 2 slow steps), that the move is
+then runs 6 steps with rank 2 slowed on purpose (--test-slow-rank 2:4: it
+sleeps four times what each FORWARD/BACKWARD took, 5x slower) without and
+with --rebalance. Checks that with it the slow worker's share shrinks within
+the first 5 step boundaries (the default needs 2 consecutive slow steps; on
+a loaded 2-core machine a peer thread descheduled for a step can hide the
+straggler for that step, so the bound leaves room for two such steps), that the move is
 printed on stderr and listed in --json, and that the losses (1e-5 relative)
 and trained weights (1e-4 max-norm relative) equal the run without it.
 Then the same for a 2-stage pipeline (--pin pp=2: stage 0 one worker,
@@ -59,8 +61,8 @@ results = {}
 for mode, extra in (("plain", []), ("rebalance", ["--rebalance"])):
     out = os.path.join(WORK, mode)
     stdout, stderr = run((MPI if extra else []) + [HETPLAN, "run", plan, "--input", "input_ids=" + os.path.join(WORK, "ids.npy"),
-                          "--labels", os.path.join(WORK, "labels.npy"), "--steps", "5", "--lr", "0.003",
-                          "--adam-eps", "1e-4", "--test-slow-rank", "2:2", "--output", out,
+                          "--labels", os.path.join(WORK, "labels.npy"), "--steps", "6", "--lr", "0.003",
+                          "--adam-eps", "1e-4", "--test-slow-rank", "2:4", "--output", out,
                           "--save-model", out + ".onnx", "--json"] + extra)
     results[mode] = (json.loads(stdout), stderr, weights(out + ".onnx"))
 
@@ -71,7 +73,7 @@ moves = [e for e in reb["rebalances"] if e["moved"]]
 assert moves, ("no share moved", reb, stderr)
 first = moves[0]
 slow = min(range(len(first["samples_per_s"])), key=lambda w: first["samples_per_s"][w])
-assert first["after_step"] <= 3, first
+assert first["after_step"] <= 5, first
 assert first["new_shares"][slow] < first["old_shares"][slow], first
 assert sum(first["new_shares"]) == sum(first["old_shares"]), first
 lines = [l for l in stderr.splitlines() if l.startswith("rebalance: after step")]
@@ -90,8 +92,8 @@ run([HETPLAN, "compile", MODEL, "--mode", "train", "--cluster", os.path.join(WOR
 pp = {}
 for mode, extra in (("pp-plain", []), ("pp-rebalance", ["--rebalance"])):
     stdout, _ = run((MPI if extra else []) + [HETPLAN, "run", pp2, "--input", "input_ids=" + os.path.join(WORK, "ids.npy"),
-                    "--labels", os.path.join(WORK, "labels.npy"), "--steps", "5", "--lr", "0.003",
-                    "--adam-eps", "1e-4", "--test-slow-rank", "2:3", "--output", os.path.join(WORK, mode),
+                    "--labels", os.path.join(WORK, "labels.npy"), "--steps", "6", "--lr", "0.003",
+                    "--adam-eps", "1e-4", "--test-slow-rank", "2:4", "--output", os.path.join(WORK, mode),
                     "--json"] + extra)
     pp[mode] = json.loads(stdout)
 pmoves = [e for e in pp["pp-rebalance"]["rebalances"] if e["moved"]]
