@@ -84,6 +84,9 @@ cluster::Cluster onlyType(const cluster::Cluster &cl, const cluster::DeviceType 
   cluster::Cluster sub(cl.catalog());
   sub.name = cl.name;
   sub.interNode = cl.interNode;
+  // Priced under the same software stack as the whole cluster.
+  if (llvm::Error e = sub.selectStack(cl.stack().name))
+    llvm::consumeError(std::move(e));
   for (const cluster::Node &node : cl.nodes) {
     int at = -1;
     for (int rank : node.devices) {

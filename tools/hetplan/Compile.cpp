@@ -941,6 +941,7 @@ int runCompile() {
   }
   if (pickDevicesArg) {
     PickTargets targets{targetStepArg, targetSamplesArg, budgetArg, pickTimeArg};
+    targets.stack = stackArg;
     auto picked = pickDevices(*modelCost, pickGroups, flags->catalog, options, targets);
     if (!picked)
       return fail(model + " on " + clusterArg + ": " + llvm::toString(picked.takeError()));

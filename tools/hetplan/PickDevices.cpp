@@ -95,6 +95,7 @@ struct Mix {
   double step() const { return plan ? plan->stepSeconds : INFINITY; }
   double usdPerStep() const { return usdPerHour * step() / 3600; }
   bool idleType = false;  // the plan uses no device of a type the mix rents
+  bool planned = false;
 };
 
 /// Whether `plan` leaves every device of some rented type idle.
@@ -112,15 +113,29 @@ bool leavesTypeIdle(const planner::Plan &plan, const cluster::Cluster &cl,
   return false;
 }
 
-/// 0, 1, 2, 4, ... up to max, and max: the counts tried for an optional group.
-std::vector<int> countChoices(const PickGroup &g) {
+/// The counts tried first for an optional group: every count up to
+/// kDenseCounts, then steps of about 1.5x (12, 16, 24, 32, 48, ...) and the
+/// maximum; `coarse` (when the dense grid has too many mixes): 0, 1, 2, 4,
+/// ... and the maximum. The refinement pass then tries the counts between
+/// the picked count and its neighbours here.
+constexpr int kDenseCounts = 8;
+std::vector<int> countChoices(const PickGroup &g, bool coarse) {
   if (g.option)
     return {0};
   if (!g.optional)
     return {g.max};
   std::vector<int> c{0};
-  for (int n = 1; n < g.max; n *= 2)
-    c.push_back(n);
+  if (coarse) {
+    for (int n = 1; n < g.max; n *= 2)
+      c.push_back(n);
+  } else {
+    for (int n = 1; n < g.max && n <= kDenseCounts; ++n)
+      c.push_back(n);
+    for (int n = kDenseCounts * 3 / 2; n < g.max;) {  // 12, 16, 24, 32, 48, ...
+      c.push_back(n);
+      n = (n % 3 == 0) ? n / 3 * 4 : n / 2 * 3;
+    }
+  }
   c.push_back(g.max);
   return c;
 }
@@ -147,14 +162,20 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
   std::vector<std::vector<int>> choices;
   std::vector<double> price;
   std::vector<std::string> typeName;  // the catalog's name of each group's type
-  size_t total = 1;
+  auto mixCount = [&](bool coarse) {
+    size_t total = 1;
+    for (const PickGroup &g : groups)
+      total = std::min(total * countChoices(g, coarse).size(), PickTargets::kMaxMixes + 1);
+    return total;
+  };
+  const bool coarse = mixCount(false) > PickTargets::kMaxMixes;
+  const size_t total = mixCount(coarse);
+  if (total > PickTargets::kMaxMixes)
+    return llvm::createStringError(llvm::formatv(
+        "--pick-devices: more than {0} mixes of counts: fewer groups with '?'",
+        PickTargets::kMaxMixes));
   for (const PickGroup &g : groups) {
-    choices.push_back(countChoices(g));
-    total *= choices.back().size();
-    if (total > PickTargets::kMaxMixes)
-      return llvm::createStringError(llvm::formatv(
-          "--pick-devices: more than {0} mixes of counts: fewer groups with '?'",
-          PickTargets::kMaxMixes));
+    choices.push_back(countChoices(g, coarse));
     double p = 0;
     if (!g.option) {
       auto type = catalog.lookup(g.type);
@@ -208,14 +229,16 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   size_t evaluated = 0, met = 0;
-  double stopAbove = INFINITY;  // with a target: the kShown-th meeting mix's price
-  for (Mix &m : mixes) {
-    if (m.usdPerHour > stopAbove || elapsed() > targets.timeLimitSeconds)
-      break;
+  auto plan = [&](Mix &m) -> llvm::Error {
     ++evaluated;
+    m.planned = true;
     auto cl = cluster::parseClusterSpec(m.spec, catalog);
     if (!cl)
       return cl.takeError();
+    // Every mix is priced under the stack given (--stack).
+    if (!targets.stack.empty())
+      if (llvm::Error e = cl->selectStack(targets.stack))
+        return e;
     auto plan = planner::makePlan(model, *cl, opt);
     if (plan && leavesTypeIdle(*plan, *cl, typeName, m.counts)) {
       // The same mix without that type is planned too, and costs less.
@@ -226,15 +249,19 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
     } else {
       llvm::consumeError(plan.takeError());
     }
+    return llvm::Error::success();
+  };
+  double stopAbove = INFINITY;  // with a target: the kShown-th meeting mix's price
+  for (Mix &m : mixes) {
+    if (m.usdPerHour > stopAbove || elapsed() > targets.timeLimitSeconds)
+      break;
+    if (auto err = plan(m))
+      return std::move(err);
     if (hasTarget && meets(m) && ++met == PickTargets::kShown)
       stopAbove = m.usdPerHour;
   }
   // Rank: with a target the cheapest per hour (ties: faster), under a
   // budget the fastest (ties: cheaper), else the least $ per step.
-  std::vector<Mix *> ranked;
-  for (size_t i = 0; i < evaluated; ++i)
-    if (meets(mixes[i]))
-      ranked.push_back(&mixes[i]);
   auto better = [&](const Mix *a, const Mix *b) {
     if (hasTarget)
       return a->usdPerHour < b->usdPerHour ||
@@ -243,12 +270,79 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
       return a->step() < b->step() || (a->step() == b->step() && a->usdPerHour < b->usdPerHour);
     return a->usdPerStep() < b->usdPerStep();
   };
+  auto bestMix = [&]() -> const Mix * {
+    const Mix *best = nullptr;
+    for (const Mix &m : mixes)
+      if (m.planned && meets(m) && (!best || better(&m, best)))
+        best = &m;
+    return best;
+  };
+  // Refinement: the counts between the best mix's count of each group and
+  // its neighbours on the grid, one group at a time, until the best stays
+  // (a few rounds; the grid skips counts above kDenseCounts, or all but
+  // powers of two when the mixes are many).
+  size_t refined = 0;
+  for (int round = 0; round < 4 && elapsed() <= targets.timeLimitSeconds; ++round) {
+    const Mix *best = bestMix();
+    if (!best)
+      break;
+    std::vector<int> bestCounts = best->counts;
+    std::vector<Mix> extra;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const std::vector<int> &grid = choices[i];
+      auto at = std::find(grid.begin(), grid.end(), bestCounts[i]);
+      int lo = at == grid.end() || at == grid.begin() ? bestCounts[i] : *(at - 1);
+      int hi = at == grid.end() || at + 1 == grid.end() ? bestCounts[i] : *(at + 1);
+      // A group refined before may sit between grid values: its neighbours
+      // are then the nearest counts planned.
+      if (at == grid.end()) {
+        lo = std::max(0, bestCounts[i] - 1);
+        hi = std::min(groups[i].max, bestCounts[i] + 1);
+      }
+      for (int n = lo + 1; n < hi; ++n) {
+        if (n == bestCounts[i])
+          continue;
+        std::vector<int> counts = bestCounts;
+        counts[i] = n;
+        bool known = std::any_of(mixes.begin(), mixes.end(),
+                                 [&](const Mix &m) { return m.counts == counts; }) ||
+                     std::any_of(extra.begin(), extra.end(),
+                                 [&](const Mix &m) { return m.counts == counts; });
+        if (known)
+          continue;
+        Mix m;
+        m.counts = counts;
+        for (size_t k = 0; k < groups.size(); ++k)
+          m.usdPerHour += price[k] * counts[k];
+        if (targets.budgetPerHour > 0 && m.usdPerHour > targets.budgetPerHour + 1e-9)
+          continue;
+        m.spec = pickSpec(groups, counts);
+        extra.push_back(std::move(m));
+      }
+    }
+    if (extra.empty())
+      break;
+    size_t from = mixes.size();
+    for (Mix &m : extra)
+      mixes.push_back(std::move(m));
+    for (size_t k = from; k < mixes.size() && elapsed() <= targets.timeLimitSeconds; ++k) {
+      if (auto err = plan(mixes[k]))
+        return std::move(err);
+      ++refined;
+    }
+    if (bestMix()->counts == bestCounts)
+      break;
+  }
+  std::vector<Mix *> ranked;
+  for (Mix &m : mixes)
+    if (m.planned && meets(m))
+      ranked.push_back(&m);
   std::stable_sort(ranked.begin(), ranked.end(), better);
   if (ranked.empty()) {
     const Mix *fastest = nullptr;
-    for (size_t i = 0; i < evaluated; ++i)
-      if (mixes[i].plan && (!fastest || mixes[i].step() < fastest->step()))
-        fastest = &mixes[i];
+    for (const Mix &m : mixes)
+      if (m.planned && m.plan && (!fastest || m.step() < fastest->step()))
+        fastest = &m;
     std::string why = fastest ? llvm::formatv("the fastest planned, {0}, steps in {1:F3} s ({2:F1} "
                                               "samples/s) at ${3:F2}/h",
                                               fastest->spec, fastest->step(),
@@ -274,8 +368,8 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
                         m.spec, m.usdPerHour, m.step(), m.plan->samplesPerSecond, perStep);
   }
   size_t idle = 0;
-  for (size_t i = 0; i < evaluated; ++i)
-    idle += mixes[i].idleType;
+  for (const Mix &m : mixes)
+    idle += m.planned && m.idleType;
   llvm::json::Array shown;
   for (size_t i = 0; i < ranked.size() && i < PickTargets::kShown; ++i) {
     const Mix &m = *ranked[i];
@@ -291,11 +385,14 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
                                 {"ranked", std::move(shown)},
                                 {"mixes_planned", int64_t(evaluated)},
                                 {"mixes", int64_t(mixes.size())},
+                                {"mixes_refined", int64_t(refined)},
+                                {"coarse_grid", coarse},
                                 {"left_out_idle_type", int64_t(idle)},
                                 {"search_time_s", elapsed()}};
-  os << llvm::formatv("  {0} of {1} mixes planned in {2:F1} s (bound {3:F0} s); {4} left out "
-                      "as their plans leave a rented type idle\n",
-                      evaluated, mixes.size(), elapsed(), targets.timeLimitSeconds, idle);
+  os << llvm::formatv("  {0} of {1} mixes planned in {2:F1} s (bound {3:F0} s; {5} between the "
+                      "grid's counts around the best); {4} left out as their plans leave a "
+                      "rented type idle\n",
+                      evaluated, mixes.size(), elapsed(), targets.timeLimitSeconds, idle, refined);
   os.flush();
   out.plan = std::move(*ranked[0]->plan);
   out.cluster = std::move(*ranked[0]->cluster);

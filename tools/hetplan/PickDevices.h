@@ -35,6 +35,9 @@ struct PickTargets {
   double samplesPerSecond = 0;  // --target-samples-s
   double budgetPerHour = 0;     // --budget, $/h
   double timeLimitSeconds = 60; // the whole pick's search
+  /// The software stack every mix is priced under (--stack; empty: the
+  /// catalog's default).
+  std::string stack;
   static constexpr size_t kMaxMixes = 4096;
   static constexpr size_t kShown = 5;  // the pick and its runners-up
 };
