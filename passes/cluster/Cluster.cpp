@@ -727,6 +727,28 @@ Expected<Cluster> Cluster::fromFile(StringRef path,
   return fromYaml((*buffer)->getBuffer(), path, catalog);
 }
 
+Cluster subsetCluster(const Cluster &cl, llvm::function_ref<bool(const Device &)> keep) {
+  Cluster sub(cl.catalog());
+  sub.name = cl.name;
+  sub.interNode = cl.interNode;
+  sub.stackName = cl.stackName;
+  for (const Node &node : cl.nodes) {
+    int at = -1;
+    for (int rank : node.devices) {
+      const Device &d = cl.devices[size_t(rank)];
+      if (!keep(d))
+        continue;
+      if (at < 0) {
+        at = sub.addNode(node.name, node.intraLinkOverridden ? std::optional<Link>(node.intraLink)
+                                                             : std::nullopt);
+        sub.nodes[size_t(at)].network = node.network;
+      }
+      sub.addDevice(at, d.type, d.speedFactor);
+    }
+  }
+  return sub;
+}
+
 Expected<Cluster> parseClusterSpec(StringRef specOrPath,
                                    const DeviceCatalog &catalog) {
   bool isFile = sys::fs::is_regular_file(specOrPath) ||

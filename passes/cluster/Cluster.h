@@ -14,6 +14,7 @@
 #include "passes/cluster/DeviceCatalog.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
 
@@ -137,9 +138,16 @@ public:
   }
 
 private:
+  friend Cluster subsetCluster(const Cluster &, llvm::function_ref<bool(const Device &)>);
   DeviceCatalog ownCatalog;
   std::string stackName;  // empty: the catalog's default
 };
+
+/// The devices of `cluster` that `keep` accepts (visited in rank order),
+/// on the same nodes (a node left without devices is dropped), links,
+/// speed factors and stack: the baselines' single-type clusters and
+/// --pick-devices' subsets of a cluster file.
+Cluster subsetCluster(const Cluster &cluster, llvm::function_ref<bool(const Device &)> keep);
 
 /// A file when `specOrPath` names one, contains '/', or ends in .yaml, .yml
 /// or .json; an inline spec otherwise.

@@ -81,27 +81,7 @@ namespace {
 
 /// The devices of `cluster` of one type, on the same nodes and links.
 cluster::Cluster onlyType(const cluster::Cluster &cl, const cluster::DeviceType *type) {
-  cluster::Cluster sub(cl.catalog());
-  sub.name = cl.name;
-  sub.interNode = cl.interNode;
-  // Priced under the same software stack as the whole cluster.
-  if (llvm::Error e = sub.selectStack(cl.stack().name))
-    llvm::consumeError(std::move(e));
-  for (const cluster::Node &node : cl.nodes) {
-    int at = -1;
-    for (int rank : node.devices) {
-      const cluster::Device &d = cl.devices[size_t(rank)];
-      if (d.type != type)
-        continue;
-      if (at < 0)
-        at = sub.addNode(node.name, node.intraLinkOverridden
-                                        ? std::optional<cluster::Link>(node.intraLink)
-                                        : std::nullopt);
-      sub.nodes[size_t(at)].network = node.network;
-      sub.addDevice(at, d.type, d.speedFactor);
-    }
-  }
-  return sub;
+  return cluster::subsetCluster(cl, [&](const cluster::Device &d) { return d.type == type; });
 }
 
 BaselineResult serveResult(llvm::Expected<serve::ServePlan> p, Strategy strategy,

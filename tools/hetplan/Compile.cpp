@@ -879,24 +879,32 @@ int runCompile() {
     return fail("--layout with several layouts prices them and writes no plan: drop -o");
 
   std::vector<PickGroup> pickGroups;
+  // A cluster file with --pick-devices: its device types are the groups,
+  // each up to the file's count (mixes are subsets of the file's nodes).
+  const bool pickFromFile = pickDevicesArg && isClusterFile(clusterArg);
   if (pickDevicesArg) {
-    auto groups = parsePickGroups(clusterArg);
-    if (!groups)
-      return fail(llvm::toString(groups.takeError()));
     if (!layouts.empty() || !pinArg.empty())
       return fail("--pick-devices plans each mix itself: drop --layout and --pin");
-    pickGroups = std::move(*groups);
+    if (!pickFromFile) {
+      auto groups = parsePickGroups(clusterArg);
+      if (!groups)
+        return fail(llvm::toString(groups.takeError()));
+      pickGroups = std::move(*groups);
+    }
   } else if (llvm::StringRef(clusterArg).contains('?')) {
     return fail("'?' in --cluster (up to N devices) needs --pick-devices");
   }
   std::vector<int> allCounts;
   for (const PickGroup &g : pickGroups)
     allCounts.push_back(g.max);
-  auto cl = cluster::parseClusterSpec(pickDevicesArg ? pickSpec(pickGroups, allCounts)
-                                                     : std::string(clusterArg),
+  auto cl = cluster::parseClusterSpec(pickDevicesArg && !pickFromFile
+                                          ? pickSpec(pickGroups, allCounts)
+                                          : std::string(clusterArg),
                                       flags->catalog);
   if (!cl)
     return fail(llvm::toString(cl.takeError()));
+  if (pickFromFile)
+    pickGroups = fileGroups(*cl);
   if (llvm::Error e = stackArg.empty() ? llvm::Error::success() : cl->selectStack(stackArg))
     return fail("--stack: " + llvm::toString(std::move(e)));
 
@@ -942,7 +950,12 @@ int runCompile() {
   if (pickDevicesArg) {
     PickTargets targets{targetStepArg, targetSamplesArg, budgetArg, pickTimeArg};
     targets.stack = stackArg;
-    auto picked = pickDevices(*modelCost, pickGroups, flags->catalog, options, targets);
+    if (pickFromFile) {
+      targets.file = &*cl;
+      targets.fileName = llvm::sys::path::filename(clusterArg).str();
+    }
+    auto picked = pickDevices(*modelCost, pickGroups, pickFromFile ? cl->catalog() : flags->catalog,
+                              options, targets);
     if (!picked)
       return fail(model + " on " + clusterArg + ": " + llvm::toString(picked.takeError()));
     if (!jsonArg)

@@ -19,12 +19,44 @@
 
 namespace hetplan::tools {
 
+bool isClusterFile(llvm::StringRef spec) {
+  return spec.contains('/') || spec.ends_with(".yaml") || spec.ends_with(".yml") ||
+         spec.ends_with(".json");
+}
+
+std::vector<PickGroup> fileGroups(const cluster::Cluster &cl) {
+  std::vector<PickGroup> groups;
+  for (const cluster::Device &d : cl.devices) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const PickGroup &g) { return g.type == d.type->name; });
+    if (it == groups.end()) {
+      PickGroup g;
+      g.type = g.text = d.type->name;
+      g.optional = true;
+      g.max = 0;
+      groups.push_back(std::move(g));
+      it = groups.end() - 1;
+    }
+    ++it->max;
+  }
+  return groups;
+}
+
+cluster::Cluster fileSubset(const cluster::Cluster &cl, const std::vector<PickGroup> &groups,
+                            const std::vector<int> &counts) {
+  std::vector<int> left = counts;
+  return cluster::subsetCluster(cl, [&](const cluster::Device &d) {
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (groups[g].type == d.type->name)
+        return left[g]-- > 0;
+    return false;
+  });
+}
+
 llvm::Expected<std::vector<PickGroup>> parsePickGroups(llvm::StringRef spec) {
-  if (spec.contains('/') || spec.ends_with(".yaml") || spec.ends_with(".yml") ||
-      spec.ends_with(".json"))
-    return llvm::createStringError(
-        "--pick-devices for train and infer plans takes an inline cluster with N? counts "
-        "(e.g. '8xA100-80G?,16xL4?'), not a cluster file");
+  if (isClusterFile(spec))
+    return llvm::createStringError("--pick-devices: a cluster file's groups come from the file "
+                                   "(fileGroups), not from an inline spec");
   llvm::SmallVector<llvm::StringRef> items;
   spec.split(items, ',');
   std::vector<PickGroup> groups;
@@ -157,6 +189,9 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
                                           const cluster::DeviceCatalog &catalog,
                                           const planner::Options &options,
                                           const PickTargets &targets) {
+  auto mixName = [&](const std::vector<int> &counts) {
+    return pickSpec(groups, counts) + (targets.file ? " of " + targets.fileName : "");
+  };
   // Every mix, with its price; the search visits them cheapest first.
   std::vector<Mix> mixes;
   std::vector<std::vector<int>> choices;
@@ -199,7 +234,7 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
       rest /= choices[i].size();
       m.usdPerHour += price[i] * m.counts.back();
     }
-    m.spec = pickSpec(groups, m.counts);
+    m.spec = mixName(m.counts);
     bool any = false;
     for (size_t i = 0; i < groups.size(); ++i)
       any |= !groups[i].option && m.counts[i] > 0;
@@ -232,7 +267,9 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
   auto plan = [&](Mix &m) -> llvm::Error {
     ++evaluated;
     m.planned = true;
-    auto cl = cluster::parseClusterSpec(m.spec, catalog);
+    auto cl = targets.file ? llvm::Expected<cluster::Cluster>(
+                                 fileSubset(*targets.file, groups, m.counts))
+                           : cluster::parseClusterSpec(m.spec, catalog);
     if (!cl)
       return cl.takeError();
     // Every mix is priced under the stack given (--stack).
@@ -316,7 +353,7 @@ llvm::Expected<PickedDevices> pickDevices(const cost::ModelCost &model,
           m.usdPerHour += price[k] * counts[k];
         if (targets.budgetPerHour > 0 && m.usdPerHour > targets.budgetPerHour + 1e-9)
           continue;
-        m.spec = pickSpec(groups, counts);
+        m.spec = mixName(counts);
         extra.push_back(std::move(m));
       }
     }

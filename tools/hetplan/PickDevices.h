@@ -25,8 +25,17 @@ struct PickGroup {
 };
 
 /// The groups of an inline spec (no '?' anywhere: every group optional, as
-/// serving reads it); a cluster file is refused.
+/// serving reads it); a cluster file is refused (see fileGroups).
 llvm::Expected<std::vector<PickGroup>> parsePickGroups(llvm::StringRef spec);
+/// Whether --cluster names a file rather than an inline spec.
+bool isClusterFile(llvm::StringRef spec);
+/// A cluster file's groups: one per device type (in rank order), each
+/// optional up to the file's count of it; a mix keeps the first devices of
+/// each type in rank order, on their nodes and links (fileSubset).
+std::vector<PickGroup> fileGroups(const cluster::Cluster &cluster);
+/// `cluster` with only the first counts[i] devices of groups[i]'s type.
+cluster::Cluster fileSubset(const cluster::Cluster &cluster, const std::vector<PickGroup> &groups,
+                            const std::vector<int> &counts);
 /// The inline spec with `counts[i]` for group i (0: left out).
 std::string pickSpec(const std::vector<PickGroup> &groups, const std::vector<int> &counts);
 
@@ -38,6 +47,10 @@ struct PickTargets {
   /// The software stack every mix is priced under (--stack; empty: the
   /// catalog's default).
   std::string stack;
+  /// A cluster file's cluster (fileGroups' groups): mixes are its subsets,
+  /// named "<counts> of <file>"; null for an inline spec.
+  const cluster::Cluster *file = nullptr;
+  std::string fileName;
   static constexpr size_t kMaxMixes = 4096;
   static constexpr size_t kShown = 5;  // the pick and its runners-up
 };
