@@ -4,6 +4,7 @@
 #include "hetplan/runtime/Session.h"
 #include "PlanFixtures.h"
 
+#include <cstdio>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -207,10 +208,17 @@ TEST(Rebalance, SessionMovesSharesOfASlowedRank) {
   ASSERT_TRUE(st.ok()) << st.toString();
   std::map<std::string, Tensor> want, got;
   ASSERT_TRUE(plain->run(inputs, &want).ok());
-  for (int run = 0; run < 4; ++run) ASSERT_TRUE(rebalancing->run(inputs, &got).ok());
+  // Runs of a few milliseconds: on a loaded machine a descheduled peer can
+  // hide the straggler for a step, so the first move may come later than
+  // the earliest boundary (2, as rebalanceSteps is 2), never before it.
+  for (int run = 0; run < 8 && rebalancing->rebalances().empty(); ++run)
+    ASSERT_TRUE(rebalancing->run(inputs, &got).ok());
   auto lines = rebalancing->rebalances();
   ASSERT_FALSE(lines.empty());
-  EXPECT_EQ(lines[0].rfind("rebalance: after step 2, stage 0 shares 4,4,4 -> ", 0), 0u) << lines[0];
+  int step = 0;
+  ASSERT_EQ(std::sscanf(lines[0].c_str(), "rebalance: after step %d,", &step), 1) << lines[0];
+  EXPECT_GE(step, 2) << lines[0];
+  EXPECT_NE(lines[0].find(", stage 0 shares 4,4,4 -> "), std::string::npos) << lines[0];
   EXPECT_TRUE(plain->rebalances().empty());
   EXPECT_LT(maxRelDiff(got.at("logits"), want.at("logits")), 1e-5);
   // Refused where it cannot run.
