@@ -3,7 +3,8 @@
 
     /usr/bin/python3 models/gen_transformer.py --family gpt2|gpt3|bert|llama
         --config NAME [--layers N --hidden H --heads A --vocab V --seq-max S
-        --ffn F] [--weights inline|external|none] -o OUT.onnx [--seed 0]
+        --ffn F --kv-heads K] [--name NAME] [--weights inline|external|none]
+        -o OUT.onnx [--seed 0]
         [--gelu erf|tanh] [--check-params N] [--no-check] [--list]
 
 The graph is the real structure of the Hugging Face model, one block per layer,
@@ -102,6 +103,10 @@ CONFIGS = {
     "llama-tiny":  dict(family="llama", layers=2, hidden=64, heads=4, ffn=176, vocab=512, seq_max=128),
     "llama2-7b":   dict(family="llama", layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000, seq_max=4096),
     "llama2-13b":  dict(family="llama", layers=40, hidden=5120, heads=40, ffn=13824, vocab=32000, seq_max=4096),
+    "llama-30b":   dict(family="llama", layers=60, hidden=6656, heads=52, ffn=17920, vocab=32000, seq_max=2048),
+    # Grouped-query attention: 8 key/value heads for 64 query heads.
+    "llama2-70b":  dict(family="llama", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=32000, seq_max=4096),
+    "llama-tiny-gqa": dict(family="llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn=176, vocab=512, seq_max=128),
 }
 NORM_EPS = {"gpt2": 1e-5, "gpt3": 1e-5, "bert": 1e-12, "llama": 1e-5}
 ROPE_THETA = 10000.0
@@ -289,16 +294,26 @@ def head_shapes(g, batch_1d, seq_1d, heads, head_dim, hidden):
     return split, merge
 
 
-def attention_core(g, p, q, k, v, shapes, head_dim, mask, mask_kind, rope=None):
-    """q, k, v: [batch, seq, hidden] -> context [batch, seq, hidden]."""
+def attention_core(g, p, q, k, v, shapes, head_dim, mask, mask_kind, rope=None, kv=None):
+    """q: [batch, seq, hidden], k, v: [batch, seq, kv_heads * head_dim] ->
+    context [batch, seq, hidden]. `kv` = (split shape of k and v, repeat
+    shape, merged shape, heads per kv head) for grouped-query attention."""
     split, merge = shapes
     heads = []
     for nm, t in (("q", q), ("k", k), ("v", v)):
-        r = g.op("Reshape", [t, split], f"{p}.{nm}_reshape")
+        r = g.op("Reshape", [t, split if kv is None or nm == "q" else kv[0]], f"{p}.{nm}_reshape")
         heads.append(g.op("Transpose", [r], f"{p}.{nm}_transpose", perm=[0, 2, 1, 3]))
-    qh, kh, vh = heads                       # [b, A, s, d]
+    qh, kh, vh = heads                       # [b, A, s, d]; k, v [b, KV, s, d]
     if rope is not None:
         qh, kh = rope(qh, p + ".q_rotary"), rope(kh, p + ".k_rotary")
+    if kv is not None and kv[3] > 1:
+        # transformers' repeat_kv: [b, KV, s, d] -> [b, KV, n, s, d] -> [b, A, s, d]
+        rep = []
+        for nm, t in (("k", kh), ("v", vh)):
+            u = g.op("Unsqueeze", [t, g.const([2])], f"{p}.{nm}_repeat_unsqueeze")
+            e = g.op("Expand", [u, kv[1]], f"{p}.{nm}_repeat_expand")
+            rep.append(g.op("Reshape", [e, kv[2]], f"{p}.{nm}_repeat"))
+        kh, vh = rep
     kt = g.op("Transpose", [kh], f"{p}.k_transpose_t", perm=[0, 1, 3, 2])
     s = g.op("MatMul", [qh, kt], f"{p}.scores")
     s = g.op("Div", [s, g.const(math.sqrt(head_dim), np.float32)], f"{p}.scale")
@@ -435,9 +450,19 @@ def build_llama(g, c, gelu):
     eps, D = NORM_EPS["llama"], H // A
     if D % 2:
         raise SystemExit("error: llama needs an even head_dim for rotary embeddings")
+    KV = c.get("kv_heads") or A
     ids = "input_ids"
     batch_1d, seq_1d, pos = dims_from_ids(g, ids)
     shapes = head_shapes(g, batch_1d, seq_1d, A, D, H)
+    kv = None
+    if KV != A:
+        kv = (g.op("Concat", [batch_1d, seq_1d, g.const([KV]), g.const([D])],
+                   "attn.split_kv_heads_shape", axis=0),
+              g.op("Concat", [batch_1d, g.const([KV]), g.const([A // KV]), seq_1d, g.const([D])],
+                   "attn.repeat_kv_shape", axis=0),
+              g.op("Concat", [batch_1d, g.const([A]), seq_1d, g.const([D])],
+                   "attn.repeated_kv_shape", axis=0),
+              A // KV)
 
     x = g.op("Gather", [g.weight("model.embed_tokens.weight", [V, H]), ids],
              "model.embed_tokens", axis=0)
@@ -472,9 +497,10 @@ def build_llama(g, c, gelu):
         p = f"model.layers.{i}"
         a = p + ".self_attn"
         h = g.rms_norm(x, p + ".input_layernorm", p + ".input_layernorm", eps)
-        qkv = [g.linear(h, g.weight(f"{a}.{n}_proj.weight", [H, H]), None, f"{a}.{n}_proj")
+        qkv = [g.linear(h, g.weight(f"{a}.{n}_proj.weight", [H, H if n == "q" else KV * D]),
+                        None, f"{a}.{n}_proj")
                for n in ("q", "k", "v")]
-        ctx = attention_core(g, a, *qkv, shapes, D, mask, "where", rope=rope)
+        ctx = attention_core(g, a, *qkv, shapes, D, mask, "where", rope=rope, kv=kv)
         o = g.linear(ctx, g.weight(a + ".o_proj.weight", [H, H]), None, a + ".o_proj")
         x = g.op("Add", [x, o], a + ".residual")
         h = g.rms_norm(x, p + ".post_attention_layernorm", p + ".post_attention_layernorm", eps)
@@ -582,6 +608,10 @@ def main(argv=None):
     ap.add_argument("--config", choices=sorted(CONFIGS))
     for k in ("layers", "hidden", "heads", "vocab", "seq-max", "ffn"):
         ap.add_argument("--" + k, type=int)
+    ap.add_argument("--kv-heads", type=int,
+                    help="llama: key/value heads (grouped-query attention; default: --heads)")
+    ap.add_argument("--name", help="the graph's name (default: the config, with what "
+                                   "the size options changed: llama2-13b-layers80-hidden8192)")
     ap.add_argument("--weights", choices=["inline", "external", "none"], default="inline")
     ap.add_argument("-o", "--output")
     ap.add_argument("--seed", type=int, default=0)
@@ -607,15 +637,26 @@ def main(argv=None):
     c = dict(CONFIGS[args.config])
     if c["family"] != args.family:
         ap.error(f"config {args.config} is of family {c['family']}, not {args.family}")
-    for k in ("layers", "hidden", "heads", "vocab", "seq_max", "ffn"):
+    changed = []
+    for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_max", "ffn"):
         v = getattr(args, k)
         if v is not None:
             if v < (0 if k == "layers" else 1):
                 ap.error(f"--{k.replace('_', '-')} must be positive")
+            if v != c.get(k):
+                changed.append(f"{k.replace('_', '')}{v}")
             c[k] = v
     c.setdefault("ffn", 4 * c["hidden"])
     if c["hidden"] % c["heads"]:
         ap.error(f"hidden {c['hidden']} is not a multiple of heads {c['heads']}")
+    if args.kv_heads is not None and c["family"] != "llama":
+        ap.error("--kv-heads is for the llama family (grouped-query attention)")
+    c.setdefault("kv_heads", c["heads"])
+    if c["heads"] % c["kv_heads"]:
+        ap.error(f"heads {c['heads']} is not a multiple of kv-heads {c['kv_heads']}")
+    # A model made bigger or smaller than its config is not that config:
+    # the graph (and every plan's summary) says what it is.
+    name = args.name or "-".join([args.config] + changed)
 
     t0 = time.perf_counter()
     g = Graph(np.random.default_rng(args.seed))
@@ -636,19 +677,21 @@ def main(argv=None):
     # the weight-less skeleton the shape inference runs on in every mode.
     data_size = place(g.deferred, location, None)
 
-    graph = helper.make_graph(g.nodes, f"{args.config}", inputs, outputs, g.inits)
+    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="hetplan models/gen_transformer.py",
                               producer_version="1")
     model.ir_version = IR_VERSION
-    cfg = ", ".join(f"{k}={c[k]}" for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq_max"))
+    cfg = ", ".join(f"{k}={c[k]}" for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab",
+                                            "seq_max"))
     model.doc_string = (f"{args.config} ({args.family}): {cfg}; {params} parameters; "
                         f"weights {args.weights}, seed {args.seed}; LM head {head}")
     helper.set_model_props(model, {
         "family": args.family, "config": args.config, "parameters": str(params),
         "weights": args.weights, "seed": str(args.seed), "lm_head": head,
         "gelu": args.gelu if args.family != "llama" else "none (SwiGLU)",
-        **{k: str(c[k]) for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq_max")}})
+        **{k: str(c[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab",
+                                  "seq_max")}})
     shapes = None
     if not args.no_check:
         declared = {o.name: [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]
@@ -692,7 +735,7 @@ def main(argv=None):
         files += f" + {data_path} ({os.path.getsize(data_path):,} bytes)"
     elif args.weights == "none":
         files += f"; {data_path} not written (would be {data_size:,} bytes)"
-    print(f"{args.config}: {cfg}; {len(g.nodes)} nodes, {len(g.inits)} initializers")
+    print(f"{name}: {cfg}; {len(g.nodes)} nodes, {len(g.inits)} initializers")
     print(f"wrote {files} in {t_write:.2f} s ({t_all:.2f} s with checks)")
     print(f"LM head: {head}")
     print(f"parameters: {params:,} ({human(params)}), {weight_bytes:,} bytes float32")

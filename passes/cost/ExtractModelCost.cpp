@@ -65,6 +65,24 @@ bool feedsSoftmax(Value v, int depth = 4) {
   return false;
 }
 
+/// Bytes of the keys (or values) an attention caches: `k` as the product
+/// reads it, or, when it was repeated from fewer heads (grouped-query
+/// attention: Unsqueeze -> Expand -> Reshape, as Llama-2-70B, Mistral and
+/// Qwen2 exports write it), the tensor before the repeat. Layout ops never
+/// shrink a tensor, so the smallest on the chain is what is kept.
+double cachedBytes(Value k, DType dtype, int depth = 8) {
+  double bytes = valueBytes(k.getType(), dtype);
+  auto node = k.getDefiningOp<NodeOp>();
+  if (depth == 0 || !node || !node.getDomain().empty() || node.getInputs().empty())
+    return bytes;
+  StringRef op = node.getOpType();
+  if (op != "Transpose" && op != "Reshape" && op != "Expand" && op != "Unsqueeze" &&
+      op != "Squeeze" && op != "Tile" && op != "Identity")
+    return bytes;
+  double before = cachedBytes(node.getInputs()[0], dtype, depth - 1);
+  return before > 0 ? std::min(bytes, before) : bytes;
+}
+
 //===----------------------------------------------------------------------===//
 // Tensor parallelism: what a tp-way group splits
 //===----------------------------------------------------------------------===//
@@ -884,8 +902,7 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
         layer.kvCacheBytesPerSample += valueBytes(node.getResult(1).getType(), dtype) / samples;
       } else if (isActivationProduct(node, info) && feedsSoftmax(node.getResult(0))) {
         // Q K^T: K is the second operand; V has as many elements.
-        layer.kvCacheBytesPerSample +=
-            2 * valueBytes(node.getInputs()[1].getType(), dtype) / samples;
+        layer.kvCacheBytesPerSample += 2 * cachedBytes(node.getInputs()[1], dtype) / samples;
       }
     }
     fuseAttentionCosts(info, chains, r.first, layer.ops, dtype);

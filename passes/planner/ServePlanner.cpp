@@ -80,6 +80,56 @@ public:
     return last;
   }
 
+  /// Layers split into `pp` contiguous non-empty stages whose largest sum
+  /// of `weight` is least (exact: dynamic programming over cut points).
+  static std::vector<int> splitMinMax(const std::vector<double> &weight, int pp) {
+    int L = int(weight.size());
+    std::vector<double> prefix(size_t(L) + 1, 0);
+    for (int i = 0; i < L; ++i)
+      prefix[size_t(i) + 1] = prefix[size_t(i)] + weight[size_t(i)];
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    // cost[s][j]: the best largest stage of layers [0, j) in s + 1 stages.
+    std::vector<std::vector<double>> cost(size_t(pp), std::vector<double>(size_t(L) + 1, inf));
+    std::vector<std::vector<int>> cut(size_t(pp), std::vector<int>(size_t(L) + 1, 0));
+    for (int j = 1; j <= L; ++j)
+      cost[0][size_t(j)] = prefix[size_t(j)];
+    for (int s = 1; s < pp; ++s)
+      for (int j = s + 1; j <= L; ++j)
+        for (int i = s; i < j; ++i) {
+          double c = std::max(cost[size_t(s - 1)][size_t(i)], prefix[size_t(j)] - prefix[size_t(i)]);
+          if (c < cost[size_t(s)][size_t(j)]) {
+            cost[size_t(s)][size_t(j)] = c;
+            cut[size_t(s)][size_t(j)] = i;
+          }
+        }
+    std::vector<int> last(static_cast<size_t>(pp), 0);
+    int j = L;
+    for (int s = pp - 1; s >= 0; --s) {
+      last[size_t(s)] = j - 1;
+      j = s > 0 ? cut[size_t(s)][size_t(j)] : 0;
+    }
+    return last;
+  }
+
+  /// Layers split into `pp` stages of about equal decode time on `type`
+  /// (one token for `batch` requests, their KV cache read at the mean
+  /// context): the first and last layers hold the embedding and the
+  /// vocabulary projection, whose bytes and time differ, so the split
+  /// by time is uneven in bytes and the split by bytes uneven in time.
+  std::vector<int> splitByDecodeTime(const cluster::DeviceType &type, int tp, int pp,
+                                     int batch) const {
+    cost::Efficiency eff = efficiency(type);
+    double context = double(batch) * (double(opt.promptTokens) + double(opt.outputTokens) / 2);
+    std::vector<double> weight;
+    for (size_t i = 0; i < decode.layers.size(); ++i) {
+      double kvBytes = stageKvPerToken(int(i), int(i), tp) * context;
+      weight.push_back(cost::layerForwardTime(decode.layers[i], batch, type, opt.dtype, eff,
+                                              opt.profiles, tp) +
+                       kvBytes / (type.memoryBandwidthBytesPerSec() * eff.memory));
+    }
+    return splitMinMax(weight, pp);
+  }
+
   /// The device's efficiencies with the serving engine's per-kernel host
   /// cost (decode replays CUDA graphs: docs/serving.md).
   cost::Efficiency efficiency(const cluster::DeviceType &type) const {
@@ -379,6 +429,9 @@ struct TypeChoice {
   bool optional = false;
   std::vector<ShapeOption> options;
   int best = -1;
+  /// Why the type has no shape when memory is what stops it (the depth
+  /// that would fit), for the error or the plan's notes.
+  std::string idleNote;
 };
 
 llvm::Error servingError(const std::string &m) {
@@ -406,14 +459,19 @@ std::vector<TypeChoice> deviceTypes(const cluster::Cluster &cluster, const Optio
 }
 
 /// Every replica shape of type `t` (tensor-parallel degree within a node,
-/// pipeline depth; powers of two, or the pinned ones) that fits and meets
-/// the targets, and the best by requests/s per device.
+/// a power of two; pipeline depth, every count; or the pinned ones) that
+/// fits and meets the targets, each with the better of two layer splits
+/// (equal bytes, equal decode time), and the best: the most requests/s
+/// from the type's devices, as a fixed cluster uses the type whole (12 T4s
+/// as two 6-stage replicas rather than one of 8 and 4 idle). With
+/// --pick-devices an optional type keeps only the shapes no other beats
+/// on both replica size and requests/s per device, so the count walk
+/// stays small.
 void priceShapes(TypeChoice &t, const std::shared_ptr<const Pricer> &pricer, int L,
                  Refusal &why) {
   const Pricer &pr = *pricer;
   const Options &opt = pr.opt;
   const cluster::Cluster &cluster = pr.cluster;
-  double bestPerDevice = -1;
   int perNode = 0;
   for (const cluster::Node &node : cluster.nodes) {
     int n = 0;
@@ -421,41 +479,121 @@ void priceShapes(TypeChoice &t, const std::shared_ptr<const Pricer> &pricer, int
       n += cluster.devices[size_t(r)].type == t.type;
     perNode = std::max(perNode, n);
   }
-  // Replica shapes: powers of two, or the pinned ones.
-  auto sizes = [](int pinned, int most) {
+  auto pinnedOr = [](int pinned, int most, bool powersOfTwo) {
     std::vector<int> out;
     if (pinned) {
       if (pinned <= most)
         out.push_back(pinned);
     } else {
-      for (int k = 1; k <= most; k *= 2)
+      for (int k = 1; k <= most; k = powersOfTwo ? 2 * k : k + 1)
         out.push_back(k);
     }
     return out;
   };
-  for (int tp : sizes(opt.pinTensorParallel, std::min(perNode, opt.maxTensorParallel)))
-    for (int pp : sizes(opt.pinPipelineStages,
-                        std::min({L, std::max(opt.maxPipelineStages, opt.pinPipelineStages), t.devices / tp}))) {
-      auto groups = tpGroups(cluster, t.type, tp, t.devices);
-      if (int(groups.size()) < pp)
-        continue;
-      Shape sh{t.type, tp, pp, pr.split(pp)};
+  const int prefillBatch = int(std::max<int64_t>(1, opt.maxPrefillTokens / opt.promptTokens));
+  std::vector<int> tps = pinnedOr(opt.pinTensorParallel, std::min(perNode, opt.maxTensorParallel), true);
+  for (int tp : tps) {
+    auto groups = tpGroups(cluster, t.type, tp, t.devices);
+    int most = std::min({L, std::max(opt.maxPipelineStages, opt.pinPipelineStages), int(groups.size())});
+    for (int pp : pinnedOr(opt.pinPipelineStages, most, false)) {
       std::vector<std::vector<int>> stageRanks(groups.begin(), groups.begin() + pp);
-      Replica r;
-      if (!priceReplica(pricer, sh, stageRanks, r, why))
+      Replica best;
+      Shape bestShape;
+      bool any = false;
+      std::vector<int> bytesSplit = pr.split(pp);
+      for (const std::vector<int> &split :
+           {bytesSplit, pr.splitByDecodeTime(*t.type, tp, pp, std::min(32, opt.maxBatchPerGroup))}) {
+        if (any && split == bytesSplit)
+          continue;
+        Shape sh{t.type, tp, pp, split};
+        Replica r;
+        if (!priceReplica(pricer, sh, stageRanks, r, why))
+          continue;
+        if (!any || r.capacity > best.capacity * 1.0001) {
+          best = std::move(r);
+          bestShape = sh;
+          any = true;
+        }
+      }
+      if (any)
+        t.options.push_back({bestShape, std::move(best), int(groups.size()) / pp});
+    }
+  }
+  auto total = [](const ShapeOption &o) { return o.available * o.sample.capacity; };
+  auto perDevice = [](const ShapeOption &o) {
+    return o.sample.capacity / double(o.shape.tp * o.shape.pp);
+  };
+  auto pickBest = [&] {
+    t.best = -1;
+    for (size_t i = 0; i < t.options.size(); ++i) {
+      const ShapeOption &o = t.options[i];
+      if (t.best < 0) {
+        t.best = int(i);
         continue;
-      double perDevice = r.capacity / double(tp * pp);
-      t.options.push_back({sh, std::move(r), int(groups.size()) / pp});
-      if (perDevice > bestPerDevice * 1.0001) {
-        bestPerDevice = perDevice;
-        t.best = int(t.options.size()) - 1;
+      }
+      const ShapeOption &b = t.options[size_t(t.best)];
+      // Within 0.5%: the smaller replica (more replicas, less at stake).
+      if (total(o) > total(b) * 1.005 ||
+          (total(o) >= total(b) / 1.005 && perDevice(o) > perDevice(b) * 1.005))
+        t.best = int(i);
+    }
+  };
+  pickBest();
+  if (t.optional && t.options.size() > 1) {
+    const ShapeOption keep = t.options[size_t(t.best)];
+    std::vector<ShapeOption> front;
+    for (const ShapeOption &o : t.options) {
+      bool beaten = false;
+      for (const ShapeOption &x : t.options) {
+        int xs = x.shape.tp * x.shape.pp, os = o.shape.tp * o.shape.pp;
+        if (&x != &o && xs <= os && perDevice(x) >= perDevice(o) &&
+            (xs < os || perDevice(x) > perDevice(o)))
+          beaten = true;
+      }
+      if (!beaten || (o.shape.tp == keep.shape.tp && o.shape.pp == keep.shape.pp))
+        front.push_back(o);
+    }
+    t.options = std::move(front);
+    pickBest();
+  }
+  if (!t.options.empty() || opt.pinPipelineStages || opt.pinTensorParallel)
+    return;
+  // Nothing fits on the devices there are. If memory is why (the deepest
+  // shapes there are do not fit either), would a deeper pipeline? The
+  // shallowest that fits memory, on as many devices as it takes.
+  for (int tp : tps) {
+    int pp = std::min(L, int(tpGroups(cluster, t.type, tp, t.devices).size()));
+    Shape sh{t.type, tp, pp, pr.split(pp)};
+    Replica r;
+    Refusal ignore;
+    if (pp > 0 &&
+        placeStages(pr, sh, std::vector<std::vector<int>>(size_t(pp)), prefillBatch, "", r, ignore) >= 0)
+      return;  // a latency target, not memory
+  }
+  for (int devices = 1; devices <= L * std::max(1, tps.back()); ++devices)
+    for (int tp : tps) {
+      if (devices % tp || devices / tp > L || devices <= t.devices)
+        continue;
+      int pp = devices / tp;
+      Shape sh{t.type, tp, pp, pr.split(pp)};
+      Replica r;
+      Refusal ignore;
+      if (placeStages(pr, sh, std::vector<std::vector<int>>(size_t(pp)), prefillBatch, "", r, ignore) >= 0) {
+        t.idleNote = formatv("no replica of {0} fits in memory on its {1} device(s): the shallowest "
+                             "that fits is {2} stage(s) of tp {3}, {4} devices",
+                             t.type->name, t.devices, pp, tp, devices).str();
+        return;
       }
     }
+  t.idleNote = formatv("no replica of {0} fits in memory, even with one layer per stage ({1} "
+                       "stages of tp {2})",
+                       t.type->name, L, tps.back()).str();
 }
 
 /// The error when no device type has a usable replica shape: the pinned
 /// shape exists nowhere, nothing fits in memory, or the targets are missed.
-llvm::Error noReplica(const Refusal &why, const Options &opt, int L) {
+llvm::Error noReplica(const Refusal &why, const Options &opt, int L,
+                      const std::vector<TypeChoice> &types) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   if ((opt.pinPipelineStages || opt.pinTensorParallel) && why.memoryShortBytes == inf &&
       why.bestTpot == inf && why.bestTtft == inf)
@@ -463,11 +601,16 @@ llvm::Error noReplica(const Refusal &why, const Options &opt, int L) {
                                 "tensor parallelism within one node)",
                                 std::max(1, opt.pinPipelineStages), std::max(1, opt.pinTensorParallel), L)
                             .str());
-  if (why.memoryShortBytes < inf && why.bestTpot == inf && why.bestTtft == inf)
-    return servingError(formatv("no replica fits in memory: the closest, {0}, needs {1} more for its "
-                                "weights and one request's KV cache ({2} tokens)",
-                                why.memoryWhere, gibText(why.memoryShortBytes),
-                                opt.promptTokens + opt.outputTokens).str());
+  if (why.memoryShortBytes < inf && why.bestTpot == inf && why.bestTtft == inf) {
+    std::string m = formatv("no replica fits in memory: the closest, {0}, needs {1} more for its "
+                            "weights and one request's KV cache ({2} tokens)",
+                            why.memoryWhere, gibText(why.memoryShortBytes),
+                            opt.promptTokens + opt.outputTokens).str();
+    for (const TypeChoice &t : types)
+      if (!t.idleNote.empty())
+        m += "; " + t.idleNote;
+    return servingError(m);
+  }
   std::string m = "no replica meets the latency targets:";
   if (why.bestTtft < inf)
     m += formatv(" TTFT target {0} is missed by the fastest prefill, {1} on {2} ({3} over)",
@@ -669,7 +812,7 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
     if (t.best >= 0)
       usable.push_back(&t);
   if (usable.empty())
-    return noReplica(why, opt, L);
+    return noReplica(why, opt, L, types);
 
   // Prices unknown: refused when picking (the cheapest would be meaningless).
   uint64_t requests = opt.simulatedRequests
@@ -698,13 +841,21 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
   bool picking = false;
   for (TypeChoice *t : usable)
     picking |= t->optional;
-  if (!picking)
-    return chooser.fixedCluster(all);
   for (TypeChoice *t : usable)
     if (t->optional && t->options[size_t(t->best)].sample.unpriced)
       return servingError(formatv("--pick-devices needs a price for every optional type: {0} has none "
                                   "(give price_per_hour_usd in the cluster file)", t->type->name).str());
-  return chooser.pickDevices();
+  auto plan = picking ? chooser.pickDevices() : chooser.fixedCluster(all);
+  if (plan)
+    for (const TypeChoice &t : types)
+      if (t.best < 0)
+        plan->notes.push_back(
+            !t.idleNote.empty() ? t.idleNote + ": its devices are left idle"
+            : opt.pinPipelineStages || opt.pinTensorParallel
+                ? formatv("{0} is left idle: the --pin shape does not fit on it", t.type->name).str()
+                : formatv("{0} is left idle: no replica shape on it meets the latency targets",
+                          t.type->name).str());
+  return plan;
 }
 
 //===----------------------------------------------------------------------===//

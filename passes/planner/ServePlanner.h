@@ -58,7 +58,9 @@ struct Options {
   /// cost model's plain default (5 us). Negative: the catalog's figure.
   double kernelSeconds = 5e-6;
   int maxTensorParallel = 8;
-  int maxPipelineStages = 8;
+  /// Pipeline depths tried: every count from 1 to this (and to the layer
+  /// and device counts), so a type's devices need not be a power of two.
+  int maxPipelineStages = 64;
   /// Every replica has exactly these (0: searched): `--pin pp=N,tp=T`.
   int pinPipelineStages = 0;
   int pinTensorParallel = 0;
@@ -145,6 +147,9 @@ struct ServePlan {
   int unpricedDevices = 0;
   double kvBytesPerToken = 0;  // whole model
   uint64_t seed = 0;
+  /// Device types the plan leaves idle and why (no replica shape fits
+  /// them, and the depth that would), for the user.
+  std::vector<std::string> notes;
 };
 
 /// Plans serving `prefill` (the model costed at one sample of the prompt

@@ -188,4 +188,46 @@ TEST(ServePlanner, ErrorsNameTheTargetAndByHowMuch) {
   EXPECT_NE(text.find("budget $0.01/h is too small"), std::string::npos) << text;
 }
 
+TEST(ServePlanner, UsesEveryDeviceOfATypeWhenThatServesMore) {
+  // 24 layers of 1 GB (fp16): about 8 T4s hold the weights, so the
+  // powers of two alone would give one 8-stage replica and 4 idle T4s.
+  auto [prefill, decode] = decoder(24, 500'000'000, 256, 64 * 1024);
+  auto cl = test::clusterOf("12xT4");
+  auto p = planServing(prefill, decode, cl, options(0.1));
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  size_t used = 0;
+  for (const Replica &r : p->replicas)
+    for (const ReplicaStage &st : r.stages)
+      used += st.ranks.size();
+  EXPECT_EQ(used, 12u);
+  Options eight = options(0.1);
+  eight.pinPipelineStages = 8;
+  auto pinned = planServing(prefill, decode, cl, eight);
+  ASSERT_TRUE(bool(pinned)) << llvm::toString(pinned.takeError());
+  EXPECT_GT(p->capacity, pinned->capacity);
+  EXPECT_TRUE(p->notes.empty());
+}
+
+TEST(ServePlanner, NoReplicaFitsNamesTheDepthThatWould) {
+  // 72 GB of weights in 24 layers: no 4-T4 pipeline holds them (14.4 GB
+  // each may fill); 6 stages of 4 layers (12 GB) do, 5 of 5 (15 GB) do not.
+  auto [prefill, decode] = decoder(24, 1'500'000'000, 256, 64 * 1024);
+  auto cl = test::clusterOf("4xT4");
+  auto p = planServing(prefill, decode, cl, options(0.1));
+  ASSERT_FALSE(bool(p));
+  std::string text = llvm::toString(p.takeError());
+  EXPECT_NE(text.find("no replica fits in memory"), std::string::npos) << text;
+  EXPECT_NE(text.find("no replica of T4 fits in memory on its 4 device(s): the shallowest that "
+                      "fits is 6 stage(s) of tp 1, 6 devices"),
+            std::string::npos)
+      << text;
+  // Beside a type that holds it, the T4s are left idle, and the plan says why.
+  auto mixed = planServing(prefill, decode, test::clusterOf("2xA100-80G,4xT4"), options(0.1));
+  ASSERT_TRUE(bool(mixed)) << llvm::toString(mixed.takeError());
+  ASSERT_EQ(mixed->notes.size(), 1u);
+  EXPECT_NE(mixed->notes[0].find("its devices are left idle"), std::string::npos) << mixed->notes[0];
+  for (const Replica &r : mixed->replicas)
+    EXPECT_EQ(r.type->name, "A100-SXM-80GB");
+}
+
 } // namespace

@@ -633,6 +633,8 @@ int runCompileServe() {
   auto served = planner::serve::planServing(prefill->cost, decode->cost, *cl, so);
   if (!served)
     return fail(model + " on " + clusterArg + ": " + llvm::toString(served.takeError()));
+  for (const std::string &note : served->notes)
+    llvm::errs() << "hetplan: warning: " << note << "\n";
 
   plan::Plan out = planner::serve::exportServePlan(*served, prefill->cost, *cl, so,
                                                    exportInfo(*prefill, promptLenArg));
