@@ -160,9 +160,9 @@ BaselineResult evenPipelineServing(const cost::ModelCost &prefill, const cost::M
     sims.push_back(r.sim);
     sims.back().share = r.capacity / capacity;
   }
-  serve::SimResult predicted = serve::simulate(sims, options.rate, options.promptTokens,
-                                               options.outputTokens, kServeBaselineRequests,
-                                               options.seed);
+  serve::SimResult predicted =
+      serve::simulate(sims, options.rate, options.workload, options.promptTokens,
+                      options.outputTokens, kServeBaselineRequests, options.seed);
   b.fits = true;
   b.capacityRps = capacity;
   b.tpotP90 = predicted.tpotP90;
@@ -183,6 +183,9 @@ std::vector<BaselineResult> planServeBaselines(const cost::ModelCost &prefill,
   // indicative, and long outputs at a low rate made them cost minutes.
   serve::Options options = given;
   options.simulatedRequests = kServeBaselineRequests;
+  // The rate the plan was made for (its capacity, when the rate asked is more).
+  if (self.rate > 0)
+    options.rate = self.rate;
   // Homogeneous: each type alone; the one of most capacity (else the first
   // type's reason).
   std::vector<const cluster::DeviceType *> types;
@@ -226,7 +229,7 @@ std::vector<BaselineResult> planServeBaselines(const cost::ModelCost &prefill,
       sims.back().share = 1.0 / double(dp->replicas.size());
       slowest = std::min(slowest, r.capacity);
     }
-    dp->predicted = serve::simulate(sims, options.rate, options.promptTokens,
+    dp->predicted = serve::simulate(sims, options.rate, options.workload, options.promptTokens,
                                     options.outputTokens, kServeBaselineRequests, options.seed);
     dp->capacity = slowest * double(dp->replicas.size());
   }

@@ -674,8 +674,10 @@ struct ReplicaChoice {
     std::vector<SimReplica> sims;
     for (const Replica &r : plan.replicas)
       sims.push_back(r.sim);
-    plan.predicted = simulate(sims, opt.rate, opt.promptTokens, opt.outputTokens, requests, opt.seed);
-    double tokensPerHour = opt.rate * double(opt.outputTokens) * 3600;
+    plan.rate = opt.rate;
+    plan.predicted = simulate(sims, opt.rate, opt.workload, opt.promptTokens, opt.outputTokens,
+                              requests, opt.seed);
+    double tokensPerHour = opt.rate * double(opt.outputTokens) * 3600;  // at the planned rate
     plan.pricePerMillionTokens = plan.pricePerHour / tokensPerHour * 1e6;
     return plan;
   }
@@ -818,7 +820,6 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
   uint64_t requests = opt.simulatedRequests
                           ? opt.simulatedRequests
                           : uint64_t(std::clamp(opt.rate * 120.0, 2000.0, 20000.0));
-  ReplicaChoice chooser{pricer, cluster, opt, usable, requests};
 
   Choice all;
   double allCapacity = 0;
@@ -830,13 +831,21 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
       most = std::max(most, x.available * x.sample.capacity);
     allCapacity += t->optional ? most : o.available * o.sample.capacity;
   }
-  if (allCapacity < opt.rate)
-    return servingError(formatv("the rate {0:F2} req/s exceeds what the {1} can serve{5}, {2:F2} "
-                                "req/s, by {3:F2} req/s ({4:F0}%)",
-                                opt.rate, opt.pickDevices ? "devices available" : "cluster",
-                                allCapacity, opt.rate - allCapacity,
-                                100 * (opt.rate - allCapacity) / allCapacity,
-                                opt.tpotTarget > 0 ? " within the TPOT target" : "").str());
+  // A rate above what every device serves: the plan at capacity, every
+  // type at its shape of most capacity, and a note saying so.
+  std::string overCapacity;
+  Options atCapacity = opt;
+  if (allCapacity < opt.rate) {
+    overCapacity = formatv("the rate {0:F2} req/s exceeds what the {1} can serve{5}, {2:F2} "
+                           "req/s, by {3:F2} req/s ({4:F0}%): planned at {2:F2} req/s, where "
+                           "queues grow without bound; latencies are for that rate",
+                           opt.rate, opt.pickDevices ? "devices available" : "cluster",
+                           allCapacity, opt.rate - allCapacity,
+                           100 * (opt.rate - allCapacity) / allCapacity,
+                           opt.tpotTarget > 0 ? " within the TPOT target" : "").str();
+    atCapacity.rate = allCapacity;
+  }
+  ReplicaChoice chooser{pricer, cluster, atCapacity, usable, requests};
 
   bool picking = false;
   for (TypeChoice *t : usable)
@@ -845,7 +854,12 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
     if (t->optional && t->options[size_t(t->best)].sample.unpriced)
       return servingError(formatv("--pick-devices needs a price for every optional type: {0} has none "
                                   "(give price_per_hour_usd in the cluster file)", t->type->name).str());
-  auto plan = picking ? chooser.pickDevices() : chooser.fixedCluster(all);
+  auto plan = picking && overCapacity.empty() ? chooser.pickDevices() : chooser.fixedCluster(all);
+  if (!plan && !overCapacity.empty())
+    return servingError(overCapacity.substr(0, overCapacity.find(": planned at")) +
+                        "; even at capacity: " + llvm::toString(plan.takeError()));
+  if (plan && !overCapacity.empty())
+    plan->notes.push_back(overCapacity);
   if (plan)
     for (const TypeChoice &t : types)
       if (t.best < 0)
@@ -886,7 +900,16 @@ plan::Plan exportServePlan(const ServePlan &sp, const cost::ModelCost &model,
     }
 
   auto *s = out.mutable_serving();
-  s->set_rate_rps(opt.rate);
+  s->set_rate_rps(sp.rate > 0 ? sp.rate : opt.rate);
+  if (sp.rate > 0 && sp.rate < opt.rate)
+    s->set_requested_rate_rps(opt.rate);
+  s->set_arrivals(opt.workload.arrivalsText());
+  if (opt.workload.arrivals != Arrivals::Trace) {
+    s->set_prompt_lengths(opt.workload.prompt.empty() ? std::to_string(opt.promptTokens)
+                                                      : opt.workload.prompt.text());
+    s->set_output_lengths(opt.workload.output.empty() ? std::to_string(opt.outputTokens)
+                                                      : opt.workload.output.text());
+  }
   s->set_prompt_tokens(opt.promptTokens);
   s->set_output_tokens(opt.outputTokens);
   s->set_ttft_target_s(opt.ttftTarget);
@@ -944,6 +967,9 @@ plan::Plan exportServePlan(const ServePlan &sp, const cost::ModelCost &model,
   pred->set_capacity_rps(sp.capacity);
   pred->set_simulated_requests(sp.predicted.requests);
   pred->set_seed(sp.seed);
+  pred->set_e2e_p50_s(sp.predicted.e2eP50);
+  pred->set_e2e_p90_s(sp.predicted.e2eP90);
+  pred->set_e2e_p99_s(sp.predicted.e2eP99);
 
   // Ranks: one per device, memory as planned, no program yet.
   uint32_t idle = 0;

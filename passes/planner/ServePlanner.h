@@ -19,6 +19,7 @@
 #include "passes/cluster/Cluster.h"
 #include "passes/cost/CostModel.h"
 #include "passes/planner/PlanExport.h"
+#include "passes/planner/ServeWorkload.h"
 
 #include "llvm/Support/Error.h"
 
@@ -32,8 +33,13 @@ namespace hetplan::planner::serve {
 
 struct Options {
   double rate = 1;              // requests per second
+  /// Per request; with a length distribution or a trace, their means
+  /// (what capacity and memory are sized for).
   int64_t promptTokens = 128;
   int64_t outputTokens = 128;
+  /// The arrivals and lengths the simulation replays (Poisson at `rate`,
+  /// every request promptTokens + outputTokens, by default).
+  Workload workload;
   double ttftTarget = 0;        // seconds at `percentile`; 0: none
   double tpotTarget = 0;
   double budget = 0;            // $/h; 0: none
@@ -91,6 +97,7 @@ struct SimReplica {
 struct SimResult {
   double ttftP50 = 0, ttftP90 = 0, ttftP99 = 0;
   double tpotP50 = 0, tpotP90 = 0, tpotP99 = 0;
+  double e2eP50 = 0, e2eP90 = 0, e2eP99 = 0;  // arrival to last token
   double ttftMean = 0, tpotMean = 0;
   double requestsPerSecond = 0, outputTokensPerSecond = 0;
   uint64_t requests = 0;
@@ -107,6 +114,14 @@ struct SimResult {
 SimResult simulate(const std::vector<SimReplica> &replicas, double rate,
                    int64_t promptTokens, int64_t outputTokens, uint64_t requests,
                    uint64_t seed);
+
+/// The same for `workload`: its arrivals (Poisson or gamma at `rate`, or
+/// its trace with the gaps scaled to `rate`) and lengths (drawn from its
+/// distributions, or the trace's). A prefill iteration's seconds scale
+/// with its prompt tokens over `promptTokens` per request (the length
+/// SimReplica::prefillSeconds was priced at). A trace is replayed once.
+SimResult simulate(const std::vector<SimReplica> &replicas, double rate, const Workload &workload,
+                   int64_t promptTokens, int64_t outputTokens, uint64_t requests, uint64_t seed);
 
 //===----------------------------------------------------------------------===//
 // The planner
@@ -137,6 +152,9 @@ struct Replica {
 };
 
 struct ServePlan {
+  /// The rate planned for: the rate asked, or the capacity when that is
+  /// less (the plan at capacity, with a note).
+  double rate = 0;
   std::vector<Replica> replicas;
   SimResult predicted;
   double capacity = 0;

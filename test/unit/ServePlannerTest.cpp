@@ -82,6 +82,52 @@ TEST(ServeSimulator, RoutingFollowsTheShares) {
   EXPECT_EQ(both.tpotP99, alone.tpotP99);
 }
 
+TEST(ServeSimulator, BurstyArrivalsQueueLongerThanPoisson) {
+  Workload bursty;
+  bursty.arrivals = Arrivals::Gamma;
+  bursty.burstiness = 4;
+  auto poisson = simulate({fixedReplica(0.02, 0.01, 4)}, 10, Workload(), 128, 8, 4000, 3);
+  auto gamma = simulate({fixedReplica(0.02, 0.01, 4)}, 10, bursty, 128, 8, 4000, 3);
+  EXPECT_GT(gamma.ttftP99, 2 * poisson.ttftP99);
+  // The same mean rate: about as many requests per second served.
+  EXPECT_NEAR(gamma.requestsPerSecond, poisson.requestsPerSecond, 0.25 * poisson.requestsPerSecond);
+  // CV 1 is Poisson in distribution (not in the draws).
+  Workload one = bursty;
+  one.burstiness = 1;
+  auto g1 = simulate({fixedReplica(0.02, 0.01, 4)}, 10, one, 128, 8, 4000, 3);
+  EXPECT_NEAR(g1.ttftP50, poisson.ttftP50, 0.2 * poisson.ttftP50);
+}
+
+TEST(ServeSimulator, TraceReplaysItsLengthsAtTheRatePlanned) {
+  // Two requests a second apart, 64 and 256 prompt tokens, 3 and 11 output
+  // tokens: the prefill scales with the prompt, e2e with the output.
+  Workload w;
+  w.arrivals = Arrivals::Trace;
+  w.trace = {{0, 64, 3}, {1, 256, 11}};
+  auto r = simulate({fixedReplica(0.1, 0.01, 4)}, 1, w, /*promptTokens=*/128, 8, 0, 1);
+  EXPECT_EQ(r.requests, 2u);
+  // Percentiles over both (no warm-up to drop at two requests).
+  EXPECT_NEAR(r.ttftP50, 0.05, 1e-9);   // 64 / 128 of the priced prefill
+  EXPECT_NEAR(r.ttftP99, 0.2, 1e-9);    // 256 / 128
+  EXPECT_NEAR(r.e2eP99, 0.2 + 10 * 0.01, 1e-9);
+  // At twice its own rate the second request arrives after half a second.
+  auto fast = simulate({fixedReplica(0.1, 0.01, 4)}, 2, w, 128, 8, 0, 1);
+  EXPECT_NEAR(fast.e2eP99, r.e2eP99, 1e-9);
+  EXPECT_LT(fast.requestsPerSecond, 2 * r.requestsPerSecond + 1e-9);
+  EXPECT_GT(fast.requestsPerSecond, r.requestsPerSecond);
+}
+
+TEST(ServeSimulator, LengthTablesDrawTheirPercentiles) {
+  Workload w;
+  auto out = parseLength("p50=10,p90=100,max=200", "--output-len");
+  ASSERT_TRUE(bool(out)) << llvm::toString(out.takeError());
+  w.output = *out;
+  auto r = simulate({fixedReplica(0.001, 0.001, 64)}, 1, w, 16, 1, 4000, 5);
+  // Output tokens per request average the table's mean (tokens/s over req/s).
+  double perRequest = r.outputTokensPerSecond / r.requestsPerSecond;
+  EXPECT_NEAR(perRequest, out->mean(), 0.1 * out->mean());
+}
+
 /// A decoder of `layers` layers of `params` parameters each, KV cache
 /// `kvPerToken` bytes per token per layer: costed at `prompt` tokens
 /// (prefill) and at one token (decode).
@@ -174,10 +220,20 @@ TEST(ServePlanner, ErrorsNameTheTargetAndByHowMuch) {
   EXPECT_NE(text.find("TPOT target"), std::string::npos) << text;
   EXPECT_NE(text.find("over)"), std::string::npos) << text;
 
+  // A rate above capacity: the plan at capacity, and a note saying so.
   Options r = options(1e6);
   auto q = planServing(prefill, decode, cl, r);
-  ASSERT_FALSE(bool(q));
-  text = llvm::toString(q.takeError());
+  ASSERT_TRUE(bool(q)) << llvm::toString(q.takeError());
+  EXPECT_NEAR(q->rate, q->capacity, 1e-9 * q->capacity);
+  ASSERT_EQ(q->notes.size(), 1u);
+  EXPECT_NE(q->notes[0].find("exceeds what the cluster can serve"), std::string::npos) << q->notes[0];
+  EXPECT_NE(q->notes[0].find("planned at"), std::string::npos) << q->notes[0];
+  // ... unless a target is missed even there: the error says both.
+  Options rt = options(1e6);
+  rt.ttftTarget = 0.02;  // met by one prefill (3.4 ms), not by queues at capacity
+  auto qt = planServing(prefill, decode, cl, rt);
+  ASSERT_FALSE(bool(qt));
+  text = llvm::toString(qt.takeError());
   EXPECT_NE(text.find("exceeds what the cluster can serve"), std::string::npos) << text;
 
   Options b = options(1);

@@ -187,10 +187,28 @@ cl::list<std::string> profileArgs("profile",
 // --mode serve (docs/serving.md).
 cl::opt<double> rateArg("rate", cl::desc("serve: requests per second to serve"),
                         cl::value_desc("REQ/S"), cl::init(0), cl::sub(compileCmd));
-cl::opt<int64_t> promptLenArg("prompt-len", cl::desc("serve: prompt tokens per request"),
-                              cl::init(0), cl::sub(compileCmd));
-cl::opt<int64_t> outputLenArg("output-len", cl::desc("serve: tokens generated per request"),
-                              cl::init(0), cl::sub(compileCmd));
+cl::opt<std::string> promptLenArg("prompt-len",
+                                  cl::desc("serve: prompt tokens per request: N, or percentiles "
+                                           "p50=500,p90=1500,p99=3000 (also min=, max=)"),
+                                  cl::value_desc("N|pXX=N,..."), cl::sub(compileCmd));
+cl::opt<std::string> outputLenArg("output-len",
+                                  cl::desc("serve: tokens generated per request: N, or "
+                                           "percentiles as --prompt-len"),
+                                  cl::value_desc("N|pXX=N,..."), cl::sub(compileCmd));
+cl::opt<std::string> workloadArg(
+    "workload",
+    cl::desc("serve: a request trace to replay: JSON lines {\"arrival_s\", \"prompt_tokens\", "
+             "\"output_tokens\"} or CSV with those columns; --rate rescales its gaps"),
+    cl::value_desc("FILE"), cl::sub(compileCmd));
+cl::opt<std::string> arrivalsArg("arrivals",
+                                 cl::desc("serve: poisson (default), or gamma (bursty: "
+                                          "--burstiness sets the gaps' coefficient of variation)"),
+                                 cl::value_desc("poisson|gamma"), cl::init("poisson"),
+                                 cl::sub(compileCmd));
+cl::opt<double> burstinessArg("burstiness",
+                              cl::desc("serve --arrivals gamma: the gaps' coefficient of variation "
+                                       "(1 is Poisson)"),
+                              cl::value_desc("CV"), cl::init(2), cl::sub(compileCmd));
 cl::opt<double> ttftArg("ttft-ms",
                         cl::desc("serve: time-to-first-token target, ms, at the 90th percentile"),
                         cl::init(0), cl::sub(compileCmd));
@@ -314,7 +332,11 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
                                               {"weight_bytes", int64_t(st.weight_bytes())},
                                               {"kv_cache_bytes", int64_t(st.kv_cache_bytes())},
                                               {"peak_bytes", int64_t(st.peak_bytes())},
-                                              {"capacity_bytes", int64_t(st.capacity_bytes())}});
+                                              {"capacity_bytes", int64_t(st.capacity_bytes())},
+                                              // What the planner may fill: memory_utilization of it.
+                                              {"budget_bytes",
+                                               int64_t(double(st.capacity_bytes()) *
+                                                       sv.memory_utilization())}});
       }
       replicas.push_back(llvm::json::Object{{"device_type", r.device_type()},
                                             {"tensor_parallel", int64_t(r.tensor_parallel())},
@@ -332,6 +354,10 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
     llvm::json::Object summary = summaryHead(p);
     for (auto &[key, value] : llvm::json::Object{
         {"rate_rps", sv.rate_rps()},
+        {"requested_rate_rps", sv.requested_rate_rps()},
+        {"arrivals", sv.arrivals()},
+        {"prompt_lengths", sv.prompt_lengths()},
+        {"output_lengths", sv.output_lengths()},
         {"prompt_tokens", sv.prompt_tokens()},
         {"output_tokens", sv.output_tokens()},
         {"ttft_target_s", sv.ttft_target_s()},
@@ -353,6 +379,9 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
         {"tpot_s", llvm::json::Object{{"p50", sp.tpot_p50_s()},
                                       {"p90", sp.tpot_p90_s()},
                                       {"p99", sp.tpot_p99_s()}}},
+        {"e2e_s", llvm::json::Object{{"p50", sp.e2e_p50_s()},
+                                     {"p90", sp.e2e_p90_s()},
+                                     {"p99", sp.e2e_p99_s()}}},
         {"simulated_requests", int64_t(sp.simulated_requests())},
         {"baselines", baselinesJson(p)}})
       summary[key] = std::move(value);
@@ -532,7 +561,6 @@ planner::ExportInfo exportInfo(const planner::CostedModel &costed, int64_t seque
 
 /// `hetplan compile MODEL --mode serve ...`: docs/serving.md.
 int runCompileServe() {
-  constexpr int64_t kMaxTokens = int64_t(1) << 20;
   if (batchArg.getNumOccurrences() || seqArg.getNumOccurrences())
     return fail("--mode serve takes --prompt-len and --output-len (and --rate), not --batch "
                 "or --seq");
@@ -541,12 +569,64 @@ int runCompileServe() {
                 "every replica's shape)");
   if (optimizerArg.getNumOccurrences())
     return fail("--optimizer is for --mode train (a serving plan keeps no optimizer state)");
+  planner::serve::Workload workload;
+  int64_t promptTokens = 0, outputTokens = 0;
+  if (!workloadArg.empty()) {
+    if (promptLenArg.getNumOccurrences() || outputLenArg.getNumOccurrences() ||
+        arrivalsArg.getNumOccurrences() || burstinessArg.getNumOccurrences())
+      return fail("--workload replays a trace's own arrivals and lengths: give it without "
+                  "--prompt-len, --output-len, --arrivals and --burstiness");
+    auto text = llvm::MemoryBuffer::getFile(workloadArg);
+    if (!text)
+      return fail(workloadArg + ": cannot open: " + text.getError().message());
+    auto trace = planner::serve::parseTrace((*text)->getBuffer(), workloadArg);
+    if (!trace)
+      return fail(llvm::toString(trace.takeError()));
+    workload.arrivals = planner::serve::Arrivals::Trace;
+    workload.trace = std::move(*trace);
+    workload.traceName = llvm::sys::path::filename(workloadArg).str();
+    double prompts = 0, outputs = 0;
+    for (const auto &r : workload.trace) {
+      prompts += double(r.promptTokens);
+      outputs += double(r.outputTokens);
+    }
+    promptTokens = std::max<int64_t>(1, std::llround(prompts / double(workload.trace.size())));
+    outputTokens = std::max<int64_t>(1, std::llround(outputs / double(workload.trace.size())));
+    if (!rateArg.getNumOccurrences()) {
+      if (!(workload.traceRate() > 0))
+        return fail(workloadArg + ": its requests arrive at one instant: give --rate to spread them");
+      rateArg = workload.traceRate();
+    }
+  } else {
+    if (promptLenArg.empty() || outputLenArg.empty())
+      return fail("--mode serve needs --prompt-len and --output-len (tokens per request), or "
+                  "--workload TRACE");
+    auto prompt = planner::serve::parseLength(promptLenArg, "--prompt-len");
+    if (!prompt)
+      return fail(llvm::toString(prompt.takeError()));
+    auto output = planner::serve::parseLength(outputLenArg, "--output-len");
+    if (!output)
+      return fail(llvm::toString(output.takeError()));
+    if (prompt->points.size() > 1)
+      workload.prompt = *prompt;
+    if (output->points.size() > 1)
+      workload.output = *output;
+    promptTokens = std::max<int64_t>(1, std::llround(prompt->mean()));
+    outputTokens = std::max<int64_t>(1, std::llround(output->mean()));
+    if (arrivalsArg == "gamma") {
+      if (!(burstinessArg > 0) || !std::isfinite(burstinessArg) || burstinessArg > 100)
+        return fail("--burstiness must be a coefficient of variation above 0 and at most 100");
+      workload.arrivals = planner::serve::Arrivals::Gamma;
+      workload.burstiness = burstinessArg;
+    } else if (arrivalsArg != "poisson") {
+      return fail("--arrivals must be poisson or gamma, not '" + arrivalsArg +
+                  "' (--workload FILE replays a trace)");
+    } else if (burstinessArg.getNumOccurrences()) {
+      return fail("--burstiness goes with --arrivals gamma");
+    }
+  }
   if (!(rateArg > 0) || !std::isfinite(rateArg))
     return fail("--mode serve needs --rate REQ/S, a positive number of requests per second");
-  if (promptLenArg < 1 || promptLenArg > kMaxTokens)
-    return fail("--mode serve needs --prompt-len between 1 and " + std::to_string(kMaxTokens));
-  if (outputLenArg < 1 || outputLenArg > kMaxTokens)
-    return fail("--mode serve needs --output-len between 1 and " + std::to_string(kMaxTokens));
   for (auto [name, value] : {std::pair{"--ttft-ms", double(ttftArg)},
                              std::pair{"--tpot-ms", double(tpotArg)},
                              std::pair{"--budget", double(budgetArg)}})
@@ -560,8 +640,9 @@ int runCompileServe() {
 
   planner::serve::Options so;
   so.rate = rateArg;
-  so.promptTokens = promptLenArg;
-  so.outputTokens = outputLenArg;
+  so.promptTokens = promptTokens;
+  so.outputTokens = outputTokens;
+  so.workload = std::move(workload);
   so.ttftTarget = ttftArg / 1e3;
   so.tpotTarget = tpotArg / 1e3;
   so.budget = budgetArg;
@@ -617,7 +698,7 @@ int runCompileServe() {
   // planner's reading of an empty optionalTypes).
 
   // Prefill costs at the prompt length, decode costs at one token.
-  planner::PipelineOptions po = pipelineOptions(1, promptLenArg, so.dtype);
+  planner::PipelineOptions po = pipelineOptions(1, so.promptTokens, so.dtype);
   po.fusedAttention = cl->stack().fusedAttention;
   po.cacheLength = 0; // a decoder exported with its KV cache: priced without it (see below)
   auto prefill = planner::costModelFile(po);
@@ -637,7 +718,7 @@ int runCompileServe() {
     llvm::errs() << "hetplan: warning: " << note << "\n";
 
   plan::Plan out = planner::serve::exportServePlan(*served, prefill->cost, *cl, so,
-                                                   exportInfo(*prefill, promptLenArg));
+                                                   exportInfo(*prefill, so.promptTokens));
   planner::exportBaselines(
       planner::planServeBaselines(prefill->cost, decode->cost, *cl, so, *served), out);
   std::string error;
@@ -847,10 +928,11 @@ int runCompile() {
     return fail("--batch is required for --mode " + modeArg);
   if (rateArg.getNumOccurrences() || promptLenArg.getNumOccurrences() ||
       outputLenArg.getNumOccurrences() || ttftArg.getNumOccurrences() ||
-      tpotArg.getNumOccurrences() ||
+      tpotArg.getNumOccurrences() || !workloadArg.empty() || arrivalsArg.getNumOccurrences() ||
+      burstinessArg.getNumOccurrences() ||
       (!pickDevicesArg && budgetArg.getNumOccurrences()))
-    return fail("--rate, --prompt-len, --output-len, --ttft-ms, --tpot-ms, --budget and "
-                "--pick-devices are for --mode serve (--budget and --pick-devices also pick "
+    return fail("--rate, --prompt-len, --output-len, --workload, --arrivals, --burstiness, "
+                "--ttft-ms, --tpot-ms, --budget and --pick-devices are for --mode serve (--budget and --pick-devices also pick "
                 "devices for train and infer plans)");
   if ((targetStepArg.getNumOccurrences() || targetSamplesArg.getNumOccurrences() ||
        pickTimeArg.getNumOccurrences()) &&

@@ -1,33 +1,15 @@
 //===- ServePrompts.cpp - the JSON-lines prompts hetplan serve reads ------===//
 #include "tools/hetplan/ServePrompts.h"
 
+#include "hetplan/runtime/JsonDepth.h"
+
 using namespace llvm;
 
 namespace hetplan::tools {
 
 namespace {
-/// llvm::json's parser recurses once per nesting level: a line of 100,000
-/// '[' would overflow the stack. A request nests two levels; 64 is plenty.
+/// A request nests two levels; 64 is plenty.
 constexpr int kMaxDepth = 64;
-
-bool tooDeep(StringRef line) {
-  int depth = 0;
-  bool inString = false, escaped = false;
-  for (char c : line) {
-    if (inString) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') inString = false;
-    } else if (c == '"') {
-      inString = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxDepth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
 } // namespace
 
 Expected<std::vector<PromptLine>> parsePrompts(StringRef text, StringRef name, int defaultMaxNew) {
@@ -39,7 +21,7 @@ Expected<std::vector<PromptLine>> parsePrompts(StringRef text, StringRef name, i
     ++number;
     if (line.trim().empty()) continue;
     auto where = [&] { return (name + ":" + Twine(number) + ": ").str(); };
-    if (tooDeep(line))
+    if (runtime::jsonNestsDeeperThan(std::string_view(line.data(), line.size()), kMaxDepth))
       return createStringError(where() + "nested more than " + Twine(kMaxDepth) + " levels deep");
     auto value = json::parse(line);
     if (!value) return createStringError(where() + toString(value.takeError()));

@@ -439,10 +439,21 @@ void explainServing(const plan::Plan &p, std::ostream &os) {
      << (p.cluster().spec().empty() ? "?" : p.cluster().spec())
      << (s.picked_devices() ? " (devices picked: the cheapest that meet the targets)" : "")
      << "\n";
+  bool lengthTables = s.prompt_lengths().find(' ') != std::string::npos ||
+                      s.output_lengths().find(' ') != std::string::npos;
   std::string targets = format("%.2f req/s, ", s.rate_rps()) +
                         std::to_string(s.prompt_tokens()) + " prompt + " +
-                        std::to_string(s.output_tokens()) + " output tokens per request";
+                        std::to_string(s.output_tokens()) + " output tokens per request" +
+                        (lengthTables || s.arrivals().rfind("trace", 0) == 0 ? " (means)" : "");
   field(os, "workload", targets);
+  if (s.requested_rate_rps() > 0)
+    field(os, "", format("planned at capacity: %.2f req/s were asked", s.requested_rate_rps()));
+  if (!s.arrivals().empty())
+    field(os, "arrivals", s.arrivals());
+  if (lengthTables) {
+    field(os, "prompt tokens", s.prompt_lengths());
+    field(os, "output tokens", s.output_lengths());
+  }
   std::string bounds;
   if (s.ttft_target_s() > 0)
     bounds += "TTFT " + msText(s.ttft_target_s()) + " ms";
@@ -480,8 +491,9 @@ void explainServing(const plan::Plan &p, std::ostream &os) {
   }
   table.print(os, "    ");
   os << "  memory per device (fullest stage of each replica)\n";
-  Table memory({"replica", "stage", "weights", "KV/token", "KV cache", "peak", "capacity", "used"},
-               "rrrrrrrr");
+  Table memory({"replica", "stage", "weights", "KV/token", "KV cache", "peak", "capacity", "used",
+                "budget"},
+               "rrrrrrrrr");
   for (const auto &r : s.replicas()) {
     int fullest = -1;
     double most = -1;
@@ -499,7 +511,8 @@ void explainServing(const plan::Plan &p, std::ostream &os) {
     memory.add({std::to_string(r.index()), std::to_string(fullest),
                 bytesText(double(st.weight_bytes())), bytesText(st.kv_cache_bytes_per_token()),
                 bytesText(double(st.kv_cache_bytes())), bytesText(double(st.peak_bytes())),
-                bytesText(double(st.capacity_bytes())), percentText(most)});
+                bytesText(double(st.capacity_bytes())), percentText(most),
+                percentText(s.memory_utilization() > 0 ? s.memory_utilization() : 0.9)});
   }
   memory.print(os, "    ");
   if (s.idle_devices() > 0)
@@ -507,8 +520,12 @@ void explainServing(const plan::Plan &p, std::ostream &os) {
        << " device(s) idle: no replica on them fits or meets the targets, or none is needed"
        << (s.picked_devices() ? " (not rented)" : " (paid for: the cluster is fixed)") << "\n";
   const auto &pr = s.prediction();
-  os << "  simulated (" << pr.simulated_requests() << " Poisson arrivals, seed " << pr.seed()
-     << ")\n";
+  if (s.arrivals().rfind("trace", 0) == 0)
+    os << "  simulated (" << s.arrivals() << " replayed, seed " << pr.seed() << ")\n";
+  else
+    os << "  simulated (" << pr.simulated_requests() << " "
+       << (s.arrivals().empty() ? std::string("Poisson") : s.arrivals()) << " arrivals, seed "
+       << pr.seed() << ")\n";
   field(os, "throughput", format("%.2f req/s, ", pr.requests_per_s()) +
                               rateText(pr.output_tokens_per_s()) + " output tokens/s (capacity " +
                               format("%.2f req/s)", pr.capacity_rps()));
@@ -516,6 +533,9 @@ void explainServing(const plan::Plan &p, std::ostream &os) {
                                     " / " + msText(pr.ttft_p99_s()) + " ms");
   field(os, "TPOT p50/p90/p99", msText(pr.tpot_p50_s()) + " / " + msText(pr.tpot_p90_s()) +
                                     " / " + msText(pr.tpot_p99_s()) + " ms");
+  if (pr.e2e_p50_s() > 0)
+    field(os, "e2e p50/p90/p99", msText(pr.e2e_p50_s()) + " / " + msText(pr.e2e_p90_s()) +
+                                     " / " + msText(pr.e2e_p99_s()) + " ms");
   field(os, "cost", format("$%.2f/h, ", s.usd_per_hour()) +
                         format("$%.3f per million output tokens", s.usd_per_million_tokens()) +
                         (s.unpriced_devices() ? " (" + std::to_string(s.unpriced_devices()) +

@@ -6,12 +6,39 @@
                                  request (its KV cache at prompt + output tokens)
     serve_check.py types         prints the replicas' device types, sorted
     serve_check.py cost          prints $/h, rounded to cents
+    serve_check.py compare-ttft A.json B.json    p99 TTFT of B over A's
+    serve_check.py write-trace JSONL CSV N RATE  a seeded trace of N requests
+                                                 at about RATE req/s, both formats
 """
 import json
 import sys
 
-d = json.load(sys.stdin)
 what = sys.argv[1]
+if what == "compare-ttft":
+    a, b = (json.load(open(f)) for f in sys.argv[2:4])
+    ratio = b["ttft_s"]["p99"] / a["ttft_s"]["p99"]
+    print(f"p99 TTFT second/first {'> 1.5' if ratio > 1.5 else '<= 1.5'} ({ratio:.2f})")
+    sys.exit(0)
+if what == "write-trace":
+    import random
+    jsonl, csv, n, rate = sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    rng = random.Random(7)
+    t, rows = 0.0, []
+    for i in range(n):
+        rows.append((t, rng.randint(8, 120), rng.randint(2, 40)))
+        t += rng.expovariate(rate)
+    # The trace's own rate is (n - 1) / span: scale the span to hit RATE.
+    span = rows[-1][0]
+    rows = [(a * (n - 1) / rate / span, p, o) for a, p, o in rows]
+    with open(jsonl, "w") as f:
+        for a, p, o in rows:
+            f.write(json.dumps({"arrival_s": a, "prompt_tokens": p, "output_tokens": o}) + "\n")
+    with open(csv, "w") as f:
+        f.write("request,arrival_s,prompt_tokens,output_tokens\n")
+        for i, (a, p, o) in enumerate(rows):
+            f.write(f"{i},{a!r},{p},{o}\n")
+    sys.exit(0)
+d = json.load(sys.stdin)
 reps = d["replicas"]
 if what == "shares":
     rate = float(sys.argv[2])

@@ -1,0 +1,227 @@
+//===- ServeWorkload.cpp - the requests a serving plan is sized for -------===//
+
+#include "passes/planner/ServeWorkload.h"
+
+#include "hetplan/runtime/JsonDepth.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace hetplan::planner::serve {
+
+using llvm::formatv;
+
+namespace {
+
+llvm::Error error(const std::string &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// `v` as people write it: 0.5, 50, 1e-05.
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+/// A token count 1..2^20 from `text`, or none.
+std::optional<int64_t> tokens(llvm::StringRef text) {
+  int64_t v = 0;
+  if (text.trim().getAsInteger(10, v) || v < 1 || v > kMaxRequestTokens)
+    return std::nullopt;
+  return v;
+}
+
+} // namespace
+
+int64_t LengthDistribution::at(double u) const {
+  if (points.empty())
+    return 1;
+  u = std::clamp(u, 0.0, 1.0) * 100;
+  double t = points.front().second;
+  if (u >= points.back().first) {
+    t = points.back().second;
+  } else {
+    for (size_t i = 0; i + 1 < points.size(); ++i) {
+      auto [p0, t0] = points[i];
+      auto [p1, t1] = points[i + 1];
+      if (u >= p0 && u < p1) {
+        t = t0 + (t1 - t0) * (u - p0) / (p1 - p0);
+        break;
+      }
+    }
+  }
+  return std::max<int64_t>(1, int64_t(std::llround(t)));
+}
+
+double LengthDistribution::mean() const {
+  if (points.empty())
+    return 1;
+  double m = points.front().second * points.front().first / 100;
+  for (size_t i = 0; i + 1 < points.size(); ++i)
+    m += (points[i + 1].first - points[i].first) / 100 * (points[i].second + points[i + 1].second) / 2;
+  m += points.back().second * (100 - points.back().first) / 100;
+  return m;
+}
+
+std::string LengthDistribution::text() const {
+  if (points.size() == 1)
+    return std::to_string(int64_t(points[0].second));
+  std::string s;
+  for (auto [p, t] : points)
+    s += (s.empty() ? "" : ", ") + formatv("p{0} {1}", num(p), int64_t(t)).str();
+  return s + formatv(" (mean {0:F0})", mean()).str();
+}
+
+llvm::Expected<LengthDistribution> parseLength(llvm::StringRef text, llvm::StringRef flag) {
+  LengthDistribution d;
+  text = text.trim();
+  if (auto v = tokens(text)) {
+    d.points.push_back({0, double(*v)});
+    return d;
+  }
+  if (!text.contains('='))
+    return error(formatv("{0} '{1}': give a token count 1..{2}, or percentiles like "
+                         "p50=500,p90=1500,p99=3000",
+                         flag, text, kMaxRequestTokens).str());
+  llvm::SmallVector<llvm::StringRef> items;
+  text.split(items, ',');
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.trim().split('=');
+    key = key.trim();
+    double p = -1;
+    if (key == "min")
+      p = 0;
+    else if (key == "max")
+      p = 100;
+    else if (key.consume_front("p") && !key.getAsDouble(p) && std::isfinite(p) && p >= 0 && p <= 100)
+      ;
+    else
+      p = -1;
+    if (p < 0)
+      return error(formatv("{0}: '{1}' is not a percentile (p0..p100, min or max)", flag,
+                           item.trim()).str());
+    auto v = tokens(value);
+    if (!v)
+      return error(formatv("{0}: '{1}' needs a token count 1..{2}", flag, item.trim(),
+                           kMaxRequestTokens).str());
+    if (!d.points.empty() && p <= d.points.back().first)
+      return error(formatv("{0}: percentiles must increase ('{1}' after p{2})", flag, item.trim(),
+                           num(d.points.back().first)).str());
+    if (!d.points.empty() && double(*v) < d.points.back().second)
+      return error(formatv("{0}: '{1}' is fewer tokens than p{2}'s {3}", flag, item.trim(),
+                           num(d.points.back().first), int64_t(d.points.back().second)).str());
+    d.points.push_back({p, double(*v)});
+  }
+  return d;
+}
+
+llvm::Expected<std::vector<TraceRequest>> parseTrace(llvm::StringRef text, llvm::StringRef name,
+                                                     size_t maxRequests) {
+  std::vector<TraceRequest> out;
+  llvm::SmallVector<llvm::StringRef> lines;
+  text.split(lines, '\n');
+  bool json = text.ltrim().starts_with("{");
+  int column[3] = {-1, -1, -1};  // arrival_s, prompt_tokens, output_tokens
+  static const char *names[3] = {"arrival_s", "prompt_tokens", "output_tokens"};
+  bool header = !json;
+  for (size_t n = 0; n < lines.size(); ++n) {
+    llvm::StringRef line = lines[n].trim();
+    std::string where = formatv("{0}:{1}", name, n + 1).str();
+    if (line.empty())
+      continue;
+    TraceRequest r;
+    if (json) {
+      // A request nests one level; refuse deep nesting before the
+      // recursive parser sees it.
+      if (runtime::jsonNestsDeeperThan(std::string_view(line.data(), line.size()), 16))
+        return error(where + ": nested more than 16 levels deep");
+      auto value = llvm::json::parse(line);
+      if (!value)
+        return error(where + ": not JSON: " + llvm::toString(value.takeError()));
+      const llvm::json::Object *o = value->getAsObject();
+      if (!o)
+        return error(where + ": not a JSON object");
+      auto arrival = o->getNumber("arrival_s");
+      if (!arrival)
+        return error(where + ": 'arrival_s' (seconds, a number) is missing");
+      r.arrival = *arrival;
+      for (int k : {1, 2}) {
+        auto v = o->getInteger(names[k]);
+        if (!v || *v < 1 || *v > kMaxRequestTokens)
+          return error(formatv("{0}: '{1}' needs a token count 1..{2}", where, names[k],
+                               kMaxRequestTokens).str());
+        (k == 1 ? r.promptTokens : r.outputTokens) = *v;
+      }
+    } else {
+      llvm::SmallVector<llvm::StringRef> cells;
+      line.split(cells, ',');
+      if (header) {
+        for (size_t c = 0; c < cells.size(); ++c)
+          for (int k = 0; k < 3; ++k)
+            if (cells[c].trim().trim('"') == names[k])
+              column[k] = int(c);
+        for (int k = 0; k < 3; ++k)
+          if (column[k] < 0)
+            return error(formatv("{0}: the CSV header has no column '{1}' (it needs arrival_s, "
+                                 "prompt_tokens and output_tokens; or give JSON lines)",
+                                 where, names[k]).str());
+        header = false;
+        continue;
+      }
+      for (int k = 0; k < 3; ++k)
+        if (size_t(column[k]) >= cells.size())
+          return error(formatv("{0}: {1} column(s), '{2}' is column {3}", where, cells.size(),
+                               names[k], column[k] + 1).str());
+      if (cells[size_t(column[0])].trim().getAsDouble(r.arrival))
+        return error(formatv("{0}: arrival_s '{1}' is not a number", where,
+                             cells[size_t(column[0])].trim()).str());
+      for (int k : {1, 2}) {
+        auto v = tokens(cells[size_t(column[k])]);
+        if (!v)
+          return error(formatv("{0}: {1} '{2}' needs a token count 1..{3}", where, names[k],
+                               cells[size_t(column[k])].trim(), kMaxRequestTokens).str());
+        (k == 1 ? r.promptTokens : r.outputTokens) = *v;
+      }
+    }
+    if (!std::isfinite(r.arrival) || r.arrival < 0 || r.arrival > 1e9)
+      return error(formatv("{0}: arrival_s {1} must be seconds from 0 to 1e9", where, num(r.arrival)).str());
+    if (!out.empty() && r.arrival < out.back().arrival)
+      return error(formatv("{0}: arrival_s {1} is before the previous request's {2} (sort the "
+                           "trace by arrival)",
+                           where, num(r.arrival), num(out.back().arrival)).str());
+    if (out.size() >= maxRequests)
+      return error(formatv("{0}: more than {1} requests", where, maxRequests).str());
+    out.push_back(r);
+  }
+  if (out.empty())
+    return error(formatv("{0}: no requests{1}", name, header ? " (not even a CSV header)" : "").str());
+  return out;
+}
+
+std::string Workload::arrivalsText() const {
+  switch (arrivals) {
+  case Arrivals::Poisson:
+    return "Poisson";
+  case Arrivals::Gamma:
+    return formatv("gamma (CV {0:F2})", burstiness).str();
+  case Arrivals::Trace:
+    return formatv("trace {0} ({1} requests)", traceName, trace.size()).str();
+  }
+  return "?";
+}
+
+double Workload::traceRate() const {
+  if (trace.size() < 2)
+    return 0;
+  double span = trace.back().arrival - trace.front().arrival;
+  return span > 0 ? double(trace.size() - 1) / span : 0;
+}
+
+} // namespace hetplan::planner::serve
