@@ -10,6 +10,7 @@
 
 #include "hetplan/runtime/Plan.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -32,11 +33,30 @@ namespace {
 std::string ms(double s) { return formatv("{0:F2} ms", s * 1e3).str(); }
 std::string gibText(double b) { return formatv("{0:F2} GiB", b / double(1ull << 30)).str(); }
 
-/// A replica shape on one device type: `pp` stages of `tp` devices.
+/// A replica shape: `pp` stages of `tp` devices, on one device type, or
+/// with `stageTypes` one type per stage (a pipeline across GPU types).
 struct Shape {
   const cluster::DeviceType *type = nullptr;
   int tp = 1, pp = 1;
   std::vector<int> lastLayer;  // per stage
+  std::vector<const cluster::DeviceType *> stageTypes;  // empty: every stage `type`
+
+  const cluster::DeviceType &typeOf(int s) const {
+    return stageTypes.empty() ? *type : *stageTypes[size_t(s)];
+  }
+  /// "T4", or the types in pipeline order: "A100-SXM-40GB+L4+T4".
+  std::string typeName() const {
+    if (stageTypes.empty())
+      return type->name;
+    std::string name;
+    const cluster::DeviceType *last = nullptr;
+    for (const cluster::DeviceType *t : stageTypes) {
+      if (t != last)
+        name += (name.empty() ? "" : "+") + t->name;
+      last = t;
+    }
+    return name;
+  }
 };
 
 class Pricer {
@@ -195,10 +215,11 @@ public:
   double stageForward(const cost::ModelCost &model, const Shape &sh, int s, int k,
                       const cluster::Link &tpLink, const cluster::Link &next) const {
     int first = s == 0 ? 0 : sh.lastLayer[size_t(s - 1)] + 1, last = sh.lastLayer[size_t(s)];
-    cost::Efficiency eff = efficiency(*sh.type);
+    const cluster::DeviceType &type = sh.typeOf(s);
+    cost::Efficiency eff = efficiency(type);
     double t = 0;
     for (int i = first; i <= last; ++i)
-      t += cost::layerForwardTime(model.layers[size_t(i)], k, *sh.type, opt.dtype, eff,
+      t += cost::layerForwardTime(model.layers[size_t(i)], k, type, opt.dtype, eff,
                                   opt.profiles, sh.tp);
     t += tpSeconds(model, first, last, sh.tp, k, tpLink);
     if (s + 1 < sh.pp)
@@ -219,12 +240,13 @@ public:
   double decodeStage(const Shape &sh, int s, int k, double context,
                      const cluster::Link &tpLink, const cluster::Link &next) const {
     int first = s == 0 ? 0 : sh.lastLayer[size_t(s - 1)] + 1, last = sh.lastLayer[size_t(s)];
-    cost::Efficiency eff = efficiency(*sh.type);
+    const cluster::DeviceType &type = sh.typeOf(s);
+    cost::Efficiency eff = efficiency(type);
     double t = stageForward(decode, sh, s, k, tpLink, next);
     double kvBytes = stageKvPerToken(first, last, sh.tp) * context;
     double kvFlops = 2.0 * kvBytes / elementBytes;
-    t += std::max(kvBytes / (sh.type->memoryBandwidthBytesPerSec() * eff.memory),
-                  kvFlops / (sh.type->peakFlops(opt.dtype) * eff.matrix));
+    t += std::max(kvBytes / (type.memoryBandwidthBytesPerSec() * eff.memory),
+                  kvFlops / (type.peakFlops(opt.dtype) * eff.matrix));
     return t;
   }
 
@@ -273,10 +295,11 @@ int placeStages(const Pricer &pr, const Shape &sh, const std::vector<std::vector
                 int prefillBatch, const std::string &where, Replica &out, Refusal &why) {
   const Options &opt = pr.opt;
   const int64_t P = opt.promptTokens, O = opt.outputTokens;
-  double capacity = double(sh.type->memoryBytes()) * opt.memoryUtilization;
-  double context = sh.type->kind == cluster::DeviceKind::GPU ? opt.deviceContextBytes : 0;
   int memBatch = std::numeric_limits<int>::max();
   for (int s = 0; s < sh.pp; ++s) {
+    const cluster::DeviceType &type = sh.typeOf(s);
+    double capacity = double(type.memoryBytes()) * opt.memoryUtilization;
+    double context = type.kind == cluster::DeviceKind::GPU ? opt.deviceContextBytes : 0;
     int first = s == 0 ? 0 : sh.lastLayer[size_t(s - 1)] + 1, last = sh.lastLayer[size_t(s)];
     ReplicaStage st;
     st.firstLayer = first;
@@ -284,7 +307,8 @@ int placeStages(const Pricer &pr, const Shape &sh, const std::vector<std::vector
     st.ranks = stageRanks[size_t(s)];
     st.weightBytes = pr.stageWeightBytes(first, last, sh.tp);
     st.kvBytesPerToken = pr.stageKvPerToken(first, last, sh.tp);
-    st.capacityBytes = double(sh.type->memoryBytes());
+    st.capacityBytes = double(type.memoryBytes());
+    st.type = &type;
     // Prefill activations: the largest op's input and output at the
     // largest prefill batch.
     double workspace = 0;
@@ -317,7 +341,7 @@ bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
   const Pricer &pr = *pricer;
   const Options &opt = pr.opt;
   const cluster::Cluster &cl = pr.cluster;
-  std::string where = formatv("{0} x{1} (tp {2}, {3} stage(s))", sh.type->name, sh.tp * sh.pp,
+  std::string where = formatv("{0} x{1} (tp {2}, {3} stage(s))", sh.typeName(), sh.tp * sh.pp,
                               sh.tp, sh.pp).str();
   std::vector<cluster::Link> tpLink, next;
   for (int s = 0; s < sh.pp; ++s) {
@@ -327,7 +351,8 @@ bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
                                  : cluster::Link{1e9, 0, ""});
   }
   out = Replica();
-  out.type = sh.type;
+  out.type = &sh.typeOf(0);
+  out.typeName = sh.typeName();
   out.tensorParallel = sh.tp;
   const int64_t P = opt.promptTokens, O = opt.outputTokens;
   const int prefillBatch = int(std::max<int64_t>(1, opt.maxPrefillTokens / P));
@@ -401,8 +426,8 @@ bool priceReplica(const std::shared_ptr<const Pricer> &pricer, const Shape &sh,
   for (const auto &st : out.stages)
     for (int r : st.ranks) {
       (void)r;
-      if (sh.type->pricePerHourUSD)
-        out.pricePerHour += *sh.type->pricePerHourUSD;
+      if (st.type->pricePerHourUSD)
+        out.pricePerHour += *st.type->pricePerHourUSD;
       else
         ++out.unpriced;
     }
@@ -631,6 +656,125 @@ llvm::Error noReplica(const Refusal &why, const Options &opt, int L,
 /// A choice: per usable type, which of its shapes and how many replicas.
 using Choice = std::vector<std::pair<int, int>>;
 
+/// A replica pipelined across device types, one device per stage.
+struct MixedPipeline {
+  Shape shape;
+  std::vector<std::vector<int>> stageRanks;
+  Replica sample;
+};
+
+/// One pipeline over `ranks` (pipeline order; at most one per layer), one
+/// device a stage, its layers split so that the slowest stage's decode
+/// time (at a batch of 32) is least while every stage holds its weights,
+/// workspace and the KV cache of `inFlight` requests per group (exact over
+/// the cut points: dynamic programming). Stages on faster or bigger
+/// devices take more layers. False when no split fits or a target is
+/// missed.
+bool mixedPipelineAt(const std::shared_ptr<const Pricer> &pricer, std::vector<int> ranks,
+                     int inFlight, MixedPipeline &out, Refusal &why) {
+  const Pricer &pr = *pricer;
+  const Options &opt = pr.opt;
+  const cluster::Cluster &cl = pr.cluster;
+  const int L = int(pr.decode.layers.size());
+  if (int(ranks.size()) > L)
+    ranks.resize(size_t(L));
+  const int pp = int(ranks.size());
+  if (pp < 2)
+    return false;
+  const double P = double(opt.promptTokens), O = double(opt.outputTokens);
+  const int batch = std::min(32, opt.maxBatchPerGroup);
+  const int prefillBatch = int(std::max<int64_t>(1, opt.maxPrefillTokens / opt.promptTokens));
+  // Per layer: bytes (tied parameters counted where they are read: an
+  // over-count when their owner shares the stage, checked exactly below),
+  // KV bytes per request, prefill workspace.
+  std::vector<double> bytes, kv, work;
+  for (const cost::LayerCost &l : pr.decode.layers) {
+    double b = l.parameterBytes;
+    for (auto [owner, elements] : l.tiedParameters)
+      b += double(elements) * pr.elementBytes;
+    bytes.push_back(b);
+  }
+  for (size_t i = 0; i < pr.prefill.layers.size(); ++i) {
+    kv.push_back(pr.kvPerToken[i] * (P + O));
+    work.push_back(2 * pr.prefill.layers[i].largestActivationBytesPerSample * prefillBatch);
+  }
+  // Per type: decode seconds per layer at `batch`, as prefix sums.
+  std::map<const cluster::DeviceType *, std::vector<double>> timePrefix;
+  for (int r : ranks) {
+    const cluster::DeviceType *type = cl.devices[size_t(r)].type;
+    if (timePrefix.count(type))
+      continue;
+    cost::Efficiency eff = pr.efficiency(*type);
+    std::vector<double> prefix{0};
+    for (size_t i = 0; i < pr.decode.layers.size(); ++i)
+      prefix.push_back(prefix.back() +
+                       cost::layerForwardTime(pr.decode.layers[i], batch, *type, opt.dtype, eff,
+                                              opt.profiles, 1) +
+                       kv[i] / (P + O) * batch * (P + O / 2) /
+                           (type->memoryBandwidthBytesPerSec() * eff.memory));
+    timePrefix[type] = std::move(prefix);
+  }
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(size_t(pp), std::vector<double>(size_t(L) + 1, inf));
+  std::vector<std::vector<int>> cut(size_t(pp), std::vector<int>(size_t(L) + 1, -1));
+  for (int s = 0; s < pp; ++s) {
+    const cluster::DeviceType *type = cl.devices[size_t(ranks[size_t(s)])].type;
+    double capacity = double(type->memoryBytes()) * opt.memoryUtilization -
+                      (type->kind == cluster::DeviceKind::GPU ? opt.deviceContextBytes : 0);
+    const std::vector<double> &t = timePrefix[type];
+    // Stage s holds layers [i, j): at least one layer, one left per later stage.
+    for (int j = s + 1; j <= L - (pp - 1 - s); ++j) {
+      double b = 0, k = 0, w = 0;
+      for (int i = j - 1; i >= s; --i) {
+        b += bytes[size_t(i)];
+        k += kv[size_t(i)];
+        w = std::max(w, work[size_t(i)]);
+        if (b + w + k * pp * inFlight > capacity)
+          break;  // more layers only need more
+        double before = s == 0 ? (i == 0 ? 0 : inf) : best[size_t(s - 1)][size_t(i)];
+        double c = std::max(before, t[size_t(j)] - t[size_t(i)]);
+        if (c < best[size_t(s)][size_t(j)]) {
+          best[size_t(s)][size_t(j)] = c;
+          cut[size_t(s)][size_t(j)] = i;
+        }
+      }
+    }
+  }
+  if (best[size_t(pp - 1)][size_t(L)] == inf)
+    return false;
+  Shape sh;
+  sh.tp = 1;
+  sh.pp = pp;
+  sh.lastLayer.assign(size_t(pp), 0);
+  for (int s = pp - 1, j = L; s >= 0; --s) {
+    sh.lastLayer[size_t(s)] = j - 1;
+    j = cut[size_t(s)][size_t(j)];
+  }
+  for (int r : ranks) {
+    sh.stageTypes.push_back(cl.devices[size_t(r)].type);
+    out.stageRanks.push_back({r});
+  }
+  sh.type = sh.stageTypes.front();
+  out.shape = sh;
+  return priceReplica(pricer, out.shape, out.stageRanks, out.sample, why);
+}
+
+/// The split that serves most: room for 1, 2, 4, ... requests per group
+/// (more room for the KV cache, or more layers on the fastest stages).
+bool mixedPipeline(const std::shared_ptr<const Pricer> &pricer, const std::vector<int> &ranks,
+                   MixedPipeline &out, Refusal &why) {
+  bool any = false;
+  for (int inFlight = 1; inFlight <= pricer->opt.maxBatchPerGroup; inFlight *= 2) {
+    MixedPipeline m;
+    if (!mixedPipelineAt(pricer, ranks, inFlight, m, why))
+      continue;
+    if (!any || m.sample.capacity > out.sample.capacity * 1.0001)
+      out = std::move(m);
+    any = true;
+  }
+  return any;
+}
+
 /// How many replicas of each usable type: all of them for a fixed cluster
 /// (and for types that are not optional), else the cheapest counts whose
 /// capacity, loaded to a share of it, covers the rate.
@@ -640,6 +784,7 @@ struct ReplicaChoice {
   const Options &opt;
   std::vector<TypeChoice *> usable;
   uint64_t requests;  // simulated
+  std::vector<MixedPipeline> mixed;  // beside the single-type replicas
 
   /// The plan of `choice`: its replicas priced on their devices, the rate
   /// split by capacity, and the simulated latencies.
@@ -659,6 +804,12 @@ struct ReplicaChoice {
         priceReplica(pricer, shape, stageRanks, r, ignore);
         plan.replicas.push_back(std::move(r));
       }
+    }
+    for (const MixedPipeline &m : mixed) {
+      Replica r;
+      Refusal ignore;
+      priceReplica(pricer, m.shape, m.stageRanks, r, ignore);
+      plan.replicas.push_back(std::move(r));
     }
     for (const Replica &r : plan.replicas) {
       plan.capacity += r.capacity;
@@ -813,7 +964,30 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
   for (TypeChoice &t : types)
     if (t.best >= 0)
       usable.push_back(&t);
-  if (usable.empty())
+  // A fixed cluster's types that no single-type replica fits on (two or
+  // more): their devices as one pipeline across types, when that fits.
+  std::vector<MixedPipeline> mixed;
+  std::string mixedNote;
+  if (!opt.pickDevices && !opt.pinPipelineStages && !opt.pinTensorParallel) {
+    std::vector<int> ranks;
+    std::vector<std::string> names;
+    for (const TypeChoice &t : types)
+      if (t.best < 0)
+        names.push_back(t.type->name);
+    for (const cluster::Device &d : cluster.devices)
+      for (const TypeChoice &t : types)
+        if (t.type == d.type && t.best < 0)
+          ranks.push_back(d.rank);
+    MixedPipeline m;
+    Refusal mixedWhy;
+    if (names.size() >= 2 && mixedPipeline(pricer, ranks, m, mixedWhy)) {
+      mixedNote = formatv("no replica of {0} alone fits: their {1} devices serve as one pipeline "
+                          "across the types ({2})",
+                          llvm::join(names, " or "), m.shape.pp, m.shape.typeName()).str();
+      mixed.push_back(std::move(m));
+    }
+  }
+  if (usable.empty() && mixed.empty())
     return noReplica(why, opt, L, types);
 
   // Prices unknown: refused when picking (the cheapest would be meaningless).
@@ -831,6 +1005,8 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
       most = std::max(most, x.available * x.sample.capacity);
     allCapacity += t->optional ? most : o.available * o.sample.capacity;
   }
+  for (const MixedPipeline &m : mixed)
+    allCapacity += m.sample.capacity;
   // A rate above what every device serves: the plan at capacity, every
   // type at its shape of most capacity, and a note saying so.
   std::string overCapacity;
@@ -845,7 +1021,7 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
                            opt.tpotTarget > 0 ? " within the TPOT target" : "").str();
     atCapacity.rate = allCapacity;
   }
-  ReplicaChoice chooser{pricer, cluster, atCapacity, usable, requests};
+  ReplicaChoice chooser{pricer, cluster, atCapacity, usable, requests, std::move(mixed)};
 
   bool picking = false;
   for (TypeChoice *t : usable)
@@ -860,9 +1036,11 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
                         "; even at capacity: " + llvm::toString(plan.takeError()));
   if (plan && !overCapacity.empty())
     plan->notes.push_back(overCapacity);
+  if (plan && !mixedNote.empty())
+    plan->notes.push_back(mixedNote);
   if (plan)
     for (const TypeChoice &t : types)
-      if (t.best < 0)
+      if (t.best < 0 && mixedNote.empty())
         plan->notes.push_back(
             !t.idleNote.empty() ? t.idleNote + ": its devices are left idle"
             : opt.pinPipelineStages || opt.pinTensorParallel
@@ -927,11 +1105,13 @@ plan::Plan exportServePlan(const ServePlan &sp, const cost::ModelCost &model,
   for (auto [i, r] : llvm::enumerate(sp.replicas)) {
     auto *rep = s->add_replicas();
     rep->set_index(uint32_t(i));
-    rep->set_device_type(r.type->name);
+    rep->set_device_type(r.typeName.empty() ? r.type->name : r.typeName);
     rep->set_tensor_parallel(uint32_t(r.tensorParallel));
     for (const ReplicaStage &st : r.stages) {
       auto *o = rep->add_stages();
       o->set_first_layer(uint32_t(st.firstLayer));
+      if (st.type && r.typeName.find('+') != std::string::npos)
+        o->set_device_type(st.type->name);  // a pipeline across types
       o->set_last_layer(uint32_t(st.lastLayer));
       o->set_first_node(uint32_t(model.layers[size_t(st.firstLayer)].firstNode));
       o->set_last_node(uint32_t(model.layers[size_t(st.lastLayer)].lastNode));

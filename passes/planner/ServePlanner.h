@@ -129,13 +129,16 @@ SimResult simulate(const std::vector<SimReplica> &replicas, double rate, const W
 
 struct ReplicaStage {
   int firstLayer = 0, lastLayer = 0;
+  const cluster::DeviceType *type = nullptr;  // of its devices
   std::vector<int> ranks;  // tp ranks
   double weightBytes = 0, kvBytesPerToken = 0, kvBytes = 0, capacityBytes = 0,
          peakBytes = 0;      // per device
 };
 
 struct Replica {
-  const cluster::DeviceType *type = nullptr;
+  const cluster::DeviceType *type = nullptr;  // the first stage's
+  /// "L4", or for a pipeline across types "A100-SXM-40GB+T4" (stage order).
+  std::string typeName;
   int tensorParallel = 1;
   std::vector<ReplicaStage> stages;
   int maxBatch = 1;          // all groups together

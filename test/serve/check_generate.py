@@ -57,6 +57,30 @@ if r.stderr.count("hetplan serve: replica") != 4:
     print("FAIL: the serving plan's four replicas are not listed:", r.stderr)
 check("serving plan, 4 replicas", [json.loads(l) for l in open(out)])
 
+# A pipeline across device types: a T4 and an L4 (cluster-file types) so
+# small that neither holds the model alone (context 512 MiB + ~200 KiB of
+# 570 MiB, one prompt per prefill): the planner puts the layers over both,
+# and the plan's two stages, on two threads, give onnxruntime's tokens.
+tiny = os.path.join(work, "tiny-mixed.yaml")
+with open(tiny, "w") as f:
+    f.write("devices:\n  - {name: T4, memory_gib: 0.5559}\n  - {name: L4, memory_gib: 0.5559}\n"
+            "nodes:\n  - devices: [1xT4]\n  - devices: [1xL4]\n")
+mplan = os.path.join(work, "mixed.plan")
+r = subprocess.run([hetplan, "compile", model, "--mode", "serve", "--cluster", tiny, "--rate", "1",
+                    "--prompt-len", "16", "--output-len", "16", "--max-batched-tokens", "16", "-o", mplan],
+                   capture_output=True, text=True)
+if r.returncode != 0 or "one pipeline across the types (T4+L4)" not in r.stderr:
+    failures += 1
+    print("FAIL: the tiny T4 + L4 cluster did not get a pipeline across types:", r.stdout, r.stderr)
+else:
+    out = os.path.join(work, "out-mixed.jsonl")
+    r = subprocess.run([hetplan, "serve", mplan, "--prompts", prompts, "-o", out], capture_output=True,
+                       text=True, check=True)
+    if "T4+L4" not in r.stderr:
+        failures += 1
+        print("FAIL: the mixed replica is not listed:", r.stderr)
+    check("serving plan, one replica pipelined over a T4 and an L4", [json.loads(l) for l in open(out)])
+
 r = subprocess.run([hetplan, "serve", model, "--max-batch", "4"], input=open(prompts).read(),
                    capture_output=True, text=True, check=True)
 check("stdin to stdout, max-batch 4", [json.loads(l) for l in r.stdout.splitlines()])

@@ -286,4 +286,26 @@ TEST(ServePlanner, NoReplicaFitsNamesTheDepthThatWould) {
     EXPECT_EQ(r.type->name, "A100-SXM-80GB");
 }
 
+TEST(ServePlanner, PipelinesAcrossTypesWhenNoTypeHoldsTheModelAlone) {
+  // 48 GB of weights in 24 layers: an A100 40GB holds 35.5 GB, two T4s
+  // 27.8 GB; the three together hold it, the A100's stage the most layers.
+  auto [prefill, decode] = decoder(24, 1'000'000'000, 256, 64 * 1024);
+  auto p = planServing(prefill, decode, test::clusterOf("1xA100-40G,2xT4"), options(0.05));
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  ASSERT_EQ(p->replicas.size(), 1u);
+  const Replica &r = p->replicas[0];
+  EXPECT_EQ(r.typeName, "A100-SXM-40GB+T4");
+  ASSERT_EQ(r.stages.size(), 3u);
+  EXPECT_EQ(r.stages[0].type->name, "A100-SXM-40GB");
+  EXPECT_EQ(r.stages[2].type->name, "T4");
+  auto layers = [](const ReplicaStage &st) { return st.lastLayer - st.firstLayer + 1; };
+  EXPECT_GT(layers(r.stages[0]), layers(r.stages[1]));
+  EXPECT_EQ(r.stages.back().lastLayer, 23);
+  for (const ReplicaStage &st : r.stages)
+    EXPECT_LE(st.peakBytes, 0.9 * st.capacityBytes + 1);
+  EXPECT_GT(r.capacity, 0);
+  ASSERT_EQ(p->notes.size(), 1u);
+  EXPECT_NE(p->notes[0].find("one pipeline across the types"), std::string::npos) << p->notes[0];
+}
+
 } // namespace

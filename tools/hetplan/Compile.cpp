@@ -238,6 +238,11 @@ cl::opt<double> targetSamplesArg("target-samples-s",
                                  cl::desc("train/infer --pick-devices: the fewest samples per "
                                           "second"),
                                  cl::init(0), cl::sub(compileCmd));
+cl::opt<int64_t> maxBatchedTokensArg(
+    "max-batched-tokens",
+    cl::desc("serve: prompt tokens one prefill iteration takes at most (vLLM's "
+             "max_num_batched_tokens; bounds the prefill batch and its workspace)"),
+    cl::init(8192), cl::sub(compileCmd));
 cl::opt<uint64_t> serveSeedArg("serve-seed",
                                cl::desc("serve: seed of the simulated Poisson arrivals"),
                                cl::init(1), cl::sub(compileCmd));
@@ -333,6 +338,9 @@ llvm::json::Value summaryJson(const plan::Plan &p) {
                                               {"kv_cache_bytes", int64_t(st.kv_cache_bytes())},
                                               {"peak_bytes", int64_t(st.peak_bytes())},
                                               {"capacity_bytes", int64_t(st.capacity_bytes())},
+                                              {"device_type", st.device_type().empty()
+                                                                  ? r.device_type()
+                                                                  : st.device_type()},
                                               // What the planner may fill: memory_utilization of it.
                                               {"budget_bytes",
                                                int64_t(double(st.capacity_bytes()) *
@@ -649,6 +657,9 @@ int runCompileServe() {
   so.pickDevices = pickDevicesArg;
   so.dtype = flags->dtype;
   so.seed = serveSeedArg;
+  if (maxBatchedTokensArg < 1 || maxBatchedTokensArg > (int64_t(1) << 24))
+    return fail("--max-batched-tokens must be between 1 and 16777216");
+  so.maxPrefillTokens = maxBatchedTokensArg;
   so.profiles = flags->profiles;
   if (!pinArg.empty()) {
     auto pin = planner::parsePin(pinArg);
@@ -929,10 +940,11 @@ int runCompile() {
   if (rateArg.getNumOccurrences() || promptLenArg.getNumOccurrences() ||
       outputLenArg.getNumOccurrences() || ttftArg.getNumOccurrences() ||
       tpotArg.getNumOccurrences() || !workloadArg.empty() || arrivalsArg.getNumOccurrences() ||
-      burstinessArg.getNumOccurrences() ||
+      burstinessArg.getNumOccurrences() || maxBatchedTokensArg.getNumOccurrences() ||
       (!pickDevicesArg && budgetArg.getNumOccurrences()))
     return fail("--rate, --prompt-len, --output-len, --workload, --arrivals, --burstiness, "
-                "--ttft-ms, --tpot-ms, --budget and --pick-devices are for --mode serve (--budget and --pick-devices also pick "
+                "--max-batched-tokens, --ttft-ms, --tpot-ms, --budget and --pick-devices are for "
+                "--mode serve (--budget and --pick-devices also pick "
                 "devices for train and infer plans)");
   if ((targetStepArg.getNumOccurrences() || targetSamplesArg.getNumOccurrences() ||
        pickTimeArg.getNumOccurrences()) &&

@@ -111,9 +111,10 @@ bool validateServing(const plan::Plan &p, std::string &error) {
           return fail(where + ": rank " + to_string(rank) + " already serves replica " +
                       to_string(owner[rank]));
         owner[rank] = i;
-        if (p.cluster().devices(int(rank)).type() != r.device_type())
+        const std::string &type = st.device_type().empty() ? r.device_type() : st.device_type();
+        if (p.cluster().devices(int(rank)).type() != type)
           return fail(where + ": rank " + to_string(rank) + " is a " +
-                      p.cluster().devices(int(rank)).type() + ", not a " + r.device_type());
+                      p.cluster().devices(int(rank)).type() + ", not a " + type);
       }
     }
     if (r.stages(r.stages_size() - 1).last_layer() != numLayers - 1)

@@ -6,6 +6,7 @@
                                  request (its KV cache at prompt + output tokens)
     serve_check.py types         prints the replicas' device types, sorted
     serve_check.py cost          prints $/h, rounded to cents
+    serve_check.py mixed         the one replica's stage types, and which holds most layers
     serve_check.py compare-ttft A.json B.json    p99 TTFT of B over A's
     serve_check.py write-trace JSONL CSV N RATE  a seeded trace of N requests
                                                  at about RATE req/s, both formats
@@ -48,6 +49,12 @@ if what == "shares":
     assert abs(rates - rate) < 1e-9 * rate, rates
     assert all(r["rate_rps"] <= r["capacity_rps"] for r in reps)
     print("shares ok", len(reps))
+elif what == "mixed":
+    (r,) = reps
+    types = [st["device_type"] for st in r["stages"]]
+    layers = [st["last_layer"] - st["first_layer"] + 1 for st in r["stages"]]
+    most = types[layers.index(max(layers))]
+    print(f"mixed {r['device_type']}: stages {' '.join(types)}, the {most.split('-')[0]} holds the most layers")
 elif what == "memory":
     tokens = d["prompt_tokens"] + d["output_tokens"]
     limited = 0
