@@ -31,12 +31,12 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRICES = {"H100": 6.88, "A100-80G": 3.4309, "A10G": 1.006, "L4": 0.8048, "T4": 0.526}
 
-# LLaMA-1 30B (Touvron et al. 2023, table 2): 60 layers, 6656 hidden, 52
-# heads, FFN 17920, vocab 32000.
+# LLaMA-1 30B (Touvron et al. 2023, table 2) and Llama-2 70B (grouped-query
+# attention, 8 KV heads): models/gen_transformer.py's configs.
 MODELS = {
     "llama2-7b": ["--family", "llama", "--config", "llama2-7b"],
-    "llama-30b": ["--family", "llama", "--config", "llama2-7b", "--layers", "60",
-                  "--hidden", "6656", "--heads", "52", "--ffn", "17920"],
+    "llama-30b": ["--family", "llama", "--config", "llama-30b"],
+    "llama2-70b": ["--family", "llama", "--config", "llama2-70b"],
 }
 
 
@@ -89,7 +89,7 @@ def helix(hetplan, folder, rows):
     mixed = "4x1xA100-80G,8x1xL4,12x1xT4"
     price = 4 * PRICES["A100-80G"] + 8 * PRICES["L4"] + 12 * PRICES["T4"]
     same = {t: max(1, int(round(price / PRICES[t]))) for t in ["A100-80G", "L4", "T4"]}
-    for name in ["llama-30b"]:
+    for name in ["llama-30b", "llama2-70b"]:
         model = gen(name, folder)
         for tpot in [300, 600]:
             prompt, output = 512, 128

@@ -939,6 +939,72 @@ struct ReplicaChoice {
   }
 };
 
+/// The replicas of `--layout`, checked against the model and cluster and
+/// priced; errors name the replica and stage.
+llvm::Expected<std::vector<MixedPipeline>>
+layoutReplicas(const std::shared_ptr<const Pricer> &pricer,
+               const std::vector<ServeLayoutReplica> &layout) {
+  const cluster::Cluster &cl = pricer->cluster;
+  const int L = int(pricer->decode.layers.size());
+  const int N = int(cl.devices.size());
+  std::vector<int> owner(size_t(N), -1);
+  std::vector<MixedPipeline> out;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const ServeLayoutReplica &r = layout[i];
+    std::string at = formatv("--layout: replica {0}", i).str();
+    MixedPipeline m;
+    m.shape.tp = r.tensorParallel;
+    m.shape.pp = int(r.stages.size());
+    for (size_t k = 0; k < r.stages.size(); ++k) {
+      const ServeLayoutStage &st = r.stages[k];
+      std::string where = at + formatv(", stage {0}", k).str();
+      const cluster::DeviceType *type = nullptr;
+      for (int rank : st.ranks) {
+        if (rank >= N)
+          return servingError(formatv("{0}: rank {1} does not exist (the cluster has {2} devices)",
+                                      where, rank, N).str());
+        if (owner[size_t(rank)] >= 0)
+          return servingError(formatv("{0}: rank {1} already serves replica {2}", where, rank,
+                                      owner[size_t(rank)]).str());
+        owner[size_t(rank)] = int(i);
+        const cluster::Device &d = cl.devices[size_t(rank)];
+        if (type && d.type != type)
+          return servingError(formatv("{0}: its ranks are of different types ({1}, {2}): a "
+                                      "tensor-parallel group is one type",
+                                      where, type->name, d.type->name).str());
+        type = d.type;
+        if (d.node != cl.devices[size_t(st.ranks[0])].node)
+          return servingError(formatv("{0}: ranks {1} and {2} are on different nodes: tensor "
+                                      "parallelism stays within a node",
+                                      where, st.ranks[0], rank).str());
+      }
+      if (st.lastLayer >= L)
+        return servingError(formatv("{0}: last_layer {1}, but the model has {2} layers (0-{3})",
+                                    where, st.lastLayer, L, L - 1).str());
+      m.shape.stageTypes.push_back(type);
+      m.shape.lastLayer.push_back(st.lastLayer);
+      m.stageRanks.push_back(st.ranks);
+    }
+    if (m.shape.lastLayer.back() != L - 1)
+      return servingError(formatv("{0}: its stages end at layer {1}, but the model has {2} layers "
+                                  "(the last stage's last_layer must be {3})",
+                                  at, m.shape.lastLayer.back(), L, L - 1).str());
+    m.shape.type = m.shape.stageTypes.front();
+    Refusal why;
+    if (!priceReplica(pricer, m.shape, m.stageRanks, m.sample, why)) {
+      constexpr double inf = std::numeric_limits<double>::infinity();
+      if (why.memoryShortBytes < inf)
+        return servingError(formatv("{0} does not fit in memory: {1} needs {2} more for its "
+                                    "weights and one request's KV cache",
+                                    at, why.memoryWhere, gibText(why.memoryShortBytes)).str());
+      return servingError(at + " misses the latency targets: " +
+                          llvm::toString(noReplica(why, pricer->opt, L, {})));
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 } // namespace
 
 llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
@@ -958,8 +1024,16 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
   std::vector<TypeChoice> types = deviceTypes(cluster, opt);
   Refusal why;
   int L = int(decode.layers.size());
-  for (TypeChoice &t : types)
-    priceShapes(t, pricer, L, why);
+  std::vector<MixedPipeline> given;
+  if (!opt.layout.empty()) {
+    auto replicas = layoutReplicas(pricer, opt.layout);
+    if (!replicas)
+      return replicas.takeError();
+    given = std::move(*replicas);
+  } else {
+    for (TypeChoice &t : types)
+      priceShapes(t, pricer, L, why);
+  }
   std::vector<TypeChoice *> usable;
   for (TypeChoice &t : types)
     if (t.best >= 0)
@@ -968,7 +1042,7 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
   // more): their devices as one pipeline across types, when that fits.
   std::vector<MixedPipeline> mixed;
   std::string mixedNote;
-  if (!opt.pickDevices && !opt.pinPipelineStages && !opt.pinTensorParallel) {
+  if (opt.layout.empty() && !opt.pickDevices && !opt.pinPipelineStages && !opt.pinTensorParallel) {
     std::vector<int> ranks;
     std::vector<std::string> names;
     for (const TypeChoice &t : types)
@@ -986,6 +1060,10 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
                           llvm::join(names, " or "), m.shape.pp, m.shape.typeName()).str();
       mixed.push_back(std::move(m));
     }
+  }
+  if (!given.empty()) {
+    mixed = std::move(given);
+    mixedNote.clear();
   }
   if (usable.empty() && mixed.empty())
     return noReplica(why, opt, L, types);
@@ -1038,7 +1116,7 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
     plan->notes.push_back(overCapacity);
   if (plan && !mixedNote.empty())
     plan->notes.push_back(mixedNote);
-  if (plan)
+  if (plan && opt.layout.empty())
     for (const TypeChoice &t : types)
       if (t.best < 0 && mixedNote.empty())
         plan->notes.push_back(

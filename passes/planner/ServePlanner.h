@@ -70,6 +70,9 @@ struct Options {
   /// Every replica has exactly these (0: searched): `--pin pp=N,tp=T`.
   int pinPipelineStages = 0;
   int pinTensorParallel = 0;
+  /// `--layout FILE`: exactly these replicas (nothing searched; shares by
+  /// capacity as ever).
+  std::vector<ServeLayoutReplica> layout;
   uint64_t seed = 1;
   uint64_t simulatedRequests = 0;  // 0: rate x 120 s, within [2000, 20000]
   std::vector<cost::Profile> profiles;

@@ -30,6 +30,22 @@ std::string num(double v) {
   return buf;
 }
 
+/// `text` fit for a one-line message: control and non-ASCII bytes as
+/// \xNN, at most 40 characters (what a user typed, or a fuzzer).
+std::string printable(llvm::StringRef text) {
+  std::string out;
+  for (char c : text.take_front(40)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += c;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(static_cast<unsigned char>(c)));
+      out += buf;
+    }
+  }
+  return text.size() > 40 ? out + "..." : out;
+}
+
 /// A token count 1..2^20 from `text`, or none.
 std::optional<int64_t> tokens(llvm::StringRef text) {
   int64_t v = 0;
@@ -89,7 +105,7 @@ llvm::Expected<LengthDistribution> parseLength(llvm::StringRef text, llvm::Strin
   if (!text.contains('='))
     return error(formatv("{0} '{1}': give a token count 1..{2}, or percentiles like "
                          "p50=500,p90=1500,p99=3000",
-                         flag, text, kMaxRequestTokens).str());
+                         flag, printable(text), kMaxRequestTokens).str());
   llvm::SmallVector<llvm::StringRef> items;
   text.split(items, ',');
   for (llvm::StringRef item : items) {
@@ -106,16 +122,16 @@ llvm::Expected<LengthDistribution> parseLength(llvm::StringRef text, llvm::Strin
       p = -1;
     if (p < 0)
       return error(formatv("{0}: '{1}' is not a percentile (p0..p100, min or max)", flag,
-                           item.trim()).str());
+                           printable(item.trim())).str());
     auto v = tokens(value);
     if (!v)
-      return error(formatv("{0}: '{1}' needs a token count 1..{2}", flag, item.trim(),
+      return error(formatv("{0}: '{1}' needs a token count 1..{2}", flag, printable(item.trim()),
                            kMaxRequestTokens).str());
     if (!d.points.empty() && p <= d.points.back().first)
-      return error(formatv("{0}: percentiles must increase ('{1}' after p{2})", flag, item.trim(),
+      return error(formatv("{0}: percentiles must increase ('{1}' after p{2})", flag, printable(item.trim()),
                            num(d.points.back().first)).str());
     if (!d.points.empty() && double(*v) < d.points.back().second)
-      return error(formatv("{0}: '{1}' is fewer tokens than p{2}'s {3}", flag, item.trim(),
+      return error(formatv("{0}: '{1}' is fewer tokens than p{2}'s {3}", flag, printable(item.trim()),
                            num(d.points.back().first), int64_t(d.points.back().second)).str());
     d.points.push_back({p, double(*v)});
   }
@@ -181,12 +197,12 @@ llvm::Expected<std::vector<TraceRequest>> parseTrace(llvm::StringRef text, llvm:
                                names[k], column[k] + 1).str());
       if (cells[size_t(column[0])].trim().getAsDouble(r.arrival))
         return error(formatv("{0}: arrival_s '{1}' is not a number", where,
-                             cells[size_t(column[0])].trim()).str());
+                             printable(cells[size_t(column[0])].trim())).str());
       for (int k : {1, 2}) {
         auto v = tokens(cells[size_t(column[k])]);
         if (!v)
           return error(formatv("{0}: {1} '{2}' needs a token count 1..{3}", where, names[k],
-                               cells[size_t(column[k])].trim(), kMaxRequestTokens).str());
+                               printable(cells[size_t(column[k])].trim()), kMaxRequestTokens).str());
         (k == 1 ? r.promptTokens : r.outputTokens) = *v;
       }
     }
@@ -202,6 +218,74 @@ llvm::Expected<std::vector<TraceRequest>> parseTrace(llvm::StringRef text, llvm:
   }
   if (out.empty())
     return error(formatv("{0}: no requests{1}", name, header ? " (not even a CSV header)" : "").str());
+  return out;
+}
+
+llvm::Expected<std::vector<ServeLayoutReplica>> parseServeLayout(llvm::StringRef text,
+                                                                 llvm::StringRef name) {
+  auto fail = [&](const std::string &m) { return error(name.str() + ": " + m); };
+  if (runtime::jsonNestsDeeperThan(std::string_view(text.data(), text.size()), 16))
+    return fail("nested more than 16 levels deep");
+  auto value = llvm::json::parse(text);
+  if (!value)
+    return fail("not JSON: " + llvm::toString(value.takeError()));
+  const llvm::json::Object *root = value->getAsObject();
+  const llvm::json::Array *replicas = root ? root->getArray("replicas") : nullptr;
+  if (!replicas || replicas->empty())
+    return fail("expected {\"replicas\": [...]}, a non-empty list of replicas");
+  std::vector<ServeLayoutReplica> out;
+  for (size_t i = 0; i < replicas->size(); ++i) {
+    std::string at = formatv("replica {0}", i).str();
+    const llvm::json::Object *r = (*replicas)[i].getAsObject();
+    if (!r)
+      return fail(at + " is not an object");
+    for (const auto &kv : *r)
+      if (kv.first != "tensor_parallel" && kv.first != "stages")
+        return fail(at + ": unknown field '" + printable(kv.first) +
+                    "' (expected tensor_parallel, stages)");
+    ServeLayoutReplica rep;
+    if (const llvm::json::Value *tp = r->get("tensor_parallel")) {
+      auto v = tp->getAsInteger();
+      if (!v || *v < 1 || *v > 64)
+        return fail(at + ": tensor_parallel must be an integer from 1 to 64");
+      rep.tensorParallel = int(*v);
+    }
+    const llvm::json::Array *stages = r->getArray("stages");
+    if (!stages || stages->empty())
+      return fail(at + ": \"stages\" must be a non-empty list");
+    if (stages->size() > 4096)
+      return fail(at + formatv(": {0} stages (at most 4096)", stages->size()).str());
+    for (size_t k = 0; k < stages->size(); ++k) {
+      std::string where = at + formatv(", stage {0}", k).str();
+      const llvm::json::Object *st = (*stages)[k].getAsObject();
+      if (!st)
+        return fail(where + " is not an object");
+      for (const auto &kv : *st)
+        if (kv.first != "ranks" && kv.first != "last_layer")
+          return fail(where + ": unknown field '" + printable(kv.first) +
+                      "' (expected ranks, last_layer)");
+      const llvm::json::Array *ranks = st->getArray("ranks");
+      auto last = st->getInteger("last_layer");
+      if (!ranks || ranks->size() != size_t(rep.tensorParallel))
+        return fail(where + formatv(": \"ranks\" must list tensor_parallel = {0} rank(s)",
+                                    rep.tensorParallel).str());
+      if (!last || *last < 0 || *last > (1 << 20))
+        return fail(where + ": \"last_layer\" must be a layer index");
+      ServeLayoutStage s;
+      for (const llvm::json::Value &v : *ranks) {
+        auto rank = v.getAsInteger();
+        if (!rank || *rank < 0 || *rank > (1 << 24))
+          return fail(where + ": ranks must be device ranks (integers from 0)");
+        s.ranks.push_back(int(*rank));
+      }
+      s.lastLayer = int(*last);
+      if (!rep.stages.empty() && s.lastLayer <= rep.stages.back().lastLayer)
+        return fail(where + formatv(": last_layer {0} does not follow the previous stage's {1}",
+                                    s.lastLayer, rep.stages.back().lastLayer).str());
+      rep.stages.push_back(std::move(s));
+    }
+    out.push_back(std::move(rep));
+  }
   return out;
 }
 

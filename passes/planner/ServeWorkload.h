@@ -57,6 +57,24 @@ struct TraceRequest {
 llvm::Expected<std::vector<TraceRequest>> parseTrace(llvm::StringRef text, llvm::StringRef name,
                                                      size_t maxRequests = 10'000'000);
 
+/// An exact serving layout (`--mode serve --layout FILE`): replicas, each a
+/// pipeline of stages in order, each stage `tensor_parallel` ranks and the
+/// last layer it holds:
+///   {"replicas": [{"tensor_parallel": 1, "stages": [
+///       {"ranks": [0], "last_layer": 15}, {"ranks": [1], "last_layer": 59}]}]}
+/// Parsed here for shape (every count sane, layers increasing); checked
+/// against the model and cluster by the planner.
+struct ServeLayoutStage {
+  std::vector<int> ranks;
+  int lastLayer = 0;
+};
+struct ServeLayoutReplica {
+  int tensorParallel = 1;
+  std::vector<ServeLayoutStage> stages;
+};
+llvm::Expected<std::vector<ServeLayoutReplica>> parseServeLayout(llvm::StringRef text,
+                                                                 llvm::StringRef name);
+
 enum class Arrivals { Poisson, Gamma, Trace };
 
 struct Workload {

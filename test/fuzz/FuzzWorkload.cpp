@@ -1,9 +1,11 @@
 //===- FuzzWorkload.cpp - serving traces and length tables ----------------===//
 //
-// Bytes -> parseTrace and parseLength (passes/planner/ServeWorkload.h), what
-// `hetplan compile --mode serve --workload FILE` and --prompt-len /
-// --output-len read: requests with finite, sorted arrivals and 1..2^20
-// tokens, a table whose quantiles stay within its points, or one error line.
+// Bytes -> parseTrace, parseServeLayout and parseLength
+// (passes/planner/ServeWorkload.h), what `hetplan compile --mode serve
+// --workload FILE`, `--layout FILE` and --prompt-len / --output-len read:
+// requests with finite, sorted arrivals and 1..2^20 tokens, replicas whose
+// stages have tensor_parallel ranks and increasing layers, a table whose
+// quantiles stay within its points, or one error line each.
 //
 //===----------------------------------------------------------------------===//
 #include "FuzzTarget.h"
@@ -43,6 +45,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     w.trace = *trace;
     if (!(w.traceRate() >= 0))
       std::abort();
+  }
+  // The same bytes as a serving layout.
+  auto layout = parseServeLayout(text, "fuzz.json");
+  if (!layout) {
+    oneLine(layout.takeError());
+  } else {
+    for (const ServeLayoutReplica &r : *layout)
+      for (size_t k = 0; k < r.stages.size(); ++k)
+        if (int(r.stages[k].ranks.size()) != r.tensorParallel ||
+            (k > 0 && r.stages[k].lastLayer <= r.stages[k - 1].lastLayer))
+          std::abort();
   }
   // The same bytes as a length flag (one line of it).
   auto length = parseLength(text.split('\n').first, "--prompt-len");

@@ -106,4 +106,33 @@ TEST(ServeWorkload, BadTracesNameTheLine) {
   EXPECT_NE(errorOf(many.takeError()).find("t:2: more than 1 requests"), std::string::npos);
 }
 
+TEST(ServeWorkload, LayoutsParseAndBadOnesNameTheReplicaAndStage) {
+  auto ok = parseServeLayout(R"({"replicas": [{"tensor_parallel": 2, "stages": [
+      {"ranks": [0, 1], "last_layer": 3}, {"ranks": [2, 3], "last_layer": 9}]}]})",
+                             "l.json");
+  ASSERT_TRUE(bool(ok)) << errorOf(ok.takeError());
+  ASSERT_EQ(ok->size(), 1u);
+  EXPECT_EQ((*ok)[0].tensorParallel, 2);
+  EXPECT_EQ((*ok)[0].stages[1].ranks, (std::vector<int>{2, 3}));
+  EXPECT_EQ((*ok)[0].stages[1].lastLayer, 9);
+  for (auto [text, want] : std::vector<std::pair<const char *, const char *>>{
+           {"[]", "l.json: expected {\"replicas\": [...]}"},
+           {R"({"replicas": [{"stages": []}]})", "replica 0: \"stages\" must be a non-empty list"},
+           {R"({"replicas": [{"stages": [{"ranks": [0, 1], "last_layer": 1}]}]})",
+            "replica 0, stage 0: \"ranks\" must list tensor_parallel = 1 rank(s)"},
+           {R"({"replicas": [{"stages": [{"ranks": [0], "last_layer": 3}, {"ranks": [1], "last_layer": 3}]}]})",
+            "replica 0, stage 1: last_layer 3 does not follow the previous stage's 3"},
+           {R"({"replicas": [{"stages": [{"ranks": [-1], "last_layer": 3}]}]})",
+            "ranks must be device ranks"},
+           // A field name with a newline in it (a fuzzer's finding): the
+           // error stays one line.
+           {"{\"replicas\": [{\"t\\nsor\": 1}]}", "unknown field 't\\x0asor'"}}) {
+    auto l = parseServeLayout(text, "l.json");
+    ASSERT_FALSE(bool(l)) << text;
+    std::string e = errorOf(l.takeError());
+    EXPECT_NE(e.find(want), std::string::npos) << text << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+}
+
 } // namespace

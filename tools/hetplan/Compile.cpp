@@ -572,9 +572,18 @@ int runCompileServe() {
   if (batchArg.getNumOccurrences() || seqArg.getNumOccurrences())
     return fail("--mode serve takes --prompt-len and --output-len (and --rate), not --batch "
                 "or --seq");
-  if (!layoutArg.empty())
-    return fail("--layout is for train and infer plans, not --mode serve (--pin pp=N,tp=T fixes "
-                "every replica's shape)");
+  std::vector<planner::serve::ServeLayoutReplica> serveLayout;
+  if (!layoutArg.empty()) {
+    if (!pinArg.empty() || pickDevicesArg)
+      return fail("--layout gives every replica exactly: not with --pin or --pick-devices");
+    auto text = llvm::MemoryBuffer::getFile(layoutArg);
+    if (!text)
+      return fail(layoutArg + ": cannot open: " + text.getError().message());
+    auto parsed = planner::serve::parseServeLayout((*text)->getBuffer(), layoutArg);
+    if (!parsed)
+      return fail(llvm::toString(parsed.takeError()));
+    serveLayout = std::move(*parsed);
+  }
   if (optimizerArg.getNumOccurrences())
     return fail("--optimizer is for --mode train (a serving plan keeps no optimizer state)");
   planner::serve::Workload workload;
@@ -651,6 +660,7 @@ int runCompileServe() {
   so.promptTokens = promptTokens;
   so.outputTokens = outputTokens;
   so.workload = std::move(workload);
+  so.layout = std::move(serveLayout);
   so.ttftTarget = ttftArg / 1e3;
   so.tpotTarget = tpotArg / 1e3;
   so.budget = budgetArg;

@@ -55,8 +55,9 @@ cluster::Cluster fileSubset(const cluster::Cluster &cl, const std::vector<PickGr
 
 llvm::Expected<std::vector<PickGroup>> parsePickGroups(llvm::StringRef spec) {
   if (isClusterFile(spec))
-    return llvm::createStringError("--pick-devices: a cluster file's groups come from the file "
-                                   "(fileGroups), not from an inline spec");
+    return llvm::createStringError(("--pick-devices: '" + spec +
+                                    "' is a cluster file: each device type is picked up to the "
+                                    "file's count (no N? counts to parse)").str());
   llvm::SmallVector<llvm::StringRef> items;
   spec.split(items, ',');
   std::vector<PickGroup> groups;

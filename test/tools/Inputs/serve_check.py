@@ -7,6 +7,7 @@
     serve_check.py types         prints the replicas' device types, sorted
     serve_check.py cost          prints $/h, rounded to cents
     serve_check.py mixed         the one replica's stage types, and which holds most layers
+    serve_check.py tokens OUT.jsonl GREEDY.json  hetplan serve's tokens against a reference
     serve_check.py compare-ttft A.json B.json    p99 TTFT of B over A's
     serve_check.py write-trace JSONL CSV N RATE  a seeded trace of N requests
                                                  at about RATE req/s, both formats
@@ -15,6 +16,12 @@ import json
 import sys
 
 what = sys.argv[1]
+if what == "tokens":
+    got = {json.loads(l)["id"]: json.loads(l)["tokens"] for l in open(sys.argv[2]) if l.strip()}
+    ref = json.load(open(sys.argv[3]))["tokens"]
+    same = sum(got.get(k) == v for k, v in ref.items())
+    print(f"{same} of {len(ref)} requests equal onnxruntime's tokens")
+    sys.exit(0)
 if what == "compare-ttft":
     a, b = (json.load(open(f)) for f in sys.argv[2:4])
     ratio = b["ttft_s"]["p99"] / a["ttft_s"]["p99"]
