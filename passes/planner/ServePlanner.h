@@ -2,14 +2,15 @@
 //
 // A serving plan answers: which devices to use (and rent), how to place the
 // model on them as replicas (a pipeline of stages, each `tp` devices of one
-// type), how many requests each replica serves at once (its KV cache and the
+// type; the stages of one type, or across types when no type holds the
+// model alone), how many requests each replica serves at once (its KV cache and the
 // per-token latency target bound it), and which share of the request rate
 // goes to each, so that the rate is met within latency targets at the lowest
 // price. Prefill and decode are priced apart with the cost model's roofline:
 // prefill of P prompt tokens is compute-bound; a decode step reads every
 // weight once for the whole batch and each request's KV cache. A
-// discrete-event simulation of Poisson arrivals (seeded, deterministic)
-// predicts TTFT and TPOT percentiles. docs/serving.md gives the equations
+// discrete-event simulation of the workload (Poisson, gamma or a trace;
+// seeded, deterministic) predicts TTFT, TPOT and end-to-end percentiles. docs/serving.md gives the equations
 // and their sources.
 //
 //===----------------------------------------------------------------------===//
