@@ -58,7 +58,12 @@ def compile_serve(hetplan, model, cluster, rate, prompt, output, tpot_ms, pick):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": r.stderr.strip().split("error: ")[-1]}
-    return json.loads(r.stdout)
+    d = json.loads(r.stdout)
+    # Above capacity hetplan plans at capacity (with a warning): that plan
+    # does not serve the rate asked.
+    if d.get("requested_rate_rps", 0) > 0:
+        return {"error": "rate above capacity (%.2f req/s)" % d["capacity_rps"]}
+    return d
 
 
 def mix(d):
