@@ -138,16 +138,23 @@ public:
   /// by time is uneven in bytes and the split by bytes uneven in time.
   std::vector<int> splitByDecodeTime(const cluster::DeviceType &type, int tp, int pp,
                                      int batch) const {
+    return splitMinMax(layerDecodeSeconds(type, tp, batch), pp);
+  }
+
+  /// Per layer: seconds of one decode token for `batch` requests on
+  /// `type`, their KV cache read at the mean context.
+  std::vector<double> layerDecodeSeconds(const cluster::DeviceType &type, int tp,
+                                         int batch) const {
     cost::Efficiency eff = efficiency(type);
     double context = double(batch) * (double(opt.promptTokens) + double(opt.outputTokens) / 2);
-    std::vector<double> weight;
+    std::vector<double> seconds;
     for (size_t i = 0; i < decode.layers.size(); ++i) {
       double kvBytes = stageKvPerToken(int(i), int(i), tp) * context;
-      weight.push_back(cost::layerForwardTime(decode.layers[i], batch, type, opt.dtype, eff,
-                                              opt.profiles, tp) +
-                       kvBytes / (type.memoryBandwidthBytesPerSec() * eff.memory));
+      seconds.push_back(cost::layerForwardTime(decode.layers[i], batch, type, opt.dtype, eff,
+                                               opt.profiles, tp) +
+                        kvBytes / (type.memoryBandwidthBytesPerSec() * eff.memory));
     }
-    return splitMinMax(weight, pp);
+    return seconds;
   }
 
   /// The device's efficiencies with the serving engine's per-kernel host
@@ -704,14 +711,9 @@ bool mixedPipelineAt(const std::shared_ptr<const Pricer> &pricer, std::vector<in
     const cluster::DeviceType *type = cl.devices[size_t(r)].type;
     if (timePrefix.count(type))
       continue;
-    cost::Efficiency eff = pr.efficiency(*type);
     std::vector<double> prefix{0};
-    for (size_t i = 0; i < pr.decode.layers.size(); ++i)
-      prefix.push_back(prefix.back() +
-                       cost::layerForwardTime(pr.decode.layers[i], batch, *type, opt.dtype, eff,
-                                              opt.profiles, 1) +
-                       kv[i] / (P + O) * batch * (P + O / 2) /
-                           (type->memoryBandwidthBytesPerSec() * eff.memory));
+    for (double t : pr.layerDecodeSeconds(*type, 1, batch))
+      prefix.push_back(prefix.back() + t);
     timePrefix[type] = std::move(prefix);
   }
   constexpr double inf = std::numeric_limits<double>::infinity();
@@ -1091,8 +1093,7 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
   Options atCapacity = opt;
   if (allCapacity < opt.rate) {
     overCapacity = formatv("the rate {0:F2} req/s exceeds what the {1} can serve{5}, {2:F2} "
-                           "req/s, by {3:F2} req/s ({4:F0}%): planned at {2:F2} req/s, where "
-                           "queues grow without bound; latencies are for that rate",
+                           "req/s, by {3:F2} req/s ({4:F0}%)",
                            opt.rate, opt.pickDevices ? "devices available" : "cluster",
                            allCapacity, opt.rate - allCapacity,
                            100 * (opt.rate - allCapacity) / allCapacity,
@@ -1110,10 +1111,12 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
                                   "(give price_per_hour_usd in the cluster file)", t->type->name).str());
   auto plan = picking && overCapacity.empty() ? chooser.pickDevices() : chooser.fixedCluster(all);
   if (!plan && !overCapacity.empty())
-    return servingError(overCapacity.substr(0, overCapacity.find(": planned at")) +
-                        "; even at capacity: " + llvm::toString(plan.takeError()));
+    return servingError(overCapacity + "; even at capacity: " + llvm::toString(plan.takeError()));
   if (plan && !overCapacity.empty())
-    plan->notes.push_back(overCapacity);
+    plan->notes.push_back(overCapacity +
+                          formatv(": planned at {0:F2} req/s, where queues grow without bound; "
+                                  "latencies are for that rate",
+                                  allCapacity).str());
   if (plan && !mixedNote.empty())
     plan->notes.push_back(mixedNote);
   if (plan && opt.layout.empty())

@@ -46,6 +46,16 @@ std::string printable(llvm::StringRef text) {
   return text.size() > 40 ? out + "..." : out;
 }
 
+/// The first field of `o` not in `allowed`, as "unknown field 'x' (expected
+/// a, b)"; empty when every field is known.
+std::string unknownField(const llvm::json::Object &o, llvm::ArrayRef<llvm::StringRef> allowed) {
+  for (const auto &kv : o)
+    if (!llvm::is_contained(allowed, llvm::StringRef(kv.first)))
+      return "unknown field '" + printable(kv.first) + "' (expected " + llvm::join(allowed, ", ") +
+             ")";
+  return "";
+}
+
 /// A token count 1..2^20 from `text`, or none.
 std::optional<int64_t> tokens(llvm::StringRef text) {
   int64_t v = 0;
@@ -239,10 +249,8 @@ llvm::Expected<std::vector<ServeLayoutReplica>> parseServeLayout(llvm::StringRef
     const llvm::json::Object *r = (*replicas)[i].getAsObject();
     if (!r)
       return fail(at + " is not an object");
-    for (const auto &kv : *r)
-      if (kv.first != "tensor_parallel" && kv.first != "stages")
-        return fail(at + ": unknown field '" + printable(kv.first) +
-                    "' (expected tensor_parallel, stages)");
+    if (std::string bad = unknownField(*r, {"tensor_parallel", "stages"}); !bad.empty())
+      return fail(at + ": " + bad);
     ServeLayoutReplica rep;
     if (const llvm::json::Value *tp = r->get("tensor_parallel")) {
       auto v = tp->getAsInteger();
@@ -260,10 +268,8 @@ llvm::Expected<std::vector<ServeLayoutReplica>> parseServeLayout(llvm::StringRef
       const llvm::json::Object *st = (*stages)[k].getAsObject();
       if (!st)
         return fail(where + " is not an object");
-      for (const auto &kv : *st)
-        if (kv.first != "ranks" && kv.first != "last_layer")
-          return fail(where + ": unknown field '" + printable(kv.first) +
-                      "' (expected ranks, last_layer)");
+      if (std::string bad = unknownField(*st, {"ranks", "last_layer"}); !bad.empty())
+        return fail(where + ": " + bad);
       const llvm::json::Array *ranks = st->getArray("ranks");
       auto last = st->getInteger("last_layer");
       if (!ranks || ranks->size() != size_t(rep.tensorParallel))
