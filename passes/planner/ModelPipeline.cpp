@@ -666,6 +666,7 @@ llvm::Expected<CostedModel> costModelFileImpl(const PipelineOptions &o) {
   Binder binder(o, graph, result);
   if (llvm::Error e = binder.bindAll())
     return std::move(e);
+  result.sequenceDim = binder.sequenceName;
   std::vector<std::string> probeDims;
   for (auto &[n, v] : binder.bindTo)
     probeDims.push_back(n + "=" + std::to_string(binder.batchNames.count(n) ? kProbeBatch : v));

@@ -77,6 +77,9 @@ struct CostedModel {
   /// TopK whose k is computed), subgraphs priced under an assumption (an
   /// unknown trip count, body values of unknown shape), --seq binding nothing.
   std::vector<std::string> warnings;
+  /// The dim `sequence` bound (empty: none; e.g. a decode-step-only export
+  /// whose input_ids is fixed at one token).
+  std::string sequenceDim;
 };
 
 /// One-line errors name the file (and node, for shape errors).

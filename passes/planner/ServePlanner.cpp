@@ -237,7 +237,14 @@ public:
   /// Seconds of one stage for a prefill of k requests.
   double prefillStage(const Shape &sh, int s, int k, const cluster::Link &tpLink,
                       const cluster::Link &next) const {
-    return stageForward(prefill, sh, s, k, tpLink, next);
+    if (!opt.prefillTokenByToken)
+      return stageForward(prefill, sh, s, k, tpLink, next);
+    // P one-token runs whose caches hold 0..P-1 tokens of each request: the
+    // cache term is linear in the context, so their sum is one decode step
+    // over k P (P - 1) / 2 cached tokens plus P - 1 more one-token forwards.
+    double P = double(std::max<int64_t>(opt.promptTokens, 1));
+    return decodeStage(sh, s, k, double(k) * P * (P - 1) / 2, tpLink, next) +
+           (P - 1) * stageForward(decode, sh, s, k, tpLink, next);
   }
 
   /// Seconds of one stage for one decode token of k requests whose

@@ -2,7 +2,8 @@
 //
 // Bytes -> parsePrompts (tools/hetplan/ServePrompts.h), what `hetplan serve
 // --prompts FILE` reads: either requests (each a non-empty prompt of ids
-// >= 0 and 1..2^20 new tokens) or one error line naming the line.
+// >= 0 and 1..2^20 new tokens, encoder inputs rectangular arrays) or one
+// error line naming the line.
 //
 //===----------------------------------------------------------------------===//
 #include "FuzzTarget.h"
@@ -19,8 +20,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (message.empty() || message.find('\n') != std::string::npos) std::abort();
     return 0;
   }
-  for (const auto &l : *lines)
+  for (const auto &l : *lines) {
     if (l.request.prompt.empty() || l.request.maxNewTokens < 1 || l.request.maxNewTokens > (1 << 20))
       std::abort();
+    // An encoder input is a whole rectangular array: its numbers fill its shape.
+    for (const auto &[name, a] : l.encoder) {
+      size_t n = 1;
+      for (int64_t d : a.shape) {
+        if (d < 1) std::abort();
+        n *= size_t(d);
+      }
+      if (a.shape.empty() || n != a.values.size()) std::abort();
+    }
+  }
   return 0;
 }

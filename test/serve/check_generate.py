@@ -15,6 +15,8 @@ import json, os, subprocess, sys
 
 import numpy as np
 
+import serve_tokens  # test/serve/serve_tokens.py
+
 hetplan, models, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
 model = os.path.join(models, "gpt2-past.onnx")
@@ -25,14 +27,9 @@ failures = 0
 
 def check(label, lines):
     global failures
-    got = {l["id"]: l["tokens"] for l in lines}
-    bad = [k for k in ref if got.get(k) != ref[k]]
-    if bad:
-        failures += 1
-        print(f"FAIL {label}: {len(bad)} of {len(ref)} requests differ from onnxruntime, first {bad[0]}: "
-              f"{got.get(bad[0])} vs {ref[bad[0]]}")
-    else:
-        print(f"ok {label}: {len(ref)} requests, {sum(map(len, ref.values()))} tokens equal onnxruntime's")
+    ok, line = serve_tokens.compare(label, {l["id"]: l["tokens"] for l in lines}, ref)
+    failures += not ok
+    print(line)
 
 
 for batch in (1, 3, 16):
@@ -91,6 +88,8 @@ if "tokens/s" not in r.stderr:
 # The same export as a 2-stage inference plan: one decode step (a cache of
 # 16, a masked position) against onnxruntime's outputs (decode-step.npz).
 import numpy as np
+
+import serve_tokens  # test/serve/serve_tokens.py
 step = np.load(os.path.join(models, "decode-step.npz"))
 iplan = os.path.join(work, "decode.plan")
 subprocess.run([hetplan, "compile", model, "--cluster", "2xT4", "--mode", "infer", "--batch", "4",

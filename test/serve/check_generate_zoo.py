@@ -12,6 +12,8 @@ flight) and without (--pipeline-groups 1).
 """
 import json, os, subprocess, sys
 
+import serve_tokens  # test/serve/serve_tokens.py
+
 hetplan, zoo, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
 refs = json.load(open(os.path.join(zoo, "llama-kv-generate.json")))
@@ -24,27 +26,9 @@ failures = 0
 
 def serve(label, target, ref, *extra):
     global failures
-    out = os.path.join(work, "out.jsonl")
-    if os.path.exists(out):
-        os.remove(out)
-    r = subprocess.run([hetplan, "serve", target, "--prompts", prompts, "-o", out, *extra],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        failures += 1
-        print(f"FAIL {label}: exit {r.returncode}: {r.stderr.strip()}")
-        return
-    got = {}
-    with open(out) as f:
-        for line in f:
-            o = json.loads(line)
-            got[o["id"]] = o["tokens"]
-    bad = [k for k in ref if got.get(k) != ref[k]]
-    if bad:
-        failures += 1
-        print(f"FAIL {label}: {len(bad)} of {len(ref)} requests differ from onnxruntime, first {bad[0]}: "
-              f"{got.get(bad[0])} vs {ref[bad[0]]}")
-    else:
-        print(f"ok {label}: {len(ref)} requests, {sum(map(len, ref.values()))} tokens equal onnxruntime's")
+    ok, line = serve_tokens.serve(hetplan, label, [target, *extra], prompts, ref, work)
+    failures += not ok
+    print(line)
 
 
 for name, ref in refs["tokens"].items():

@@ -718,19 +718,32 @@ int runCompileServe() {
   // No '?' with --pick-devices: every type may be used in part (the
   // planner's reading of an empty optionalTypes).
 
-  // Prefill costs at the prompt length, decode costs at one token.
-  planner::PipelineOptions po = pipelineOptions(1, so.promptTokens, so.dtype);
+  // Decode costs at one token, prefill costs at the prompt length; a
+  // decode-step-only export (no sequence dim to bind: input_ids fixed at one
+  // token) prefills token by token, priced from the one-token cost.
+  planner::PipelineOptions po = pipelineOptions(1, 1, so.dtype);
   po.fusedAttention = cl->stack().fusedAttention;
   po.cacheLength = 0; // a decoder exported with its KV cache: priced without it (see below)
-  auto prefill = planner::costModelFile(po);
-  if (!prefill)
-    return fail(llvm::toString(prefill.takeError()));
-  for (const std::string &w : prefill->warnings)
-    llvm::errs() << "hetplan: warning: " << w << "\n";
-  po.sequence = 1;
   auto decode = planner::costModelFile(po);
   if (!decode)
     return fail(llvm::toString(decode.takeError()));
+  so.prefillTokenByToken = decode->sequenceDim.empty();
+  llvm::Expected<planner::CostedModel> prefill = *decode;
+  if (!so.prefillTokenByToken) {
+    po.sequence = so.promptTokens;
+    prefill = planner::costModelFile(po);
+    if (!prefill)
+      return fail(llvm::toString(prefill.takeError()));
+    for (const std::string &w : prefill->warnings)
+      llvm::errs() << "hetplan: warning: " << w << "\n";
+  } else {
+    for (const std::string &w : decode->warnings)
+      if (!llvm::StringRef(w).starts_with("--seq "))
+        llvm::errs() << "hetplan: warning: " << w << "\n";
+    llvm::errs() << "hetplan: note: " << model
+                 << ": no input dim takes the sequence (input_ids is fixed at one token per run): "
+                    "prompts are prefilled token by token, priced as one-token runs\n";
+  }
 
   auto served = planner::serve::planServing(prefill->cost, decode->cost, *cl, so);
   if (!served)

@@ -9,7 +9,9 @@
 // batch at once and the next waiting request joins it after its own
 // prefill (caches left-padded to a common length, the padding masked out).
 // Works on any Session: a model on one rank, or a plan whose ranks
-// pipeline the decoder's layers.
+// pipeline the decoder's layers. Decode-step-only exports (input_ids fixed
+// at one token, or at k) prefill the prompt in runs of that many tokens;
+// encoder-decoders (createSeq2Seq) run the encoder once per request.
 //
 //   std::unique_ptr<hetplan::Generator> g;
 //   hetplan::Generator::create(*session, &g);
@@ -31,8 +33,12 @@
 namespace hetplan {
 
 struct GenerateRequest {
-  std::vector<int64_t> prompt; // token ids, at least one
+  std::vector<int64_t> prompt; // token ids, at least one (encoder-decoders: the decoder's start)
   int maxNewTokens = 16;
+  /// Encoder-decoders only: the encoder's inputs for this request, each
+  /// with its batch dim of 1 (T5: input_ids [1, S], and attention_mask, all
+  /// ones when left out; Whisper: input_features [1, mels, frames]).
+  std::map<std::string, runtime::Tensor> encoderInputs;
 };
 
 struct GenerateResult {
@@ -74,7 +80,24 @@ public:
   /// ServingPlan.h) whose graph inputs and outputs are `inputs`/`outputs`.
   static Status create(RunFunction run, const std::vector<TensorInfo> &inputs,
                        const std::vector<TensorInfo> &outputs, std::unique_ptr<Generator> *generator);
+  /// An encoder-decoder in Hugging Face optimum's layout: `encoder`
+  /// (encoder_model.onnx: its inputs -> last_hidden_state), `firstDecoder`
+  /// (decoder_model.onnx: input_ids, encoder_hidden_states[,
+  /// encoder_attention_mask] -> logits and present.N.decoder.* /
+  /// present.N.encoder.*) and `decoder` (decoder_with_past_model.onnx:
+  /// input_ids and past_key_values.N.decoder.* / .encoder.* -> logits and
+  /// present.N.decoder.*). The encoder runs once per request and the cross-
+  /// attention caches the first step makes are kept. `firstDecoder` may be
+  /// null when `decoder` makes no cross caches of its own (it takes
+  /// encoder_hidden_states every step and starts from empty caches).
+  /// Requests decode one at a time: these decoders take no decoder
+  /// attention mask, so rows of different lengths could not share a batch.
+  static Status createSeq2Seq(const Session &encoder, const Session *firstDecoder, const Session &decoder,
+                              std::unique_ptr<Generator> *generator);
   ~Generator();
+
+  /// Encoder-decoders: the encoder's inputs (empty for a decoder-only model).
+  const std::vector<TensorInfo> &encoderInputs() const;
 
   /// Greedy (argmax) decoding of every request; results[i] answers
   /// requests[i]. `onDone`, when set, is called as each request finishes
@@ -90,6 +113,10 @@ public:
 
 private:
   Generator(RunFunction run, std::unique_ptr<Io> io);
+  /// Fills `io` from a decoder's inputs and outputs (`firstOutputs`: the
+  /// first-step decoder's, for an encoder-decoder's cross caches).
+  static Status classify(const std::vector<TensorInfo> &inputs, const std::vector<TensorInfo> &outputs,
+                         const std::vector<std::string> &firstOutputs, Io &io);
   RunFunction run_;
   std::unique_ptr<Io> io_;
 };
