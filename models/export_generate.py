@@ -9,7 +9,8 @@ each from both PyTorch exporters (TorchScript, `dynamo=False`, opset 17:
 * decode-step-only decoders (`qwen2-step-*.onnx`): a Qwen2 decoder whose
   `input_ids` is fixed at one token per run ([batch, 1]), with attention_mask,
   position_ids and past_key_values.N.key/value -> present.N.key/value. A
-  prompt runs token by token.
+  prompt runs token by token. `qwen2-chunk4-ts.onnx`, the same weights fixed
+  at [batch, 4]: its tokens are checked against the step decoder's.
 * encoder-decoders in the three-file layout of Hugging Face optimum
   (`t5-kv-*/`, `whisper-kv-*/`): `encoder_model.onnx` (input_ids and
   attention_mask, or input_features -> last_hidden_state), `decoder_model.onnx`
@@ -126,14 +127,15 @@ def qwen2():
               use_cache=True, attn_implementation="eager")
 
 
-def export_step(path, exporter):
+def export_step(path, exporter, chunk=1):
+    """input_ids fixed at [batch, chunk]."""
     model = qwen2()
     L, H, D = 2, 2, 8
     g = torch.Generator().manual_seed(1)
     past = 5
-    inputs = {"input_ids": torch.randint(2, VOCAB, (2, 1), generator=g),
-              "attention_mask": torch.ones(2, past + 1, dtype=torch.int64),
-              "position_ids": torch.full((2, 1), past, dtype=torch.int64)}
+    inputs = {"input_ids": torch.randint(2, VOCAB, (2, chunk), generator=g),
+              "attention_mask": torch.ones(2, past + chunk, dtype=torch.int64),
+              "position_ids": torch.arange(past, past + chunk).repeat(2, 1)}
     dynamic = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch", 1: "total_sequence"},
                "position_ids": {0: "batch"}}
     for i in range(L):
@@ -330,6 +332,9 @@ def main():
         export_step(os.path.join(a.o, f"qwen2-step-{ex}.onnx"), ex)
         for fam in SEQ2SEQ:
             export_seq2seq(fam, os.path.join(a.o, f"{fam}-kv-{ex}"), ex)
+    # A decoder fixed at four tokens per run (the same weights): its greedy
+    # tokens are the step decoder's whatever the padding in its runs.
+    export_step(os.path.join(a.o, "qwen2-chunk4-ts.onnx"), "ts", chunk=4)
 
     rng = np.random.default_rng(1)
     so = ort.SessionOptions()

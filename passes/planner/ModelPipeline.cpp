@@ -479,6 +479,14 @@ struct Binder {
   void bindCache() {
     if (o.cacheLength < 0 || o.sequence <= 0)
       return;
+    // The new tokens of a run: the sequence, or input_ids' fixed length when
+    // no dim took the sequence (a decode-step-only export).
+    int64_t fresh = o.sequence;
+    if (sequenceName.empty())
+      for (const InputInfo &in : inputs)
+        if (in.name == "input_ids" && in.type && in.type.getRank() == 2 &&
+            !ShapedType::isDynamic(in.type.getDimSize(1)))
+          fresh = in.type.getDimSize(1);
     for (const InputInfo &in : inputs) {
       if (shaped.count(in.name))
         continue;
@@ -489,7 +497,7 @@ struct Binder {
         llvm::StringRef l(lower);
         int64_t size = -1;
         if (l.contains("total"))
-          size = o.cacheLength + o.sequence;
+          size = o.cacheLength + fresh;
         else if (l.contains("past") || l.contains("cache") || l.contains("prev") || l.contains("kv"))
           size = o.cacheLength;
         if (size >= 0)

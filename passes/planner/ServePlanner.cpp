@@ -237,14 +237,16 @@ public:
   /// Seconds of one stage for a prefill of k requests.
   double prefillStage(const Shape &sh, int s, int k, const cluster::Link &tpLink,
                       const cluster::Link &next) const {
-    if (!opt.prefillTokenByToken)
+    if (opt.prefillChunk <= 0)
       return stageForward(prefill, sh, s, k, tpLink, next);
-    // P one-token runs whose caches hold 0..P-1 tokens of each request: the
-    // cache term is linear in the context, so their sum is one decode step
-    // over k P (P - 1) / 2 cached tokens plus P - 1 more one-token forwards.
-    double P = double(std::max<int64_t>(opt.promptTokens, 1));
-    return decodeStage(sh, s, k, double(k) * P * (P - 1) / 2, tpLink, next) +
-           (P - 1) * stageForward(decode, sh, s, k, tpLink, next);
+    // R runs of c tokens whose caches hold 0, c, ..., (R - 1) c tokens of
+    // each request: the cache term is linear in the context, so their sum
+    // is one decode step over k c R (R - 1) / 2 cached tokens plus R - 1
+    // more run forwards.
+    double c = double(opt.prefillChunk);
+    double R = std::ceil(double(std::max<int64_t>(opt.promptTokens, 1)) / c);
+    return decodeStage(sh, s, k, double(k) * c * R * (R - 1) / 2, tpLink, next) +
+           (R - 1) * stageForward(decode, sh, s, k, tpLink, next);
   }
 
   /// Seconds of one stage for one decode token of k requests whose

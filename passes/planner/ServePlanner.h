@@ -59,11 +59,11 @@ struct Options {
   /// max_num_batched_tokens scale); at least one request.
   int64_t maxPrefillTokens = 8192;
   int maxBatchPerGroup = 256;   // vLLM's max_num_seqs default
-  /// A decode-step-only export (input_ids fixed at one token per run): the
-  /// prompt is prefilled token by token, so a prefill is promptTokens runs
-  /// of the decode cost over a growing cache (`prefill` is that one-token
-  /// cost then).
-  bool prefillTokenByToken = false;
+  /// A decode-step-only export (input_ids fixed at c tokens per run, often
+  /// 1): the prompt is prefilled in runs of c, each priced as a decode step
+  /// (the cost of one c-token run) over the growing cache. 0: the whole
+  /// prompt in one run, priced by `prefill`.
+  int64_t prefillChunk = 0;
   /// Host seconds per kernel. Serving engines replay decode as CUDA graphs
   /// (vLLM, TensorRT-LLM), so the eager per-op dispatch the catalog's
   /// `achieved.kernel_us` measures for training does not apply; this is the

@@ -5,7 +5,8 @@ onnxruntime's greedy loop on the same files (models/generate/generate.json):
 
 * decode-step-only Qwen2 decoders (input_ids fixed at [batch, 1]): the model
   itself with continuous batching, and a serving plan of two-stage pipelines
-  (--pin pp=2) whose prefill is priced token by token;
+  (--pin pp=2) whose prefill is priced token by token; the same weights fixed
+  at [batch, 4] give the same tokens, prefill priced in runs of four;
 * T5 and Whisper encoder-decoders in optimum's three-file layout: the folder,
   and the same files named with --encoder / --first-decoder.
 
@@ -76,6 +77,33 @@ for ex in ("ts", "dyn"):
         serve(f"{fam}-kv-{ex} (--encoder, --first-decoder)",
               [os.path.join(d, "decoder_with_past_model.onnx"), "--encoder", os.path.join(d, "encoder_model.onnx"),
                "--first-decoder", os.path.join(d, "decoder_model.onnx")], ref, f"{fam}-kv")
+
+# The same weights fixed at four tokens per run: prompts in runs of four
+# (padded at the front, masked), decode steps padded to four; the tokens are
+# the step decoder's, and its prefill is priced as a quarter of the runs.
+chunk4 = os.path.join(models, "qwen2-chunk4-ts.onnx")
+ref = refs["tokens"]["qwen2-step-ts.onnx"]
+serve("qwen2-chunk4-ts (input_ids [batch, 4]), up to 8 at once", [chunk4], ref, "qwen2-step")
+serve("qwen2-chunk4-ts, one at a time", [chunk4, "--max-batch", "1"], ref, "qwen2-step")
+
+
+def ttft(model):
+    plan = os.path.join(work, os.path.basename(model) + ".plan")
+    c = subprocess.run([hetplan, "compile", model, "--mode", "serve", "--cluster", "4xT4", "--rate", "5",
+                        "--prompt-len", "16", "--output-len", "16", "--pin", "pp=2", "-o", plan],
+                       capture_output=True, text=True)
+    line = [l for l in c.stdout.splitlines() + c.stderr.splitlines() if "TTFT p50" in l]
+    return plan, c, float(line[0].split()[2]) if line else None
+
+
+plan, c, t4 = ttft(chunk4)
+_, _, t1 = ttft(os.path.join(models, "qwen2-step-ts.onnx"))
+if c.returncode != 0 or "in runs of 4 tokens" not in c.stderr or not (t4 and t1 and 3 < t1 / t4 < 5):
+    failures += 1
+    print(f"FAIL qwen2-chunk4-ts: compile --mode serve: {c.returncode}, TTFT {t4} vs step {t1}: {c.stderr.strip()}")
+else:
+    print(f"ok qwen2-chunk4-ts: prefill priced in runs of 4 (TTFT {t4} ms, token by token {t1} ms)")
+    serve("qwen2-chunk4-ts serving plan, 2 replicas of 2 stages", [plan, "--model", chunk4], ref, "qwen2-step")
 
 t5 = os.path.join(models, "t5-kv-ts")
 refused("a decoder alone", [os.path.join(t5, "decoder_with_past_model.onnx")], "hetplan serve --encoder", "t5-kv")

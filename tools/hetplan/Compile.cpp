@@ -727,9 +727,15 @@ int runCompileServe() {
   auto decode = planner::costModelFile(po);
   if (!decode)
     return fail(llvm::toString(decode.takeError()));
-  so.prefillTokenByToken = decode->sequenceDim.empty();
+  // No dim took the sequence: input_ids' fixed length is the run's.
+  if (decode->sequenceDim.empty()) {
+    so.prefillChunk = 1;
+    for (const planner::IoShape &in : decode->inputs)
+      if (in.name == "input_ids" && in.dims.size() == 2 && in.dims[1] > 0)
+        so.prefillChunk = in.dims[1];
+  }
   llvm::Expected<planner::CostedModel> prefill = *decode;
-  if (!so.prefillTokenByToken) {
+  if (so.prefillChunk == 0) {
     po.sequence = so.promptTokens;
     prefill = planner::costModelFile(po);
     if (!prefill)
@@ -740,9 +746,11 @@ int runCompileServe() {
     for (const std::string &w : decode->warnings)
       if (!llvm::StringRef(w).starts_with("--seq "))
         llvm::errs() << "hetplan: warning: " << w << "\n";
-    llvm::errs() << "hetplan: note: " << model
-                 << ": no input dim takes the sequence (input_ids is fixed at one token per run): "
-                    "prompts are prefilled token by token, priced as one-token runs\n";
+    llvm::errs() << "hetplan: note: " << model << ": no input dim takes the sequence (input_ids is fixed at "
+                 << so.prefillChunk << " token(s) per run): prompts are prefilled "
+                 << (so.prefillChunk == 1 ? std::string("token by token")
+                                          : "in runs of " + std::to_string(so.prefillChunk) + " tokens")
+                 << ", priced as decode runs over the growing cache\n";
   }
 
   auto served = planner::serve::planServing(prefill->cost, decode->cost, *cl, so);
