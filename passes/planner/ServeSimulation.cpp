@@ -101,7 +101,11 @@ void simulateReplica(const SimReplica &r, std::vector<Request *> &requests,
     if (nextArrival == inf && nextDone == inf)
       break;
     if (nextArrival <= nextDone) {
-      waiting.push_back(requests[next++]);
+      // Every request of this instant waits before an idle group starts: a
+      // burst (a trace's simultaneous arrivals) is prefilled together, as an
+      // engine's scheduler sees its whole queue.
+      while (next < requests.size() && requests[next]->arrival == nextArrival)
+        waiting.push_back(requests[next++]);
       for (Group &g : groups)
         if (!g.busy)
           start(g, nextArrival);

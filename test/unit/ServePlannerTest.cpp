@@ -35,6 +35,20 @@ TEST(ServeSimulator, LowLoadTtftIsThePrefillAndTpotTheDecodeStep) {
   EXPECT_LT(r.ttftP99, 0.05 * 1.5);  // hardly any queueing at this load
 }
 
+TEST(ServeSimulator, ABurstIsPrefilledTogether) {
+  // Eight requests of one instant: one prefill iteration of all eight (the
+  // first arrival must not start a prefill alone), so every TTFT is 8 x 0.05.
+  SimReplica r = fixedReplica(0.05, 0.01, 8);
+  r.prefillBatch = 8;
+  Workload w;
+  w.arrivals = Arrivals::Trace;
+  w.trace.assign(8, TraceRequest{0.0, 128, 4});
+  auto out = simulate({r}, 1, w, 128, 4, 8, 1);
+  EXPECT_NEAR(out.ttftMean, 0.4, 1e-9);
+  EXPECT_NEAR(out.ttftP50, 0.4, 1e-9);
+  EXPECT_NEAR(out.tpotP50, 0.01, 1e-9);
+}
+
 TEST(ServeSimulator, OneTokenOneSlotIsMD1) {
   // Output 1: a request is its prefill only, one at a time: an M/D/1 queue
   // with service D; mean sojourn = D + rho D / (2 (1 - rho)) (Pollaczek-Khinchine).
