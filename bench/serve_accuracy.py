@@ -22,7 +22,11 @@ the whole batch, so that the simulated TTFT p50 is one prefill of the batch
 and TPOT p50 one request's mean decode iteration. Rows the planner refuses
 (memory) are counted and listed, not priced.
 
-    python3 bench/serve_accuracy.py [--hetplan build/bin/hetplan] [--json OUT]
+    python3 bench/serve_accuracy.py [--hetplan build/bin/hetplan] [--json OUT] [--stack NAME ...]
+
+Each stack is priced in turn (default: the default stack's roofline figures,
+then `vllm`, whose per-GPU GEMM figures bench/fit_serving.py fitted on
+vidur's measured operator times: the fit set; Splitwise stays the check set).
 
 Prints per (GPU, tp) and overall: the median and worst relative error of
 TTFT vs prompt_time and TPOT vs token_time (signed median: positive =
@@ -60,7 +64,7 @@ def measured():
     return out
 
 
-def predict(hetplan, model, key, work):
+def predict(hetplan, model, key, work, stack):
     hw, tp, prompt, batch, output = key
     trace = os.path.join(work, "trace.jsonl")
     with open(trace, "w") as f:
@@ -69,6 +73,8 @@ def predict(hetplan, model, key, work):
     cmd = [hetplan, "compile", model, "--allow-missing-weights", "--mode", "serve",
            "--cluster", f"1x{tp}x{TYPES[hw]}", "--workload", trace, "--rate", "1",
            "--pin", f"pp=1,tp={tp}", "--max-batched-tokens", str(max(prompt * batch, 8192)), "--json"]
+    if stack:
+        cmd += ["--stack", stack]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": r.stderr.strip().split("error: ")[-1]}
@@ -88,6 +94,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hetplan", default=os.path.join(ROOT, "build", "bin", "hetplan"))
     ap.add_argument("--json", help="write every point and the error tables here")
+    ap.add_argument("--stack", action="append",
+                    help="price with this software stack (repeatable; default: the default stack, then vllm, "
+                         "whose GEMM figures bench/fit_serving.py fitted on vidur's measurements)")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="serve-accuracy-")
     model = os.path.join(work, "llama2-70b.onnx")
@@ -96,22 +105,32 @@ def main():
                     "--weights", "none", "--no-check", "-o", model],
                    check=True, stdout=subprocess.DEVNULL)
     meas = measured()
+    reports = {}
+    for stack in a.stack or ["", "vllm"]:
+        reports[stack or "default"] = evaluate(a.hetplan, model, meas, work, stack)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(reports, f, indent=1)
+
+
+def evaluate(hetplan, model, meas, work, stack):
     points, refused = [], []
     for key in sorted(meas):
-        p = predict(hetplan=a.hetplan, model=model, key=key, work=work)
+        p = predict(hetplan, model, key, work, stack)
         if "error" in p:
             refused.append((key, p["error"]))
             continue
         points.append((key, meas[key], p))
-        print("%s tp%d prompt %5d batch %2d out %5d: TTFT %.3f / %.3f s, TPOT %.1f / %.1f ms" % (
-            key[0], key[1], key[2], key[3], key[4], p["prompt_time"], meas[key]["prompt_time"],
-            p["token_time"] * 1e3, meas[key]["token_time"] * 1e3), file=sys.stderr)
+        print("%s %s tp%d prompt %5d batch %2d out %5d: TTFT %.3f / %.3f s, TPOT %.1f / %.1f ms" % (
+            stack or "default", key[0], key[1], key[2], key[3], key[4], p["prompt_time"],
+            meas[key]["prompt_time"], p["token_time"] * 1e3, meas[key]["token_time"] * 1e3), file=sys.stderr)
 
     def table(sel):
         return {m: errors([(p[m], ms[m]) for key, ms, p in points if sel(key)])
                 for m in ("prompt_time", "token_time")}
     groups = sorted({(k[0], k[1]) for k, _, _ in points})
     report = {"source": "splitwise-sim @ 8f99e7dc data/perf_model.csv (Llama-2-70B, DGX-A100/H100, fp16)",
+              "stack": stack or "default",
               "groups": {f"{hw} tp{tp}": table(lambda k, hw=hw, tp=tp: (k[0], k[1]) == (hw, tp))
                          for hw, tp in groups},
               "all": table(lambda k: True),
@@ -121,6 +140,7 @@ def main():
     def cell(e):
         return "-" if not e else "%+.0f%% (%.0f%%, worst %.0f%%)" % (100 * e["median"], 100 * e["median_abs"],
                                                                     100 * e["worst_abs"])
+    print(f"\nStack: {stack or 'the default (hetplan)'}\n")
     print("| GPU, tp | points | TTFT vs prompt_time | TPOT vs token_time |")
     print("|---|---|---|---|")
     for name, t in list(report["groups"].items()) + [("all", report["all"])]:
@@ -130,9 +150,7 @@ def main():
           f"Refused by the planner: {len(refused)} of {len(meas)} points.")
     for k, e in refused:
         print(f"  refused {k}: {e}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=1)
+    return report
 
 
 if __name__ == "__main__":

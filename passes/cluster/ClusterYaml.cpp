@@ -293,6 +293,37 @@ static constexpr StringRef kDeviceFields[] = {
     "tdp_watts",   "price_per_hour_usd", "sources",
     "achieved"};
 
+bool readAchieved(YamlReader &r, const YamlValue &v, const std::string &where, Achieved &achieved) {
+  static constexpr StringRef known[] = {"matrix", "matrix_half_gflop", "memory",
+                                        "kernel_us", "micro_batch_us", "source"};
+  if (!r.checkMapping(v, known, "'achieved'", where))
+    return false;
+  for (const YamlField &a : v.fields) {
+    if (a.key == "source") {
+      if (!r.readString(a.value, a.key, achieved.source))
+        return false;
+      continue;
+    }
+    double x;
+    if (!r.readPositive(a.value, a.key, x, /*allowZero=*/a.key == "kernel_us" || a.key == "micro_batch_us" ||
+                                                 a.key == "matrix_half_gflop"))
+      return false;
+    if ((a.key == "matrix" || a.key == "memory") && x > 1)
+      return r.error(a.value, "'" + a.key + "' is a share of the peak (0-1] " + where);
+    if (a.key == "matrix")
+      achieved.matrix = x;
+    else if (a.key == "matrix_half_gflop")
+      achieved.matrixHalfGflop = x;
+    else if (a.key == "memory")
+      achieved.memory = x;
+    else if (a.key == "micro_batch_us")
+      achieved.microBatchUs = x;
+    else
+      achieved.kernelUs = x;
+  }
+  return true;
+}
+
 bool readDeviceFields(YamlReader &r, const YamlValue &map, DeviceType &type,
                       StringSet<> &given) {
   if (map.kind != YamlValue::Mapping)
@@ -391,34 +422,7 @@ bool readDeviceFields(YamlReader &r, const YamlValue &map, DeviceType &type,
     } else if (key == "sources") {
       ok = r.readStringList(v, key, type.sources);
     } else if (key == "achieved") {
-      static constexpr StringRef known[] = {"matrix", "matrix_half_gflop", "memory",
-                                            "kernel_us", "micro_batch_us", "source"};
-      ok = r.checkMapping(v, known, "'achieved'", where);
-      for (const YamlField &a : v.fields) {
-        if (!ok)
-          break;
-        if (a.key == "source") {
-          ok = r.readString(a.value, a.key, type.achieved.source);
-          continue;
-        }
-        double x;
-        ok = r.readPositive(a.value, a.key, x, /*allowZero=*/a.key == "kernel_us" || a.key == "micro_batch_us" ||
-                                                   a.key == "matrix_half_gflop");
-        if (!ok)
-          break;
-        if ((a.key == "matrix" || a.key == "memory") && x > 1)
-          ok = r.error(a.value, "'" + a.key + "' is a share of the peak (0-1] " + where);
-        else if (a.key == "matrix")
-          type.achieved.matrix = x;
-        else if (a.key == "matrix_half_gflop")
-          type.achieved.matrixHalfGflop = x;
-        else if (a.key == "memory")
-          type.achieved.memory = x;
-        else if (a.key == "micro_batch_us")
-          type.achieved.microBatchUs = x;
-        else
-          type.achieved.kernelUs = x;
-      }
+      ok = readAchieved(r, v, where, type.achieved);
     }
     if (!ok)
       return false;

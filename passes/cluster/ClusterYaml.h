@@ -94,6 +94,10 @@ private:
 /// Reads the fields of one device mapping into `type`, on top of what `type`
 /// already holds (a catalog entry when overriding). `given` receives the keys
 /// present. Checks types and ranges, not completeness (see requireComplete).
+/// An `achieved` mapping (matrix, matrix_half_gflop, memory, kernel_us,
+/// micro_batch_us, source) into `achieved`; errors say `where`.
+bool readAchieved(YamlReader &reader, const YamlValue &value, const std::string &where, Achieved &achieved);
+
 bool readDeviceFields(YamlReader &reader, const YamlValue &map,
                       DeviceType &type, llvm::StringSet<> &given);
 

@@ -293,13 +293,25 @@ Error DeviceCatalog::setDefaultStack(StringRef name) {
 }
 
 json::Value toJSON(const Stack &stack) {
+  json::Object achieved;
+  for (const auto &[type, a] : stack.achieved) {
+    json::Object o;
+    if (a.matrix) o["matrix"] = *a.matrix;
+    if (a.matrixHalfGflop) o["matrix_half_gflop"] = *a.matrixHalfGflop;
+    if (a.memory) o["memory"] = *a.memory;
+    if (a.kernelUs) o["kernel_us"] = *a.kernelUs;
+    if (a.microBatchUs) o["micro_batch_us"] = *a.microBatchUs;
+    achieved[type] = std::move(o);
+  }
   return json::Object{{"name", stack.name},
+                      {"achieved", std::move(achieved)},
                       {"kernel_us", stack.kernelUs},
                       {"micro_batch_us", stack.microBatchUs},
                       {"tf32", stack.tf32},
                       {"fused_attention", stack.fusedAttention},
                       {"scatter_gather_sends", stack.scatterGatherSends},
                       {"fused_cross_entropy", stack.fusedCrossEntropy},
+                      {"fused_elementwise", stack.fusedElementwise},
                       {"matrix", stack.matrix ? json::Value(*stack.matrix) : json::Value(nullptr)},
                       {"source", stack.source}};
 }

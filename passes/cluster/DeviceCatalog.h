@@ -50,23 +50,6 @@ struct PcieLink {
   double bandwidthGBs = 0;  // peak, one direction, GB/s
 };
 
-/// What kernels reach on a device type, measured (the catalog's optional
-/// `achieved` block; docs/cost-model.md, "Calibration"). Absent fields keep
-/// the cost model's defaults. The host figures (kernel_us, micro_batch_us)
-/// belong to the software stack (Stack); a device's own figure, when a
-/// cluster file gives one, overrides the stack's for that device.
-struct Achieved {
-  std::optional<double> matrix;          // share of the dtype peak large GEMMs reach
-  std::optional<double> matrixHalfGflop; // GEMM size (GFLOP per call) reaching half of it
-  std::optional<double> memory;          // share of peak bandwidth streaming kernels reach
-  std::optional<double> kernelUs;        // per kernel: launch + framework dispatch
-  std::optional<double> microBatchUs;    // per micro-batch and pass: the training engine
-  std::string source;
-  bool empty() const {
-    return !matrix && !matrixHalfGflop && !memory && !kernelUs && !microBatchUs;
-  }
-};
-
 /// One device type: every field of a catalog entry, in catalog units.
 struct DeviceType {
   std::string name;

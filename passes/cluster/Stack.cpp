@@ -13,7 +13,8 @@ namespace {
 
 constexpr StringRef kStackFields[] = {"name",    "kernel_us",       "micro_batch_us",
                                       "tf32",    "fused_attention", "source",
-                                      "scatter_gather_sends", "matrix", "fused_cross_entropy"};
+                                      "scatter_gather_sends", "matrix", "fused_cross_entropy",
+                                      "achieved", "fused_elementwise"};
 
 bool readBool(YamlReader &r, const YamlValue &v, StringRef field, StringRef where,
               bool &out) {
@@ -25,7 +26,27 @@ bool readBool(YamlReader &r, const YamlValue &v, StringRef field, StringRef wher
 }
 
 /// The fields of one stack mapping on top of what `stack` holds.
-bool readStackFields(YamlReader &r, const YamlValue &map, Stack &stack,
+/// `achieved:` of a stack: device type -> its achieved figures, each type
+/// one the catalog knows (by name or alias).
+bool readStackAchieved(YamlReader &r, const YamlValue &map, Stack &stack, const DeviceCatalog &catalog,
+                       const std::string &where) {
+  if (map.kind != YamlValue::Mapping)
+    return r.error(map, "'achieved' must map device types to their figures (matrix, matrix_half_gflop, "
+                        "memory, kernel_us) " + where);
+  for (const YamlField &f : map.fields) {
+    auto type = catalog.lookup(f.key);
+    if (!type)
+      return r.error(f.value, "'achieved' names device type '" + f.key + "' " + where + ": " +
+                                  toString(type.takeError()));
+    Achieved a = stack.achieved[(*type)->name];
+    if (!readAchieved(r, f.value, "for " + (*type)->name + " " + where, a))
+      return false;
+    stack.achieved[(*type)->name] = std::move(a);
+  }
+  return true;
+}
+
+bool readStackFields(YamlReader &r, const YamlValue &map, Stack &stack, const DeviceCatalog &catalog,
                      StringSet<> &given) {
   if (map.kind != YamlValue::Mapping)
     return r.error(map, "expected a software stack (a mapping with 'name', 'kernel_us', "
@@ -60,8 +81,12 @@ bool readStackFields(YamlReader &r, const YamlValue &map, Stack &stack,
       ok = readBool(r, f.value, f.key, where, stack.scatterGatherSends);
     else if (f.key == "fused_cross_entropy")
       ok = readBool(r, f.value, f.key, where, stack.fusedCrossEntropy);
+    else if (f.key == "fused_elementwise")
+      ok = readBool(r, f.value, f.key, where, stack.fusedElementwise);
     else if (f.key == "source")
       ok = r.readString(f.value, f.key, stack.source);
+    else if (f.key == "achieved")
+      ok = readStackAchieved(r, f.value, stack, catalog, where);
     if (!ok)
       return false;
   }
@@ -78,12 +103,12 @@ bool readStackEntry(YamlReader &r, const YamlValue &entry, DeviceCatalog &catalo
                               : nullptr;
   Stack stack = existing ? *existing : Stack();
   StringSet<> given;
-  if (!readStackFields(r, entry, stack, given))
+  if (!readStackFields(r, entry, stack, catalog, given))
     return false;
   if (!existing)
     for (StringRef key : kStackFields)
       if (!given.contains(key) && key != "scatter_gather_sends" && key != "matrix" &&
-          key != "fused_cross_entropy" && (strict || key != "source")) {
+          key != "fused_cross_entropy" && key != "achieved" && key != "fused_elementwise" && (strict || key != "source")) {
         std::string known;
         for (const Stack &s : catalog.stacks())
           known += (known.empty() ? "" : ", ") + s.name;

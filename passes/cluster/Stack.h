@@ -16,10 +16,28 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"
 
+#include <map>
 #include <optional>
 #include <string>
 
 namespace hetplan::cluster {
+
+/// What kernels reach on a device type, measured (the catalog's optional
+/// `achieved` block; docs/cost-model.md, "Calibration"). Absent fields keep
+/// the cost model's defaults. The host figures (kernel_us, micro_batch_us)
+/// belong to the software stack (Stack); a device's own figure, when a
+/// cluster file gives one, overrides the stack's for that device.
+struct Achieved {
+  std::optional<double> matrix;          // share of the dtype peak large GEMMs reach
+  std::optional<double> matrixHalfGflop; // GEMM size (GFLOP per call) reaching half of it
+  std::optional<double> memory;          // share of peak bandwidth streaming kernels reach
+  std::optional<double> kernelUs;        // per kernel: launch + framework dispatch
+  std::optional<double> microBatchUs;    // per micro-batch and pass: the training engine
+  std::string source;
+  bool empty() const {
+    return !matrix && !matrixHalfGflop && !memory && !kernelUs && !microBatchUs;
+  }
+};
 
 /// The stack a plan is priced for when nothing selects one.
 constexpr llvm::StringLiteral kDefaultStack = "hetplan";
@@ -54,10 +72,20 @@ struct Stack {
   /// model output's gradient is one more buffer. Optional in files
   /// (default false).
   bool fusedCrossEntropy = false;
+  /// Chains of elementwise ops (each feeding only the next) run as one
+  /// kernel: one launch, the values inside never in memory (torch.compile,
+  /// a serving engine's fused RMSNorm and SiLU-and-mul). Optional in files
+  /// (default false: hetplan's runtime fuses only its GEMM epilogues).
+  bool fusedElementwise = false;
   /// The share of a GPU's dtype peak this stack's large GEMMs reach, for GPU
   /// types without their own measured `achieved.matrix` (a fitted figure;
   /// unset: the roofline default). Optional in files.
   std::optional<double> matrix;
+  /// What this stack's kernels measured on given device types (canonical
+  /// type names): its GEMMs' share of peak and size curve, its streaming
+  /// kernels' bandwidth, its per-kernel time. They win over the device's
+  /// own `achieved` (fitted under another stack). Optional in files.
+  std::map<std::string, Achieved> achieved;
   std::string source;  // where every figure comes from
 };
 

@@ -74,17 +74,23 @@ Efficiency efficiency(const cluster::DeviceType &device, const cluster::Stack &s
     if (stack.matrix)
       eff.matrix = *stack.matrix;
   }
-  const cluster::Achieved &a = device.achieved;
-  if (a.matrix)
-    eff.matrix = *a.matrix;
-  if (a.matrixHalfGflop)
-    eff.matrixHalfFlops = *a.matrixHalfGflop * 1e9;
-  if (a.memory)
-    eff.memory = *a.memory;
-  if (a.kernelUs)
-    eff.launchSeconds = *a.kernelUs * 1e-6;
-  if (a.microBatchUs)
-    eff.microBatchSeconds = *a.microBatchUs * 1e-6;
+  // The device's own figures, then this stack's on this device type (the
+  // device's were measured under some other stack).
+  auto apply = [&eff](const cluster::Achieved &a) {
+    if (a.matrix)
+      eff.matrix = *a.matrix;
+    if (a.matrixHalfGflop)
+      eff.matrixHalfFlops = *a.matrixHalfGflop * 1e9;
+    if (a.memory)
+      eff.memory = *a.memory;
+    if (a.kernelUs)
+      eff.launchSeconds = *a.kernelUs * 1e-6;
+    if (a.microBatchUs)
+      eff.microBatchSeconds = *a.microBatchUs * 1e-6;
+  };
+  apply(device.achieved);
+  if (auto it = stack.achieved.find(device.name); it != stack.achieved.end())
+    apply(it->second);
   return eff;
 }
 

@@ -705,6 +705,36 @@ bool isElementwise(NodeOp node) {
 struct Kept {
   double bytes = 0, splitBytes = 0;
 };
+
+/// Elementwise chains as one kernel (ExtractOptions::fusedElementwise): an
+/// elementwise op whose one result feeds only another elementwise op of the
+/// layer launches nothing of its own (the chain's last op launches it) and
+/// neither writes that result nor has it read back. The groups are the
+/// memory model's (keptBytes).
+void fuseElementwiseCosts(const GraphInfo &info, int first, int last, double samples, DType dtype,
+                          std::vector<OpCost> &ops) {
+  llvm::DenseMap<Operation *, int> index;
+  for (int i = first; i <= last; ++i)
+    index[info.nodes[i]] = i;
+  for (int i = first; i <= last; ++i) {
+    NodeOp node = info.nodes[i];
+    if (!isElementwise(node) || info.isFolded(node) || node.getNumResults() != 1 ||
+        ops[size_t(i - first)].launches <= 0)
+      continue;
+    Value out = node.getResult(0);
+    if (!out.hasOneUse())
+      continue;
+    auto it = index.find(*out.getUsers().begin());
+    if (it == index.end() || !isElementwise(cast<NodeOp>(info.nodes[it->second])) ||
+        info.isFolded(info.nodes[it->second]))
+      continue;
+    double bytes = valueBytes(out.getType(), dtype) / samples;
+    OpCost &producer = ops[size_t(i - first)], &consumer = ops[size_t(it->second - first)];
+    producer.launches = 0;
+    producer.bytesPerSample = std::max(0.0, producer.bytesPerSample - bytes);
+    consumer.bytesPerSample = std::max(0.0, consumer.bytesPerSample - bytes);
+  }
+}
 Kept keptBytes(const GraphInfo &info, int first, int last, DType dtype,
                const std::vector<bool> &split,
                const std::vector<AttentionChain> &fused = {}) {
@@ -906,6 +936,8 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
       }
     }
     fuseAttentionCosts(info, chains, r.first, layer.ops, dtype);
+    if (options.fusedElementwise)
+      fuseElementwiseCosts(info, r.first, r.last, samples, dtype, layer.ops);
     double flops = layer.flopsPerSample();
     layer.outputBytesPerSample = activationBytes(liveAcross(info, r.last), info, dtype) / samples;
     // Tensor parallelism as the runtime runs it: what runs split is exactly

@@ -37,6 +37,11 @@ struct ExtractOptions {
   /// stack's cluster::Stack::fusedAttention): priced as one kernel moving Q,
   /// K, V and O, and no S x S value is kept for backward (FusedAttention.h).
   bool fusedAttention = false;
+  /// Chains of elementwise ops, each feeding only the next, run as one
+  /// kernel (the stack's cluster::Stack::fusedElementwise: torch.compile /
+  /// Inductor, a serving engine's fused norms and activations): one launch
+  /// per chain, and the values inside a chain are never written or read.
+  bool fusedElementwise = false;
 };
 
 /// The graph's costs, layer by layer. Fails (one line naming the graph or

@@ -696,6 +696,7 @@ llvm::Expected<CostedModel> costModelFileImpl(const PipelineOptions &o) {
   extract.samples = 1;  // the batch dim was bound to one sample
   extract.training = o.training;
   extract.fusedAttention = o.fusedAttention;
+  extract.fusedElementwise = o.fusedElementwise;
   auto modelCost = cost::extractModelCost(graph, extract);
   if (!modelCost)
     return err(path + ": " + llvm::toString(modelCost.takeError()));

@@ -64,6 +64,8 @@ struct PipelineOptions {
   bool training = false;
   /// The software stack fuses attention (cost::ExtractOptions::fusedAttention).
   bool fusedAttention = false;
+  /// The stack fuses elementwise chains (cost::ExtractOptions::fusedElementwise).
+  bool fusedElementwise = false;
 };
 
 struct CostedModel {

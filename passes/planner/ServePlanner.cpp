@@ -161,7 +161,10 @@ public:
   /// cost (decode replays CUDA graphs: docs/serving.md).
   cost::Efficiency efficiency(const cluster::DeviceType &type) const {
     cost::Efficiency eff = cost::efficiency(type, cluster.stack());
-    if (opt.kernelSeconds >= 0)
+    // A stack that measured its kernels on this type keeps its own figure.
+    auto own = cluster.stack().achieved.find(type.name);
+    bool measured = own != cluster.stack().achieved.end() && own->second.kernelUs;
+    if (opt.kernelSeconds >= 0 && !measured)
       eff.launchSeconds = opt.kernelSeconds;
     return eff;
   }

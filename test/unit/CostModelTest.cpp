@@ -379,6 +379,25 @@ TEST(CostModel, TransformerBlockKeepsWhatKorthikantiCounts) {
       unfused += op.launches;
     EXPECT_LT(launches, unfused) << block.name;
   }
+  // A stack that fuses elementwise chains (vllm) launches fewer kernels and
+  // moves fewer bytes for the same FLOPs: GELU's Mul/Add/Tanh chain and the
+  // residual adds run as one kernel each.
+  cost::ExtractOptions chains = fp16;
+  chains.fusedElementwise = true;
+  auto fusedChains = cost::extractModelCost(firstGraph(*module), chains);
+  ASSERT_TRUE(bool(fusedChains)) << llvm::toString(fusedChains.takeError());
+  for (int i = 1; i <= 12; ++i) {
+    const cost::LayerCost &a = fusedChains->layers[i], &b = cost->layers[i];
+    double la = 0, lb = 0, ba = 0, bb = 0;
+    for (const cost::OpCost &op : a.ops)
+      la += op.launches, ba += op.bytesPerSample;
+    for (const cost::OpCost &op : b.ops)
+      lb += op.launches, bb += op.bytesPerSample;
+    EXPECT_LT(la, lb) << a.name;
+    EXPECT_LT(ba, bb) << a.name;
+    EXPECT_NEAR(a.flopsPerSample(), b.flopsPerSample(), 1e-12 * b.flopsPerSample()) << a.name;
+  }
+
   // For inference the head is not split (the outputs are whole logits).
   fp16.training = false;
   auto infer = cost::extractModelCost(firstGraph(*module), fp16);

@@ -45,8 +45,8 @@ nodes:
 
 } // namespace
 
-TEST(Stack, CatalogNamesFourStacksWithSources) {
-  ASSERT_EQ(builtin().stacks().size(), 4u);
+TEST(Stack, CatalogNamesFiveStacksWithSources) {
+  ASSERT_EQ(builtin().stacks().size(), 5u);
   for (const Stack &s : builtin().stacks())
     EXPECT_FALSE(s.source.empty()) << s.name;
   // deepspeed-2021 is today's fitted behaviour (AMP's accuracy numbers).
@@ -65,6 +65,9 @@ TEST(Stack, CatalogNamesFourStacksWithSources) {
   // Only llm-foundry runs the loss as one kernel (flash-attn's cross entropy).
   for (const Stack &s : builtin().stacks())
     EXPECT_EQ(s.fusedCrossEntropy, s.name == "llm-foundry") << s.name;
+  // Only vllm fuses elementwise chains (hetplan's runtime fuses only its GEMM epilogues).
+  for (const Stack &s : builtin().stacks())
+    EXPECT_EQ(s.fusedElementwise, s.name == "vllm") << s.name;
   // Catalog devices carry no host figures of their own any more.
   for (const DeviceType *t : builtin().types())
     EXPECT_FALSE(t->achieved.kernelUs || t->achieved.microBatchUs) << t->name;
@@ -74,7 +77,7 @@ TEST(Stack, UnknownNameSaysTheClosest) {
   auto s = builtin().lookupStack("megatron");
   ASSERT_FALSE(bool(s));
   EXPECT_EQ(llvm::toString(s.takeError()),
-            "unknown software stack 'megatron'; closest: megatron-lm, hetplan, llm-foundry");
+            "unknown software stack 'megatron'; closest: megatron-lm, hetplan, vllm");
   EXPECT_EQ(fileError("stack: deepspeed\nnodes:\n  - devices: [T4]\n"),
             "c.yaml:1:8: unknown software stack 'deepspeed'; closest: deepspeed-2021, hetplan, "
             "megatron-lm");
@@ -125,6 +128,38 @@ TEST(Stack, FittedMatrixShareAppliesToGpusWithoutTheirOwn) {
   EXPECT_DOUBLE_EQ(cost::efficiency(a100, stack("hetplan")).matrix, cost::Efficiency().matrix);
   ASSERT_TRUE(v100.achieved.matrix.has_value());
   EXPECT_DOUBLE_EQ(cost::efficiency(v100, stack("megatron-lm")).matrix, *v100.achieved.matrix);
+}
+
+TEST(Stack, PerTypeFiguresWinOverTheDevicesOwn) {
+  // vllm's figures were fitted per GPU type (bench/fit_serving.py): they
+  // price that type under that stack only.
+  const Stack &vllm = stack("vllm");
+  const DeviceType &a100 = *builtin().find("A100-80GB");
+  const DeviceType &v100 = *builtin().find("V100");
+  ASSERT_TRUE(vllm.achieved.count("A100-SXM-80GB"));
+  const Achieved &fit = vllm.achieved.at("A100-SXM-80GB");
+  cost::Efficiency e = cost::efficiency(a100, vllm);
+  EXPECT_DOUBLE_EQ(e.matrix, *fit.matrix);
+  EXPECT_DOUBLE_EQ(e.memory, *fit.memory);
+  EXPECT_DOUBLE_EQ(e.launchSeconds, *fit.kernelUs * 1e-6);
+  EXPECT_DOUBLE_EQ(cost::efficiency(a100, stack("hetplan")).memory, cost::Efficiency().memory);
+  // A type the stack did not measure keeps its own figures.
+  ASSERT_TRUE(v100.achieved.matrix.has_value());
+  EXPECT_DOUBLE_EQ(cost::efficiency(v100, vllm).matrix, *v100.achieved.matrix);
+  // A cluster file gives a stack figures for a type, by alias too; an
+  // unknown type is an error naming it.
+  auto c = Cluster::fromYaml("stack: {name: hetplan, achieved: {T4: {memory: 0.5, kernel_us: 9}}}\n"
+                             "nodes:\n  - devices: [T4]\n",
+                             "c.yaml", builtin());
+  ASSERT_TRUE(bool(c)) << llvm::toString(c.takeError());
+  cost::Efficiency t4 = cost::efficiency(*c->devices[0].type, c->stack());
+  EXPECT_DOUBLE_EQ(t4.memory, 0.5);
+  EXPECT_DOUBLE_EQ(t4.launchSeconds, 9e-6);
+  std::string err = fileError("stack: {name: hetplan, achieved: {Q9000: {memory: 0.5}}}\n"
+                              "nodes:\n  - devices: [T4]\n");
+  EXPECT_NE(err.find("'achieved' names device type 'Q9000' in stack 'hetplan'"), std::string::npos) << err;
+  err = fileError("stack: {name: hetplan, achieved: {T4: {memory: 2}}}\nnodes:\n  - devices: [T4]\n");
+  EXPECT_NE(err.find("'memory' is a share of the peak (0-1] for T4"), std::string::npos) << err;
 }
 
 TEST(Stack, ClusterDefinedAndCatalogGpusPayTheSameHostOverhead) {
@@ -179,7 +214,7 @@ TEST(Stack, ClusterFileOverridesOrDefinesAStack) {
 TEST(Stack, ClusterFileErrorsNameLineAndField) {
   EXPECT_EQ(fileError("stack: {name: my-jax, kernel_us: 3}\nnodes:\n  - devices: [T4]\n"),
             "c.yaml:1:8: missing field 'micro_batch_us' in stack 'my-jax' (not a known stack, "
-            "so a new one; known: hetplan, deepspeed-2021, megatron-lm, llm-foundry)");
+            "so a new one; known: hetplan, deepspeed-2021, megatron-lm, llm-foundry, vllm)");
   EXPECT_EQ(fileError("stack: {name: hetplan, tf32: yes}\nnodes:\n  - devices: [T4]\n"),
             "c.yaml:1:30: 'tf32' must be true or false in stack 'hetplan'");
   EXPECT_EQ(fileError("stack: {name: hetplan, kernel_us: -1}\nnodes:\n  - devices: [T4]\n"),

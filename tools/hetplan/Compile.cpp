@@ -723,6 +723,7 @@ int runCompileServe() {
   // token) prefills token by token, priced from the one-token cost.
   planner::PipelineOptions po = pipelineOptions(1, 1, so.dtype);
   po.fusedAttention = cl->stack().fusedAttention;
+  po.fusedElementwise = cl->stack().fusedElementwise;
   po.cacheLength = 0; // a decoder exported with its KV cache: priced without it (see below)
   auto decode = planner::costModelFile(po);
   if (!decode)
@@ -1038,6 +1039,7 @@ int runCompile() {
   planner::PipelineOptions po = pipelineOptions(batchArg, seqArg, options.dtype);
   po.training = options.mode == cost::Mode::Train;
   po.fusedAttention = cl->stack().fusedAttention;
+  po.fusedElementwise = cl->stack().fusedElementwise;
   options.scatterGatherSends = cl->stack().scatterGatherSends;
   options.fusedCrossEntropy = cl->stack().fusedCrossEntropy;
   auto costed = planner::costModelFile(po);
