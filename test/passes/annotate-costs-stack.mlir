@@ -25,7 +25,7 @@
 // OWN-SAME: het.time = {"A100-SXM-80GB" = 2.457040e-05
 // MEG: het.node "Relu"
 // MEG-SAME: het.time = {"A100-SXM-80GB" = 3.057040e-05
-// BAD: het-annotate-costs: unknown software stack 'megatron'; closest: megatron-lm, hetplan, llm-foundry
+// BAD: het-annotate-costs: unknown software stack 'megatron'; closest: megatron-lm, hetplan, vllm
 
 het.graph @g(%x: tensor<1x1024x4096xf32>) -> (tensor<1x1024x4096xf32>) {
   %w = het.weight @w at <file = "", offset = 0, length = 67108864, encoding = "raw"> : tensor<4096x4096xf32>
