@@ -1052,27 +1052,77 @@ llvm::Expected<ServePlan> planServing(const cost::ModelCost &prefill,
   for (TypeChoice &t : types)
     if (t.best >= 0)
       usable.push_back(&t);
-  // A fixed cluster's types that no single-type replica fits on (two or
-  // more): their devices as one pipeline across types, when that fits.
+  // A fixed cluster's devices no single-type replica uses: those of types
+  // no replica fits on, and those the per-type replicas leave over (fewer
+  // than a replica's shape needs). Of two or more types, they serve as one
+  // pipeline across types beside the per-type replicas, when that fits.
   std::vector<MixedPipeline> mixed;
   std::string mixedNote;
   if (opt.layout.empty() && !opt.pickDevices && !opt.pinPipelineStages && !opt.pinTensorParallel) {
-    std::vector<int> ranks;
-    std::vector<std::string> names;
-    for (const TypeChoice &t : types)
+    std::set<int> used;
+    for (const TypeChoice &t : types) {
       if (t.best < 0)
-        names.push_back(t.type->name);
+        continue;
+      const ShapeOption &o = t.options[size_t(t.best)];
+      auto groups = tpGroups(cluster, t.type, o.shape.tp, t.devices);
+      for (size_t g = 0; g < groups.size() && g < size_t(o.available * o.shape.pp); ++g)
+        used.insert(groups[g].begin(), groups[g].end());
+    }
+    std::vector<int> ranks;
+    std::vector<std::string> names, leftNames;
+    for (const TypeChoice &t : types) {
+      int left = 0;
+      for (const cluster::Device &d : cluster.devices)
+        left += d.type == t.type && !used.count(d.rank);
+      if (left == 0)
+        continue;
+      names.push_back(t.type->name);
+      if (t.best >= 0)
+        leftNames.push_back(formatv("{0} {1}", left, t.type->name).str());
+    }
     for (const cluster::Device &d : cluster.devices)
-      for (const TypeChoice &t : types)
-        if (t.type == d.type && t.best < 0)
-          ranks.push_back(d.rank);
+      if (!used.count(d.rank))
+        ranks.push_back(d.rank);
     MixedPipeline m;
     Refusal mixedWhy;
     if (names.size() >= 2 && mixedPipeline(pricer, ranks, m, mixedWhy)) {
-      mixedNote = formatv("no replica of {0} alone fits: their {1} devices serve as one pipeline "
-                          "across the types ({2})",
-                          llvm::join(names, " or "), m.shape.pp, m.shape.typeName()).str();
+      mixedNote = leftNames.empty()
+                      ? formatv("no replica of {0} alone fits: their {1} devices serve as one pipeline "
+                                "across the types ({2})",
+                                llvm::join(names, " or "), m.shape.pp, m.shape.typeName()).str()
+                      : formatv("the {0} device(s) no single-type replica uses ({1}) serve as one "
+                                "pipeline across the types ({2}) beside the per-type replicas",
+                                m.shape.pp, llvm::join(leftNames, ", ") +
+                                    (names.size() > leftNames.size() ? ", and the types no replica fits on" : ""),
+                                m.shape.typeName()).str();
       mixed.push_back(std::move(m));
+      for (int r : ranks)
+        used.insert(r);
+    }
+    // Devices still idle (a type too small to pipeline with what is left
+    // over): one pipeline across every device of the cluster, when it
+    // serves more than the per-type replicas beside the idle devices.
+    if (used.size() < cluster.devices.size() && types.size() >= 2) {
+      double current = 0;
+      for (const TypeChoice *t : usable)
+        current += t->options[size_t(t->best)].available * t->options[size_t(t->best)].sample.capacity;
+      for (const MixedPipeline &x : mixed)
+        current += x.sample.capacity;
+      std::vector<int> every;
+      for (const cluster::Device &d : cluster.devices)
+        every.push_back(d.rank);
+      MixedPipeline whole;
+      Refusal wholeWhy;
+      bool okWhole = int(every.size()) <= L && mixedPipeline(pricer, every, whole, wholeWhy);
+      if (okWhole &&
+          whole.sample.capacity > current * 1.0001) {
+        mixedNote = formatv("one pipeline across all {0} devices ({1}) serves {2:F2} req/s, more than "
+                            "per-type replicas with {3} device(s) idle ({4:F2} req/s)",
+                            whole.shape.pp, whole.shape.typeName(), whole.sample.capacity,
+                            cluster.devices.size() - used.size(), current).str();
+        mixed.assign(1, std::move(whole));
+        usable.clear();
+      }
     }
   }
   if (!given.empty()) {
