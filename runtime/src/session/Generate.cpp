@@ -382,12 +382,18 @@ struct Decoding {
     if (!st.ok()) return st;
     st = argmax(out[io.logits], B, S, next);
     if (!st.ok()) return st;
+    return takeCaches(out, B, T, "output '", present);
+  }
+
+  // The self caches among `out` (B rows of T positions each) into `present`.
+  Status takeCaches(std::map<std::string, Tensor> &out, int64_t B, int64_t T, const std::string &what,
+                    std::vector<Tensor> *present) const {
     present->clear();
     for (const auto &c : io.caches) {
       Tensor &p = out[c.present];
       if (p.rank() != int64_t(c.dims.size()) || p.shape()[size_t(c.batchAxis)] != B ||
           p.shape()[size_t(c.seqAxis)] != T)
-        return {StatusCode::RuntimeError, "output '" + c.present + "' " + p.describe() + " is not the cache of " +
+        return {StatusCode::RuntimeError, what + c.present + "' " + p.describe() + " is not the cache of " +
                                               std::to_string(B) + " rows of " + std::to_string(T) + " positions"};
       present->push_back(std::move(p));
     }
@@ -444,15 +450,8 @@ struct Decoding {
     if (!st.ok()) return {st.code(), "first decoder: " + st.message()};
     st = argmax(fout[io.logits], 1, L, next);
     if (!st.ok()) return st;
-    present->clear();
-    for (const auto &c : io.caches) {
-      Tensor &p = fout[c.present];
-      if (p.rank() != int64_t(c.dims.size()) || p.shape()[size_t(c.batchAxis)] != 1 ||
-          p.shape()[size_t(c.seqAxis)] != L)
-        return {StatusCode::RuntimeError, "first decoder output '" + c.present + "' " + p.describe() +
-                                              " is not the cache of 1 row of " + std::to_string(L) + " positions"};
-      present->push_back(std::move(p));
-    }
+    st = takeCaches(fout, 1, L, "first decoder output '", present);
+    if (!st.ok()) return st;
     for (const auto &x : s2s.cross) extra[x.first] = std::move(fout[x.second]);
     return Status::OK();
   }
