@@ -33,6 +33,7 @@ OpRegistry<FusionRule> &fusionRegistry() {
 void ensureRegistered() {
   static bool done = [] {
     cpu::registerElementwiseKernels();
+    cpu::registerElementwiseChainKernels();
     cpu::registerMatMulKernels();
     cpu::registerConvKernels();
     cpu::registerNormalizationKernels();
@@ -172,6 +173,7 @@ void Executor::resolveSlots() {
     for (const auto &s : n.outputs) ns.outputs.push_back(s.empty() ? -1 : addSlot(s));
     n.forEachRead([&](const std::string &s) { ns.reads.push_back(addSlot(s)); });
     ns.scope = !n.implicitInputs.empty();
+    ns.readsChannelsLast = ns.kernel && ns.kernel->readsChannelsLast;
     return ns;
   };
   nodeSlots_.reserve(model_.nodes.size());
@@ -316,9 +318,20 @@ void Executor::fuseChains() {
     if (isFolded_[r] || fusionOf_[r] >= 0 || !isDefault(model_.nodes[r])) return nullptr;
     return &model_.nodes[r];
   };
+  g.readers = [&](const std::string &v, std::vector<size_t> &out) {
+    out.clear();
+    if (graphIO.count(v)) return false;
+    auto it = readers.find(v);
+    if (it == readers.end()) return true;
+    for (size_t r : it->second) {
+      if (isFolded_[r] || fusionOf_[r] >= 0 || !isDefault(model_.nodes[r])) return false;
+      if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+    }
+    return true;
+  };
   for (size_t idx : order_) {
     const Node &head = model_.nodes[idx];
-    if (isFolded_[idx] || !isDefault(head)) continue;
+    if (isFolded_[idx] || fusionOf_[idx] >= 0 || !isDefault(head)) continue; // (a member of an earlier chain)
     const FusionRule *rule = findFusion(head.opType);
     FusedChain chain;
     if (!rule || !(*rule)(g, idx, chain)) continue;
@@ -331,6 +344,49 @@ void Executor::fuseChains() {
     f.node = std::move(chain.node);
     fuseDeps_.insert(chain.deps.begin(), chain.deps.end());
     for (size_t m : f.members) fusionOf_[m] = static_cast<int>(fusions_.size());
+    fusions_.push_back(std::move(f));
+  }
+  chooseChannelsLast(readers, graphIO);
+}
+
+void Executor::chooseChannelsLast(const std::map<std::string, std::vector<size_t>> &readers,
+                                  const std::set<std::string> &graphIO) {
+  auto isConv = [](const Node &n) {
+    const KernelInfo *k = findKernel(n);
+    return k && k->readsChannelsLast;
+  };
+  // Whether every reader of `v` is a kernel that reads channels-last bytes
+  // (Conv) and reads it as its data (input 0) or fused residual (input 3):
+  // in a run with the fusions, the node that reads v is the fusion's.
+  auto onlyConvsRead = [&](const std::string &v) {
+    auto it = readers.find(v);
+    if (graphIO.count(v) || it == readers.end() || it->second.empty()) return false;
+    for (size_t r : it->second) {
+      const Node *n = &model_.nodes[r];
+      if (isFolded_[r]) return false;
+      if (fusionOf_[r] >= 0) n = &fusions_[size_t(fusionOf_[r])].node;
+      if (!isConv(*n)) return false;
+      for (size_t i = 0; i < n->inputs.size(); ++i)
+        if (n->inputs[i] == v && i != 0 && i != 3) return false;
+    }
+    return true;
+  };
+  Attribute yes;
+  yes.kind = Attribute::Int;
+  yes.i = 1;
+  for (Fusion &f : fusions_)
+    if (isConv(f.node) && f.node.outputs.size() == 1 && onlyConvsRead(f.node.outputs[0]))
+      f.node.attrs[kChannelsLastOutput] = yes;
+  for (size_t idx : order_) {
+    const Node &n = model_.nodes[idx];
+    if (isFolded_[idx] || fusionOf_[idx] >= 0 || !isConv(n) || n.outputs.size() != 1 || !onlyConvsRead(n.outputs[0]))
+      continue;
+    Fusion f; // a Conv alone, with the attribute
+    f.head = idx;
+    f.members = {idx};
+    f.node = n;
+    f.node.attrs[kChannelsLastOutput] = yes;
+    fusionOf_[idx] = static_cast<int>(fusions_.size());
     fusions_.push_back(std::move(f));
   }
 }
@@ -458,9 +514,14 @@ struct Executor::RunState {
 void Executor::execute(const Node &n, const NodeSlots &ns, size_t index, RunState &st, ExecutionObserver *observer,
                        const NodeHook *hook) const {
   if (!ns.kernel) throw std::runtime_error(model_.path + ": " + n.describe() + ": no CPU kernel");
-  auto get = [&](int32_t s) -> const Tensor * {
+  // Only Conv reads channels-last bytes: others get the value made plain
+  // (once: the slot keeps the plain copy).
+  auto get = [&](int32_t s, bool channelsLastOk = false) -> const Tensor * {
     size_t i = size_t(s);
-    if (st.present[i]) return &st.value[i];
+    if (st.present[i]) {
+      if (!channelsLastOk && st.value[i].channelsLast()) st.value[i] = cpu::plainLayout(st.value[i]);
+      return &st.value[i];
+    }
     if (st.useFold && hasFolded_[i]) return &slotFolded_[i];
     return slotInit_[i];
   };
@@ -471,7 +532,7 @@ void Executor::execute(const Node &n, const NodeSlots &ns, size_t index, RunStat
   for (size_t i = 0; i < ns.inputs.size(); ++i) {
     int32_t s = ns.inputs[i];
     if (s < 0) { ctx.inputs.push_back(nullptr); continue; }
-    const Tensor *t = get(s);
+    const Tensor *t = get(s, ns.readsChannelsLast && !hook);
     if (!t) throw std::runtime_error(model_.path + ": " + n.describe() + ": value '" + n.inputs[i] + "' is missing");
     ctx.inputs.push_back(t);
   }
@@ -567,7 +628,7 @@ std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor> 
   for (const auto &o : model_.outputs) {
     if (out.count(o.name)) continue;
     const size_t s = size_t(slotOf_.at(o.name));
-    if (st.present[s]) out[o.name] = std::move(st.value[s]);
+    if (st.present[s]) out[o.name] = cpu::plainLayout(std::move(st.value[s]));
     else if (st.useFold && hasFolded_[s]) out[o.name] = slotFolded_[s].clone(); // folded values stay immutable
     else if (slotInit_[s]) out[o.name] = *slotInit_[s];
     else throw std::runtime_error(model_.path + ": output '" + o.name + "' was not produced");
@@ -640,7 +701,8 @@ Executor::runNodes(const std::vector<size_t> &nodes, std::map<std::string, Tenso
   std::map<std::string, Tensor> out;
   for (const auto &name : keep) {
     auto it = slotOf_.find(name);
-    if (it != slotOf_.end() && st.present[size_t(it->second)]) out[name] = std::move(st.value[size_t(it->second)]);
+    if (it != slotOf_.end() && st.present[size_t(it->second)])
+      out[name] = cpu::plainLayout(std::move(st.value[size_t(it->second)]));
     else if (auto et = extra.find(name); et != extra.end()) out[name] = std::move(et->second);
     else if (st.useFold)
       if (auto ft = folded_.find(name); ft != folded_.end()) out[name] = ft->second.clone();

@@ -38,6 +38,10 @@ struct FusionGraph {
   /// The one reader of `value` when it has exactly one (default domain, not
   /// folded, in no fusion yet) and is no graph input or output; else null.
   std::function<const Node *(const std::string &value)> soleReader;
+  /// Every reader of `value` (node indices), or false when it is a graph
+  /// input or output (never an intermediate) or a reader is taken already
+  /// (folded, in a fusion, another domain).
+  std::function<bool(const std::string &value, std::vector<size_t> &readers)> readers;
 };
 
 /// A chain a rule claims, and what runs in its place.
@@ -54,6 +58,11 @@ struct FusedChain {
   std::vector<std::pair<std::string, Tensor>> constants;
   std::set<std::string> deps;
 };
+
+/// Attribute of a Conv node the executor sets when every reader of its
+/// output is a Conv: the kernel may then write channels-last bytes
+/// (Tensor::channelsLast), which the next Conv reads without a reorder.
+constexpr const char kChannelsLastOutput[] = "__hetplan_channels_last_out";
 
 /// The name of constant `what` of the fusion headed by node `head` (no graph
 /// value can have it: it starts with a control character).

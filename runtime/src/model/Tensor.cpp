@@ -154,13 +154,23 @@ size_t Tensor::nbytes() const {
   return static_cast<size_t>(bytes);
 }
 
-Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) { allocate(true); }
+
+Tensor Tensor::uninitialized(DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.allocate(false);
+  return t;
+}
+
+void Tensor::allocate(bool zero) {
   checkedNumel(shape_);
   size_t bytes = std::max<size_t>(nbytes(), 1);
   if (gMaxTensorBytes && bytes > gMaxTensorBytes)
     throw std::runtime_error("tensor " + describe() + " needs " + std::to_string(bytes) +
                              " bytes, more than the limit of " + std::to_string(gMaxTensorBytes));
-  auto buf = std::shared_ptr<uint8_t>(new uint8_t[bytes](), std::default_delete<uint8_t[]>());
+  auto buf = std::shared_ptr<uint8_t>(zero ? new uint8_t[bytes]() : new uint8_t[bytes], std::default_delete<uint8_t[]>());
   data_ = buf.get();
   holder_ = buf;
 }
@@ -204,8 +214,9 @@ Tensor Tensor::reshaped(std::vector<int64_t> shape) const {
 
 Tensor Tensor::clone() const {
   if (device_) return toHost();
-  Tensor t(dtype_, shape_);
+  Tensor t = uninitialized(dtype_, shape_);
   if (nbytes()) std::memcpy(t.data_, data_, nbytes());
+  t.channelsLast_ = channelsLast_;
   return t;
 }
 

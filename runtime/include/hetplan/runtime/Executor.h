@@ -84,10 +84,14 @@ private:
 
   /// Load-time fusions (computed once by the constructor, immutable and
   /// shared by concurrent runs, like folding), by the rules the head ops'
-  /// kernel files register (src/model/Fusion.h; today Conv's: a Conv with
-  /// constant weights and bias, an inference BatchNormalization folded into
-  /// a copy of them, optionally a residual Sum/Add and a Relu as post-ops),
-  /// each intermediate read only by the next node and no graph output.
+  /// kernel files register (src/model/Fusion.h): Conv's (an inference
+  /// BatchNormalization folded into a copy of constant weights, a residual
+  /// Sum/Add and an elementwise chain as post-ops) and the elementwise
+  /// chains' (cpu/kernels/ElementwiseChain.h: a chain over one float value
+  /// run as one program), each intermediate read only inside the chain and
+  /// no graph output. Conv outputs that only Convs read are marked to be
+  /// written channels-last (chooseChannelsLast); every other kernel, and
+  /// every returned value, gets plain bytes.
   /// `node` runs at the head's place, with the chain's last output; the
   /// other members are skipped. A run that overrides any initializer the
   /// fused constants came from (`fuseDeps_`), that asks to keep an
@@ -105,6 +109,9 @@ private:
   std::set<std::string> fuseDeps_;
   std::map<std::string, size_t> producer_; // value -> producing node
   void fuseChains();
+  /// Marks Convs whose every reader is a Conv (kChannelsLastOutput, Fusion.h).
+  void chooseChannelsLast(const std::map<std::string, std::vector<size_t>> &readers,
+                          const std::set<std::string> &graphIO);
   /// Which fusions apply to running `nodes` (in that order) with `given`
   /// values and `keep`; empty when none.
   std::vector<char> activeFusions(const std::vector<size_t> &nodes, const std::map<std::string, Tensor> &given,
@@ -120,6 +127,7 @@ private:
     std::vector<int32_t> outputs;       // per output: slot, -1 when omitted
     std::vector<int32_t> reads;         // Node::forEachRead as slots (freeing)
     bool scope = false;                 // implicit inputs: subgraphs read the scope
+    bool readsChannelsLast = false;     // a Conv: takes channels-last inputs as they are
   };
   std::unordered_map<std::string, int32_t> slotOf_;
   std::vector<std::string> slotName_;

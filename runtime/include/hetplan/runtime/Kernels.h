@@ -56,6 +56,10 @@ struct KernelInfo {
   /// Element types accepted for input 0 (empty: any); checked when known.
   std::vector<DType> types;
   HalfPolicy half = HalfPolicy::Auto;
+  /// Takes inputs 0 and 3 with channels-last bytes (Tensor::channelsLast):
+  /// the executor hands them over as they are, and lets a producer whose
+  /// every reader is such a kernel write them (Conv).
+  bool readsChannelsLast = false;
 };
 
 void registerKernel(const std::string &opType, KernelInfo info);

@@ -59,6 +59,9 @@ public:
   Tensor() = default;
   /// An owned, zero-filled tensor.
   Tensor(DType dtype, std::vector<int64_t> shape);
+  /// An owned tensor whose bytes are not cleared: for kernels that write
+  /// every element (saves a pass over memory per output).
+  static Tensor uninitialized(DType dtype, std::vector<int64_t> shape);
   /// A view of `data`; `holder` keeps the memory alive.
   static Tensor view(DType dtype, std::vector<int64_t> shape, const void *data,
                      std::shared_ptr<const void> holder);
@@ -102,6 +105,14 @@ public:
   template <typename T> T *data() { return static_cast<T *>(data_); }
   template <typename T> const T *data() const { return static_cast<const T *>(data_); }
 
+  /// True when a float tensor of rank 3-5 holds its bytes channels-last
+  /// (N, spatial..., C) while shape() stays ONNX's (N, C, spatial...): what
+  /// one Conv hands the next without reordering (Executor, Conv.cpp). Only
+  /// the Conv kernel reads such bytes; the executor gives every other
+  /// kernel, and every caller, plain ones (cpu::plainLayout).
+  bool channelsLast() const { return channelsLast_; }
+  void setChannelsLast(bool v) { channelsLast_ = v; }
+
   /// Same bytes, another shape with the same element count.
   Tensor reshaped(std::vector<int64_t> shape) const;
   /// An owned host copy (of a device tensor: toHost()).
@@ -115,11 +126,13 @@ public:
 
 private:
   [[noreturn]] void throwNoAxis(int64_t i) const;
+  void allocate(bool zero);
   DType dtype_ = DType::Undefined;
   std::vector<int64_t> shape_;
   std::shared_ptr<const void> holder_;
   void *data_ = nullptr;
   bool view_ = false;
+  bool channelsLast_ = false;
   std::shared_ptr<DeviceMemory> device_; // set for device tensors only
 };
 

@@ -8,6 +8,7 @@
 // train/WindowGeo.h).
 //
 //===----------------------------------------------------------------------===//
+#include "ElementwiseChain.h"
 #include "Gemm.h"
 #include "Geometry.h"
 #include "KernelUtil.h"
@@ -27,9 +28,16 @@ namespace {
 /// The fused node's post-ops (set by fuseConvChain): add input 3 (the
 /// residual), then Relu.
 constexpr const char kPostSum[] = "__hetplan_post_sum", kPostRelu[] = "__hetplan_post_relu";
+/// The chain's program as one oneDNN eltwise post-op (EwEltwise), when it is one.
+constexpr const char kPostEltwise[] = "__hetplan_post_eltwise", kPostEltwiseArgs[] = "__hetplan_post_eltwise_args";
 
-void conv(KernelContext &c) {
-  const Tensor &x = c.in(0), &wt = c.in(1);
+void convOn(KernelContext &c, const Tensor &x);
+void conv(KernelContext &c) { convOn(c, c.in(0)); }
+
+/// Conv of x (plain or channels-last bytes: Tensor::channelsLast) with
+/// c's other inputs.
+void convOn(KernelContext &c, const Tensor &x) {
+  const Tensor &wt = c.in(1);
   auto ks = c.node.getInts("kernel_shape", std::vector<int64_t>(wt.shape().begin() + std::min<int64_t>(2, wt.rank()), wt.shape().end()));
   checkConvOperands("Conv", x, wt, c.node.getInt("group", 1), ks, false, c.hasInput(2) ? &c.in(2) : nullptr);
   int64_t N = x.dim(0), C = x.dim(1), M = wt.dim(0), G = c.node.getInt("group", 1);
@@ -39,13 +47,19 @@ void conv(KernelContext &c) {
   if (wt.dim(1) != Cg) throw std::runtime_error("Conv weight " + wt.describe() + " does not match input " + x.describe() + " with group " + std::to_string(G));
   std::vector<int64_t> outShape = {N, M};
   outShape.insert(outShape.end(), w.out.begin(), w.out.end());
-  Tensor out(x.dtype(), outShape);
+  Tensor out = Tensor::uninitialized(x.dtype(), outShape); // (oneDNN writes all of it; cleared below otherwise)
   // Load-time fusion (Executor): + residual (input 3) and/or Relu after.
   const bool postSum = c.node.getInt(kPostSum, 0) != 0 && c.hasInput(3);
   const bool postRelu = c.node.getInt(kPostRelu, 0) != 0;
+  EwProgram post; // an elementwise chain after the sum (ElementwiseChain.h)
+  const bool postChain = hasEwProgram(c.node);
+  if (postChain && !decodeEwProgram(c.node, post))
+    throw std::runtime_error(c.node.describe() + ": not a fused Conv of this hetplan");
+  bool chainDone = false; // applied as a oneDNN post-op
   auto finish = [&](Tensor y) {
     if (postSum) {
-      const Tensor &res = c.in(3);
+      y = plainLayout(y);
+      Tensor res = plainLayout(c.in(3));
       if (res.dtype() != y.dtype()) throw std::runtime_error("fused Sum: mixed element types");
       HP_DISPATCH_FLOAT(y.dtype(), y = binaryBroadcast<T, T, T>(y, res, y.dtype(), [](T a, T b) { return a + b; }));
     }
@@ -54,6 +68,12 @@ void conv(KernelContext &c) {
         T *p = y.data<T>();
         for (int64_t i = 0; i < y.numel(); ++i) p[i] = p[i] < T(0) ? T(0) : p[i];
       });
+    if (postChain && !chainDone) {
+      if (y.dtype() != DType::Float32)
+        throw std::runtime_error(c.node.describe() + ": fused elementwise chain over " + y.describe() + " (float32 only)");
+      if (post.constRank > y.rank()) throw std::runtime_error(c.node.describe() + ": fused chain's constants outrank " + y.describe());
+      runEwProgram(post, y.data<float>(), y.data<float>(), y.numel());
+    }
     c.outputs[0] = std::move(y);
   };
   // 1x1 kernel, stride 1, no padding: the im2col matrix is the input itself.
@@ -70,16 +90,35 @@ void conv(KernelContext &c) {
     // in place) are reordered every call.
     const void *weightsKey = wt.isView() ? static_cast<const void *>(&c.node) : nullptr;
     bool sumInPrim = postSum && c.in(3).shape() == outShape && c.in(3).dtype() == DType::Float32;
+    cs.xChannelsLast = x.channelsLast();
+    cs.yChannelsLast = c.node.getInt(kChannelsLastOutput, 0) != 0 && r >= 1 && r <= 3;
+    // The sum post-op adds the residual's bytes: in y's layout.
+    Tensor residual;
+    if (sumInPrim)
+      residual = cs.yChannelsLast ? channelsLastLayout(c.in(3)) : plainLayout(c.in(3));
     cs.postSum = sumInPrim;
     cs.postRelu = postRelu && (sumInPrim || !postSum);
+    if (postChain && (sumInPrim || !postSum) && post.constRank <= static_cast<int64_t>(outShape.size())) {
+      auto args = c.node.getFloats(kPostEltwiseArgs, {0.f, 0.f});
+      int64_t kind = c.node.getInt(kPostEltwise, EwEltwise::none);
+      if (kind > EwEltwise::none && kind <= EwEltwise::gelu_erf && args.size() == 2) {
+        cs.postEltwise = kind;
+        cs.postAlpha = args[0];
+        cs.postBeta = args[1];
+      }
+    }
     if (onednn::conv(cs, x.data<float>(), wt.data<float>(), bias, out.data<float>(), weightsKey,
-                     sumInPrim ? c.in(3).data<float>() : nullptr)) {
-      if ((!postSum || sumInPrim) && (!postRelu || cs.postRelu)) c.outputs[0] = std::move(out);
+                     sumInPrim ? residual.data<float>() : nullptr)) {
+      out.setChannelsLast(cs.yChannelsLast);
+      chainDone = cs.postEltwise != EwEltwise::none;
+      if ((!postSum || sumInPrim) && (!postRelu || cs.postRelu) && (!postChain || chainDone)) c.outputs[0] = std::move(out);
       else finish(std::move(out));
       return;
     }
   }
 #endif
+  if (x.channelsLast()) return convOn(c, plainLayout(x));
+  std::memset(out.raw(), 0, out.nbytes());
   HP_DISPATCH_FLOAT(x.dtype(), {
     std::vector<T> col(pointwise ? 0 : static_cast<size_t>(Cg * kSize * outSize));
     for (int64_t n = 0; n < N; ++n)
@@ -174,12 +213,60 @@ void absorbPostOps(const FusionGraph &g, size_t idx, FusedChain &f, std::string 
     }
   }
   relu = false;
-  if (const Node *r = g.soleReader(last); r && isRelu(*r) && r->outputs.size() == 1 && !r->outputs[0].empty()) {
-    relu = true;
-    f.members.push_back(g.producer.at(r->outputs[0]));
-    f.intermediates.push_back(last);
-    last = r->outputs[0];
+  // Then the elementwise chain over the result (Relu, hard-swish, SiLU, ...):
+  // a Relu alone stays the relu post-op; others become the fused node's
+  // program (ElementwiseChain.h).
+  FusedChain chain;
+  EwProgram prog;
+  std::string out;
+  if (!growElementwiseChain(g, last, g.position[idx], SIZE_MAX, true, 1, prog, chain, out)) return;
+  relu = prog.steps.size() == 1 && prog.steps[0].op == EwStep::relu && prog.constRank == 0;
+  if (!relu) {
+    encodeEwProgram(prog, f.node);
+    // Which oneDNN post-op the chain is, probed once here, not per run.
+    EwEltwise e = identifyEltwise(prog);
+    Attribute k, ab;
+    k.kind = Attribute::Int;
+    k.i = e.kind;
+    ab.kind = Attribute::Floats;
+    ab.floats = {e.alpha, e.beta};
+    f.node.attrs[kPostEltwise] = k;
+    f.node.attrs[kPostEltwiseArgs] = ab;
   }
+  f.members.insert(f.members.end(), chain.members.begin(), chain.members.end());
+  f.intermediates.insert(f.intermediates.end(), chain.intermediates.begin(), chain.intermediates.end());
+  f.deps.insert(chain.deps.begin(), chain.deps.end());
+  last = out;
+}
+
+/// The residual and relu attributes and the output of a fused Conv.
+void finishFusedConv(FusedChain &f, bool relu, const std::string &last) {
+  if (!f.residual.empty()) {
+    f.node.inputs.resize(3); // (an absent bias stays "")
+    f.node.inputs.push_back(f.residual);
+    Attribute a; a.kind = Attribute::Int; a.i = 1;
+    f.node.attrs[kPostSum] = a;
+  }
+  if (relu) {
+    Attribute a; a.kind = Attribute::Int; a.i = 1;
+    f.node.attrs[kPostRelu] = a;
+  }
+  f.node.outputs = {last};
+}
+
+/// A Conv (no BatchNormalization after it) followed by a residual Sum/Add
+/// and/or an elementwise chain: those as its post-ops.
+bool fuseConvPostOps(const FusionGraph &g, size_t idx, FusedChain &f) {
+  const Node &conv = g.model.nodes[idx];
+  f.members = {idx};
+  f.node = conv;
+  f.node.name = conv.name + "+fused";
+  std::string last = conv.outputs[0];
+  bool relu = false;
+  absorbPostOps(g, idx, f, last, relu);
+  if (f.members.size() == 1) return false;
+  finishFusedConv(f, relu, last);
+  return true;
 }
 
 /// A Conv with constant float32 weights (and bias) whose output only an
@@ -197,7 +284,8 @@ bool fuseConvChain(const FusionGraph &g, size_t idx, FusedChain &f) {
   int64_t M = w->dim(0);
   if (b && b->numel() != M) return false;
   const Node *bn = g.soleReader(conv.outputs[0]);
-  if (!bn || bn->opType != "BatchNormalization" || bn->inputs.size() != 5 || bn->inputs[0] != conv.outputs[0]) return false;
+  if (!bn || bn->opType != "BatchNormalization" || bn->inputs.size() != 5 || bn->inputs[0] != conv.outputs[0])
+    return fuseConvPostOps(g, idx, f);
   if (bn->getInt("training_mode", 0) || bn->getInt("spatial", 1) != 1) return false;
   bool extraOut = false;
   for (size_t o = 1; o < bn->outputs.size(); ++o) extraOut |= !bn->outputs[o].empty();
@@ -211,6 +299,8 @@ bool fuseConvChain(const FusionGraph &g, size_t idx, FusedChain &f) {
   if (!ok) return false;
   f.members = {idx, g.producer.at(bn->outputs[0])};
   f.intermediates = {conv.outputs[0]};
+  f.node = conv;
+  f.node.name = conv.name + "+fused";
   std::string last = bn->outputs[0];
   bool relu = false;
   absorbPostOps(g, idx, f, last, relu);
@@ -230,23 +320,50 @@ bool fuseConvChain(const FusionGraph &g, size_t idx, FusedChain &f) {
   std::string wName = fusedConstantName(idx, "W"), bName = fusedConstantName(idx, "B");
   f.constants.emplace_back(wName, std::move(wf));
   f.constants.emplace_back(bName, std::move(bf));
-  f.node = conv;
-  f.node.name = conv.name + "+fused";
   f.node.inputs = {conv.inputs[0], wName, bName};
-  if (!f.residual.empty()) {
-    f.node.inputs.push_back(f.residual);
-    Attribute a; a.kind = Attribute::Int; a.i = 1;
-    f.node.attrs[kPostSum] = a;
-  }
-  if (relu) {
-    Attribute a; a.kind = Attribute::Int; a.i = 1;
-    f.node.attrs[kPostRelu] = a;
-  }
-  f.node.outputs = {last};
+  finishFusedConv(f, relu, last);
   return true;
 }
 
 } // namespace
+
+namespace {
+/// Per sample, the [rows, cols] matrix of `src` into [cols, rows] in `dst`
+/// (32 x 32 tiles, in parallel).
+void transposeSamples(const float *src, float *dst, int64_t N, int64_t rows, int64_t cols) {
+  constexpr int64_t B = 32;
+  const int64_t tr = (rows + B - 1) / B, tc = (cols + B - 1) / B;
+  parallelFor(N * tr * tc, std::max<int64_t>(1, kElementwiseGrain / (B * B)), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t n = t / (tr * tc), r0 = (t / tc) % tr * B, c0 = t % tc * B;
+      const float *s = src + n * rows * cols;
+      float *d = dst + n * rows * cols;
+      const int64_t r1 = std::min(rows, r0 + B), c1 = std::min(cols, c0 + B);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) d[c * rows + r] = s[r * cols + c];
+    }
+  });
+}
+} // namespace
+
+Tensor plainLayout(const Tensor &t) {
+  if (!t.channelsLast()) return t;
+  const int64_t N = t.dim(0), C = t.dim(1), S = N * C ? t.numel() / (N * C) : 0;
+  Tensor out = Tensor::uninitialized(t.dtype(), t.shape());
+  transposeSamples(t.data<float>(), out.data<float>(), N, S, C);
+  return out;
+}
+
+Tensor channelsLastLayout(const Tensor &t) {
+  if (t.channelsLast()) return t;
+  if (t.dtype() != DType::Float32 || t.rank() < 3 || t.rank() > 5)
+    throw std::runtime_error("internal error: channels-last bytes of " + t.describe());
+  const int64_t N = t.dim(0), C = t.dim(1), S = N * C ? t.numel() / (N * C) : 0;
+  Tensor out = Tensor::uninitialized(t.dtype(), t.shape());
+  transposeSamples(t.data<float>(), out.data<float>(), N, C, S);
+  out.setChannelsLast(true);
+  return out;
+}
 
 void requireConvWeight(const Tensor &w) {
   if (w.rank() < 3) throw std::runtime_error("Conv weight must have rank >= 3");
@@ -257,7 +374,7 @@ Tensor runFloatConv(const KernelContext &c, const Tensor &x, const Tensor &w) {
 }
 
 void registerConvKernels() {
-  registerKernel("Conv", {conv, nullptr, kFloatTypes});
+  registerKernel("Conv", {conv, nullptr, kFloatTypes, HalfPolicy::Auto, true});
   registerFusion("Conv", fuseConvChain);
 }
 

@@ -127,6 +127,16 @@ tag plainTag(size_t rank) {
   }
 }
 
+/// N, spatial..., C (Tensor::channelsLast).
+tag channelsLastTag(size_t rank) {
+  switch (rank) {
+  case 3: return tag::acb;
+  case 4: return tag::acdb;
+  case 5: return tag::acdeb;
+  default: return tag::undef;
+  }
+}
+
 /// A convolution's window in oneDNN's terms (shared by conv and deconv).
 struct Window {
   dnnl::memory::dims strides, dilates, padL, padR;
@@ -146,11 +156,25 @@ void appendConvGeometry(std::string &key, const ConvShape &s) {
   appendDims(key, s.dil); appendDims(key, s.padBegin); appendDims(key, s.padEnd);
 }
 
+/// EwEltwise::Kind (ElementwiseChain.h) as oneDNN's algorithm.
+dnnl::algorithm eltwiseAlgorithm(int64_t kind) {
+  switch (kind) {
+  case 1: return dnnl::algorithm::eltwise_relu;
+  case 2: return dnnl::algorithm::eltwise_clip;
+  case 3: return dnnl::algorithm::eltwise_hardswish;
+  case 4: return dnnl::algorithm::eltwise_swish;
+  case 5: return dnnl::algorithm::eltwise_logistic;
+  case 6: return dnnl::algorithm::eltwise_tanh;
+  case 7: return dnnl::algorithm::eltwise_gelu_erf;
+  default: throw std::runtime_error("internal error: eltwise post-op " + std::to_string(kind));
+  }
+}
+
 std::shared_ptr<ConvEntry> makeConv(const ConvShape &s, bool hasBias) {
   auto &eng = cpuEngine();
   auto e = std::make_shared<ConvEntry>();
-  e->xUser = dnnl::memory::desc(dims(s.x), dt::f32, plainTag(s.x.size()));
-  e->yUser = dnnl::memory::desc(dims(s.y), dt::f32, plainTag(s.y.size()));
+  e->xUser = dnnl::memory::desc(dims(s.x), dt::f32, s.xChannelsLast ? channelsLastTag(s.x.size()) : plainTag(s.x.size()));
+  e->yUser = dnnl::memory::desc(dims(s.y), dt::f32, s.yChannelsLast ? channelsLastTag(s.y.size()) : plainTag(s.y.size()));
   std::vector<int64_t> wd = s.w;
   if (s.group > 1) { // [G, M/G, C/G, k...]
     wd[0] = s.w[0] / s.group;
@@ -168,10 +192,11 @@ std::shared_ptr<ConvEntry> makeConv(const ConvShape &s, bool hasBias) {
                                                         win.strides, win.dilates, win.padL, win.padR);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (s.postSum || s.postRelu) {
+  if (s.postSum || s.postRelu || s.postEltwise) {
     dnnl::post_ops ops;
     if (s.postSum) ops.append_sum(1.f);
     if (s.postRelu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    if (s.postEltwise) ops.append_eltwise(1.f, eltwiseAlgorithm(s.postEltwise), s.postAlpha, s.postBeta);
     attr.set_post_ops(ops);
   }
   e->pd = dnnl::convolution_forward::primitive_desc(desc, attr, eng);
@@ -243,7 +268,14 @@ bool conv(const ConvShape &s, const float *x, const float *w, const float *bias,
   std::string key;
   key.reserve(128);
   appendConvGeometry(key, s);
-  key += std::to_string(s.group) + (bias ? "b" : "n") + (s.postSum ? "s" : "") + (s.postRelu ? "r" : "");
+  key += std::to_string(s.group) + (bias ? "b" : "n") + (s.postSum ? "s" : "") + (s.postRelu ? "r" : "") +
+         (s.xChannelsLast ? "X" : "") + (s.yChannelsLast ? "Y" : "");
+  if (s.postEltwise) {
+    uint32_t a, b; // exact bits: two alphas that print alike are different primitives
+    std::memcpy(&a, &s.postAlpha, 4);
+    std::memcpy(&b, &s.postBeta, 4);
+    key += "e" + std::to_string(s.postEltwise) + ":" + std::to_string(a) + ":" + std::to_string(b);
+  }
   std::shared_ptr<ConvEntry> e = cachedEntry(gConvs, key, [&] { return makeConv(s, bias != nullptr); });
   if (!e) return false;
   auto &eng = cpuEngine();

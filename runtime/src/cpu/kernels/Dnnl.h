@@ -19,6 +19,12 @@ struct ConvShape {
   int64_t group = 1;
   /// Post-ops (load-time fusion, Executor): y = relu?(conv + bias (+ sum)).
   bool postSum = false, postRelu = false;
+  /// Then one eltwise function (an EwEltwise::Kind of ElementwiseChain.h,
+  /// 0: none) with its alpha and beta.
+  int64_t postEltwise = 0;
+  float postAlpha = 0, postBeta = 0;
+  /// x (and sum) / y bytes channels-last (N, spatial..., C) instead of plain.
+  bool xChannelsLast = false, yChannelsLast = false;
 };
 
 /// y = conv(x, w) + bias (bias may be null), float32, plain NC... layouts;

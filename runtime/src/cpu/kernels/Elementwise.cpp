@@ -4,6 +4,7 @@
 // unary math/activation table is Unary.cpp.
 //
 //===----------------------------------------------------------------------===//
+#include "ElementwiseChain.h"
 #include "FastMath.h"
 #include "KernelUtil.h"
 #include "OpKernels.h"
@@ -19,28 +20,6 @@
 #include <limits>
 
 namespace hetplan::runtime::cpu::fastmath {
-
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && defined(__ELF__) && !defined(__SANITIZE_ADDRESS__)
-#define HP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define HP_CLONES
-#endif
-#if defined(__GNUC__)
-#define HP_INLINE inline __attribute__((always_inline))
-#else
-#define HP_INLINE inline
-#endif
-#ifdef _OPENMP
-#define HP_SIMD _Pragma("omp simd")
-#define HP_SIMD_MAX_MX _Pragma("omp simd reduction(max : mx)")
-#define HP_SIMD_SUM_SUM _Pragma("omp simd reduction(+ : sum)")
-#define HP_SIMD_SUM_VAR _Pragma("omp simd reduction(+ : var)")
-#else
-#define HP_SIMD
-#define HP_SIMD_MAX_MX
-#define HP_SIMD_SUM_SUM
-#define HP_SIMD_SUM_VAR
-#endif
 
 namespace {
 HP_INLINE float asFloat(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
@@ -625,6 +604,11 @@ void registerCastKernels() {
 } // namespace
 
 void registerElementwiseKernels() {
+  // Steps of fused elementwise chains (ElementwiseChain.h): the same math.
+  for (auto [op, step] : {std::pair<const char *, EwStep::Op>{"Add", EwStep::add}, {"Sub", EwStep::sub},
+                          {"Mul", EwStep::mul}, {"Div", EwStep::div}, {"Max", EwStep::max}, {"Min", EwStep::min},
+                          {"Pow", EwStep::square}, {"Clip", EwStep::clip}})
+    registerElementwiseStep(op, {step});
   registerUnaryKernels();
   registerArithmeticKernels();
   registerLogicKernels();

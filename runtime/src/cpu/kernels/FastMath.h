@@ -10,6 +10,29 @@
 
 #include <cstdint>
 
+// Loops compiled as target clones (AVX-512F, AVX2, baseline) and vectorised.
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && defined(__ELF__) && !defined(__SANITIZE_ADDRESS__)
+#define HP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HP_CLONES
+#endif
+#if defined(__GNUC__)
+#define HP_INLINE inline __attribute__((always_inline))
+#else
+#define HP_INLINE inline
+#endif
+#ifdef _OPENMP
+#define HP_SIMD _Pragma("omp simd")
+#define HP_SIMD_MAX_MX _Pragma("omp simd reduction(max : mx)")
+#define HP_SIMD_SUM_SUM _Pragma("omp simd reduction(+ : sum)")
+#define HP_SIMD_SUM_VAR _Pragma("omp simd reduction(+ : var)")
+#else
+#define HP_SIMD
+#define HP_SIMD_MAX_MX
+#define HP_SIMD_SUM_SUM
+#define HP_SIMD_SUM_VAR
+#endif
+
 namespace hetplan::runtime::cpu::fastmath {
 
 void exp(const float *x, float *y, int64_t n);

@@ -135,6 +135,54 @@ void pool(KernelContext &c, bool isMax) {
   bool wantIdx = c.numOutputs() > 1 && !c.node.outputs[1].empty();
   if (wantIdx) indices = Tensor(DType::Int64, outShape);
   int64_t storageOrder = nd.getInt("storage_order", 0);
+  // float32 1-D and 2-D windows without Indices: rows (n, c) in parallel,
+  // each output over its window clipped to the input (oneDNN's pooling on
+  // plain layouts is a slow reference loop). Max keeps the first of equal
+  // values and NaN as the loop below does.
+  if (x.dtype() == DType::Float32 && !wantIdx && (r == 1 || r == 2) && out.numel() > 0) {
+    const int64_t IH = r == 2 ? w.in[0] : 1, IW = w.in[r - 1], OH = r == 2 ? w.out[0] : 1, OW = w.out[r - 1];
+    const int64_t KH = r == 2 ? w.kernel[0] : 1, KW = w.kernel[r - 1], SH = r == 2 ? w.stride[0] : 1,
+                  SW = w.stride[r - 1], DH = r == 2 ? w.dil[0] : 1, DW = w.dil[r - 1],
+                  PH = r == 2 ? w.padBegin[0] : 0, PW = w.padBegin[r - 1], EH = r == 2 ? w.padEnd[0] : 0,
+                  EW = w.padEnd[r - 1];
+    const float *px = x.data<float>();
+    float *po = out.data<float>();
+    parallelFor(N * C, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, outSize * kSize)),
+                [&](int64_t lo, int64_t hi) {
+      for (int64_t nc = lo; nc < hi; ++nc) {
+        const float *xs = px + nc * inSize;
+        float *ys = po + nc * outSize;
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          const int64_t h0 = oh * SH - PH;
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int64_t w0 = ow * SW - PW;
+            float acc = isMax ? -std::numeric_limits<float>::infinity() : 0.f;
+            bool any = false;
+            int64_t count = 0, padCount = 0;
+            for (int64_t kh = 0; kh < KH; ++kh) {
+              const int64_t ih = h0 + kh * DH;
+              const bool rowPad = ih >= -PH && ih < IH + EH;
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t iw = w0 + kw * DW;
+                if (rowPad && iw >= -PW && iw < IW + EW) ++padCount;
+                if (ih < 0 || ih >= IH || iw < 0 || iw >= IW) continue;
+                const float v = xs[ih * IW + iw];
+                if (isMax) { if (!any || v > acc) acc = v; }
+                else acc += v;
+                any = true;
+                ++count;
+              }
+            }
+            if (!isMax) acc = includePad ? (padCount ? acc / static_cast<float>(padCount) : 0.f)
+                                         : (count ? acc / static_cast<float>(count) : 0.f);
+            ys[oh * OW + ow] = acc;
+          }
+        }
+      }
+    });
+    c.outputs[0] = std::move(out);
+    return;
+  }
 #ifdef HETPLAN_HAVE_DNNL
   // float32 without Indices, dilations or ceil_mode: oneDNN's pooling.
   bool dilated = false;

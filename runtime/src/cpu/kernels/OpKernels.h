@@ -28,10 +28,17 @@ inline Tensor runKernelOn(void (*kernel)(KernelContext &), const KernelContext &
   return std::move(inner.outputs[0]);
 }
 
+/// `t` with plain bytes: a channels-last tensor (Tensor::channelsLast, made
+/// by the Conv kernel) transposed back, any other as it is (Conv.cpp).
+Tensor plainLayout(const Tensor &t);
+/// `t` (float32, rank 3-5) with channels-last bytes.
+Tensor channelsLastLayout(const Tensor &t);
+
 // ---- forward registration, one function per kernel file (Executor.cpp
 // calls them once; backward kernels register through train/GradUtil.h) ----
 void registerElementwiseKernels();   // Elementwise.cpp (calls registerUnaryKernels)
 void registerUnaryKernels();         // Unary.cpp
+void registerElementwiseChainKernels(); // ElementwiseChain.cpp: fused elementwise chains (load-time rule, kernel)
 void registerMatMulKernels();        // MatMul.cpp: MatMul, Gemm
 void registerConvKernels();          // Conv.cpp: Conv and its load-time fusion (model/Fusion.h)
 void registerNormalizationKernels(); // Normalization.cpp: LayerNormalization, Softmax, LogSoftmax, Hardmax

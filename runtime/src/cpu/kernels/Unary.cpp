@@ -7,6 +7,7 @@
 // (Conv.cpp) which following node its post-op may replace.
 //
 //===----------------------------------------------------------------------===//
+#include "ElementwiseChain.h"
 #include "FastMath.h"
 #include "KernelUtil.h"
 #include "OpKernels.h"
@@ -122,6 +123,21 @@ void registerUnaryKernels() {
   regNumericUnary("Neg", [](auto z) { using T = decltype(z); return [](T x) { return wrapSub(T(0), x); }; }, kSignedAndFloat);
   regNumericUnary("Abs", [](auto z) { using T = decltype(z); return [](T x) { if constexpr (std::is_unsigned_v<T>) return x; else return x < T(0) ? wrapSub(T(0), x) : x; }; }, kNumericTypes);
   regNumericUnary("Sign", [](auto z) { using T = decltype(z); return [](T x) { return static_cast<T>(x > T(0) ? 1 : (x < T(0) ? -1 : 0)); }; }, kNumericTypes);
+  // Steps of fused elementwise chains (ElementwiseChain.h): the same math.
+  registerElementwiseStep("Relu", {EwStep::relu});
+  registerElementwiseStep("Neg", {EwStep::neg});
+  registerElementwiseStep("Abs", {EwStep::abs});
+  registerElementwiseStep("Sigmoid", {EwStep::sigmoid, true});
+  registerElementwiseStep("Tanh", {EwStep::tanh, true});
+  registerElementwiseStep("Erf", {EwStep::erf, true});
+  registerElementwiseStep("Exp", {EwStep::exp, true});
+  registerElementwiseStep("Sqrt", {EwStep::sqrt, true});
+  registerElementwiseStep("HardSwish", {EwStep::hard_swish, true});
+  registerElementwiseStep("LeakyRelu", {EwStep::leaky_relu, true, [](const Node &n, EwStep &st) { st.ka = n.getFloat("alpha", 0.01f); }});
+  registerElementwiseStep("HardSigmoid", {EwStep::hard_sigmoid, true, [](const Node &n, EwStep &st) {
+                            st.ka = n.getFloat("alpha", 0.2f);
+                            st.kb = n.getFloat("beta", 0.5f);
+                          }});
 }
 
 bool isRelu(const Node &n) { return n.opType == "Relu"; }
