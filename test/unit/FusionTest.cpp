@@ -2,7 +2,7 @@
 // program (bit for bit the unfused nodes' result), chains and residuals
 // after a Conv as its post-ops, Conv outputs handed to the next Conv with
 // channels-last bytes. Each fused run is compared with the same model run
-// unfused (runNodes keeping every value, which turns fusion off).
+// unfused (runNodes with a NodeHook, which turns fusion off).
 #include "hetplan/runtime/Executor.h"
 #include "hetplan/runtime/Kernels.h"
 #include "hetplan/runtime/Model.h"
@@ -98,7 +98,10 @@ Runs runBoth(const Model &m, const std::string &in, const Tensor &x) {
     all.push_back(i);
     for (const auto &o : m.nodes[i].outputs) keep.insert(o);
   }
-  r.plain = ex.runNodes(all, {{in, x}}, keep, nullptr, &b);
+  // A NodeHook (here one that never takes a node) runs every node as it is:
+  // no fusion, plain bytes throughout.
+  Executor::NodeHook none = [](size_t, KernelContext &) { return false; };
+  r.plain = ex.runNodes(all, {{in, x}}, keep, nullptr, &b, &none);
   r.fusedNodes = a.nodes;
   r.plainNodes = b.nodes;
   return r;
@@ -179,8 +182,8 @@ TEST(Fusion, ConvChainsAndChannelsLastMatchTheUnfusedRun) {
   Builder b;
   auto pad = ints({1, 1, 1, 1});
   // Conv + hard-swish; Conv 1x1 + residual Add + Relu; depthwise Conv + SiLU;
-  // a Conv whose output is the graph output and another that a Softmax
-  // reads (plain bytes for both)
+  // a Conv whose output is the graph output and another whose MaxPool a
+  // Softmax reads (plain bytes for both)
   auto c1 = b.hardSwish(b.op("Conv", {"x", b.weight({8, 4, 3, 3}, 0.3f), b.weight({8}, 0.1f)}, {{"pads", pad}}));
   auto c2 = b.op("Relu", {b.op("Add", {b.op("Conv", {c1, b.weight({8, 8, 1, 1}, 0.3f)}), c1})});
   Attribute group;
@@ -189,14 +192,16 @@ TEST(Fusion, ConvChainsAndChannelsLastMatchTheUnfusedRun) {
   auto d = b.op("Conv", {c2, b.weight({8, 1, 3, 3}, 0.3f), b.weight({8}, 0.1f)}, {{"pads", pad}, {"group", group}});
   auto c3 = b.op("Mul", {d, b.op("Sigmoid", {d})});
   auto c4 = b.op("Conv", {c3, b.weight({6, 8, 3, 3}, 0.2f)}, {{"pads", pad}, {"strides", ints({2, 2})}});
-  auto soft = b.op("Softmax", {b.op("Conv", {c3, b.weight({5, 8, 1, 1}, 0.3f)})});
+  auto pooled = b.op("MaxPool", {b.op("Conv", {c3, b.weight({5, 8, 1, 1}, 0.3f)})},
+                     {{"kernel_shape", ints({2, 2})}, {"strides", ints({2, 2})}});
+  auto soft = b.op("Softmax", {pooled}); // (the pool keeps channels-last bytes: the Softmax gets plain ones)
   b.io("x", DType::Float32, c4);
   b.m.outputs.push_back({soft, DType::Undefined, true, false, {}});
   Tensor x = randomTensor(DType::Float32, {2, 4, 13, 11}, -2.f, 2.f);
   Runs r = runBoth(b.m, "x", x);
   for (const std::string &o : {c4, soft}) expectClose(r.fused.at(o), r.plain.at(o), o);
-  EXPECT_EQ(r.plainNodes, 14);
-  EXPECT_EQ(r.fusedNodes, 6); // five Convs with their post-ops, the Softmax
+  EXPECT_EQ(r.plainNodes, 15);
+  EXPECT_EQ(r.fusedNodes, 7); // five Convs with their post-ops, the MaxPool, the Softmax
 
   // A run that keeps an inner Conv output gets it with plain bytes.
   Executor ex(b.m);

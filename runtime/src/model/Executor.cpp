@@ -351,21 +351,25 @@ void Executor::fuseChains() {
 
 void Executor::chooseChannelsLast(const std::map<std::string, std::vector<size_t>> &readers,
                                   const std::set<std::string> &graphIO) {
-  auto isConv = [](const Node &n) {
+  auto reads = [](const Node &n) {
     const KernelInfo *k = findKernel(n);
     return k && k->readsChannelsLast;
+  };
+  auto writes = [](const Node &n) {
+    const KernelInfo *k = findKernel(n);
+    return k && k->writesChannelsLast;
   };
   // Whether every reader of `v` is a kernel that reads channels-last bytes
   // (Conv) and reads it as its data (input 0) or fused residual (input 3):
   // in a run with the fusions, the node that reads v is the fusion's.
-  auto onlyConvsRead = [&](const std::string &v) {
+  auto onlyChannelsLastReaders = [&](const std::string &v) {
     auto it = readers.find(v);
     if (graphIO.count(v) || it == readers.end() || it->second.empty()) return false;
     for (size_t r : it->second) {
       const Node *n = &model_.nodes[r];
       if (isFolded_[r]) return false;
       if (fusionOf_[r] >= 0) n = &fusions_[size_t(fusionOf_[r])].node;
-      if (!isConv(*n)) return false;
+      if (!reads(*n)) return false;
       for (size_t i = 0; i < n->inputs.size(); ++i)
         if (n->inputs[i] == v && i != 0 && i != 3) return false;
     }
@@ -375,13 +379,13 @@ void Executor::chooseChannelsLast(const std::map<std::string, std::vector<size_t
   yes.kind = Attribute::Int;
   yes.i = 1;
   for (Fusion &f : fusions_)
-    if (isConv(f.node) && f.node.outputs.size() == 1 && onlyConvsRead(f.node.outputs[0]))
+    if (writes(f.node) && f.node.outputs.size() == 1 && onlyChannelsLastReaders(f.node.outputs[0]))
       f.node.attrs[kChannelsLastOutput] = yes;
   for (size_t idx : order_) {
     const Node &n = model_.nodes[idx];
-    if (isFolded_[idx] || fusionOf_[idx] >= 0 || !isConv(n) || n.outputs.size() != 1 || !onlyConvsRead(n.outputs[0]))
+    if (isFolded_[idx] || fusionOf_[idx] >= 0 || !writes(n) || n.outputs.size() != 1 || !onlyChannelsLastReaders(n.outputs[0]))
       continue;
-    Fusion f; // a Conv alone, with the attribute
+    Fusion f; // the node alone, with the attribute
     f.head = idx;
     f.members = {idx};
     f.node = n;
@@ -532,7 +536,7 @@ void Executor::execute(const Node &n, const NodeSlots &ns, size_t index, RunStat
   for (size_t i = 0; i < ns.inputs.size(); ++i) {
     int32_t s = ns.inputs[i];
     if (s < 0) { ctx.inputs.push_back(nullptr); continue; }
-    const Tensor *t = get(s, ns.readsChannelsLast && !hook);
+    const Tensor *t = get(s, ns.readsChannelsLast && !hook && (i == 0 || i == 3));
     if (!t) throw std::runtime_error(model_.path + ": " + n.describe() + ": value '" + n.inputs[i] + "' is missing");
     ctx.inputs.push_back(t);
   }

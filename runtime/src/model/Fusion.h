@@ -60,8 +60,9 @@ struct FusedChain {
 };
 
 /// Attribute of a Conv node the executor sets when every reader of its
-/// output is a Conv: the kernel may then write channels-last bytes
-/// (Tensor::channelsLast), which the next Conv reads without a reorder.
+/// output takes channels-last bytes (KernelInfo::readsChannelsLast: Conv,
+/// pooling): the kernel then writes them (Tensor::channelsLast), and the
+/// next Conv reads them without a reorder.
 constexpr const char kChannelsLastOutput[] = "__hetplan_channels_last_out";
 
 /// The name of constant `what` of the fusion headed by node `head` (no graph

@@ -109,7 +109,8 @@ private:
   std::set<std::string> fuseDeps_;
   std::map<std::string, size_t> producer_; // value -> producing node
   void fuseChains();
-  /// Marks Convs whose every reader is a Conv (kChannelsLastOutput, Fusion.h).
+  /// Marks the Convs whose every reader takes channels-last bytes
+  /// (kChannelsLastOutput, Fusion.h).
   void chooseChannelsLast(const std::map<std::string, std::vector<size_t>> &readers,
                           const std::set<std::string> &graphIO);
   /// Which fusions apply to running `nodes` (in that order) with `given`

@@ -56,10 +56,12 @@ struct KernelInfo {
   /// Element types accepted for input 0 (empty: any); checked when known.
   std::vector<DType> types;
   HalfPolicy half = HalfPolicy::Auto;
-  /// Takes inputs 0 and 3 with channels-last bytes (Tensor::channelsLast):
-  /// the executor hands them over as they are, and lets a producer whose
-  /// every reader is such a kernel write them (Conv).
+  /// Takes inputs 0 and 3 with channels-last bytes (Tensor::channelsLast)
+  /// as they are (Conv, pooling: the executor makes them plain for others).
   bool readsChannelsLast = false;
+  /// Writes channels-last bytes when the executor marks the node (every
+  /// reader of its output reads them: Fusion.h's kChannelsLastOutput; Conv).
+  bool writesChannelsLast = false;
 };
 
 void registerKernel(const std::string &opType, KernelInfo info);

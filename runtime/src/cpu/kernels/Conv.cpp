@@ -374,7 +374,7 @@ Tensor runFloatConv(const KernelContext &c, const Tensor &x, const Tensor &w) {
 }
 
 void registerConvKernels() {
-  registerKernel("Conv", {conv, nullptr, kFloatTypes, HalfPolicy::Auto, true});
+  registerKernel("Conv", {conv, nullptr, kFloatTypes, HalfPolicy::Auto, true, true});
   registerFusion("Conv", fuseConvChain);
 }
 

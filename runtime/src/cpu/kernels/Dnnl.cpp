@@ -442,12 +442,12 @@ bool pool(const PoolShape &s, PoolKind kind, const float *x, float *y) {
   std::string key;
   appendDims(key, s.x); appendDims(key, s.y); appendDims(key, s.kernel); appendDims(key, s.stride);
   appendDims(key, s.padBegin); appendDims(key, s.padEnd);
-  key += std::to_string(static_cast<int>(kind));
+  key += std::to_string(static_cast<int>(kind)) + (s.channelsLast ? "c" : "");
   auto &eng = cpuEngine();
   std::shared_ptr<PoolEntry> e = cachedEntry(gPools, key, [&] {
       auto e = std::make_shared<PoolEntry>();
-      e->xUser = dnnl::memory::desc(dims(s.x), dt::f32, plainTag(r));
-      e->yUser = dnnl::memory::desc(dims(s.y), dt::f32, plainTag(r));
+      e->xUser = dnnl::memory::desc(dims(s.x), dt::f32, s.channelsLast ? channelsLastTag(r) : plainTag(r));
+      e->yUser = dnnl::memory::desc(dims(s.y), dt::f32, s.channelsLast ? channelsLastTag(r) : plainTag(r));
       dnnl::algorithm alg = kind == PoolKind::Max             ? dnnl::algorithm::pooling_max
                             : kind == PoolKind::AvgIncludePad ? dnnl::algorithm::pooling_avg_include_padding
                                                               : dnnl::algorithm::pooling_avg_exclude_padding;

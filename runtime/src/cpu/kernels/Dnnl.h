@@ -61,6 +61,7 @@ bool matmulConstWeights(int64_t M, int64_t K, int64_t N, const float *x, const f
 /// Pooling geometry: x [N, C, spatial...] (spatial rank 1 to 3), y [N, C, out...].
 struct PoolShape {
   std::vector<int64_t> x, y, kernel, stride, padBegin, padEnd;
+  bool channelsLast = false; // x and y bytes channels-last (Tensor::channelsLast)
 };
 enum class PoolKind { Max, AvgIncludePad, AvgExcludePad };
 

@@ -121,8 +121,12 @@ void convTranspose(KernelContext &c) {
   c.outputs[0] = std::move(out);
 }
 
-void pool(KernelContext &c, bool isMax) {
-  const Tensor &x = c.in(0);
+void poolOn(KernelContext &c, bool isMax, const Tensor &x);
+void pool(KernelContext &c, bool isMax) { poolOn(c, isMax, c.in(0)); }
+
+/// Pooling of x: channels-last bytes (Tensor::channelsLast, from a Conv)
+/// stay so through oneDNN's pooling; other paths take plain ones.
+void poolOn(KernelContext &c, bool isMax, const Tensor &x) {
   const Node &nd = c.node;
   Window w = makeWindow(nd, spatialOf(x), nd.getInts("kernel_shape"), true);
   size_t r = w.in.size();
@@ -135,11 +139,12 @@ void pool(KernelContext &c, bool isMax) {
   bool wantIdx = c.numOutputs() > 1 && !c.node.outputs[1].empty();
   if (wantIdx) indices = Tensor(DType::Int64, outShape);
   int64_t storageOrder = nd.getInt("storage_order", 0);
-  // float32 1-D and 2-D windows without Indices: rows (n, c) in parallel,
-  // each output over its window clipped to the input (oneDNN's pooling on
-  // plain layouts is a slow reference loop). Max keeps the first of equal
-  // values and NaN as the loop below does.
-  if (x.dtype() == DType::Float32 && !wantIdx && (r == 1 || r == 2) && out.numel() > 0) {
+  // float32 1-D windows without Indices: rows (n, c) in parallel, each
+  // output over its window clipped to the input (oneDNN's 1-D pooling on
+  // plain layouts is a slow reference loop; its 2-D one is faster than
+  // this loop). Max keeps the first of equal values and NaN as the loop
+  // below does.
+  if (x.dtype() == DType::Float32 && !wantIdx && r == 1 && out.numel() > 0 && !x.channelsLast()) {
     const int64_t IH = r == 2 ? w.in[0] : 1, IW = w.in[r - 1], OH = r == 2 ? w.out[0] : 1, OW = w.out[r - 1];
     const int64_t KH = r == 2 ? w.kernel[0] : 1, KW = w.kernel[r - 1], SH = r == 2 ? w.stride[0] : 1,
                   SW = w.stride[r - 1], DH = r == 2 ? w.dil[0] : 1, DW = w.dil[r - 1],
@@ -189,15 +194,17 @@ void pool(KernelContext &c, bool isMax) {
   for (int64_t d : w.dil) dilated = dilated || d != 1;
   if (x.dtype() == DType::Float32 && !wantIdx && !dilated && !nd.getInt("ceil_mode", 0) && r >= 1 && r <= 3 &&
       out.numel() > 0) {
-    onednn::PoolShape ps{x.shape(), outShape, w.kernel, w.stride, w.padBegin, w.padEnd};
+    onednn::PoolShape ps{x.shape(), outShape, w.kernel, w.stride, w.padBegin, w.padEnd, x.channelsLast()};
     auto kind = isMax ? onednn::PoolKind::Max
                       : includePad ? onednn::PoolKind::AvgIncludePad : onednn::PoolKind::AvgExcludePad;
     if (onednn::pool(ps, kind, x.data<float>(), out.data<float>())) {
+      out.setChannelsLast(x.channelsLast());
       c.outputs[0] = std::move(out);
       return;
     }
   }
 #endif
+  if (x.channelsLast()) return poolOn(c, isMax, plainLayout(x));
   HP_DISPATCH_FLOAT(x.dtype(), {
     std::vector<int64_t> oidx(r), kidx(r);
     for (int64_t nc = 0; nc < N * C; ++nc) {
@@ -381,8 +388,9 @@ std::string poolCheck(const CheckContext &c) {
 
 void registerLinalgKernels() {
   registerKernel("ConvTranspose", {convTranspose, nullptr, kFloatTypes});
-  registerKernel("MaxPool", {[](KernelContext &c) { pool(c, true); }, poolCheck, kFloatTypes});
-  registerKernel("AveragePool", {[](KernelContext &c) { pool(c, false); }, poolCheck, kFloatTypes});
+  // (pooling keeps a Conv's channels-last bytes: KernelInfo::readsChannelsLast)
+  registerKernel("MaxPool", {[](KernelContext &c) { pool(c, true); }, poolCheck, kFloatTypes, HalfPolicy::Auto, true});
+  registerKernel("AveragePool", {[](KernelContext &c) { pool(c, false); }, poolCheck, kFloatTypes, HalfPolicy::Auto, true});
   registerKernel("GlobalMaxPool", {[](KernelContext &c) { globalPool(c, true); }, nullptr, kFloatTypes});
   registerKernel("GlobalAveragePool", {[](KernelContext &c) { globalPool(c, false); }, nullptr, kFloatTypes});
   registerKernel("BatchNormalization", {batchNorm, [](const CheckContext &c) -> std::string {

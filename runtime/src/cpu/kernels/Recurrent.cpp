@@ -5,6 +5,7 @@
 // the recurrence then does one H·Rᵀ sgemm per step. sequence_lens may differ
 // per batch entry: a batch entry's steps past its length leave Y zero and its
 // hidden state unchanged (reverse runs from its own last step).
+#include "FastMath.h"
 #include "KernelUtil.h"
 
 #include <algorithm>
@@ -217,9 +218,13 @@ void recurrent(KernelContext &c, Kind k) {
 
   auto clipv = [&](float v) { return clipTo(v, clip); };
 
+  // One direction (its own scratch: the two of a bidirectional node run in
+  // parallel, each GEMM then on one thread).
+  auto direction = [&](int64_t d) {
   std::vector<float> xw(static_cast<size_t>(S * Bn * GH));
   std::vector<float> hr(static_cast<size_t>(Bn * GH)), hstate(Bn * H), cstate(Bn * H), rh(Bn * H), tmp(Bn * H);
-  for (int64_t d = 0; d < D; ++d) {
+  std::vector<float> gates(static_cast<size_t>(GH)), cellTanh(static_cast<size_t>(H));
+  {
     const bool rev = reverseOnly || d == 1;
     const float *w = W.data<float>() + d * GH * I;
     const float *r = R.data<float>() + d * GH * H;
@@ -227,6 +232,8 @@ void recurrent(KernelContext &c, Kind k) {
     const float *rb = wb ? wb + GH : nullptr;
     const float *p = k == Kind::LSTM && c.hasInput(7) ? c.in(7).data<float>() + d * 3 * H : nullptr;
     const Act f = acts[d * NA], g = NA > 1 ? acts[d * NA + 1] : f, hact = NA > 2 ? acts[d * NA + 2] : f;
+    const bool fastLstm = k == Kind::LSTM && f == Act::Sigmoid && g == Act::Tanh && hact == Act::Tanh && !p &&
+                          !(clip >= 0);
 
     // Input projection over all steps at once, plus the biases that are plain sums.
     gemm<float>(false, true, S * Bn, GH, I, 1.0f, X.data<float>(), I, w, I, 0.0f, xw.data(), GH);
@@ -263,7 +270,19 @@ void recurrent(KernelContext &c, Kind k) {
         const float *xr = xw.data() + (t * Bn + b) * GH;
         const float *hb = hr.data() + b * GH;
         float *hs = hstate.data() + b * H;
-        cellRow(k, f, g, hact, clip, lbr, H, xr, hb, rb, p, tmp.data() + b * H, hs, cstate.data() + b * H);
+        if (fastLstm) {
+          // The default LSTM (sigmoid, tanh, tanh; no clip, no peepholes):
+          // gates i, o, f, c (ONNX's order) through the vectorised loops.
+          float *cs = cstate.data() + b * H;
+          for (int64_t j = 0; j < GH; ++j) gates[j] = xr[j] + hb[j];
+          fastmath::sigmoid(gates.data(), gates.data(), 3 * H);
+          fastmath::tanh(gates.data() + 3 * H, gates.data() + 3 * H, H);
+          for (int64_t j = 0; j < H; ++j) cs[j] = gates[2 * H + j] * cs[j] + gates[j] * gates[3 * H + j];
+          fastmath::tanh(cs, cellTanh.data(), H);
+          for (int64_t j = 0; j < H; ++j) hs[j] = gates[H + j] * cellTanh[j];
+        } else {
+          cellRow(k, f, g, hact, clip, lbr, H, xr, hb, rb, p, tmp.data() + b * H, hs, cstate.data() + b * H);
+        }
         copyBytes(y + ((t * D + d) * Bn + b) * H, hs, H * sizeof(float));
       }
     }
@@ -273,6 +292,12 @@ void recurrent(KernelContext &c, Kind k) {
     }
   }
 
+  };
+#ifdef HETPLAN_HAVE_OPENMP
+  if (D == 2 && S * Bn * GH >= (1 << 14)) parallelFor(2, 1, [&](int64_t lo, int64_t hi) { for (int64_t d = lo; d < hi; ++d) direction(d); });
+  else
+#endif
+    for (int64_t d = 0; d < D; ++d) direction(d);
   if (layout == 1) toBatchFirst(Y, Yh, Yc, S, D, Bn, H);
   if (c.numOutputs() > 0) c.outputs[0] = std::move(Y);
   if (c.numOutputs() > 1) c.outputs[1] = std::move(Yh);
