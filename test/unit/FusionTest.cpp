@@ -210,3 +210,23 @@ TEST(Fusion, ConvChainsAndChannelsLastMatchTheUnfusedRun) {
   ASSERT_TRUE(kept.count(c3));
   expectClose(kept.at(c3), r.plain.at(c3), c3);
 }
+
+TEST(Fusion, MatMulBiasAndChainMatchTheUnfusedRun) {
+  Builder b;
+  // [B, S, K] x [K, N] + bias, GELU as exported; then bias + MatMul (the
+  // bias first) and Sigmoid * 3
+  auto h = b.op("Add", {b.op("MatMul", {"x", b.weight({64, 96}, 0.2f)}), b.weight({96}, 0.1f)});
+  auto e = b.op("Add", {b.op("Erf", {b.op("Div", {h, b.scalar(1.41421356f)})}), b.scalar(1.f)});
+  auto g = b.op("Mul", {b.op("Mul", {h, e}), b.scalar(0.5f)});
+  auto h2 = b.op("Add", {b.weight({32}, 0.1f), b.op("MatMul", {g, b.weight({96, 32}, 0.2f)})});
+  auto y = b.op("Mul", {b.op("Sigmoid", {h2}), b.scalar(3.f)});
+  b.io("x", DType::Float32, y);
+  Tensor x = randomTensor(DType::Float32, {3, 40, 64}, -2.f, 2.f);
+  Runs r = runBoth(b.m, "x", x);
+  // bit for bit: the bias and chain run after the product as the nodes do
+  // (a plan that cuts the chain between stages computes the same values)
+  ASSERT_EQ(r.fused.at(y).shape(), r.plain.at(y).shape());
+  EXPECT_EQ(std::memcmp(r.fused.at(y).raw(), r.plain.at(y).raw(), r.fused.at(y).nbytes()), 0);
+  EXPECT_EQ(r.plainNodes, 11);
+  EXPECT_EQ(r.fusedNodes, 2); // each MatMul with its bias and chain
+}

@@ -178,14 +178,14 @@ HP_CLONES void runTile(const EwStep *steps, size_t ns, const double *x, double *
   runTileOf(steps, ns, x, y, len, bufs);
 }
 
+template <typename T> void runProgramSerialOf(const EwProgram &p, const T *x, T *y, int64_t n) {
+  alignas(64) T bufs[kMaxSteps * kTile];
+  for (int64_t t = 0; t < n; t += kTile)
+    runTile(p.steps.data(), p.steps.size(), x + t, y + t, std::min<int64_t>(kTile, n - t), bufs);
+}
+
 template <typename T> void runProgramOf(const EwProgram &p, const T *x, T *y, int64_t n) {
-  const EwStep *steps = p.steps.data();
-  const size_t ns = p.steps.size();
-  parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-    alignas(64) T bufs[kMaxSteps * kTile];
-    for (int64_t t = lo; t < hi; t += kTile)
-      runTile(steps, ns, x + t, y + t, std::min<int64_t>(kTile, hi - t), bufs);
-  });
+  parallelFor(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) { runProgramSerialOf(p, x + lo, y + lo, hi - lo); });
 }
 
 /// The standalone fused node: out = program(x).
@@ -366,6 +366,8 @@ bool decodeEwProgram(const Node &n, EwProgram &p) {
 }
 
 void runEwProgram(const EwProgram &p, const float *x, float *y, int64_t n) { runProgramOf(p, x, y, n); }
+void runEwProgramSerial(const EwProgram &p, const float *x, float *y, int64_t n) { runProgramSerialOf(p, x, y, n); }
+void runEwProgramSerial(const EwProgram &p, const double *x, double *y, int64_t n) { runProgramSerialOf(p, x, y, n); }
 void runEwProgram(const EwProgram &p, const double *x, double *y, int64_t n) { runProgramOf(p, x, y, n); }
 
 Tensor runEwProgram(const EwProgram &p, const Tensor &x, const std::string &who) {

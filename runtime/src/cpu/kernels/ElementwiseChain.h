@@ -75,6 +75,9 @@ bool hasEwProgram(const Node &n);
 /// (each step as its kernel computes that type).
 void runEwProgram(const EwProgram &p, const float *x, float *y, int64_t n);
 void runEwProgram(const EwProgram &p, const double *x, double *y, int64_t n);
+/// The same on the calling thread only (inside a kernel's own parallelFor).
+void runEwProgramSerial(const EwProgram &p, const float *x, float *y, int64_t n);
+void runEwProgramSerial(const EwProgram &p, const double *x, double *y, int64_t n);
 /// out = program(x) for a float32 or float64 tensor (shape widened to the
 /// constants' rank); throws naming `who` for other types.
 Tensor runEwProgram(const EwProgram &p, const Tensor &x, const std::string &who);

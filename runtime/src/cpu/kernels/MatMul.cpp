@@ -6,6 +6,7 @@
 // variants run (OpKernels.h), and the backward kernels.
 //
 //===----------------------------------------------------------------------===//
+#include "ElementwiseChain.h"
 #include "Gemm.h"
 #include "Geometry.h"
 #include "KernelUtil.h"
@@ -46,21 +47,56 @@ MatMulShape matmulShape(const std::vector<int64_t> &a, const std::vector<int64_t
 
 namespace {
 
+/// The fused node's bias (input 2, N values, added to every row) before
+/// the elementwise program (fuseMatMulChain).
+constexpr const char kBiasAdd[] = "__hetplan_bias_add";
+
 void matmul(KernelContext &c) {
   const Tensor &a = c.in(0), &b = c.in(1);
   if (a.dtype() != b.dtype()) throw std::runtime_error("MatMul of " + a.describe() + " and " + b.describe() + ": element types differ");
   MatMulShape ms = matmulShape(a.shape(), b.shape());
   int64_t M = ms.M, K = ms.K, N = ms.N;
   const auto &ab = ms.aBatch, &bb = ms.bBatch, &batch = ms.batch;
-  Tensor out(a.dtype(), ms.out);
+  Tensor out = Tensor::uninitialized(a.dtype(), ms.out); // (every path writes all of it)
   int64_t nb = shapeNumel(batch);
   auto sa = broadcastStrides(ab, batch), sb = broadcastStrides(bb, batch);
+  // Load-time fusion: + bias, then an elementwise chain.
+  const Tensor *bias = c.node.getInt(kBiasAdd, 0) && c.hasInput(2) ? &c.in(2) : nullptr;
+  if (bias && (bias->dtype() != a.dtype() || bias->numel() != N))
+    throw std::runtime_error(c.node.describe() + ": fused bias " + bias->describe() + " for " + std::to_string(N) + " columns");
+  EwProgram post;
+  const bool postChain = hasEwProgram(c.node);
+  if (postChain && !decodeEwProgram(c.node, post))
+    throw std::runtime_error(c.node.describe() + ": not a fused MatMul of this hetplan");
+  // The bias and the chain in one pass over the rows, as the unfused Add
+  // and chain compute them (bit for bit: plans that cut a chain and plans
+  // that do not give the same values).
+  auto finish = [&]() {
+    if (bias || postChain)
+      HP_DISPATCH_FLOAT(a.dtype(), {
+        T *po = out.data<T>();
+        const T *pbias = bias ? bias->data<T>() : nullptr;
+        parallelFor(M * nb, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, N)), [&](int64_t lo, int64_t hi) {
+          T *rows = po + lo * N;
+          if (pbias)
+            for (int64_t r = 0; r < hi - lo; ++r)
+              for (int64_t j = 0; j < N; ++j) rows[r * N + j] = rows[r * N + j] + pbias[j];
+          if (postChain) runEwProgramSerial(post, rows, rows, (hi - lo) * N);
+        });
+      });
+    if (postChain && post.constRank > out.rank()) { // the chain's constants widen the shape
+      std::vector<int64_t> shape = out.shape();
+      shape.insert(shape.begin(), post.constRank - out.rank(), 1);
+      out = out.reshaped(shape);
+    }
+    c.outputs[0] = std::move(out);
+  };
 #ifdef HETPLAN_HAVE_DNNL
   // Constant 2-D weights (a view of the model file, immutable): oneDNN matmul
   // with the weights packed once per node; [B, S, K] activations as [B*S, K].
   if (a.dtype() == DType::Float32 && b.rank() == 2 && b.isView() && !isSmallGemm(M * nb, N, K) &&
       onednn::matmulConstWeights(M * nb, K, N, a.data<float>(), b.data<float>(), out.data<float>(), &c.node)) {
-    c.outputs[0] = std::move(out);
+    finish();
     return;
   }
 #endif
@@ -74,7 +110,47 @@ void matmul(KernelContext &c) {
         gemm<T>(false, false, M, N, K, T(1), pa + oa * M * K, K, pb + ob * K * N, N, T(0), po + i * M * N, N);
       });
   });
-  c.outputs[0] = std::move(out);
+  finish();
+}
+
+/// A MatMul with constant 2-D float32 weights whose output only an Add of
+/// a constant bias of shape [N] reads, and the elementwise
+/// chain after it (ElementwiseChain.h): one node, the bias and the chain
+/// one pass over the product's rows while they are in cache.
+bool fuseMatMulChain(const FusionGraph &g, size_t idx, FusedChain &f) {
+  const Node &mm = g.model.nodes[idx];
+  if (mm.inputs.size() != 2 || mm.outputs.size() != 1 || mm.inputs[0].empty()) return false;
+  const Tensor *w = g.constant(mm.inputs[1], f.deps);
+  if (!w || w->rank() != 2) return false;
+  const int64_t N = w->dim(1);
+  const Node *add = g.soleReader(mm.outputs[0]);
+  if (!add || add->opType != "Add" || add->inputs.size() != 2 || add->outputs.size() != 1) return false;
+  const std::string &other = add->inputs[0] == mm.outputs[0] ? add->inputs[1] : add->inputs[0];
+  if (other == mm.outputs[0]) return false;
+  const Tensor *bias = g.constant(other, f.deps);
+  if (!bias || bias->numel() != N || bias->rank() != 1) return false; // (a wider bias would widen the output)
+  f.members = {idx, g.producer.at(add->outputs[0])};
+  f.intermediates = {mm.outputs[0]};
+  f.node = mm;
+  f.node.name = mm.name + "+fused";
+  f.node.inputs = {mm.inputs[0], mm.inputs[1], other};
+  Attribute yes;
+  yes.kind = Attribute::Int;
+  yes.i = 1;
+  f.node.attrs[kBiasAdd] = yes;
+  std::string last = add->outputs[0];
+  FusedChain chain;
+  EwProgram prog;
+  std::string out;
+  if (growElementwiseChain(g, last, g.position[idx], SIZE_MAX, true, 1, prog, chain, out)) {
+    encodeEwProgram(prog, f.node);
+    f.members.insert(f.members.end(), chain.members.begin(), chain.members.end());
+    f.intermediates.insert(f.intermediates.end(), chain.intermediates.begin(), chain.intermediates.end());
+    f.deps.insert(chain.deps.begin(), chain.deps.end());
+    last = out;
+  }
+  f.node.outputs = {last};
+  return true;
 }
 
 void gemmKernel(KernelContext &c) {
@@ -114,6 +190,7 @@ Tensor runFloatMatMul(const KernelContext &c, const Tensor &a, const Tensor &b) 
 
 void registerMatMulKernels() {
   registerKernel("MatMul", {matmul, nullptr, kFloatTypes});
+  registerFusion("MatMul", fuseMatMulChain);
   registerKernel("Gemm", {gemmKernel, nullptr, kFloatTypes});
 }
 
