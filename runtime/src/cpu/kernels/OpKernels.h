@@ -64,8 +64,5 @@ void requireConvWeight(const Tensor &w);
 /// attributes) and opset.
 Tensor runFloatConv(const KernelContext &c, const Tensor &x, const Tensor &w);
 
-// ---- Unary.cpp ----
-/// Whether `n` is a Relu: what a fused kernel's post-op may replace.
-bool isRelu(const Node &n);
 
 } // namespace hetplan::runtime::cpu

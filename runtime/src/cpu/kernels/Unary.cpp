@@ -3,8 +3,8 @@
 // One entry per op: its forward kernel (float ops computed in double, with a
 // vectorised float32 loop where FastMath.h has one; numeric ops per type) in
 // registerUnaryKernels and, for the differentiable ones, its backward
-// dX = dY * f'(x, y) in registerUnaryGradients. isRelu tells a fused kernel
-// (Conv.cpp) which following node its post-op may replace.
+// dX = dY * f'(x, y) in registerUnaryGradients; and the steps these ops are
+// in fused elementwise chains (ElementwiseChain.h).
 //
 //===----------------------------------------------------------------------===//
 #include "ElementwiseChain.h"
@@ -140,7 +140,6 @@ void registerUnaryKernels() {
                           }});
 }
 
-bool isRelu(const Node &n) { return n.opType == "Relu"; }
 
 } // namespace hetplan::runtime::cpu
 
