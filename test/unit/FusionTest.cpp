@@ -230,3 +230,19 @@ TEST(Fusion, MatMulBiasAndChainMatchTheUnfusedRun) {
   EXPECT_EQ(r.plainNodes, 11);
   EXPECT_EQ(r.fusedNodes, 2); // each MatMul with its bias and chain
 }
+
+// Conv fusion takes float32 constant weights only: a float64 Conv stays its
+// own node, its chain fuses alone and runs in double, bit-equal.
+TEST(Fusion, AFloat64ConvRunsItsChainInDouble) {
+  Builder b;
+  Tensor w(DType::Float64, {3, 2, 3, 3});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<double>()[i] = 0.05 * double(i % 7) - 0.15;
+  b.m.initializers["w64"] = w;
+  auto y = b.op("Tanh", {b.op("Sigmoid", {b.op("Conv", {"x", "w64"}, {{"pads", ints({1, 1, 1, 1})}})})});
+  b.io("x", DType::Float64, y);
+  Tensor x = randomTensor(DType::Float64, {2, 2, 5, 6}, -2.f, 2.f);
+  Runs r = runBoth(b.m, "x", x);
+  ASSERT_EQ(r.fused.at(y).dtype(), DType::Float64);
+  EXPECT_EQ(std::memcmp(r.fused.at(y).raw(), r.plain.at(y).raw(), r.fused.at(y).nbytes()), 0);
+  EXPECT_EQ(r.fusedNodes, 2);
+}

@@ -68,12 +68,7 @@ void convOn(KernelContext &c, const Tensor &x) {
         T *p = y.data<T>();
         for (int64_t i = 0; i < y.numel(); ++i) p[i] = p[i] < T(0) ? T(0) : p[i];
       });
-    if (postChain && !chainDone) {
-      if (y.dtype() != DType::Float32)
-        throw std::runtime_error(c.node.describe() + ": fused elementwise chain over " + y.describe() + " (float32 only)");
-      if (post.constRank > y.rank()) throw std::runtime_error(c.node.describe() + ": fused chain's constants outrank " + y.describe());
-      runEwProgram(post, y.data<float>(), y.data<float>(), y.numel());
-    }
+    if (postChain && !chainDone) y = runEwProgram(post, y, c.node.describe());
     c.outputs[0] = std::move(y);
   };
   // 1x1 kernel, stride 1, no padding: the im2col matrix is the input itself.
@@ -327,31 +322,14 @@ bool fuseConvChain(const FusionGraph &g, size_t idx, FusedChain &f) {
 
 } // namespace
 
-namespace {
-/// Per sample, the [rows, cols] matrix of `src` into [cols, rows] in `dst`
-/// (32 x 32 tiles, in parallel).
-void transposeSamples(const float *src, float *dst, int64_t N, int64_t rows, int64_t cols) {
-  constexpr int64_t B = 32;
-  const int64_t tr = (rows + B - 1) / B, tc = (cols + B - 1) / B;
-  parallelFor(N * tr * tc, std::max<int64_t>(1, kElementwiseGrain / (B * B)), [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t) {
-      const int64_t n = t / (tr * tc), r0 = (t / tc) % tr * B, c0 = t % tc * B;
-      const float *s = src + n * rows * cols;
-      float *d = dst + n * rows * cols;
-      const int64_t r1 = std::min(rows, r0 + B), c1 = std::min(cols, c0 + B);
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) d[c * rows + r] = s[r * cols + c];
-    }
-  });
-}
-} // namespace
-
+// The bytes as [N, C, S] <-> [N, S, C] (S the spatial dims): the Transpose
+// kernel's strided copy.
 Tensor plainLayout(const Tensor &t) {
   if (!t.channelsLast()) return t;
   const int64_t N = t.dim(0), C = t.dim(1), S = N * C ? t.numel() / (N * C) : 0;
-  Tensor out = Tensor::uninitialized(t.dtype(), t.shape());
-  transposeSamples(t.data<float>(), out.data<float>(), N, S, C);
-  return out;
+  Tensor bytes = t;
+  bytes.setChannelsLast(false);
+  return gatherStridedFast(bytes, {N, C, S}, {S * C, 1, C}).reshaped(t.shape());
 }
 
 Tensor channelsLastLayout(const Tensor &t) {
@@ -359,8 +337,7 @@ Tensor channelsLastLayout(const Tensor &t) {
   if (t.dtype() != DType::Float32 || t.rank() < 3 || t.rank() > 5)
     throw std::runtime_error("internal error: channels-last bytes of " + t.describe());
   const int64_t N = t.dim(0), C = t.dim(1), S = N * C ? t.numel() / (N * C) : 0;
-  Tensor out = Tensor::uninitialized(t.dtype(), t.shape());
-  transposeSamples(t.data<float>(), out.data<float>(), N, C, S);
+  Tensor out = gatherStridedFast(t, {N, S, C}, {C * S, 1, S}).reshaped(t.shape());
   out.setChannelsLast(true);
   return out;
 }

@@ -370,7 +370,9 @@ void runEwProgramSerial(const EwProgram &p, const float *x, float *y, int64_t n)
 void runEwProgramSerial(const EwProgram &p, const double *x, double *y, int64_t n) { runProgramSerialOf(p, x, y, n); }
 void runEwProgram(const EwProgram &p, const double *x, double *y, int64_t n) { runProgramOf(p, x, y, n); }
 
-Tensor runEwProgram(const EwProgram &p, const Tensor &x, const std::string &who) {
+Tensor runEwProgram(const EwProgram &p, const Tensor &xIn, const std::string &who) {
+  // (a widened shape has no channels-last form: plain bytes first)
+  const Tensor &x = xIn.channelsLast() && p.constRank > xIn.rank() ? plainLayout(xIn) : xIn;
   if (x.dtype() != DType::Float32 && x.dtype() != DType::Float64)
     throw std::runtime_error(who + ": fused elementwise chain over " + x.describe() + " (float32 or float64 only)");
   std::vector<int64_t> shape = x.shape();

@@ -28,6 +28,10 @@ inline Tensor runKernelOn(void (*kernel)(KernelContext &), const KernelContext &
   return std::move(inner.outputs[0]);
 }
 
+/// A copy of the strided view (shape, element strides) of `src`'s bytes,
+/// contiguous; a transposed innermost pair in 32x32 tiles, outer indices in
+/// parallel (TensorOps.cpp: Transpose).
+Tensor gatherStridedFast(const Tensor &src, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides);
 /// `t` with plain bytes: a channels-last tensor (Tensor::channelsLast, made
 /// by the Conv kernel) transposed back, any other as it is (Conv.cpp).
 Tensor plainLayout(const Tensor &t);

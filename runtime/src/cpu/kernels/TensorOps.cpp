@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "FastMath.h"
 #include "KernelUtil.h"
+#include "OpKernels.h"
 #include "ViewParams.h"
 
 #include <algorithm>
@@ -75,66 +76,6 @@ void flatten(KernelContext &c) {
   c.outputs[0] = x.reshaped({a, a ? x.numel() / a : 0});
 }
 
-/// Copies a strided view like gatherStrided, faster: dims of extent 1
-/// dropped, adjacent dims that are contiguous in the source merged; then a
-/// contiguous innermost run is copied with memcpy, and an innermost pair
-/// whose source is transposed (a 2-D transpose) in 32x32 tiles (4- and
-/// 8-byte elements); outer indices in parallel.
-Tensor gatherStridedFast(const Tensor &src, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides) {
-  std::vector<int64_t> sh, st;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 1) continue;
-    if (!sh.empty() && st.back() == strides[i] * shape[i]) { sh.back() *= shape[i]; st.back() = strides[i]; continue; }
-    sh.push_back(shape[i]); st.push_back(strides[i]);
-  }
-  size_t es = dtypeSize(src.dtype());
-  int64_t n = shapeNumel(shape);
-  if (sh.empty() || n == 0) return src.reshaped(shape).clone();
-  Tensor out(src.dtype(), shape);
-  const char *ps = static_cast<const char *>(src.raw());
-  char *po = static_cast<char *>(out.raw());
-  int64_t r = static_cast<int64_t>(sh.size());
-  // Element offset in the source of the outer index `o` over dims [0, k).
-  auto outerOffset = [&](int64_t o, int64_t k) {
-    int64_t off = 0;
-    for (int64_t d = k; d-- > 0;) { off += (o % sh[d]) * st[d]; o /= sh[d]; }
-    return off;
-  };
-  if (st[r - 1] == 1) { // contiguous runs of sh[r-1] elements
-    int64_t run = sh[r - 1], outer = n / run;
-    size_t bytes = static_cast<size_t>(run) * es;
-    parallelFor(outer, std::max<int64_t>(1, kElementwiseGrain / run), [&](int64_t lo, int64_t hi) {
-      for (int64_t o = lo; o < hi; ++o) std::memcpy(po + o * bytes, ps + outerOffset(o, r - 1) * es, bytes);
-    });
-    return out;
-  }
-  if (r >= 2 && (es == 4 || es == 8)) {
-    // Output [.., A, B] from source stride (sa, sb): tiles of 32x32.
-    int64_t A = sh[r - 2], B = sh[r - 1], sa = st[r - 2], sb = st[r - 1], outer = n / (A * B);
-    constexpr int64_t kT = 32;
-    int64_t tilesA = (A + kT - 1) / kT;
-    auto body = [&](auto tag) {
-      using E = decltype(tag);
-      const E *s = reinterpret_cast<const E *>(ps);
-      E *d = reinterpret_cast<E *>(po);
-      parallelFor(outer * tilesA, std::max<int64_t>(1, kElementwiseGrain / (kT * B)), [&](int64_t lo, int64_t hi) {
-        for (int64_t t = lo; t < hi; ++t) {
-          int64_t o = t / tilesA, a0 = (t % tilesA) * kT, a1 = std::min(A, a0 + kT);
-          const E *so = s + outerOffset(o, r - 2);
-          E *dout = d + o * A * B;
-          for (int64_t b0 = 0; b0 < B; b0 += kT) {
-            int64_t b1 = std::min(B, b0 + kT);
-            for (int64_t a = a0; a < a1; ++a)
-              for (int64_t b = b0; b < b1; ++b) dout[a * B + b] = so[a * sa + b * sb];
-          }
-        }
-      });
-    };
-    if (es == 4) body(uint32_t()); else body(uint64_t());
-    return out;
-  }
-  return gatherStrided(src, shape, strides, 0);
-}
 
 void transpose(KernelContext &c) {
   const Tensor &x = c.in(0);
@@ -459,6 +400,67 @@ void depthSpace(KernelContext &c, bool toSpace) {
 }
 
 } // namespace
+
+/// Copies a strided view like gatherStrided, faster: dims of extent 1
+/// dropped, adjacent dims that are contiguous in the source merged; then a
+/// contiguous innermost run is copied with memcpy, and an innermost pair
+/// whose source is transposed (a 2-D transpose) in 32x32 tiles (4- and
+/// 8-byte elements); outer indices in parallel.
+Tensor gatherStridedFast(const Tensor &src, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides) {
+  std::vector<int64_t> sh, st;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1) continue;
+    if (!sh.empty() && st.back() == strides[i] * shape[i]) { sh.back() *= shape[i]; st.back() = strides[i]; continue; }
+    sh.push_back(shape[i]); st.push_back(strides[i]);
+  }
+  size_t es = dtypeSize(src.dtype());
+  int64_t n = shapeNumel(shape);
+  if (sh.empty() || n == 0) return src.reshaped(shape).clone();
+  Tensor out(src.dtype(), shape);
+  const char *ps = static_cast<const char *>(src.raw());
+  char *po = static_cast<char *>(out.raw());
+  int64_t r = static_cast<int64_t>(sh.size());
+  // Element offset in the source of the outer index `o` over dims [0, k).
+  auto outerOffset = [&](int64_t o, int64_t k) {
+    int64_t off = 0;
+    for (int64_t d = k; d-- > 0;) { off += (o % sh[d]) * st[d]; o /= sh[d]; }
+    return off;
+  };
+  if (st[r - 1] == 1) { // contiguous runs of sh[r-1] elements
+    int64_t run = sh[r - 1], outer = n / run;
+    size_t bytes = static_cast<size_t>(run) * es;
+    parallelFor(outer, std::max<int64_t>(1, kElementwiseGrain / run), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) std::memcpy(po + o * bytes, ps + outerOffset(o, r - 1) * es, bytes);
+    });
+    return out;
+  }
+  if (r >= 2 && (es == 4 || es == 8)) {
+    // Output [.., A, B] from source stride (sa, sb): tiles of 32x32.
+    int64_t A = sh[r - 2], B = sh[r - 1], sa = st[r - 2], sb = st[r - 1], outer = n / (A * B);
+    constexpr int64_t kT = 32;
+    int64_t tilesA = (A + kT - 1) / kT;
+    auto body = [&](auto tag) {
+      using E = decltype(tag);
+      const E *s = reinterpret_cast<const E *>(ps);
+      E *d = reinterpret_cast<E *>(po);
+      parallelFor(outer * tilesA, std::max<int64_t>(1, kElementwiseGrain / (kT * B)), [&](int64_t lo, int64_t hi) {
+        for (int64_t t = lo; t < hi; ++t) {
+          int64_t o = t / tilesA, a0 = (t % tilesA) * kT, a1 = std::min(A, a0 + kT);
+          const E *so = s + outerOffset(o, r - 2);
+          E *dout = d + o * A * B;
+          for (int64_t b0 = 0; b0 < B; b0 += kT) {
+            int64_t b1 = std::min(B, b0 + kT);
+            for (int64_t a = a0; a < a1; ++a)
+              for (int64_t b = b0; b < b1; ++b) dout[a * B + b] = so[a * sa + b * sb];
+          }
+        }
+      });
+    };
+    if (es == 4) body(uint32_t()); else body(uint64_t());
+    return out;
+  }
+  return gatherStrided(src, shape, strides, 0);
+}
 
 void registerRecurrentKernels(); // Recurrent.cpp (RNN, GRU, LSTM)
 void registerReductionKernels(); // ReduceOps.cpp
