@@ -136,3 +136,30 @@ TEST(RuntimeKernels, SoftmaxLegacyAndNew) {
 }
 
 TEST(RuntimeKernels, UnknownOpHasNoKernel) { EXPECT_EQ(findKernel("NoSuchOp"), nullptr); }
+
+// A node's output takes the buffer that an earlier, released tensor of its
+// size class held (no malloc and page faults per node); a zeroing tensor is
+// zero even so; the cap frees what it no longer allows.
+TEST(HostBufferPool, ReleasedBuffersAreReusedAndZeroed) {
+  if (!hostBufferPoolEnabled()) GTEST_SKIP() << "pool off (sanitizer build or HETPLAN_HOST_POOL_BYTES=0)";
+  setHostBufferPoolLimit(size_t(1) << 30);
+  const int64_t n = 100000; // 400,000 bytes: pooled
+  const void *first;
+  {
+    Tensor a = Tensor::uninitialized(DType::Float32, {n});
+    for (int64_t i = 0; i < n; ++i) a.data<float>()[i] = 7.f;
+    first = a.raw();
+  }
+  EXPECT_GE(hostBufferPoolBytes(), size_t(n) * 4);
+  Tensor b(DType::Float32, {n - 5}); // same size class
+  EXPECT_EQ(b.raw(), first);
+  for (int64_t i = 0; i < b.numel(); ++i) ASSERT_EQ(b.data<float>()[i], 0.f) << i;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.raw()) % 64, 0u);
+  b = Tensor();
+  setHostBufferPoolLimit(0);
+  EXPECT_EQ(hostBufferPoolBytes(), 0u);
+  setHostBufferPoolLimit(size_t(1) << 30);
+  Tensor small(DType::Float32, {16}); // below 64 KiB: plain new, never cached
+  small = Tensor();
+  EXPECT_EQ(hostBufferPoolBytes(), 0u);
+}

@@ -1,6 +1,8 @@
 //===- Tensor.cpp ---------------------------------------------------------===//
 #include "hetplan/runtime/Tensor.h"
 
+#include "HostBufferPool.h"
+
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -170,7 +172,7 @@ void Tensor::allocate(bool zero) {
   if (gMaxTensorBytes && bytes > gMaxTensorBytes)
     throw std::runtime_error("tensor " + describe() + " needs " + std::to_string(bytes) +
                              " bytes, more than the limit of " + std::to_string(gMaxTensorBytes));
-  auto buf = std::shared_ptr<uint8_t>(zero ? new uint8_t[bytes]() : new uint8_t[bytes], std::default_delete<uint8_t[]>());
+  auto buf = takeHostBuffer(bytes, zero);
   data_ = buf.get();
   holder_ = buf;
 }

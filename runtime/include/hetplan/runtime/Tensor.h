@@ -143,6 +143,15 @@ int64_t shapeNumel(const std::vector<int64_t> &shape);
 /// targets and embedders that run untrusted models set a budget.
 void setMaxTensorBytes(size_t bytes);
 size_t maxTensorBytes();
+
+/// Bytes held by the pool of released host buffers (64 KiB and larger) that
+/// new tensors take before asking malloc (src/model/HostBufferPool.h).
+size_t hostBufferPoolBytes();
+/// False in sanitizer builds and with HETPLAN_HOST_POOL_BYTES=0.
+bool hostBufferPoolEnabled();
+/// The cap on those bytes (1 GiB unless HETPLAN_HOST_POOL_BYTES says
+/// otherwise); buffers beyond it are freed now. 0 empties the pool.
+void setHostBufferPoolLimit(size_t bytes);
 /// numpy broadcasting of two shapes; throws on incompatible shapes.
 std::vector<int64_t> broadcastShapes(const std::vector<int64_t> &a,
                                      const std::vector<int64_t> &b);

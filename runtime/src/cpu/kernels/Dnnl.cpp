@@ -1,6 +1,8 @@
 //===- Dnnl.cpp - oneDNN convolution with cached primitives ---------------===//
 #include "Dnnl.h"
 
+#include "hetplan/runtime/Tensor.h"
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
@@ -21,6 +23,16 @@ dnnl::engine &cpuEngine() {
   static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   return eng;
 }
+
+/// A primitive's scratchpad in a buffer of the host pool: the same warm
+/// pages call after call, not an allocation (and page faults) per call.
+struct Scratchpad {
+  Tensor buf;
+  dnnl::memory mem;
+  Scratchpad(const dnnl::memory::desc &d, dnnl::engine &eng)
+      : buf(Tensor::uninitialized(DType::UInt8, {static_cast<int64_t>(d.get_size())})),
+        mem(d, eng, buf.raw()) {}
+};
 
 /// The reorders between the caller's plain layouts (x, w, y) and the
 /// layouts a primitive chose.
@@ -295,7 +307,8 @@ bool conv(const ConvShape &s, const float *x, const float *w, const float *bias,
       std::memcpy(y, sum, static_cast<size_t>(yn) * sizeof(float));
     }
   }
-  dnnl::memory scratch(e->pd.scratchpad_desc(), eng);
+  Scratchpad scratchBuf(e->pd.scratchpad_desc(), eng);
+  dnnl::memory &scratch = scratchBuf.mem;
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, m.xp}, {DNNL_ARG_WEIGHTS, *wMem},
                                              {DNNL_ARG_DST, m.yp}, {DNNL_ARG_SCRATCHPAD, scratch}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory({{s.w[0]}, dt::f32, tag::a}, eng, const_cast<float *>(bias)));
@@ -378,7 +391,8 @@ bool deconv(const ConvShape &s, const float *x, const float *w, const float *bia
   for (int64_t d : s.w) wn *= d;
   std::shared_ptr<dnnl::memory> wMem = primitiveWeights(*e, e->pd.weights_desc(), w, wn, weightsKey, key, strm);
   Reorders::Io m = e->io(e->pd, eng, x, y, strm);
-  dnnl::memory scratch(e->pd.scratchpad_desc(), eng);
+  Scratchpad scratchBuf(e->pd.scratchpad_desc(), eng);
+  dnnl::memory &scratch = scratchBuf.mem;
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, m.xp}, {DNNL_ARG_WEIGHTS, *wMem},
                                              {DNNL_ARG_DST, m.yp}, {DNNL_ARG_SCRATCHPAD, scratch}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory({{s.w[1] * s.group}, dt::f32, tag::a}, eng, const_cast<float *>(bias)));
@@ -420,7 +434,8 @@ bool matmulConstWeights(int64_t M, int64_t K, int64_t N, const float *x, const f
   std::shared_ptr<dnnl::memory> wMem =
       primitiveWeights(*e, e->pd.weights_desc(), w, K * N, weightsKey, "mm" + std::to_string(K) + ',' + std::to_string(N), strm);
   Reorders::Io m = e->io(e->pd, eng, x, y, strm);
-  dnnl::memory scratch(e->pd.scratchpad_desc(), eng);
+  Scratchpad scratchBuf(e->pd.scratchpad_desc(), eng);
+  dnnl::memory &scratch = scratchBuf.mem;
   e->prim.execute(strm, {{DNNL_ARG_SRC, m.xp}, {DNNL_ARG_WEIGHTS, *wMem}, {DNNL_ARG_DST, m.yp}, {DNNL_ARG_SCRATCHPAD, scratch}});
   e->finish(m, strm);
   strm.wait();
@@ -462,7 +477,8 @@ bool pool(const PoolShape &s, PoolKind kind, const float *x, float *y) {
   if (!e) return false;
   dnnl::stream strm(eng);
   dnnl::memory xu(e->xUser, eng, const_cast<float *>(x)), yu(e->yUser, eng, y);
-  dnnl::memory scratch(e->pd.scratchpad_desc(), eng);
+  Scratchpad scratchBuf(e->pd.scratchpad_desc(), eng);
+  dnnl::memory &scratch = scratchBuf.mem;
   e->prim.execute(strm, {{DNNL_ARG_SRC, xu}, {DNNL_ARG_DST, yu}, {DNNL_ARG_SCRATCHPAD, scratch}});
   strm.wait();
   return true;
