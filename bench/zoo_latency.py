@@ -14,10 +14,14 @@ outputs into the result is). onnxruntime: CPU provider, intra_op_num_threads
 = --threads, inter_op 1, sequential execution, default graph optimizations,
 outputs as numpy arrays.
 
-Threads: OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads and, unless set
-already, OMP_WAIT_POLICY=PASSIVE are put in the environment before
-libhetplan.so (and with it libgomp) is loaded; see docs/runtime.md
-("Threads") for why PASSIVE on a shared machine.
+Threads: OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads are put in the
+environment before libhetplan.so (and with it libgomp) is loaded, and
+OMP_WAIT_POLICY only when --omp-wait-policy says so (default: unset, so
+libgomp's threads spin briefly before sleeping, as onnxruntime's default
+thread pool does; PASSIVE, which runs before 2026-12-07 used, makes every
+parallel region of a small model pay a futex wake-up: resnet-ts 0.42 ms
+against 0.29 ms). See docs/runtime.md ("Threads") for PASSIVE on a shared
+machine.
 
 Per model: --warmup untimed calls of each, then rounds of blocks: a block is
 one untimed call and --block timed calls of one engine back to back; the two
@@ -92,7 +96,8 @@ class Hetplan:
 
     def prepare(self, feeds, np):
         """ctypes array of hetplan_tensor for feeds {name: ndarray}; keeps refs."""
-        arrs = [(n.encode(), np.ascontiguousarray(a)) for n, a in feeds.items()]
+        # (np.ascontiguousarray would make a 0-d input, e.g. a scalar rate, 1-d)
+        arrs = [(n.encode(), np.require(a, requirements="C")) for n, a in feeds.items()]
         code = {v: k for k, v in DTYPES.items()}
         tens = (HTensor * len(arrs))()
         keep = []
@@ -162,6 +167,10 @@ def main():
                     help="block: alternate blocks of calls, idle between (default); call: alternate "
                          "single calls (biased against hetplan by onnxruntime's spinning threads)")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--omp-wait-policy", type=str.upper, choices=["DEFAULT", "PASSIVE", "ACTIVE"],
+                    default=os.environ.get("OMP_WAIT_POLICY", "DEFAULT"),
+                    help="hetplan's OpenMP threads: libgomp's default (spin briefly, then sleep: "
+                         "as onnxruntime's default spinning pool), or PASSIVE (sleep at once)")
     ap.add_argument("--out", help="also write the table (markdown) here")
     ap.add_argument("--json", help="also write per-model results (JSON) here")
     args = ap.parse_args()
@@ -174,7 +183,8 @@ def main():
     t = str(args.threads)
     os.environ["OMP_NUM_THREADS"] = t
     os.environ["OPENBLAS_NUM_THREADS"] = t
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if args.omp_wait_policy != "DEFAULT":
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy
     import numpy as np
     import onnxruntime as ort
 
@@ -268,7 +278,8 @@ def main():
     med = statistics.median(ratios) if ratios else float("nan")
     lines = [
         f"Machine: {machine()}; {args.threads} thread(s) each (OMP_NUM_THREADS = "
-        f"intra_op_num_threads = {args.threads}; OMP_WAIT_POLICY = {os.environ['OMP_WAIT_POLICY']}); "
+        f"intra_op_num_threads = {args.threads}; OMP_WAIT_POLICY = "
+        f"{os.environ.get('OMP_WAIT_POLICY', 'unset (libgomp default)')}); "
         f"hetplan {het.lib.hetplan_version().decode()}, onnxruntime {ort.__version__} "
         f"(CPUExecutionProvider), numpy {np.__version__}, Python {platform.python_version()}.",
         (f"Warm-up {args.warmup}; {args.iters} timed calls per engine in alternating blocks of "

@@ -163,3 +163,36 @@ TEST(HostBufferPool, ReleasedBuffersAreReusedAndZeroed) {
   small = Tensor();
   EXPECT_EQ(hostBufferPoolBytes(), 0u);
 }
+
+// A trained Conv's small weights are an owned tensor updated in place at the
+// same address, run by the same node: the cached reordered copy must not
+// serve the old values (small weights are compared value for value).
+TEST(RuntimeKernels, ConvSeesSmallWeightsUpdatedInPlace) {
+  Node node;
+  node.opType = "Conv";
+  node.outputs = {"y"};
+  node.attrs["pads"].kind = Attribute::Ints;
+  node.attrs["pads"].ints = {1, 1, 1, 1};
+  Tensor x(DType::Float32, {2, 8, 6, 6}), w(DType::Float32, {8, 8, 3, 3}); // 576 weights: owned, not a view
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = float(i % 13) * 0.1f - 0.6f;
+  const KernelInfo *k = findKernel("Conv");
+  ASSERT_NE(k, nullptr);
+  auto run = [&] {
+    KernelContext c{node, 17, {&x, &w}, std::vector<Tensor>(1)};
+    k->run(c);
+    return c.outputs[0];
+  };
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 0.01f * float(i % 7);
+  Tensor a = run();
+  // In place, one value off any sampling grid (an SGD step may move few).
+  w.data<float>()[301] += 0.5f;
+  w.data<float>()[302] -= 0.25f;
+  Tensor b = run();
+  // The reference: the second weights in a fresh tensor at another address.
+  Tensor w2 = w.clone();
+  KernelContext c{node, 17, {&x, &w2}, std::vector<Tensor>(1)};
+  k->run(c);
+  ASSERT_EQ(b.numel(), c.outputs[0].numel());
+  EXPECT_NE(values(a), values(b));
+  for (int64_t i = 0; i < b.numel(); ++i) ASSERT_NEAR(b.data<float>()[i], c.outputs[0].data<float>()[i], 1e-5f) << i;
+}

@@ -81,9 +81,11 @@ void convOn(KernelContext &c, const Tensor &x) {
     onednn::ConvShape cs{x.shape(), wt.shape(), outShape, w.stride, w.dil, w.padBegin, w.padEnd, G};
     const float *bias = c.hasInput(2) ? c.in(2).data<float>() : nullptr;
     // Only weights that are views (of the model file, or folded/fused
-    // constants) are immutable: trained parameters (owned copies, updated
-    // in place) are reordered every call.
-    const void *weightsKey = wt.isView() ? static_cast<const void *>(&c.node) : nullptr;
+    // constants) are immutable: larger trained parameters (owned copies,
+    // updated in place) are reordered every call; small ones are cached and
+    // compared value for value.
+    const void *weightsKey =
+        wt.isView() || wt.numel() <= onednn::kExactWeights ? static_cast<const void *>(&c.node) : nullptr;
     bool sumInPrim = postSum && c.in(3).shape() == outShape && c.in(3).dtype() == DType::Float32;
     cs.xChannelsLast = x.channelsLast();
     cs.yChannelsLast = c.node.getInt(kChannelsLastOutput, 0) != 0 && r >= 1 && r <= 3;

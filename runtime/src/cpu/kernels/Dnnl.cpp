@@ -221,7 +221,9 @@ std::shared_ptr<ConvEntry> makeConv(const ConvShape &s, bool hasBias) {
 
 /// Up to 256 weight values spread over the tensor (first and last included).
 std::vector<float> sampleOf(const float *w, int64_t n) {
-  int64_t k = std::min<int64_t>(n, 256);
+  // Every value of small weights (then the cache is exact even for
+  // parameters updated in place: see kExactWeights), 256 of larger ones.
+  int64_t k = n <= kExactWeights ? n : 256;
   std::vector<float> s(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) s[i] = w[k > 1 ? i * (n - 1) / (k - 1) : 0];
   return s;

@@ -12,6 +12,11 @@
 
 namespace hetplan::runtime::cpu::onednn {
 
+/// Weights of at most this many values are compared value for value against
+/// their cached reordered copy, so a key may be passed for them even when
+/// they are mutable (the model loader copies initializers under 4 KiB).
+constexpr int64_t kExactWeights = 1024;
+
 /// Convolution geometry (ONNX Conv after auto_pad resolution). Spatial rank
 /// 1 to 3. x: [N, C, spatial...], w: [M, C/group, kernel...], y: [N, M, out...].
 struct ConvShape {
@@ -34,8 +39,9 @@ struct ConvShape {
 /// `weightsKey` identifies immutable weights across calls (the node; the
 /// weights are a view of the model file): their reordered (blocked) copy is
 /// cached for it, and checked against a sample of the weight values on every
-/// call. Null for weights that may change in place (trained parameters):
-/// reordered on every call.
+/// call (against all of them when there are at most kExactWeights). Null for
+/// larger weights that may change in place (trained parameters): reordered
+/// on every call.
 bool conv(const ConvShape &s, const float *x, const float *w, const float *bias, float *y, const void *weightsKey,
           const float *sum = nullptr);
 

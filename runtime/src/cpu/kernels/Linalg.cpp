@@ -80,7 +80,8 @@ void convTranspose(KernelContext &c) {
     bool kernelMatches = true;
     for (size_t i = 0; i < r; ++i) kernelMatches = kernelMatches && wt.dim(2 + i) == ks[i];
     onednn::ConvShape cs{x.shape(), wt.shape(), outShape, stride, dil, padB, padE, G};
-    const void *weightsKey = wt.isView() ? static_cast<const void *>(&c.node) : nullptr;
+    const void *weightsKey = // small weights: cached, compared value for value (Dnnl.h)
+        wt.isView() || wt.numel() <= onednn::kExactWeights ? static_cast<const void *>(&c.node) : nullptr;
     if (kernelMatches && onednn::deconv(cs, x.data<float>(), wt.data<float>(),
                                         c.hasInput(2) ? c.in(2).data<float>() : nullptr, out.data<float>(),
                                         weightsKey)) {
