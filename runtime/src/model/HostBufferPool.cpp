@@ -79,7 +79,6 @@ public:
     {
       std::lock_guard<std::mutex> lock(mu_);
       limit_ = bytes;
-      // Largest classes go first: they hold the most memory per entry.
       for (auto it = free_.begin(); it != free_.end() && cached_ > limit_; ++it)
         while (!it->second.empty() && cached_ > limit_) {
           drop.push_back(it->second.back());

@@ -416,10 +416,12 @@ Tensor gatherStridedFast(const Tensor &src, const std::vector<int64_t> &shape, c
   size_t es = dtypeSize(src.dtype());
   int64_t n = shapeNumel(shape);
   if (sh.empty() || n == 0) return src.reshaped(shape).clone();
-  Tensor out(src.dtype(), shape);
+  int64_t r = static_cast<int64_t>(sh.size());
+  if (st[r - 1] != 1 && !(r >= 2 && (es == 4 || es == 8))) return gatherStrided(src, shape, strides, 0);
+  // Both paths below write every element: no zero fill first.
+  Tensor out = Tensor::uninitialized(src.dtype(), shape);
   const char *ps = static_cast<const char *>(src.raw());
   char *po = static_cast<char *>(out.raw());
-  int64_t r = static_cast<int64_t>(sh.size());
   // Element offset in the source of the outer index `o` over dims [0, k).
   auto outerOffset = [&](int64_t o, int64_t k) {
     int64_t off = 0;
@@ -434,32 +436,30 @@ Tensor gatherStridedFast(const Tensor &src, const std::vector<int64_t> &shape, c
     });
     return out;
   }
-  if (r >= 2 && (es == 4 || es == 8)) {
-    // Output [.., A, B] from source stride (sa, sb): tiles of 32x32.
-    int64_t A = sh[r - 2], B = sh[r - 1], sa = st[r - 2], sb = st[r - 1], outer = n / (A * B);
-    constexpr int64_t kT = 32;
-    int64_t tilesA = (A + kT - 1) / kT;
-    auto body = [&](auto tag) {
-      using E = decltype(tag);
-      const E *s = reinterpret_cast<const E *>(ps);
-      E *d = reinterpret_cast<E *>(po);
-      parallelFor(outer * tilesA, std::max<int64_t>(1, kElementwiseGrain / (kT * B)), [&](int64_t lo, int64_t hi) {
-        for (int64_t t = lo; t < hi; ++t) {
-          int64_t o = t / tilesA, a0 = (t % tilesA) * kT, a1 = std::min(A, a0 + kT);
-          const E *so = s + outerOffset(o, r - 2);
-          E *dout = d + o * A * B;
-          for (int64_t b0 = 0; b0 < B; b0 += kT) {
-            int64_t b1 = std::min(B, b0 + kT);
-            for (int64_t a = a0; a < a1; ++a)
-              for (int64_t b = b0; b < b1; ++b) dout[a * B + b] = so[a * sa + b * sb];
-          }
+  // Else 4- or 8-byte elements, a transposed innermost pair (the guard above).
+  // Output [.., A, B] from source stride (sa, sb): tiles of 32x32.
+  int64_t A = sh[r - 2], B = sh[r - 1], sa = st[r - 2], sb = st[r - 1], outer = n / (A * B);
+  constexpr int64_t kT = 32;
+  int64_t tilesA = (A + kT - 1) / kT;
+  auto body = [&](auto tag) {
+    using E = decltype(tag);
+    const E *s = reinterpret_cast<const E *>(ps);
+    E *d = reinterpret_cast<E *>(po);
+    parallelFor(outer * tilesA, std::max<int64_t>(1, kElementwiseGrain / (kT * B)), [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) {
+        int64_t o = t / tilesA, a0 = (t % tilesA) * kT, a1 = std::min(A, a0 + kT);
+        const E *so = s + outerOffset(o, r - 2);
+        E *dout = d + o * A * B;
+        for (int64_t b0 = 0; b0 < B; b0 += kT) {
+          int64_t b1 = std::min(B, b0 + kT);
+          for (int64_t a = a0; a < a1; ++a)
+            for (int64_t b = b0; b < b1; ++b) dout[a * B + b] = so[a * sa + b * sb];
         }
-      });
-    };
-    if (es == 4) body(uint32_t()); else body(uint64_t());
-    return out;
-  }
-  return gatherStrided(src, shape, strides, 0);
+      }
+    });
+  };
+  if (es == 4) body(uint32_t()); else body(uint64_t());
+  return out;
 }
 
 void registerRecurrentKernels(); // Recurrent.cpp (RNN, GRU, LSTM)
