@@ -122,13 +122,18 @@ def classify(name, reason, machine):
     return False, "no reason this machine explains"
 
 
+GTEST_NOISE = re.compile(r"Running main\(\) from |Note: Google Test filter|\[[ =A-Z-]+\]")
+
+
 def skip_reason(out):
     """The line that says why: gtest's message after `Skipped`, or a
     script's `SKIP...` line."""
     lines = [l.strip() for l in out.splitlines()]
     for i, l in enumerate(lines):
         if l.endswith(": Skipped") or l == "Skipped":
-            nxt = next((x for x in lines[i + 1:] if x), "")
+            # Under mpirun the ranks' output interleaves: another rank's
+            # gtest banner can come between "Skipped" and its message.
+            nxt = next((x for x in lines[i + 1:] if x and not GTEST_NOISE.match(x)), "")
             if nxt:
                 return nxt
     for l in lines:

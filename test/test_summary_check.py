@@ -66,6 +66,17 @@ def main():
         checks.append(("a GPU test skipping on a GPU machine", [passed, case(
             "CudaRun.X", "notrun", gtest_gpu, "SKIP_REGULAR_EXPRESSION_MATCHED")], 1,
             ["1 passed, 0 failed, 1 skipped", "UNEXPECTED SKIP CudaRun.X"]))
+    # Two ranks under mpirun: the second rank's banner lands between the
+    # first rank's "Skipped" and its message (seen on CI).
+    nccl_mpi = ("Running main() from gtest_main.cc\n[ RUN      ] CudaNccl.Communicator\n"
+                "../test/unit/CudaTest.cpp:618: Skipped\nRunning main() from gtest_main.cc\n"
+                "Note: Google Test filter = CudaNccl.*\n[==========] Running 1 test\n"
+                "NCCL needs one GPU per rank: 2 ranks, 0 device(s)\n"
+                "[  SKIPPED ] CudaNccl.Communicator (0 ms)\n")
+    if not gpu:
+        checks.append(("a two-rank GPU test with interleaved output", [passed, case(
+            "cuda-nccl-mpi", "notrun", nccl_mpi, "SKIP_RETURN_CODE=77")], 0,
+            ["1 passed, 0 failed, 1 skipped", "fewer than 2 GPUs: 1", "unexpected: 0"]))
     chromium = bool(shutil.which("chromium") or shutil.which("chromium-browser"))
     browser_skip = case("explain-html-chromium", "notrun",
                         "SKIP: no chromium on PATH (Debian's chromium package; scripts/setup.sh "
