@@ -12,8 +12,22 @@ Each GEMM is priced as hetplan's roofline prices a MatMul (cost::opTime):
 with W = 2TKN the product's FLOPs. Per GPU, `kernel` (kernel_us) is the
 median time of the layer's elementwise kernels at 1-16 tokens (their floor),
 then `matrix` and `memory` are fitted on the GEMMs by grid search minimising
-the mean squared log error (`half` stays 0, see HALVES). The check set (Splitwise's end-to-end runs,
-bench/serve_accuracy.py) is not read here.
+the mean squared log error (`half` stays 0, see HALVES).
+
+The tensor-parallel collectives are fitted on vidur's measured all-reduces
+(bench/published/serving/vidur-allreduce-dgx.csv, data/profiling/network/
+{a100,h100}_dgx: 2, 4 and 8 GPUs of one DGX node, 2 KiB to 64 MiB), priced
+as the planner prices a ring all-reduce on n ranks (ServePlanner tpSeconds,
+StageTiming forwardTime):
+
+    t = collective + 2 (n - 1) latency + 2 (n - 1) / n * bytes / (link_peak * link)
+
+with the catalog's 1 us per NVLink hop; `collective` (collective_us: the
+per-call floor of PyTorch + NCCL) and `link` (the share of NVLink's peak
+the rings reach) by grid search on the mean squared log error.
+
+The check set (Splitwise's end-to-end runs, bench/serve_accuracy.py) is not
+read here.
 
     python3 bench/fit_serving.py        # prints the fit and its error per GPU
 """
@@ -25,6 +39,11 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "bench", "published", "serving", "vidur-ops-llama2.csv")
+ALLREDUCE = os.path.join(ROOT, "bench", "published", "serving", "vidur-allreduce-dgx.csv")
+# Catalog NVLink peaks, GB/s each way (A100 NVLink3, H100 NVLink4), and the
+# default latency per hop of an intra-node link (passes/cluster/Cluster.h).
+LINKS = {"a100": 300e9, "h100": 450e9}
+HOP_LATENCY = 1e-6
 # Catalog peaks (passes/cluster/device_catalog.yaml): fp16 dense TFLOP/s, GB/s.
 # matrix_half_gflop stays 0: the cost model applies the size curve per
 # product of a batched MatMul too, so a fitted half-size of ~1 GFLOP prices
@@ -85,7 +104,38 @@ def fit(rows, peak, bw, kernel):
     return best
 
 
+def fit_collectives(gpu):
+    """(collective seconds, link share, median and worst relative error,
+    the roofline's median error, points) of the all-reduce fit on one GPU."""
+    n, size, t = [], [], []
+    with open(ALLREDUCE) as f:
+        for r in csv.DictReader(f):
+            if r["gpu"] == gpu:
+                n.append(int(r["num_workers"]))
+                size.append(int(r["size_bytes"]))
+                t.append(float(r["median_ms"]) / 1e3)
+    n, size, t = (np.array(v, dtype=float) for v in (n, size, t))
+
+    def pred(call, link):
+        return call + 2 * (n - 1) * HOP_LATENCY + 2 * (n - 1) / n * size / (LINKS[gpu] * link)
+
+    best = None
+    for call in np.arange(0, 80.5, 1) * 1e-6:
+        for link in np.arange(0.20, 1.001, 0.02):
+            score = float(np.mean(np.log(pred(call, link) / t) ** 2))
+            if best is None or score < best[0]:
+                best = (score, call, link)
+    _, call, link = best
+    rel = np.abs(pred(call, link) / t - 1)
+    base = np.abs(pred(0, 1.0) / t - 1)
+    return call, link, float(np.median(rel)), float(rel.max()), float(np.median(base)), len(t)
+
+
 def main():
+    for gpu, (_, _, name) in PEAKS.items():
+        call, link, med, worst, base, count = fit_collectives(gpu)
+        print(f"{name}: collective_us {call * 1e6:.0f}, link {link:.2f}: {count} all-reduces, median error "
+              f"{100 * med:.1f}%, worst {100 * worst:.0f}% (1 us per hop at the peak: median {100 * base:.1f}%)")
     rows = gemms()
     for gpu, (peak, bw, name) in PEAKS.items():
         mine = [r for r in rows if r[0] == gpu]

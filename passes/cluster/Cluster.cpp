@@ -238,7 +238,9 @@ std::string Cluster::describe() const {
   os << "\n";
   const Stack &st = stack();
   os << "software stack: " << st.name << " (" << num(st.kernelUs) << " us per GPU kernel, "
-     << num(st.microBatchUs) << " us per micro-batch and pass, attention "
+     << num(st.microBatchUs) << " us per micro-batch and pass, "
+     << (st.collectiveUs > 0 ? num(st.collectiveUs) + " us per collective, " : std::string())
+     << "attention "
      << (st.fusedAttention ? "fused" : "unfused") << ", fp32 products "
      << (st.tf32 ? "as TF32" : "in FP32") << ")\n";
   return out;

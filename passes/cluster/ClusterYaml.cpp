@@ -294,8 +294,8 @@ static constexpr StringRef kDeviceFields[] = {
     "achieved"};
 
 bool readAchieved(YamlReader &r, const YamlValue &v, const std::string &where, Achieved &achieved) {
-  static constexpr StringRef known[] = {"matrix", "matrix_half_gflop", "memory",
-                                        "kernel_us", "micro_batch_us", "source"};
+  static constexpr StringRef known[] = {"matrix", "matrix_half_gflop", "memory", "kernel_us",
+                                        "micro_batch_us", "collective_us", "link", "source"};
   if (!r.checkMapping(v, known, "'achieved'", where))
     return false;
   for (const YamlField &a : v.fields) {
@@ -306,9 +306,9 @@ bool readAchieved(YamlReader &r, const YamlValue &v, const std::string &where, A
     }
     double x;
     if (!r.readPositive(a.value, a.key, x, /*allowZero=*/a.key == "kernel_us" || a.key == "micro_batch_us" ||
-                                                 a.key == "matrix_half_gflop"))
+                                                 a.key == "matrix_half_gflop" || a.key == "collective_us"))
       return false;
-    if ((a.key == "matrix" || a.key == "memory") && x > 1)
+    if ((a.key == "matrix" || a.key == "memory" || a.key == "link") && x > 1)
       return r.error(a.value, "'" + a.key + "' is a share of the peak (0-1] " + where);
     if (a.key == "matrix")
       achieved.matrix = x;
@@ -318,6 +318,10 @@ bool readAchieved(YamlReader &r, const YamlValue &v, const std::string &where, A
       achieved.memory = x;
     else if (a.key == "micro_batch_us")
       achieved.microBatchUs = x;
+    else if (a.key == "collective_us")
+      achieved.collectiveUs = x;
+    else if (a.key == "link")
+      achieved.link = x;
     else
       achieved.kernelUs = x;
   }

@@ -301,12 +301,15 @@ json::Value toJSON(const Stack &stack) {
     if (a.memory) o["memory"] = *a.memory;
     if (a.kernelUs) o["kernel_us"] = *a.kernelUs;
     if (a.microBatchUs) o["micro_batch_us"] = *a.microBatchUs;
+    if (a.collectiveUs) o["collective_us"] = *a.collectiveUs;
+    if (a.link) o["link"] = *a.link;
     achieved[type] = std::move(o);
   }
   return json::Object{{"name", stack.name},
                       {"achieved", std::move(achieved)},
                       {"kernel_us", stack.kernelUs},
                       {"micro_batch_us", stack.microBatchUs},
+                      {"collective_us", stack.collectiveUs},
                       {"tf32", stack.tf32},
                       {"fused_attention", stack.fusedAttention},
                       {"scatter_gather_sends", stack.scatterGatherSends},
@@ -342,6 +345,10 @@ json::Value toJSON(const DeviceType &type) {
     achieved["kernel_us"] = *type.achieved.kernelUs;
   if (type.achieved.microBatchUs)
     achieved["micro_batch_us"] = *type.achieved.microBatchUs;
+  if (type.achieved.collectiveUs)
+    achieved["collective_us"] = *type.achieved.collectiveUs;
+  if (type.achieved.link)
+    achieved["link"] = *type.achieved.link;
   if (!type.achieved.source.empty())
     achieved["source"] = type.achieved.source;
   json::Object out{

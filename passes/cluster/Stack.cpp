@@ -14,7 +14,7 @@ namespace {
 constexpr StringRef kStackFields[] = {"name",    "kernel_us",       "micro_batch_us",
                                       "tf32",    "fused_attention", "source",
                                       "scatter_gather_sends", "matrix", "fused_cross_entropy",
-                                      "achieved", "fused_elementwise"};
+                                      "achieved", "fused_elementwise", "collective_us"};
 
 bool readBool(YamlReader &r, const YamlValue &v, StringRef field, StringRef where,
               bool &out) {
@@ -32,7 +32,7 @@ bool readStackAchieved(YamlReader &r, const YamlValue &map, Stack &stack, const 
                        const std::string &where) {
   if (map.kind != YamlValue::Mapping)
     return r.error(map, "'achieved' must map device types to their figures (matrix, matrix_half_gflop, "
-                        "memory, kernel_us) " + where);
+                        "memory, kernel_us, collective_us, link) " + where);
   for (const YamlField &f : map.fields) {
     auto type = catalog.lookup(f.key);
     if (!type)
@@ -66,6 +66,8 @@ bool readStackFields(YamlReader &r, const YamlValue &map, Stack &stack, const De
       ok = r.readPositive(f.value, f.key, stack.kernelUs, /*allowZero=*/true);
     else if (f.key == "micro_batch_us")
       ok = r.readPositive(f.value, f.key, stack.microBatchUs, /*allowZero=*/true);
+    else if (f.key == "collective_us")
+      ok = r.readPositive(f.value, f.key, stack.collectiveUs, /*allowZero=*/true);
     else if (f.key == "tf32")
       ok = readBool(r, f.value, f.key, where, stack.tf32);
     else if (f.key == "fused_attention")
@@ -108,7 +110,8 @@ bool readStackEntry(YamlReader &r, const YamlValue &entry, DeviceCatalog &catalo
   if (!existing)
     for (StringRef key : kStackFields)
       if (!given.contains(key) && key != "scatter_gather_sends" && key != "matrix" &&
-          key != "fused_cross_entropy" && key != "achieved" && key != "fused_elementwise" && (strict || key != "source")) {
+          key != "fused_cross_entropy" && key != "achieved" && key != "fused_elementwise" &&
+          key != "collective_us" && (strict || key != "source")) {
         std::string known;
         for (const Stack &s : catalog.stacks())
           known += (known.empty() ? "" : ", ") + s.name;

@@ -33,9 +33,12 @@ struct Achieved {
   std::optional<double> memory;          // share of peak bandwidth streaming kernels reach
   std::optional<double> kernelUs;        // per kernel: launch + framework dispatch
   std::optional<double> microBatchUs;    // per micro-batch and pass: the training engine
+  std::optional<double> collectiveUs;    // per collective call (all-reduce, all-gather): host + NCCL floor
+  std::optional<double> link;            // share of the peak link bandwidth collectives reach
   std::string source;
   bool empty() const {
-    return !matrix && !matrixHalfGflop && !memory && !kernelUs && !microBatchUs;
+    return !matrix && !matrixHalfGflop && !memory && !kernelUs && !microBatchUs && !collectiveUs &&
+           !link;
   }
 };
 
@@ -50,6 +53,12 @@ struct Stack {
   /// Host time per micro-batch and pass of a stage (the training engine's
   /// schedule instructions, loss scaling, buffers), microseconds.
   double microBatchUs = 0;
+  /// Fixed time per collective call of a tensor-parallel group on GPUs
+  /// (framework dispatch, NCCL launch and synchronisation), beyond the
+  /// link's per-hop latency, microseconds: small all-reduces cost tens of
+  /// microseconds whatever their size (measured: docs/cost-model.md,
+  /// "Software stacks"). Optional in files (default 0).
+  double collectiveUs = 0;
   /// fp32 matrix products run as TF32 on GPUs with a tf32 peak.
   bool tf32 = false;
   /// Attention runs as one fused kernel (FlashAttention / cuDNN SDPA):

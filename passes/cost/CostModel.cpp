@@ -70,6 +70,7 @@ Efficiency efficiency(const cluster::DeviceType &device, const cluster::Stack &s
   if (device.kind == cluster::DeviceKind::GPU) {
     eff.launchSeconds = stack.kernelUs * 1e-6;
     eff.microBatchSeconds = stack.microBatchUs * 1e-6;
+    eff.collectiveSeconds = stack.collectiveUs * 1e-6;
     eff.tf32 = stack.tf32;
     if (stack.matrix)
       eff.matrix = *stack.matrix;
@@ -87,6 +88,10 @@ Efficiency efficiency(const cluster::DeviceType &device, const cluster::Stack &s
       eff.launchSeconds = *a.kernelUs * 1e-6;
     if (a.microBatchUs)
       eff.microBatchSeconds = *a.microBatchUs * 1e-6;
+    if (a.collectiveUs)
+      eff.collectiveSeconds = *a.collectiveUs * 1e-6;
+    if (a.link)
+      eff.link = *a.link;
   };
   apply(device.achieved);
   if (auto it = stack.achieved.find(device.name); it != stack.achieved.end())

@@ -202,6 +202,13 @@ struct Efficiency {
   /// loss scaling, buffer handling); the planner adds it to a stage's forward
   /// and to its backward. 0 by default; the catalog's achieved.micro_batch_us.
   double microBatchSeconds = 0;
+  /// Fixed seconds per collective call of a tensor-parallel group (the
+  /// stack's collective_us: dispatch, NCCL launch and synchronisation), and
+  /// the share of the link's peak bandwidth its rings reach. 0 and 1 by
+  /// default: a collective costs the link's latency per hop and its bytes at
+  /// the peak.
+  double collectiveSeconds = 0;
+  double link = 1.0;
 
   /// The matrix-engine share of peak reached by one product of `flops` FLOPs.
   double matrixAt(double flops) const {

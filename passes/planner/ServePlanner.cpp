@@ -203,7 +203,7 @@ public:
   /// on a `tp` group (ring on the link between its ranks), with the
   /// per-sample traffic of `model`.
   double tpSeconds(const cost::ModelCost &model, int first, int last, int tp, double samples,
-                   const cluster::Link &link) const {
+                   const cluster::Link &link, const cost::Efficiency &eff) const {
     if (tp <= 1)
       return 0;
     double s = 0;
@@ -213,8 +213,9 @@ public:
           continue;
         double bytes = u.forwardElementsPerSample * elementBytes * samples;
         double factor = (u.pair ? 2.0 : 1.0) * double(tp - 1) / tp;
-        s += factor * bytes / (link.bandwidthGBs * 1e9) +
-             u.forwardCollectives * (u.pair ? 2 : 1) * (tp - 1) * link.latencyUs * 1e-6;
+        s += factor * bytes / (link.bandwidthGBs * 1e9 * eff.link) +
+             u.forwardCollectives * ((u.pair ? 2 : 1) * (tp - 1) * link.latencyUs * 1e-6 +
+                                     eff.collectiveSeconds);
       }
     return s;
   }
@@ -231,7 +232,7 @@ public:
     for (int i = first; i <= last; ++i)
       t += cost::layerForwardTime(model.layers[size_t(i)], k, type, opt.dtype, eff,
                                   opt.profiles, sh.tp);
-    t += tpSeconds(model, first, last, sh.tp, k, tpLink);
+    t += tpSeconds(model, first, last, sh.tp, k, tpLink, eff);
     if (s + 1 < sh.pp)
       t += next.transferSeconds(model.layers[size_t(last)].outputBytesPerSample * k);
     return t;

@@ -60,13 +60,18 @@ double Search::forwardTime(int c, int tp, int64_t samples, int l, int r,
     return compute;
   const Traffic &tr = traffic(tp);
   auto span = [&](const std::vector<double> &v) { return v[r + 1] - v[l]; };
-  double bw = sd.tpGBs * 1e9, lat = sd.tpLatencyUs * 1e-6, n = double(samples);
-  double share = double(tp - 1) / tp;
+  // The stack's collectives: a share of the link's peak, a floor per call.
+  const cost::Efficiency &eff = classes[c].eff;
+  double bw = sd.tpGBs * 1e9 * eff.link, lat = sd.tpLatencyUs * 1e-6, n = double(samples);
+  double share = double(tp - 1) / tp, call = eff.collectiveSeconds;
   auto reduce = [&](double bytes, double count) {
-    return bytes == 0 && count == 0 ? 0 : 2 * share * bytes * n / bw + 2.0 * (tp - 1) * lat * count;
+    return bytes == 0 && count == 0
+               ? 0
+               : 2 * share * bytes * n / bw + (2.0 * (tp - 1) * lat + call) * count;
   };
   auto gather = [&](double bytes, double count) {
-    return bytes == 0 && count == 0 ? 0 : share * bytes * n / bw + double(tp - 1) * lat * count;
+    return bytes == 0 && count == 0 ? 0
+                                    : share * bytes * n / bw + (double(tp - 1) * lat + call) * count;
   };
   double comm = reduce(span(tr.forwardReduce), span(tr.forwardReduces)) +
                 gather(span(tr.forwardGather), span(tr.forwardGathers));

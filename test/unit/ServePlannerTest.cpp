@@ -323,3 +323,41 @@ TEST(ServePlanner, PipelinesAcrossTypesWhenNoTypeHoldsTheModelAlone) {
 }
 
 } // namespace
+
+TEST(ServePlanner, TensorParallelStepsPayTheStacksFloorPerCollective) {
+  // Small all-reduces cost a fixed tens of microseconds under a serving
+  // engine (vidur's measured NCCL all-reduces: bench/fit_serving.py): the
+  // stack's collective_us is paid per collective call of every split layer,
+  // whatever the batch, so decode stops speeding up with tp.
+  auto [prefill, decode] = decoder(8, 50'000'000, 256, 64 * 1024);
+  for (auto *m : {&prefill, &decode})
+    for (auto &l : m->layers) {
+      cost::TensorParallelUnit u;
+      u.pair = true;
+      u.divisor = 64;
+      u.forwardElementsPerSample = 4096;
+      u.forwardCollectives = 2;
+      l.tensorParallelUnits.push_back(u);
+    }
+  auto clusterWith = [](double us) {
+    std::string yaml = "stack: {name: hetplan, collective_us: " + std::to_string(us) +
+                       "}\nnodes:\n  - devices: [A100-80G, A100-80G, A100-80G, A100-80G]\n";
+    auto c = cluster::Cluster::fromYaml(yaml, "c.yaml", cluster::DeviceCatalog::builtin());
+    EXPECT_TRUE(bool(c)) << llvm::toString(c.takeError());
+    return std::move(*c);
+  };
+  Options o = options(0.1);
+  o.pinPipelineStages = 1;
+  o.pinTensorParallel = 4;
+  auto plain = clusterWith(0), floored = clusterWith(50);
+  auto a = planServing(prefill, decode, plain, o);
+  auto b = planServing(prefill, decode, floored, o);
+  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
+  ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
+  ASSERT_EQ(b->replicas[0].tensorParallel, 4);
+  for (int k : {1, 16}) {
+    double extra = b->replicas[0].sim.decodeSeconds(k, 512.0 * k) -
+                   a->replicas[0].sim.decodeSeconds(k, 512.0 * k);
+    EXPECT_NEAR(extra, 8 * 2 * 50e-6, 1e-9) << k << " requests";
+  }
+}
