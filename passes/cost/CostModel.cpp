@@ -10,10 +10,14 @@
 
 #include "passes/cost/CostModel.h"
 
+#include "hetplan/runtime/JsonDepth.h"
+
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <cmath>
 
 using namespace llvm;
 
@@ -124,9 +128,31 @@ namespace {
 Error profileError(StringRef buffer, const Twine &message) {
   return createStringError(inconvertibleErrorCode(), (buffer + ": " + message).str());
 }
+
+/// A key from the file fit for a one-line message: control and non-ASCII
+/// bytes as \xNN, at most 60 characters.
+std::string printable(StringRef text) {
+  std::string out;
+  for (char c : text.take_front(60)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += c;
+    } else {
+      out += "\\x";
+      out += hexdigit(unsigned(static_cast<unsigned char>(c)) >> 4, /*LowerCase=*/true);
+      out += hexdigit(unsigned(static_cast<unsigned char>(c)) & 15, /*LowerCase=*/true);
+    }
+  }
+  if (text.size() > 60)
+    out += "...";
+  return out;
+}
 } // namespace
 
 Expected<Profile> Profile::parse(StringRef text, StringRef bufferName) {
+  // A profile nests three levels; refuse deep nesting before the recursive
+  // parser sees it.
+  if (runtime::jsonNestsDeeperThan(std::string_view(text.data(), text.size()), 16))
+    return profileError(bufferName, "nested more than 16 levels deep");
   Expected<json::Value> parsed = json::parse(text);
   if (!parsed)
     return profileError(bufferName, "not JSON: " + toString(parsed.takeError()));
@@ -136,9 +162,9 @@ Expected<Profile> Profile::parse(StringRef text, StringRef bufferName) {
   Profile profile;
   for (const auto &entry : *root) {
     StringRef key = entry.first;
-    if (key != "device" && key != "dtype" && key != "ops")
-      return profileError(bufferName, "unknown field '" + key +
-                                          "' (expected device, dtype, ops)");
+    if (key != "device" && key != "dtype" && key != "ops" && key != "ranks")
+      return profileError(bufferName, "unknown field '" + printable(key) +
+                                          "' (expected device, dtype, ops, ranks)");
   }
   auto device = root->getString("device");
   if (!device || device->empty())
@@ -149,38 +175,55 @@ Expected<Profile> Profile::parse(StringRef text, StringRef bufferName) {
     return profileError(bufferName, "missing \"dtype\" (fp32, tf32, fp16, bf16 or int8)");
   auto parsedType = cluster::parseDType(*dtype);
   if (!parsedType)
-    return profileError(bufferName, "unknown dtype '" + *dtype +
+    return profileError(bufferName, "unknown dtype '" + printable(*dtype) +
                                         "' (expected fp32, tf32, fp16, bf16 or int8)");
   profile.dtype = *parsedType;
   const json::Object *ops = root->getObject("ops");
   if (!ops)
     return profileError(bufferName, "missing \"ops\" (an object: node name -> seconds)");
   for (const auto &op : *ops) {
-    std::string name = op.first.str();
+    std::string name = op.first.str(), shown = printable(name);
     ProfileEntry entry;
     if (auto seconds = op.second.getAsNumber()) {
       entry.perSampleSeconds = *seconds;
     } else if (const json::Object *split = op.second.getAsObject()) {
       for (const auto &field : *split)
         if (field.first != "fixed" && field.first != "per_sample")
-          return profileError(bufferName, "op '" + name + "': unknown field '" +
-                                              field.first.str() +
+          return profileError(bufferName, "op '" + shown + "': unknown field '" +
+                                              printable(field.first) +
                                               "' (expected fixed, per_sample)");
       std::optional<double> fixed = split->getNumber("fixed");
       std::optional<double> perSample = split->getNumber("per_sample");
       if (!fixed && !perSample)
-        return profileError(bufferName, "op '" + name +
+        return profileError(bufferName, "op '" + shown +
                                             "': expected {\"fixed\": s, \"per_sample\": s}");
       entry.fixedSeconds = fixed.value_or(0);
       entry.perSampleSeconds = perSample.value_or(0);
     } else {
-      return profileError(bufferName, "op '" + name +
+      return profileError(bufferName, "op '" + shown +
                                           "': expected seconds per sample or "
                                           "{\"fixed\": s, \"per_sample\": s}");
     }
     if (entry.fixedSeconds < 0 || entry.perSampleSeconds < 0)
-      return profileError(bufferName, "op '" + name + "': negative time");
+      return profileError(bufferName, "op '" + shown + "': negative time");
+    if (!std::isfinite(entry.fixedSeconds) || !std::isfinite(entry.perSampleSeconds))
+      return profileError(bufferName, "op '" + shown + "': the time is not a finite number");
     profile.ops[name] = entry;
+  }
+  if (const json::Value *ranks = root->get("ranks")) {
+    const json::Object *speeds = ranks->getAsObject();
+    if (!speeds)
+      return profileError(bufferName, "\"ranks\" must be an object: rank -> measured speed");
+    for (const auto &[key, value] : *speeds) {
+      unsigned rank = 0;
+      if (StringRef(key).getAsInteger(10, rank) || rank > (1u << 20))
+        return profileError(bufferName, "\"ranks\": '" + printable(key) + "' is not a rank (0, 1, 2, ...)");
+      std::optional<double> speed = value.getAsNumber();
+      if (!speed || !(*speed > 0) || !std::isfinite(*speed))
+        return profileError(bufferName, "\"ranks\": rank " + key.str() +
+                                            ": the speed must be a positive number");
+      profile.rankSpeeds[int(rank)] = *speed;
+    }
   }
   return profile;
 }
@@ -204,9 +247,16 @@ json::Value Profile::toJSON() const {
       opsObject[name] = json::Object{{"fixed", entry.fixedSeconds},
                                      {"per_sample", entry.perSampleSeconds}};
   }
-  return json::Object{{"device", device},
-                      {"dtype", cluster::dtypeName(dtype).str()},
-                      {"ops", std::move(opsObject)}};
+  json::Object out{{"device", device},
+                   {"dtype", cluster::dtypeName(dtype).str()},
+                   {"ops", std::move(opsObject)}};
+  if (!rankSpeeds.empty()) {
+    json::Object ranks;
+    for (auto [rank, speed] : rankSpeeds)
+      ranks[std::to_string(rank)] = speed;
+    out["ranks"] = std::move(ranks);
+  }
+  return out;
 }
 
 bool Profile::appliesTo(const cluster::DeviceType &type, DType runType) const {

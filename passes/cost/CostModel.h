@@ -250,7 +250,8 @@ struct ProfileEntry {
 ///
 ///   {"device": "A100-80GB", "dtype": "fp16",
 ///    "ops": {"h.0.attn.qkv": 1.2e-6,                        // s per sample
-///            "h.0.mlp.c_fc": {"fixed": 4e-6, "per_sample": 2.1e-6}}}
+///            "h.0.mlp.c_fc": {"fixed": 4e-6, "per_sample": 2.1e-6}},
+///    "ranks": {"0": 1.0, "2": 0.34}}                        // optional
 ///
 /// Keys of `ops` are ONNX node names (OpCost::name). The device is any
 /// spelling the catalog resolves (aliases, case and '-' do not matter).
@@ -258,6 +259,12 @@ struct Profile {
   std::string device;
   DType dtype = DType::FP32;
   std::map<std::string, ProfileEntry> ops;
+  /// Measured speed of each rank of this device type that ran (`hetplan run
+  /// --profile`: its FORWARD/BACKWARD time against what `ops` predicts for
+  /// its work, relative to the type's fastest rank): the speed factor
+  /// `hetplan compile --profile` gives that rank of the cluster, so a
+  /// straggler gets less work (docs/runtime.md, "Stragglers").
+  std::map<int, double> rankSpeeds;
 
   /// Errors read `bufferName: message`.
   static llvm::Expected<Profile> parse(llvm::StringRef json, llvm::StringRef bufferName);

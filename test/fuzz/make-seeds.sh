@@ -8,9 +8,10 @@ set -euo pipefail
 src="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$(cd "$1" && pwd)"
 out="$2"
-mkdir -p "$out"/{npy,plan,model-load,model-run,cluster,onnx-import,prompts,workload,compile}
+mkdir -p "$out"/{npy,plan,model-load,model-run,cluster,onnx-import,prompts,workload,profile,compile}
 cp "$src"/models/ort-genai/prompts.jsonl "$out/prompts/requests.jsonl"
 cp "$src"/test/fuzz/corpus/workload/* "$out/workload/"
+cp "$src"/test/fuzz/corpus/profile/* "$out/profile/"
 small() { find "$@" -type f -size -64k 2>/dev/null; }
 
 # Models: the repository's small ONNX files, then one model per ONNX node

@@ -5,7 +5,7 @@
 # or the file a finding was written to). docs/reliability.md, "Runs".
 #
 #   test/fuzz/run-campaign.sh BUILD-FUZZ RUNS TARGET... (npy plan cluster prompts
-#   workload model-load model-run onnx-import compile); seeds from test/fuzz/make-seeds.sh
+#   workload profile model-load model-run onnx-import compile); seeds from test/fuzz/make-seeds.sh
 #   in BUILD-FUZZ/seeds, new inputs kept in BUILD-FUZZ/work/<target>.
 #   FUZZ_FLAGS adds libFuzzer flags, e.g. FUZZ_FLAGS=-max_len=4096 (the
 #   cluster target: a 100 KB YAML file costs a thousand small ones).

@@ -683,6 +683,14 @@ TEST(CostModel, ProfileEntryOverridesRoofline) {
   EXPECT_EQ(again->ops.size(), 2u);
   EXPECT_EQ(again->find("h.0.mlp.c_fc")->fixedSeconds, 4e-6);
   EXPECT_EQ(again->dtype, cost::DType::FP16);
+
+  // Measured rank speeds (hetplan run --profile) read back too.
+  profile->rankSpeeds = {{0, 1.0}, {3, 0.25}};
+  text.clear();
+  os << profile->toJSON();
+  auto ranked = cost::Profile::parse(text, "ranked.json");
+  ASSERT_TRUE(bool(ranked)) << llvm::toString(ranked.takeError());
+  EXPECT_EQ(ranked->rankSpeeds, profile->rankSpeeds);
 }
 
 TEST(CostModel, ProfileErrorsSayWhatIsWrong) {
@@ -696,7 +704,13 @@ TEST(CostModel, ProfileErrorsSayWhatIsWrong) {
   check(R"({"device": "T4", "dtype": "fp12", "ops": {}})",
         "p.json: unknown dtype 'fp12' (expected fp32, tf32, fp16, bf16 or int8)");
   check(R"({"device": "T4", "dtype": "fp16", "ops": {}, "batch": 8})",
-        "p.json: unknown field 'batch' (expected device, dtype, ops)");
+        "p.json: unknown field 'batch' (expected device, dtype, ops, ranks)");
+  check(R"({"device": "T4", "dtype": "fp16", "ops": {}, "ranks": [1]})",
+        "p.json: \"ranks\" must be an object: rank -> measured speed");
+  check(R"({"device": "T4", "dtype": "fp16", "ops": {}, "ranks": {"two": 1}})",
+        "p.json: \"ranks\": 'two' is not a rank (0, 1, 2, ...)");
+  check(R"({"device": "T4", "dtype": "fp16", "ops": {}, "ranks": {"2": 0}})",
+        "p.json: \"ranks\": rank 2: the speed must be a positive number");
   check(R"({"device": "T4", "dtype": "fp16", "ops": {"a": -1}})", "p.json: op 'a': negative time");
   check(R"({"device": "T4", "dtype": "fp16", "ops": {"a": {"fixd": 1}}})",
         "p.json: op 'a': unknown field 'fixd' (expected fixed, per_sample)");

@@ -532,6 +532,47 @@ llvm::Expected<CommonFlags> readCommonFlags() {
   return f;
 }
 
+/// The ranks' measured speeds in the --profile files (`hetplan run
+/// --profile` writes them: docs/runtime.md, "Measured profiles") become
+/// those ranks' speed factors in `cl`, the cluster the plan ran on: a
+/// straggler gets fewer samples and layers. A rank the cluster does not have,
+/// or of another device type, is an error naming the file.
+llvm::Error applyRankSpeeds(cluster::Cluster &cl, const CommonFlags &flags) {
+  for (size_t k = 0; k < flags.profiles.size(); ++k) {
+    const cost::Profile &p = flags.profiles[k];
+    if (p.rankSpeeds.empty())
+      continue;
+    std::string path = profileArgs[unsigned(k)];
+    std::string line;
+    for (auto [rank, speed] : p.rankSpeeds) {
+      if (size_t(rank) >= cl.devices.size())
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            llvm::formatv("{0}: \"ranks\" names rank {1}, but the cluster has {2} device(s): compile "
+                          "with the cluster the profiled plan ran on",
+                          path, rank, cl.devices.size()));
+      cluster::Device &d = cl.devices[size_t(rank)];
+      std::string key = cluster::normalizeDeviceName(p.device);
+      bool same = key == cluster::normalizeDeviceName(d.type->name) ||
+                  llvm::any_of(d.type->aliases, [&](const std::string &a) {
+                    return key == cluster::normalizeDeviceName(a);
+                  });
+      if (!same)
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            llvm::formatv("{0}: rank {1} was measured as a {2}, but it is a {3} in this cluster: "
+                          "compile with the cluster the profiled plan ran on",
+                          path, rank, p.device, d.type->name));
+      d.speedFactor = speed;
+      line += llvm::formatv("{0}{1} {2:F2}", line.empty() ? "" : ", ", rank, speed).str();
+    }
+    if (!quietArg)
+      llvm::errs() << "hetplan: note: " << path << ": measured speed per rank, as its speed factor: "
+                   << line << "\n";
+  }
+  return llvm::Error::success();
+}
+
 /// The model pipeline's options from the flags, at `batch` and `sequence`.
 planner::PipelineOptions pipelineOptions(int64_t batch, int64_t sequence, cluster::DType dtype) {
   planner::PipelineOptions po;
@@ -1035,6 +1076,9 @@ int runCompile() {
     pickGroups = fileGroups(*cl);
   if (llvm::Error e = stackArg.empty() ? llvm::Error::success() : cl->selectStack(stackArg))
     return fail("--stack: " + llvm::toString(std::move(e)));
+  if (!pickDevicesArg)
+    if (llvm::Error e = applyRankSpeeds(*cl, *flags))
+      return fail(llvm::toString(std::move(e)));
 
   planner::PipelineOptions po = pipelineOptions(batchArg, seqArg, options.dtype);
   po.training = options.mode == cost::Mode::Train;

@@ -25,6 +25,7 @@
 #include "hetplan/runtime/PlanExecutor.h"
 #include "hetplan/runtime/PlanFile.h"
 #include "hetplan/runtime/RankBackend.h"
+#include "hetplan/runtime/Rebalance.h"
 #include "hetplan/runtime/RunPlan.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -329,15 +330,48 @@ void writeMeasuredProfile(const hetplan::runtime::PlanExecutor &exec, const Step
       }
   }
   if (types.empty()) throw std::runtime_error("--profile: no rank was timed");
+  // Each rank's speed: what the fitted op times predict for its work over
+  // the time its FORWARD/BACKWARD instructions took (a straggler's extra
+  // time is outside its kernels' fit, which pools every rank of its type),
+  // relative to the fastest rank of its type.
+  std::vector<double> compute = runtime::rankComputeSeconds(plan, timing);
+  std::string speedLine;
   std::vector<std::string> files;
   for (size_t k = 0; k < types.size(); ++k) {
     llvm::json::Object ops;
+    std::map<std::string, std::pair<double, double>> fits;
     for (const auto &[name, pts] : points[types[k]]) {
       auto [f, p] = fitNode(pts);
+      fits[name] = {f, p};
       ops[name] = llvm::json::Object{{"fixed", f}, {"per_sample", p}};
     }
-    llvm::json::Value doc = llvm::json::Object{
+    std::map<uint32_t, double> ratio;
+    for (uint32_t r = 0; r < timing.ranks.size(); ++r) {
+      const auto &rt = timing.ranks[r];
+      if (rt.nodeSeconds.empty() || typeOf(r) != types[k] || r >= compute.size() || !(compute[r] > 0))
+        continue;
+      const auto &rank = plan.ranks(int(r));
+      int64_t n = plan.stages(int(rank.stage())).workers(int(rank.worker())).samples();
+      double predicted = 0;
+      for (size_t i = 0; i < rt.nodeSeconds.size(); ++i)
+        if (rt.nodeSamples[i] > 0 && n > 0) {
+          auto [f, p] = fits[nameOf(i)];
+          predicted += double(rt.nodeSamples[i]) / double(n) * (f + p * double(n));
+        }
+      if (predicted > 0) ratio[r] = predicted / compute[r];
+    }
+    double fastest = 0;
+    for (auto [r, q] : ratio) fastest = std::max(fastest, q);
+    llvm::json::Object ranks;
+    for (auto [r, q] : ratio) {
+      double speed = std::round(q / fastest * 1000) / 1000; // 3 digits: the timer's noise is larger
+      ranks[std::to_string(r)] = speed;
+      speedLine += llvm::formatv(" {0} {1:F2}", r, speed).str();
+    }
+    llvm::json::Object docObject{
         {"device", types[k]}, {"dtype", plan.settings().dtype()}, {"ops", std::move(ops)}};
+    if (!ranks.empty()) docObject["ranks"] = std::move(ranks);
+    llvm::json::Value doc = std::move(docObject);
     std::string path = outPath;
     if (k > 0) {
       llvm::StringRef base(outPath);
@@ -353,6 +387,9 @@ void writeMeasuredProfile(const hetplan::runtime::PlanExecutor &exec, const Step
   o << "profile: wrote";
   for (const auto &f : files) o << " " << f;
   o << "\n";
+  if (!speedLine.empty())
+    o << "profile: measured speed per rank (of its type's fastest; hetplan compile --profile prices "
+         "each rank so):" << speedLine << "\n";
   o << llvm::format("%-22s %14s %14s %10s\n", "predicted vs measured", "predicted_s", "measured_s",
                     "meas/pred");
   auto row = [&](const std::string &what, double pred, double meas) {

@@ -100,6 +100,9 @@ void gatherRankTiming(Communicator &comm, const PlanExecutor::RankTiming &mine, 
     comm.send(0, tag, samples);
     comm.send(0, tag, f64(mine.forwardSeconds));
     comm.send(0, tag, f64({wall}));
+    std::vector<double> spans; // (start, end) pairs, flat: a profile's rank speeds read them
+    for (auto [a, b] : mine.instructionSpans) spans.insert(spans.end(), {a, b});
+    comm.send(0, tag, f64(spans));
     return;
   }
   all.ranks.assign(size_t(comm.size()), {});
@@ -107,7 +110,10 @@ void gatherRankTiming(Communicator &comm, const PlanExecutor::RankTiming &mine, 
   all.wallSeconds = wall;
   for (int r = 1; r < comm.size(); ++r) {
     auto &t = all.ranks[size_t(r)];
-    Tensor s = comm.recv(r, tag), n = comm.recv(r, tag), f = comm.recv(r, tag), w = comm.recv(r, tag);
+    Tensor s = comm.recv(r, tag), n = comm.recv(r, tag), f = comm.recv(r, tag), w = comm.recv(r, tag),
+           spans = comm.recv(r, tag);
+    for (int64_t i = 0; i + 1 < spans.numel(); i += 2)
+      t.instructionSpans.push_back({spans.data<double>()[i], spans.data<double>()[i + 1]});
     t.nodeSeconds.assign(s.data<double>(), s.data<double>() + s.numel());
     t.nodeSamples.assign(n.data<int64_t>(), n.data<int64_t>() + n.numel());
     t.forwardSeconds.assign(f.data<double>(), f.data<double>() + f.numel());

@@ -177,11 +177,13 @@ void explainModel(const plan::Plan &p, std::ostream &os) {
 void explainCluster(const plan::Plan &p, std::ostream &os) {
   const auto &c = p.cluster();
   os << "\nCluster" << (c.spec().empty() ? "" : "  " + c.spec()) << "\n";
-  // Devices by type, in order of first appearance.
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<const plan::Device *>> byType;
+  // Devices by type and speed factor (a measured straggler is its own
+  // row), in order of first appearance.
+  using Group = std::pair<std::string, double>;
+  std::vector<Group> order;
+  std::map<Group, std::vector<const plan::Device *>> byType;
   for (const auto &d : c.devices()) {
-    std::string type = d.type().empty() ? "?" : d.type();
+    Group type{d.type().empty() ? "?" : d.type(), d.speed_factor() == 0 ? 1.0 : d.speed_factor()};
     if (!byType.count(type))
       order.push_back(type);
     byType[type].push_back(&d);
@@ -194,9 +196,9 @@ void explainCluster(const plan::Plan &p, std::ostream &os) {
     for (const auto *d : devices)
       ranks.push_back(d->rank());
     const auto &d = *devices.front();
-    types.add({type, std::to_string(devices.size()), rangesText(ranks),
+    types.add({type.first, std::to_string(devices.size()), rangesText(ranks),
                bytesText(double(d.memory_bytes())), format("%.1f", d.peak_tflops()),
-               format("%.2f", d.speed_factor() == 0 ? 1.0 : d.speed_factor())});
+               format("%.2f", type.second)});
   }
   if (!order.empty())
     types.print(os, "    ");
