@@ -826,3 +826,35 @@ TEST(Gradients, Registry) {
   ASSERT_NE(findGradient("TestOnlyOp"), nullptr);
   EXPECT_EQ(findGradient("TestOnlyOp")->nonDifferentiable, (std::vector<size_t>{0}));
 }
+
+TEST(Gradients, BinaryCrossEntropyIsPyTorchsBceLoss) {
+  // A recommender's click probabilities (a Sigmoid's output) against 0/1
+  // targets: torch.nn.BCELoss(reduction="sum") / denominator, hand-computed.
+  Tensor probs = f64({3, 1}, {0.9, 0.2, 0.5});
+  Tensor targets = f64({3, 1}, {1, 0, 1});
+  Tensor grad;
+  double loss = binaryCrossEntropy(probs, targets, 4.0, &grad);
+  EXPECT_NEAR(loss, -(std::log(0.9) + std::log(0.8) + std::log(0.5)) / 4.0, 1e-12);
+  ASSERT_EQ(grad.dtype(), DType::Float32);
+  ASSERT_EQ(grad.shape(), probs.shape());
+  EXPECT_NEAR(grad.data<float>()[0], (0.9 - 1) / (0.9 * 0.1) / 4.0, 1e-6);
+  EXPECT_NEAR(grad.data<float>()[1], 0.2 / (0.2 * 0.8) / 4.0, 1e-6);
+  // Central differences agree; certain predictions stay finite (log clamped
+  // at -100, as PyTorch does).
+  const double eps = 1e-7;
+  for (int j = 0; j < 3; ++j) {
+    Tensor p = probs.clone();
+    p.data<double>()[j] += eps;
+    double lp = binaryCrossEntropy(p, targets, 4.0, nullptr);
+    p.data<double>()[j] -= 2 * eps;
+    double lm = binaryCrossEntropy(p, targets, 4.0, nullptr);
+    EXPECT_NEAR(grad.data<float>()[j], (lp - lm) / (2 * eps), 1e-4) << j;
+  }
+  Tensor sure = f64({2}, {0.0, 1.0});
+  EXPECT_NEAR(binaryCrossEntropy(sure, f64({2}, {1, 0}), 1.0, &grad), 200.0, 1e-9);
+  EXPECT_TRUE(std::isfinite(grad.data<float>()[0]));
+  // Integer targets, targets outside [0, 1] and non-probabilities are errors.
+  EXPECT_THROW(binaryCrossEntropy(probs, i64({3}, {1, 0, 1}), 1.0, nullptr), std::runtime_error);
+  EXPECT_THROW(binaryCrossEntropy(probs, f64({3}, {2, 0, 1}), 1.0, nullptr), std::runtime_error);
+  EXPECT_THROW(binaryCrossEntropy(f64({1}, {3.0}), f64({1}, {1}), 1.0, nullptr), std::runtime_error);
+}

@@ -100,7 +100,9 @@ cl::opt<std::string> runProfile("profile",
 
 cl::opt<std::string> runLabels("labels",
                                cl::desc("Training plans: class indices (int64) for the loss output, "
-                                        "shaped like it without its last axis"),
+                                        "shaped like it without its last axis (softmax cross-entropy); "
+                                        "or float targets in [0, 1] shaped like it (binary cross-entropy "
+                                        "of a Sigmoid's output)"),
                                cl::value_desc("FILE.npy"), cl::sub(runCmd));
 cl::opt<int> runSteps("steps",
                       cl::desc("Training plans: optimizer steps to run on the batch. Inference plans: times "

@@ -528,8 +528,10 @@ double PlanExecutor::trainRank(Communicator &comm, const std::map<std::string, T
   if (labels.rank() < 1 || labels.dim(0) != plan_.settings().global_batch())
     fail("labels " + labels.describe() + ": dim 0 must be the plan's global batch " +
          std::to_string(plan_.settings().global_batch()));
-  if (labels.dtype() != DType::Int64 && labels.dtype() != DType::Int32)
-    fail(std::string("labels must be int64 or int32 class indices, not ") + dtypeName(labels.dtype()));
+  bool binary = labels.dtype() == DType::Float32 || labels.dtype() == DType::Float64;
+  if (labels.dtype() != DType::Int64 && labels.dtype() != DType::Int32 && !binary)
+    fail(std::string("labels must be int64 or int32 class indices (softmax cross-entropy) or float32/float64 "
+                     "targets in [0, 1] (binary cross-entropy), not ") + dtypeName(labels.dtype()));
   TrainRun run{labels, state, options};
   for (const auto &pattern : options.freeze) {
     try {
@@ -538,9 +540,12 @@ double PlanExecutor::trainRank(Communicator &comm, const std::map<std::string, T
       fail("--freeze '" + pattern + "' is not a regular expression: " + e.what());
     }
   }
-  for (int64_t i = 0, e = labels.numel(); i < e; ++i)
-    run.denominator += (labels.dtype() == DType::Int64 ? labels.data<int64_t>()[i]
-                                                       : int64_t(labels.data<int32_t>()[i])) != options.ignoreIndex;
+  if (binary) // every target counts: the mean over the global batch's labels
+    run.denominator = double(labels.numel());
+  else
+    for (int64_t i = 0, e = labels.numel(); i < e; ++i)
+      run.denominator += (labels.dtype() == DType::Int64 ? labels.data<int64_t>()[i]
+                                                         : int64_t(labels.data<int32_t>()[i])) != options.ignoreIndex;
   if (run.denominator == 0) fail("every label is the ignore index " + std::to_string(options.ignoreIndex));
   uint32_t me = uint32_t(comm.rank());
   if (!isIdleRank(plan_, me) && state.params.empty() && state.shards.empty()) state = initialTrainState(me);

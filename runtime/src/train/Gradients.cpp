@@ -185,4 +185,32 @@ double softmaxCrossEntropy(const Tensor &logits, const Tensor &labels, double de
   return loss;
 }
 
+double binaryCrossEntropy(const Tensor &probs, const Tensor &labels, double denominator, Tensor *gradProbs) {
+  if (labels.numel() != probs.numel())
+    throw std::runtime_error("binaryCrossEntropy: labels " + labels.describe() + " do not match probabilities " +
+                             probs.describe());
+  if (labels.dtype() != DType::Float32 && labels.dtype() != DType::Float64)
+    throw std::runtime_error(std::string("binaryCrossEntropy: labels must be float32 or float64, not ") +
+                             dtypeName(labels.dtype()));
+  int64_t n = probs.numel();
+  float *g = nullptr;
+  if (gradProbs) {
+    *gradProbs = Tensor(DType::Float32, probs.shape());
+    g = gradProbs->data<float>();
+  }
+  double total = 0, scale = 1.0 / denominator;
+  for (int64_t i = 0; i < n; ++i) {
+    double pi = probs.scalarAsDouble(i), yi = labels.scalarAsDouble(i);
+    if (!(yi >= 0 && yi <= 1))
+      throw std::runtime_error("binaryCrossEntropy: label " + std::to_string(yi) + " at " + std::to_string(i) +
+                               " is not in [0, 1]");
+    if (!(pi >= 0 && pi <= 1))
+      throw std::runtime_error("binaryCrossEntropy: probability " + std::to_string(pi) + " at " +
+                               std::to_string(i) + " is not in [0, 1] (the loss output must be a Sigmoid's)");
+    total -= yi * std::max(std::log(pi), -100.0) + (1 - yi) * std::max(std::log1p(-pi), -100.0);
+    if (g) g[i] = static_cast<float>((pi - yi) / std::max(pi * (1 - pi), 1e-12) * scale);
+  }
+  return total * scale;
+}
+
 } // namespace hetplan::runtime

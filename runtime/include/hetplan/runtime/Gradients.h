@@ -77,6 +77,15 @@ Tensor reduceGradToShape(const Tensor &grad, const std::vector<int64_t> &shape);
 double softmaxCrossEntropy(const Tensor &logits, const Tensor &labels, double denominator,
                            int64_t ignoreIndex, Tensor *gradLogits);
 
+/// Binary cross-entropy of probabilities `probs` (a Sigmoid's output, e.g.
+/// a recommender's click probability) against float `labels` in [0, 1] of
+/// as many elements, as PyTorch's BCELoss computes it (each log clamped at
+/// -100; the gradient (p - y) / max(p (1 - p), 1e-12)), summed and divided by
+/// `denominator` (the global batch's label count). Returns the loss piece;
+/// `gradProbs`, when given, receives d(loss piece)/d(probs), float32.
+double binaryCrossEntropy(const Tensor &probs, const Tensor &labels, double denominator,
+                          Tensor *gradProbs);
+
 /// The optimizers and their hyper-parameters (Optimizers.h): train::
 /// optimizerUpdate on the host, the fused kernels of a CUDA rank
 /// (RankCompute::optimizerUpdate). AdamSettings is their former name.

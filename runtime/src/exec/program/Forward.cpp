@@ -231,7 +231,11 @@ void PlanExecutor::RankProgram::loss(uint32_t mb, int64_t base, std::map<std::st
   try {
     Tensor *want = recompute && !replay ? nullptr : &grad;
     double piece = 0;
-    if (vocabLossNode) {
+    bool binary = labels.dtype() == DType::Float32 || labels.dtype() == DType::Float64;
+    if (binary) {
+      if (vocabLossNode) fail("float labels (binary cross-entropy) with a vocab-parallel head");
+      piece = binaryCrossEntropy(logits, labels, train->denominator, want);
+    } else if (vocabLossNode) {
       // The logits are this rank's columns (a VOCAB head).
       int64_t vocab = logits.dim(-1) * tp, lo = shardRanges(vocab, 1, tpIndex, tp).front().first;
       size_t head = *vocabLossNode;
