@@ -207,6 +207,10 @@ struct OpDef {
   /// tensor parallelism weighs that weight's bytes (MatMul, Gemm, Einsum,
   /// the integer MatMul; passes/cost/OpCosts.cpp matmulWeightBytes).
   bool weightProduct = false;
+  /// Reads rows of input 0 picked by the integer indices of input 1 along
+  /// its `axis` attribute (default 0): over a weight along axis 0 it is an
+  /// embedding lookup (passes/cost: embedding tables, sparse updates).
+  bool rowLookup = false;
 };
 
 /// The definition of (domain, type) at `opset` (any opset when < 0); null

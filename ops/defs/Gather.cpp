@@ -96,8 +96,10 @@ void addGatherOps(std::vector<OpDef> &out) {
   g.check = axisZeroCheck;
   // The backward scatters dY by the (integer) indices: no float activation.
   g.keeps = Keeps::Nothing;
+  g.rowLookup = true;
   out.push_back(g);
   OpDef e = g;
+  e.rowLookup = false;
   e.type = "GatherElements";
   e.summary = "takes the elements of `data` at `indices` along `axis`";
   e.shape = gatherElementsShape;
@@ -107,6 +109,7 @@ void addGatherOps(std::vector<OpDef> &out) {
   nd.summary = "takes the slices of `data` that index tuples address";
   nd.shape = gatherNDShape;
   nd.check = nullptr;
+  nd.rowLookup = false; // index tuples: not priced as row lookups yet
   out.push_back(nd);
   for (const char *type : {"Scatter", "ScatterElements", "ScatterND"}) {
     OpDef sc;

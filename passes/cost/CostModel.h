@@ -161,6 +161,19 @@ struct LayerCost {
   }
   /// Inference with a KV cache: bytes per sample of cached keys and values.
   double kvCacheBytesPerSample = 0;
+  /// Embedding tables the layer owns: float weights of rank >= 2 read only
+  /// by Gathers along axis 0 with activation indices (DLRM's sparse
+  /// features, a vocabulary's rows). With sparse updates
+  /// (planner::Options::sparseEmbeddings) a step's gradient of a table is
+  /// the rows its samples looked up, and only those rows are updated.
+  struct Embedding {
+    std::string name;       // the initializer
+    int64_t rows = 0;
+    int64_t rowElements = 0;
+    double lookupsPerSample = 0;  // rows one sample reads, over all its Gathers
+    double elements() const { return double(rows) * double(rowElements); }
+  };
+  std::vector<Embedding> embeddings;
 
   double flopsPerSample() const;
   /// Weight bytes read per call, summed over the layer's ops.

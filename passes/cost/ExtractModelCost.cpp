@@ -633,6 +633,37 @@ double activationBytes(ValueRange values, const GraphInfo &info, DType dtype) {
 }
 
 
+/// `p` as an embedding table: a float weight of rank >= 2 whose every use
+/// is the data of a row lookup (ONNX Gather) along axis 0 with activation
+/// indices, each sample reading numel(indices) / samples rows per lookup.
+std::optional<LayerCost::Embedding> embeddingTable(const Parameter &p, const GraphInfo &info,
+                                                   double samples) {
+  auto weight = p.value.getDefiningOp<WeightOp>();
+  auto type = dyn_cast<RankedTensorType>(p.value.getType());
+  if (!weight || !type || type.getRank() < 2 || !type.hasStaticShape() ||
+      !isa<FloatType>(type.getElementType()) || p.value.use_empty())
+    return std::nullopt;
+  LayerCost::Embedding e;
+  e.name = weight.getSymName().str();
+  e.rows = type.getDimSize(0);
+  e.rowElements = type.getNumElements() / std::max<int64_t>(e.rows, 1);
+  for (OpOperand &use : p.value.getUses()) {
+    auto node = dyn_cast<NodeOp>(use.getOwner());
+    const ops::OpDef *def = node ? opDefOf(node) : nullptr;
+    if (!def || !def->rowLookup || !node.getDomain().empty() || use.getOperandNumber() != 0 ||
+        info.isFolded(node) || node.getInputs().size() < 2 ||
+        info.kind(node.getInputs()[1]) != ValueKind::Activation)
+      return std::nullopt;
+    if (auto axis = dyn_cast_or_null<IntegerAttr>(node.getOnnxAttr("axis")); axis && axis.getInt() != 0)
+      return std::nullopt;
+    auto indices = dyn_cast<RankedTensorType>(node.getInputs()[1].getType());
+    if (!indices || !indices.hasStaticShape())
+      return std::nullopt;
+    e.lookupsPerSample += double(indices.getNumElements()) / samples;
+  }
+  return e;
+}
+
 //===----------------------------------------------------------------------===//
 // What the backward pass keeps (docs/cost-model.md, "Training and memory")
 //===----------------------------------------------------------------------===//
@@ -973,6 +1004,8 @@ llvm::Expected<ModelCost> extractModelCost(GraphOp graph, const ExtractOptions &
     LayerCost &layer = model.layers[layerOf[p.firstUser]];
     layer.parameters += p.elements;
     layer.parameterBytes += valueBytes(p.value.getType(), dtype);
+    if (std::optional<LayerCost::Embedding> e = embeddingTable(p, info, samples))
+      layer.embeddings.push_back(std::move(*e));
   }
   // Tied parameters: read (directly or through folded ops) by a layer that
   // does not own them.

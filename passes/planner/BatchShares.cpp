@@ -98,6 +98,11 @@ StageCost Search::evaluateStageWith(const StageDevices &sd, int l, int r, int64_
     int64_t samples = runtime::saturatedCount(std::ceil(share[g] - 1e-9));
     double comm = 0, backComm = 0;
     double f = forwardTime(sd.groups[g].cls, sd.tp, samples, l, r, sd, &comm, &backComm);
+    if (double x = tableExchange(sd, l, r, samples); x > 0) {
+      f += x;  // the looked-up rows from their owners; their gradients back
+      comm += x;
+      backComm += x;
+    }
     double fixed = classes[sd.groups[g].cls].microBatchSeconds;
     f += fixed;
     comm += fixed;  // paid once more by the backward pass, not doubled

@@ -8,6 +8,7 @@
 #include "passes/planner/Search.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace hetplan::planner::detail {
 
@@ -21,6 +22,15 @@ double Search::stageParameters(int l, int r) const {
         if (owner < l || owner > r)
           p += double(n);
   return p;
+}
+
+double Search::sparseRows(int l, int r, double samples) const {
+  double n = 0;
+  for (int i : embeddingLayers)
+    if (i >= l && i <= r)
+      for (const auto &e : model.layers[i].embeddings)
+        n += std::min(e.elements(), std::ceil(samples * e.lookupsPerSample) * double(e.rowElements));
+  return n;
 }
 
 /// The largest layer's kept activations per sample on a rank of a tp group.
@@ -52,18 +62,27 @@ Need Search::need(int c, int l, int r, int tp, int workers, int inflight, int mi
     return n;
   }
   int D = std::max(1, workers);
-  n.weights = params * elementBytes / (sv.zero >= 3 ? D : 1);
-  n.gradients = params * elementBytes / (sv.zero >= 2 ? D : 1);
+  // Sparse embedding updates: the stage's D workers hold 1/D of each
+  // table's rows (TorchRec's row-wise sharding; one worker holds them
+  // all), and a table's gradient is the rows of its shard that the step's
+  // samples looked up (the owners receive them: "Embedding tables").
+  double tables = (sparsePrefix[r + 1] - sparsePrefix[l]) / tp;
+  double rows = tables > 0 ? sparseRows(l, r, double(opt.globalBatch)) / tp / D : 0;
+  params -= tables * (1.0 - 1.0 / D);
+  tables /= D;
+  n.weights = (params - tables) * elementBytes / (sv.zero >= 3 ? D : 1) + tables * elementBytes;
+  n.gradients = (params - tables) * elementBytes / (sv.zero >= 2 ? D : 1) + rows * elementBytes;
   // The optimizer's fp32 buffers and, below 4 bytes, the fp32 master weights.
   double stateBytes = std::max(0.0, trainingBytesPerParameter() - 2.0 * elementBytes);
   if (!sv.offload) {
-    n.optimizer = params * stateBytes / (sv.zero >= 1 ? D : 1);
+    n.optimizer = (params - tables) * stateBytes / (sv.zero >= 1 ? D : 1) + tables * stateBytes;
     // Mixed precision: the optimizer steps on an fp32 copy of the
     // gradients (DeepSpeed's FP16_Optimizer, ZeRO's fp32 partition).
     if (elementBytes < 4)
-      n.step = params * 4.0 / (sv.zero >= 1 ? D : 1);
+      n.step = ((params - tables) / (sv.zero >= 1 ? D : 1) + rows) * 4.0;
   }
-  // ZeRO-3 gathers the whole parameters of the layer it computes.
+  // ZeRO-3 gathers the whole parameters of the layer it computes (not its
+  // row-sharded tables: their rows come by the exchange).
   if (sv.zero >= 3)
     n.gather = largestLayer / tp * elementBytes;
   if (recompute) {

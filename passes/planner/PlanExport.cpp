@@ -289,8 +289,14 @@ plan::Plan exportPlan(const Plan &result, const cost::ModelCost &model,
   exportSettings(out.mutable_settings(), result, options, info);
 
   int P = int(result.stages.size());
-  for (int j = 0; j < P; ++j)
-    exportStage(out.add_stages(), result.stages[j], j, model, training);
+  for (int j = 0; j < P; ++j) {
+    plan::Stage *stage = out.add_stages();
+    exportStage(stage, result.stages[j], j, model, training);
+    if (training && options.sparseEmbeddings)
+      for (int l = result.stages[j].firstLayer; l <= result.stages[j].lastLayer; ++l)
+        for (const auto &e : model.layers[size_t(l)].embeddings)
+          stage->add_sparse_parameters(e.name);
+  }
 
   // Programs: every rank of a stage follows the stage's simulated order.
   std::vector<std::vector<const Event *>> byStage(P);

@@ -85,6 +85,13 @@ struct Options {
   /// cost::trainingBytesPerParam (16 bytes for mixed-precision Adam, ZeRO
   /// paper, section 3), and the bytes its step streams.
   runtime::Optimizer optimizer = runtime::Optimizer::Adam;
+  /// Training: embedding tables (cost::LayerCost::embeddings) take sparse
+  /// row updates (`--sparse-embeddings`; PyTorch's nn.Embedding(sparse=True),
+  /// TorchRec's fused row-wise updates): a step's gradient of a table is the
+  /// rows its samples looked up, the data-parallel sync all-gathers those
+  /// rows instead of all-reducing the table, and the optimizer updates only
+  /// them (its state stays per row of the whole table).
+  bool sparseEmbeddings = false;
   /// Format of the gradients the data-parallel all-reduce moves; unset: the
   /// run format (`dtype`). Mixed-precision stacks usually reduce in fp32
   /// (PyTorch AMP + DDP, DeepSpeed `fp32_allreduce`).

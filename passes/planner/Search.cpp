@@ -30,6 +30,7 @@ Search::Search(const cost::ModelCost &model, const cluster::Cluster &cluster,
   kvPrefix.assign(L + 1, 0);
   stashSplitPrefix.assign(L + 1, 0);
   layerInputPrefix.assign(L + 1, 0);
+  sparsePrefix.assign(L + 1, 0);
   training = opt.mode == Mode::Train;
   for (int i = 0; i < L; ++i) {
     const auto &l = model.layers[i];
@@ -44,12 +45,20 @@ Search::Search(const cost::ModelCost &model, const cluster::Cluster &cluster,
     if (!l.tiedParameters.empty())
       tiedLayers.push_back(i);
     kvPrefix[i + 1] = kvPrefix[i] + l.kvCacheBytesPerSample;
+    double tables = 0;
+    if (training && opt.sparseEmbeddings)
+      for (const auto &e : l.embeddings)
+        tables += e.elements();
+    sparsePrefix[i + 1] = sparsePrefix[i] + tables;
+    if (tables > 0)
+      embeddingLayers.push_back(i);
   }
   elementBytes = cost::dtypeBytes(opt.dtype);
   std::vector<double> activation, parameters;
-  for (const auto &l : model.layers) {
+  for (int i = 0; i < L; ++i) {
+    const auto &l = model.layers[i];
     activation.push_back(l.largestInOutBytesPerSample);
-    parameters.push_back(double(l.parameters));
+    parameters.push_back(double(l.parameters) - (sparsePrefix[i + 1] - sparsePrefix[i]));
   }
   largestActivation = RangeMax(std::move(activation));
   largestParameters = RangeMax(std::move(parameters));
@@ -357,6 +366,19 @@ llvm::Error Search::noLayoutFits() const {
   if (opt.dtype == cost::DType::FP32 || opt.dtype == cost::DType::TF32)
     msg += "--dtype fp16 or bf16, ";
   msg += "a smaller --batch";
+  if (training && !opt.sparseEmbeddings) {
+    size_t tables = 0;
+    double bytes = 0;
+    for (const auto &l : model.layers)
+      for (const auto &e : l.embeddings) {
+        ++tables;
+        bytes += e.elements() * elementBytes;
+      }
+    if (tables > 0)
+      msg += llvm::formatv(", --sparse-embeddings (the model's {0} embedding table(s), {1}: row-sharded "
+                           "over a stage's workers, gradients of the rows looked up only)",
+                           tables, bytesText(bytes)).str();
+  }
   if (training)
     msg += ", inference instead of training (no gradients or optimizer state)";
   return llvm::createStringError(msg);

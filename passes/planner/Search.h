@@ -338,6 +338,17 @@ private:
   std::vector<DeviceClass> classes;
   std::vector<std::vector<std::vector<std::unique_ptr<Table>>>> timing;  // [class][tp][samples]
   std::vector<double> paramsPrefix, stashPrefix, kvPrefix;
+  /// Sparse embedding updates (Options::sparseEmbeddings): elements of the
+  /// layers' tables, and the layers that own one.
+  std::vector<double> sparsePrefix;
+  std::vector<int> embeddingLayers;
+  /// Elements of the rows of layers [l, r]'s tables that `samples` samples
+  /// look up, each table at most its size; 0 without sparse updates.
+  double sparseRows(int l, int r, double samples) const;
+  /// Seconds a worker of `sd` spends exchanging the looked-up rows of
+  /// layers [l, r]'s row-sharded tables for `samples` samples (all-to-all
+  /// on the workers' ring); 0 on one worker or without sparse updates.
+  double tableExchange(const StageDevices &sd, int l, int r, int64_t samples) const;
   std::map<int, std::unique_ptr<Traffic>> trafficByTp;
   std::vector<double> stashSplitPrefix, layerInputPrefix;
   std::vector<int> tiedLayers;  // layers that read tied parameters

@@ -82,6 +82,15 @@ double Search::forwardTime(int c, int tp, int64_t samples, int l, int r,
   return compute + comm;
 }
 
+double Search::tableExchange(const StageDevices &sd, int l, int r, int64_t samples) const {
+  int D = sd.workers();
+  if (D <= 1 || sparsePrefix[r + 1] == sparsePrefix[l] || samples <= 0)
+    return 0;
+  // Each worker's samples read (D - 1)/D of their rows from other owners.
+  double bytes = sparseRows(l, r, double(samples)) / sd.tp * elementBytes * double(D - 1) / D;
+  return bytes / (sd.ringGBs / sd.ringSharers * 1e9) + double(D - 1) * sd.ringLatencyUs * 1e-6;
+}
+
 double Search::allReduceTime(const StageDevices &sd, int l, int r, const Savers &sv) const {
   if (!training)
     return 0;
@@ -98,22 +107,30 @@ double Search::allReduceTime(const StageDevices &sd, int l, int r, const Savers 
   // Gradients travel in their own format (Options::gradientDType): fp32
   // in PyTorch AMP's DDP and DeepSpeed's fp32_allreduce, whatever the
   // format of the forward pass.
-  double gradBytes = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp *
-                     double(cost::dtypeBytes(opt.gradientDType.value_or(opt.dtype)));
+  double gradElement = double(cost::dtypeBytes(opt.gradientDType.value_or(opt.dtype)));
+  double tables = sparsePrefix[r + 1] - sparsePrefix[l];
+  double gradBytes = (paramsPrefix[r + 1] - paramsPrefix[l] - tables) / sd.tp * gradElement;
   // ZeRO-1/2 reduce-scatter the gradients and all-gather the parameters:
   // the bytes of one all-reduce. ZeRO-3 all-gathers the parameters again
   // in the backward pass: 1.5x (ZeRO paper, section 7.2).
   double volume = sv.zero >= 3 ? 1.5 : 1.0;
-  return head + volume * (2.0 * (D - 1) / D * gradBytes / (sd.ringGBs / sd.ringSharers * 1e9) +
-                          2.0 * (D - 1) * sd.ringLatencyUs * 1e-6);
+  double ring = sd.ringGBs / sd.ringSharers * 1e9;
+  double t = head + volume * (2.0 * (D - 1) / D * gradBytes / ring + 2.0 * (D - 1) * sd.ringLatencyUs * 1e-6);
+  // Row-sharded tables (sparse embedding updates) need no sync: their
+  // owners received their rows' gradients in the backward exchange.
+  return t;
 }
 
 double Search::optimizerTime(const StageDevices &sd, int l, int r, const Savers &sv) const {
   if (!training)
     return 0;
   // ZeRO shards the update: each worker steps its 1/D of the parameters.
-  double shard = (paramsPrefix[r + 1] - paramsPrefix[l]) / sd.tp /
-                 (sv.zero >= 1 ? std::max(1, sd.workers()) : 1);
+  // Sparse embedding updates step only the looked-up rows, each worker
+  // those of its row shard.
+  int D = std::max(1, sd.workers());
+  double tables = sparsePrefix[r + 1] - sparsePrefix[l];
+  double shard = (paramsPrefix[r + 1] - paramsPrefix[l] - tables) / sd.tp / (sv.zero >= 1 ? D : 1) +
+                 (tables > 0 ? sparseRows(l, r, double(opt.globalBatch)) / sd.tp / D : 0);
   // The step reads and writes the model state: 16 bytes per parameter for
   // Adam, 8 for SGD, 12 for momentum SGD (cost::trainingBytesPerParam).
   double streamed = trainingBytesPerParameter();

@@ -160,6 +160,11 @@ cl::opt<std::string> optimizerArg(
     cl::desc("Training optimizer, priced (state memory, step time) and recorded in the plan: sgd "
              "(no state), momentum (1 buffer), adam (default) or adamw (2 buffers)"),
     cl::value_desc("sgd|momentum|adam|adamw"), cl::init("adam"), cl::sub(compileCmd));
+cl::opt<bool> sparseEmbeddingsArg(
+    "sparse-embeddings",
+    cl::desc("Training: embedding tables (weights read only by Gathers) take sparse row updates: "
+             "a step's gradient is the rows it looked up, synced as rows, and only they are updated"),
+    cl::sub(compileCmd));
 cl::opt<bool> uncalibratedArg(
     "uncalibrated",
     cl::desc("Ignore the catalog's measured 'achieved' figures (the plain roofline "
@@ -434,6 +439,8 @@ void printSummary(const plan::Plan &p, llvm::raw_ostream &os) {
                       s.strategy(), s.schedule(), p.stages_size(), s.micro_batches(), mbSize);
   if (s.mode() == "train" && runtime::memorySaversText(p) != "none")
     os << "  memory savers: " << runtime::memorySaversText(p) << "\n";
+  if (std::string tables = runtime::sparseEmbeddingsText(p); !tables.empty())
+    os << "  embedding tables: " << tables << "\n";
   os << "  stage  devices                     layers                          tp  samples/worker       fwd+bwd ms  all-reduce ms\n";
   for (const auto &st : p.stages()) {
     std::map<std::string, int> types;
@@ -904,6 +911,9 @@ llvm::Error readSearchFlags(planner::Options &options) {
   options.optimizer = *optimizer;
   if (optimizerArg.getNumOccurrences() && options.mode != cost::Mode::Train)
     return flagError("--optimizer is for --mode train (an inference plan keeps no optimizer state)");
+  if (sparseEmbeddingsArg && options.mode != cost::Mode::Train)
+    return flagError("--sparse-embeddings is for --mode train (inference updates nothing)");
+  options.sparseEmbeddings = sparseEmbeddingsArg;
   return llvm::Error::success();
 }
 
@@ -1093,6 +1103,11 @@ int runCompile() {
   // upper bound or under an assumption.
   for (const std::string &w : costed->warnings)
     llvm::errs() << "hetplan: warning: " << w << "\n";
+  if (options.sparseEmbeddings &&
+      llvm::none_of(costed->cost.layers, [](const cost::LayerCost &l) { return !l.embeddings.empty(); }))
+    llvm::errs() << "hetplan: warning: --sparse-embeddings: " << costed->cost.graphName
+                 << " has no embedding table (a float weight read only by Gathers along axis 0); nothing "
+                    "is updated sparsely\n";
   cost::ModelCost *modelCost = &costed->cost;
   options.splitBatch = costed->wholeBatchReason.empty();
   if (!options.splitBatch && !quietArg)

@@ -266,6 +266,8 @@ void explainSettings(const plan::Plan &p, std::ostream &os) {
   field(os, "strategy", s.strategy().empty() ? "?" : s.strategy());
   if (s.mode() == "train")
     field(os, "memory savers", memorySaversText(p));
+  if (std::string tables = sparseEmbeddingsText(p); !tables.empty())
+    field(os, "embeddings", tables);
   if (!s.bound_dims().empty()) {
     std::map<std::string, int64_t> dims(s.bound_dims().begin(), s.bound_dims().end());
     std::string text;
@@ -276,6 +278,27 @@ void explainSettings(const plan::Plan &p, std::ostream &os) {
 }
 
 } // namespace
+
+std::string sparseEmbeddingsText(const plan::Plan &p) {
+  std::string text;
+  for (const auto &stage : p.stages()) {
+    if (stage.sparse_parameters_size() == 0)
+      continue;
+    std::map<std::string, int> types;
+    for (const auto &w : stage.workers())
+      for (uint32_t r : w.ranks())
+        if (int(r) < p.cluster().devices_size())
+          ++types[p.cluster().devices(int(r)).type()];
+    std::string devices;
+    for (const auto &[t, n] : types)
+      devices += (devices.empty() ? "" : " + ") + std::to_string(n) + "x " + t;
+    int workers = stage.workers_size();
+    text += (text.empty() ? "" : "; ") + std::to_string(stage.sparse_parameters_size()) + " table(s) on stage " +
+            std::to_string(stage.index()) + " (" + devices + ")" +
+            (workers > 1 ? ", row-sharded " + std::to_string(workers) + " ways" : "");
+  }
+  return text.empty() ? text : text + "; sparse row updates";
+}
 
 std::string memorySaversText(const plan::Plan &p) {
   // docs/planner.md, "Memory".

@@ -44,6 +44,11 @@ double baselineGain(const plan::Plan &plan, const plan::Baseline &baseline);
 /// ZeRO-2; optimizer state in host memory"; "none" when it uses none.
 std::string memorySaversText(const plan::Plan &plan);
 
+/// Where a plan's sparse embedding tables are (Stage.sparse_parameters):
+/// "26 table(s) on stage 0 (2x CPU-2S-AVX512), row-sharded 2 ways"; empty
+/// when the plan has none.
+std::string sparseEmbeddingsText(const plan::Plan &plan);
+
 /// An SVG picture of one step as the plan predicts it: one row per rank (one
 /// per stage, showing its slowest rank, when more than 16 ranks work), one
 /// <rect> per instruction placed by predicted_start_s/predicted_end_s,

@@ -30,7 +30,32 @@ struct ByteSpans {
     return sum;
   }
 };
+/// Appends to `pieces` (element ranges relative to `base`) the rows of a
+/// sparse embedding table, elements [start, start + numel) of a flat
+/// space, that lie in [lo, hi) and whose gradient (`grad`, indexed from
+/// `base`) is not zero anywhere: the rows the step looked up.
+void nonzeroRows(const float *grad, int64_t base, int64_t start, int64_t numel, int64_t rowLength, int64_t lo,
+                 int64_t hi, std::vector<std::pair<int64_t, int64_t>> &pieces) {
+  rowLength = std::max<int64_t>(rowLength, 1);
+  for (int64_t row = std::max<int64_t>(0, (lo - start) / rowLength); start + row * rowLength < std::min(hi, start + numel);
+       ++row) {
+    int64_t a = std::max(lo, start + row * rowLength), b = std::min({hi, start + (row + 1) * rowLength, start + numel});
+    if (a >= b) continue;
+    bool touched = false;
+    for (int64_t x = a; x < b && !touched; ++x) touched = grad[x - base] != 0.0f;
+    if (!touched) continue;
+    if (!pieces.empty() && pieces.back().first + pieces.back().second == a - base)
+      pieces.back().second += b - a;
+    else
+      pieces.push_back({a - base, b - a});
+  }
+}
 } // namespace
+
+bool PlanExecutor::RankProgram::sparseParameter(const std::string &name) const {
+  const auto &list = plan_.stages(int(j)).sparse_parameters();
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
 
 void PlanExecutor::RankProgram::noteStash() {
   ByteSpans held;
@@ -131,11 +156,25 @@ void PlanExecutor::RankProgram::zeroStep(size_t g) {
   Tensor param = z.paramsSharded ? shard.param : flatRange(state.params, params, z.offsets, mine.lo, mine.hi);
   std::vector<std::pair<int64_t, int64_t>> pieces; // of trained parameters
   bool all = true;
+  Tensor scanned; // the gradient on the host, for sparse tables' rows
+  auto hostGrad = [&]() -> const float * {
+    if (!scanned.defined()) scanned = grad.isDevice() ? grad.toHost() : grad;
+    return scanned.data<float>();
+  };
   for (size_t i = 0; i < params.size(); ++i) {
     int64_t a = std::max(mine.lo, z.offsets[i]), b = std::min(mine.hi, z.offsets[i + 1]);
     if (a >= b) continue;
-    if (train->frozen(params[i])) all = false;
-    else pieces.push_back({a - mine.lo, b - a});
+    if (train->frozen(params[i])) {
+      all = false;
+    } else if (sparseParameter(params[i])) { // only the rows the step looked up
+      all = false;
+      const auto &shape = model_->initializers.at(params[i]).shape();
+      int64_t numel = z.offsets[i + 1] - z.offsets[i];
+      nonzeroRows(hostGrad(), mine.lo, z.offsets[i], numel, shape.empty() ? 1 : numel / shape[0], a, b,
+                  pieces);
+    } else {
+      pieces.push_back({a - mine.lo, b - a});
+    }
   }
   if (all || !pieces.empty()) optimizerStep("zero:" + std::to_string(g), param, grad, all ? decltype(pieces){} : pieces);
   if (z.paramsSharded) return; // `param` is the shard: updated in place
@@ -164,6 +203,18 @@ void PlanExecutor::RankProgram::onOptimizerStep(const plan::Instruction &) {
     if (train->frozen(p)) continue;
     Tensor &g = state.grads[p];
     if (!g.defined()) g = Tensor(DType::Float32, state.params.at(p).shape());
+    if (sparseParameter(p)) {
+      // Sparse embedding updates: the rows the step looked up (a nonzero
+      // gradient row), the other rows and their state untouched.
+      Tensor hostGrad = g.isDevice() ? g.toHost() : g;
+      std::vector<std::pair<int64_t, int64_t>> rows;
+      const auto &shape = state.params.at(p).shape();
+      int64_t numel = hostGrad.numel();
+      nonzeroRows(hostGrad.data<float>(), 0, 0, numel, shape.empty() ? 1 : numel / std::max<int64_t>(shape[0], 1), 0,
+                  numel, rows);
+      if (!rows.empty()) optimizerStep(p, state.params.at(p), g, rows);
+      continue;
+    }
     optimizerStep(p, state.params.at(p), g, {});
   }
 }

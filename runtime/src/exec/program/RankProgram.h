@@ -143,6 +143,9 @@ private:
   /// ZeRO: the update of this rank's range of group g, then (unless the
   /// group keeps its parameters sharded) the all-gather of the new values.
   void zeroStep(size_t g);
+  /// Whether `name` is one of this stage's sparse embedding tables
+  /// (Stage.sparse_parameters): updated only on its looked-up rows.
+  bool sparseParameter(const std::string &name) const;
 
   // ---- the executor's plan analysis, under the names it has there ----
   const PlanExecutor &exec_;
