@@ -128,7 +128,9 @@ def test_plan_session_matches_model_and_hetplan_run():
     # model_path points a saved plan at its model; views of non-contiguous arrays work
     s2 = hetplan.Session(saved.path, model_path=GPT2, ranks="threads", threads=1)
     xt = np.asfortranarray(x)
-    np.testing.assert_array_equal(s2.run({"input_ids": xt})["logits"], got)
+    # one thread instead of several: oneDNN splits GEMM sums by thread count
+    # on some CPUs (AMD EPYC here), so the last bits may differ
+    np.testing.assert_allclose(s2.run({"input_ids": xt})["logits"], got, rtol=1e-5, atol=1e-6)
 
 
 def test_plan_session_concurrent_runs():

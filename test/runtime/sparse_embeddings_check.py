@@ -9,6 +9,8 @@ binary cross-entropy on click labels and AdamW with weight decay,
     trained weights (1e-6);
   - with --sparse-embeddings only the rows the batch looked up change (weight
     decay leaves the others alone), without it every row decays;
+  - on four ranks whose layout puts the tables on two of them (their
+    gradients summed by looked-up rows only), the same;
   - the plan says where the tables are (explain's "embeddings" line).
 
     sparse_embeddings_check.py --hetplan BIN --python PY --work DIR
@@ -74,6 +76,14 @@ failures = []
 _, loss_one, w_one = train("one-sparse", "1xCPU", ["--sparse-embeddings"])
 plan3, loss_three, w_three = train("three-sparse", cluster, ["--sparse-embeddings", "--pin", "pp=2"])
 _, _, w_dense = train("one-dense", "1xCPU", [])
+# Two workers hold the tables (row-sharded in the plan; the CPU runtime sums
+# only their nonzero rows): stage 0 = ranks 0 and 1 (the bottom MLP and the
+# tables, layers 0-2), stage 1 = ranks 2 and 3.
+layout = os.path.join(a.work, "two-and-two.json")
+with open(layout, "w") as f:
+    f.write('{"micro_batches": 2, "shares": "even", "stages": [{"workers": [[0], [1]], "last_layer": 2}, '
+            '{"workers": [[2], [3]], "last_layer": 5}]}\n')
+plan4, loss_four, w_four = train("four-sparse", "4xCPU", ["--sparse-embeddings", "--layout", layout])
 explain = run([a.hetplan, "explain", plan3])
 line = next((l for l in explain.splitlines() if l.strip().startswith("embeddings")), "")
 if "4 table(s) on stage 0 (1x CPU" not in line:
@@ -84,6 +94,14 @@ if not (loss_rel <= 1e-9 and weight_abs <= 1e-6):
     failures.append("3 ranks vs 1: losses %.3g relative, weights %.3g" % (loss_rel, weight_abs))
 if not loss_one[-1] < loss_one[0]:
     failures.append("the loss does not fall: %s" % loss_one)
+explain4 = run([a.hetplan, "explain", plan4])
+line4 = next((l for l in explain4.splitlines() if l.strip().startswith("embeddings")), "")
+if "4 table(s) on stage 0 (2x CPU" not in line4 or "row-sharded 2 ways" not in line4:
+    failures.append("the layout plan's tables are not on stage 0's two workers: %r" % line4)
+loss_rel4 = float(np.max(np.abs(loss_one - loss_four) / np.abs(loss_one)))
+weight_abs4 = max(float(np.abs(w_one[k] - w_four[k]).max()) for k in w_one if w_one[k].dtype.kind == "f")
+if not (loss_rel4 <= 1e-9 and weight_abs4 <= 1e-6):
+    failures.append("4 ranks (tables on two) vs 1: losses %.3g relative, weights %.3g" % (loss_rel4, weight_abs4))
 initial = weights(model)
 idx = files["sparse"]
 for t in range(4):
@@ -97,6 +115,7 @@ for t in range(4):
     if not np.any(w_dense[k][untouched] != initial[k][untouched]):
         failures.append("%s: without --sparse-embeddings weight decay should reach every row" % k)
 print("1 vs 3 ranks (tables on one): losses %.2g relative, weights %.2g; %s" % (loss_rel, weight_abs, line.strip()))
+print("1 vs 4 ranks (tables on two): losses %.2g relative, weights %.2g; %s" % (loss_rel4, weight_abs4, line4.strip()))
 for f in failures:
     print("FAIL: " + f)
 sys.exit(1 if failures else 0)

@@ -394,11 +394,16 @@ TEST(TrainingMemory, InconsistentSettingsAreRefused) {
   };
   refused(inference(1, false, false), "settings.zero_stage is 1 in an inference plan");
   refused(inference(0, true, false), "settings.offload_optimizer is set in an inference plan");
-  PlanExecutor ok(inference(0, false, true), gpt2());
+  PlanExecutor ok(inference(0, false, true), gpt2()), plain(inference(0, false, false), gpt2());
   Batch b = makeBatch(ok.model(), 12, 3);
   auto outs = ok.run(b.inputs);
+  // The same plan without the flag runs the same shapes: the same bits. The
+  // whole model on one rank runs other GEMM sizes (oneDNN picks kernels by
+  // size, and their sums round differently on some CPUs): close.
+  EXPECT_EQ(maxNormError(outs.at("logits"), plain.run(b.inputs).at("logits")), 0)
+      << "recompute in an inference plan changes nothing";
   auto ref = Executor(ok.model()).run(b.inputs);
-  EXPECT_EQ(maxNormError(outs.at("logits"), ref.at("logits")), 0) << "recompute in an inference plan changes nothing";
+  EXPECT_LT(maxNormError(outs.at("logits"), ref.at("logits")), 1e-5);
   // ZeRO-3 with workers of one stage running their micro-batches in
   // different orders: their parameter all-gathers would not match.
   Layout z = gpt2Uneven();

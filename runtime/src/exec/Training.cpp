@@ -307,6 +307,65 @@ void groupReduce(Communicator &comm, const std::vector<int> &group, int64_t tag,
 }
 } // namespace
 
+void sparseRowSum(Communicator &comm, const std::vector<int> &group, int64_t tag, Tensor &grad,
+                  int64_t rowLength) {
+  if (group.size() <= 1) return;
+  if (grad.dtype() != DType::Float32 || rowLength <= 0 || grad.numel() % rowLength)
+    throw std::runtime_error("sparse row sum of " + grad.describe() + " in rows of " + std::to_string(rowLength));
+  int64_t rows = grad.numel() / rowLength;
+  float *g = grad.data<float>();
+  auto nonzero = [&]() {
+    std::vector<int64_t> idx;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t e = 0; e < rowLength; ++e)
+        if (g[r * rowLength + e] != 0.0f) {
+          idx.push_back(r);
+          break;
+        }
+    Tensor at(DType::Int64, {int64_t(idx.size())}), values(DType::Float32, {int64_t(idx.size()), rowLength});
+    for (size_t i = 0; i < idx.size(); ++i) {
+      at.data<int64_t>()[i] = idx[i];
+      std::copy(g + idx[i] * rowLength, g + (idx[i] + 1) * rowLength, values.data<float>() + int64_t(i) * rowLength);
+    }
+    return std::make_pair(at, values);
+  };
+  auto check = [&](const Tensor &at, const Tensor &values, int from) {
+    bool ok = at.dtype() == DType::Int64 && values.dtype() == DType::Float32 && at.rank() == 1 &&
+              values.numel() == at.numel() * rowLength;
+    for (int64_t i = 0; ok && i < at.numel(); ++i) ok = at.data<int64_t>()[i] >= 0 && at.data<int64_t>()[i] < rows;
+    if (!ok)
+      throw std::runtime_error("rank " + std::to_string(from) + " sent rows " + at.describe() + ", " +
+                               values.describe() + " to a sparse sum of " + grad.describe());
+  };
+  int me = comm.rank(), leader = group.front();
+  if (me == leader) {
+    for (size_t k = 1; k < group.size(); ++k) {
+      Tensor at = comm.recv(group[k], tag), values = comm.recv(group[k], tag);
+      check(at, values, group[k]);
+      for (int64_t i = 0; i < at.numel(); ++i) {
+        float *dst = g + at.data<int64_t>()[i] * rowLength;
+        const float *src = values.data<float>() + i * rowLength;
+        for (int64_t e = 0; e < rowLength; ++e) dst[e] += src[e];
+      }
+    }
+    auto [at, values] = nonzero();
+    for (size_t k = 1; k < group.size(); ++k) {
+      comm.send(group[k], tag + 1, at);
+      comm.send(group[k], tag + 1, values);
+    }
+  } else {
+    auto [at, values] = nonzero();
+    comm.send(leader, tag, at);
+    comm.send(leader, tag, values);
+    Tensor sumAt = comm.recv(leader, tag + 1), sum = comm.recv(leader, tag + 1);
+    check(sumAt, sum, leader);
+    std::fill(g, g + grad.numel(), 0.0f);
+    for (int64_t i = 0; i < sumAt.numel(); ++i)
+      std::copy(sum.data<float>() + i * rowLength, sum.data<float>() + (i + 1) * rowLength,
+                g + sumAt.data<int64_t>()[i] * rowLength);
+  }
+}
+
 void groupSum(Communicator &comm, const std::vector<int> &group, int64_t tag,
               const std::vector<Tensor *> &tensors) {
   comm.groupAllReduceSum(group, tensors, tag);

@@ -80,6 +80,15 @@ std::string backwardWhere(const Model &model, const Node &n);
 /// acc += g (same shape and type); an undefined `acc` becomes a copy of g.
 void accumulate(Tensor &acc, const Tensor &g);
 
+/// groupSum of one float32 embedding table's gradient `grad` (host memory)
+/// whose rows of `rowLength` elements are mostly zero: each member sends
+/// only its nonzero rows (indices and values) to the lowest rank, which adds
+/// them in rank order and sends the nonzero rows of the sum back; every
+/// member ends with the bits a dense groupSum gives, and only looked-up rows
+/// move (sparse embedding updates). Uses `tag` and `tag + 1`.
+void sparseRowSum(Communicator &comm, const std::vector<int> &group, int64_t tag, Tensor &grad,
+                  int64_t rowLength);
+
 /// Sums `tensors` (all float32 or all float64) elementwise over the ranks `group` (sorted,
 /// containing comm.rank()), in place: the lowest rank adds the others'
 /// values in rank order and sends the sum back, so every member ends with

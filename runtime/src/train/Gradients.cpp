@@ -187,8 +187,9 @@ double softmaxCrossEntropy(const Tensor &logits, const Tensor &labels, double de
 
 double binaryCrossEntropy(const Tensor &probs, const Tensor &labels, double denominator, Tensor *gradProbs) {
   if (labels.numel() != probs.numel())
-    throw std::runtime_error("binaryCrossEntropy: labels " + labels.describe() + " do not match probabilities " +
-                             probs.describe());
+    throw std::runtime_error("float labels select binary cross-entropy, which needs one target per output "
+                             "element (labels shaped like the output); for softmax cross-entropy give int64 "
+                             "class indices shaped like the output without its last axis");
   if (labels.dtype() != DType::Float32 && labels.dtype() != DType::Float64)
     throw std::runtime_error(std::string("binaryCrossEntropy: labels must be float32 or float64, not ") +
                              dtypeName(labels.dtype()));

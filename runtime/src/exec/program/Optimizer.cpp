@@ -110,13 +110,23 @@ void PlanExecutor::RankProgram::sumGradients(const std::function<bool(const std:
       train->state.shards[g].grad = comm.reduceScatterSum(ranks, flat, zeroCounts(g), sumTag(g));
       continue;
     }
-    std::vector<Tensor *> tensors;
+    std::vector<Tensor *> tensors, dense;
+    std::vector<std::pair<Tensor *, int64_t>> sparse; // (gradient, row length)
     for (const auto &p : params) {
       Tensor &gr = train->state.grads[p];
       if (!gr.defined()) gr = Tensor(DType::Float32, model_->initializers.at(p).shape());
       tensors.push_back(&gr);
+      const auto &shape = model_->initializers.at(p).shape();
+      // A sparse table's looked-up rows move, not the table.
+      if (sparseParameter(p) && !gr.isDevice() && gr.dtype() == DType::Float32 && !shape.empty() && shape[0] > 0)
+        sparse.push_back({&gr, gr.numel() / shape[0]});
+      else
+        dense.push_back(&gr);
     }
-    if (member) train::groupSum(comm, ranks, sumTag(g), tensors);
+    if (member) {
+      train::groupSum(comm, ranks, sumTag(g), dense);
+      for (auto [gr, rowLength] : sparse) train::sparseRowSum(comm, ranks, sumTag(g), *gr, rowLength);
+    }
     for (auto [to, from] : follow)
       for (Tensor *t : tensors) {
         if (from == int(me)) comm.send(to, followTag(g), *t);
