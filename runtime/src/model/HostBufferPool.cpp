@@ -3,6 +3,7 @@
 
 #include "hetplan/runtime/Tensor.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -98,9 +99,15 @@ private:
     if (const char *e = std::getenv("HETPLAN_HOST_POOL_BYTES")) {
       char *end = nullptr;
       unsigned long long v = std::strtoull(e, &end, 10);
-      if (end != e && *end == '\0') {
+      if (end != e && *end == '\0' && e[0] != '-') {
         limit_ = size_t(v);
         enabled_ = enabled_ && v > 0;
+      } else {
+        // Once per process (the pool is made once): the setting is kept.
+        std::fprintf(stderr,
+                     "hetplan: warning: HETPLAN_HOST_POOL_BYTES='%s' is not a byte count (0 turns the pool "
+                     "off); the default cap of %zu bytes stays\n",
+                     e, limit_);
       }
     }
   }
