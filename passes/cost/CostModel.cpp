@@ -260,8 +260,10 @@ json::Value Profile::toJSON() const {
 }
 
 bool Profile::appliesTo(const cluster::DeviceType &type, DType runType) const {
-  if (runType != dtype)
-    return false;
+  return runType == dtype && measuredOn(type);
+}
+
+bool Profile::measuredOn(const cluster::DeviceType &type) const {
   std::string key = cluster::normalizeDeviceName(device);
   if (key == cluster::normalizeDeviceName(type.name))
     return true;

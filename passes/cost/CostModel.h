@@ -287,6 +287,8 @@ struct Profile {
   /// Whether this profile was measured on `device` (any of its spellings)
   /// in `dtype`.
   bool appliesTo(const cluster::DeviceType &device, DType dtype) const;
+  /// Whether this profile was measured on `device` (any of its spellings).
+  bool measuredOn(const cluster::DeviceType &device) const;
   const ProfileEntry *find(llvm::StringRef opName) const;
 };
 

@@ -559,12 +559,7 @@ llvm::Error applyRankSpeeds(cluster::Cluster &cl, const CommonFlags &flags) {
                           "with the cluster the profiled plan ran on",
                           path, rank, cl.devices.size()));
       cluster::Device &d = cl.devices[size_t(rank)];
-      std::string key = cluster::normalizeDeviceName(p.device);
-      bool same = key == cluster::normalizeDeviceName(d.type->name) ||
-                  llvm::any_of(d.type->aliases, [&](const std::string &a) {
-                    return key == cluster::normalizeDeviceName(a);
-                  });
-      if (!same)
+      if (!p.measuredOn(*d.type))
         return llvm::createStringError(
             llvm::inconvertibleErrorCode(),
             llvm::formatv("{0}: rank {1} was measured as a {2}, but it is a {3} in this cluster: "
